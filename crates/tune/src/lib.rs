@@ -1,0 +1,1 @@
+//! vnio tune.
