@@ -1,1 +1,25 @@
-//! vnio switch.
+//! vnio's virtual switch: wire formats, L2 forwarding (learning FDB, VLAN
+//! port groups, MAC-spoof guard), vhost-user virtio-net ports, and a
+//! poll-mode endpoint (a user-space virtio-net driver).
+//!
+//! The data path is a library; the `vnio switch` CLI only parses and renders.
+
+#![deny(unsafe_code)]
+
+pub mod fdb;
+pub mod forward;
+pub mod stats;
+pub mod vlan;
+pub mod wire;
+
+/// A port's identity inside one switch (stable while the port exists).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+pub struct PortId(pub u32);
+
+impl std::fmt::Display for PortId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}

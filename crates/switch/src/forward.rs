@@ -1,0 +1,285 @@
+//! The forwarding decision: from a frame's Ethernet header and its ingress
+//! port to a destination (one port, or a flood within the frame's VLAN).
+//!
+//! Pure logic over the FDB and the ports' VLAN and guard policies; the data
+//! path does the copying. Time is an input.
+
+use crate::fdb::Fdb;
+use crate::stats::DropReason;
+use crate::vlan::{Tagging, VlanMode};
+use crate::wire::{ethernet, vlan, EtherType, EthernetAddress};
+use crate::PortId;
+use std::time::Instant;
+
+/// The L2 facts the decision needs, read from the first bytes of a frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct L2Header {
+    /// Destination MAC.
+    pub dst: EthernetAddress,
+    /// Source MAC.
+    pub src: EthernetAddress,
+    /// The 802.1Q VLAN id when the frame is tagged.
+    pub tag: Option<u16>,
+}
+
+impl L2Header {
+    /// Bytes of the frame [`L2Header::parse`] needs at most.
+    pub const MAX_LEN: usize = ethernet::HEADER_LEN + vlan::HEADER_LEN;
+
+    /// Reads the header from the start of a frame.
+    pub fn parse(frame: &[u8]) -> Result<Self, DropReason> {
+        let eth = ethernet::EthernetFrame::new_checked(frame).map_err(|_| DropReason::Malformed)?;
+        let tag = if eth.ethertype() == EtherType::Vlan {
+            let h =
+                vlan::VlanHeader::new_checked(eth.payload()).map_err(|_| DropReason::Malformed)?;
+            Some(h.vid())
+        } else {
+            None
+        };
+        Ok(Self {
+            dst: eth.dst(),
+            src: eth.src(),
+            tag,
+        })
+    }
+}
+
+/// A port's forwarding policy.
+#[derive(Debug, Clone, Default)]
+pub struct PortPolicy {
+    /// VLAN membership.
+    pub vlan: VlanMode,
+    /// When set, frames from the port must carry this source MAC.
+    pub spoof_guard: Option<EthernetAddress>,
+}
+
+/// Where a frame goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Destination {
+    /// To one port, with this tagging.
+    Port(PortId, Tagging),
+    /// To every other member of the VLAN.
+    Flood,
+}
+
+/// The decision for one frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Decision {
+    /// The frame's VLAN.
+    pub vid: u16,
+    /// Where it goes.
+    pub dest: Destination,
+}
+
+/// Decides for one frame from `ingress` (with policy `policy`), learning its
+/// source address. `egress_tagging(port, vid)` tells how (and whether) a
+/// frame of `vid` leaves `port`; flood destinations are expanded by the
+/// caller with the same rule on every other port.
+pub fn decide(
+    fdb: &mut Fdb,
+    ingress: PortId,
+    policy: &PortPolicy,
+    l2: &L2Header,
+    now: Instant,
+    egress_tagging: impl Fn(PortId, u16) -> Option<Tagging>,
+) -> Result<Decision, DropReason> {
+    if l2.src.is_multicast() {
+        return Err(DropReason::Spoof);
+    }
+    if let Some(mac) = policy.spoof_guard {
+        if l2.src != mac {
+            return Err(DropReason::Spoof);
+        }
+    }
+    let vid = policy.vlan.ingress(l2.tag).ok_or(DropReason::Vlan)?;
+    fdb.learn(vid, l2.src, ingress, now);
+    if l2.dst.is_multicast() {
+        return Ok(Decision {
+            vid,
+            dest: Destination::Flood,
+        });
+    }
+    match fdb.lookup(vid, l2.dst, now) {
+        Some(p) if p == ingress => Err(DropReason::NoRoute),
+        Some(p) => match egress_tagging(p, vid) {
+            Some(t) => Ok(Decision {
+                vid,
+                dest: Destination::Port(p, t),
+            }),
+            // The FDB points at a port that left the VLAN or the switch: flood.
+            None => Ok(Decision {
+                vid,
+                dest: Destination::Flood,
+            }),
+        },
+        None => Ok(Decision {
+            vid,
+            dest: Destination::Flood,
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::vlan::VlanSet;
+    use std::time::Duration;
+
+    fn mac(n: u8) -> EthernetAddress {
+        EthernetAddress([2, 0, 0, 0, 0, n])
+    }
+
+    fn hdr(src: u8, dst: EthernetAddress, tag: Option<u16>) -> L2Header {
+        L2Header {
+            src: mac(src),
+            dst,
+            tag,
+        }
+    }
+
+    struct Topo {
+        fdb: Fdb,
+        policies: Vec<PortPolicy>,
+    }
+
+    impl Topo {
+        fn new() -> Self {
+            let trunk = VlanMode::Trunk {
+                allowed: VlanSet::from_ids(&[10, 20]),
+                native: None,
+            };
+            Self {
+                fdb: Fdb::new(64, Duration::from_secs(300)),
+                policies: vec![
+                    PortPolicy {
+                        vlan: VlanMode::Access { vid: 10 },
+                        spoof_guard: None,
+                    },
+                    PortPolicy {
+                        vlan: VlanMode::Access { vid: 10 },
+                        spoof_guard: Some(mac(2)),
+                    },
+                    PortPolicy {
+                        vlan: VlanMode::Access { vid: 20 },
+                        spoof_guard: None,
+                    },
+                    PortPolicy {
+                        vlan: trunk,
+                        spoof_guard: None,
+                    },
+                ],
+            }
+        }
+
+        fn decide(
+            &mut self,
+            port: u32,
+            l2: L2Header,
+            now: Instant,
+        ) -> Result<Decision, DropReason> {
+            let policies = &self.policies;
+            decide(
+                &mut self.fdb,
+                PortId(port),
+                &policies[port as usize],
+                &l2,
+                now,
+                |p, vid| policies.get(p.0 as usize).and_then(|x| x.vlan.egress(vid)),
+            )
+        }
+    }
+
+    #[test]
+    fn unknown_floods_then_learned_unicasts() {
+        let now = Instant::now();
+        let mut t = Topo::new();
+        let d = t.decide(0, hdr(1, mac(2), None), now).unwrap();
+        assert_eq!(
+            d,
+            Decision {
+                vid: 10,
+                dest: Destination::Flood
+            }
+        );
+        let d = t.decide(1, hdr(2, mac(1), None), now).unwrap();
+        assert_eq!(d.dest, Destination::Port(PortId(0), Tagging::Untagged));
+        let d = t.decide(0, hdr(1, mac(2), None), now).unwrap();
+        assert_eq!(d.dest, Destination::Port(PortId(1), Tagging::Untagged));
+        let d = t
+            .decide(0, hdr(1, EthernetAddress::BROADCAST, None), now)
+            .unwrap();
+        assert_eq!(d.dest, Destination::Flood);
+    }
+
+    #[test]
+    fn trunk_tags_and_access_strips() {
+        let now = Instant::now();
+        let mut t = Topo::new();
+        // A host behind the trunk on VLAN 20 is learned there.
+        t.decide(3, hdr(9, EthernetAddress::BROADCAST, Some(20)), now)
+            .unwrap();
+        let d = t.decide(2, hdr(3, mac(9), None), now).unwrap();
+        assert_eq!(
+            d,
+            Decision {
+                vid: 20,
+                dest: Destination::Port(PortId(3), Tagging::Tagged(20))
+            }
+        );
+        let d = t.decide(3, hdr(9, mac(3), Some(20)), now).unwrap();
+        assert_eq!(d.dest, Destination::Port(PortId(2), Tagging::Untagged));
+        // Same MAC on another VLAN is another entry: unknown there.
+        let d = t.decide(0, hdr(1, mac(9), None), now).unwrap();
+        assert_eq!(d.dest, Destination::Flood);
+    }
+
+    #[test]
+    fn drops_by_reason() {
+        let now = Instant::now();
+        let mut t = Topo::new();
+        assert_eq!(
+            t.decide(1, hdr(7, mac(1), None), now),
+            Err(DropReason::Spoof),
+            "guarded port, wrong MAC"
+        );
+        assert!(t.decide(1, hdr(2, mac(1), None), now).is_ok());
+        let mut group_src = hdr(1, mac(2), None);
+        group_src.src = EthernetAddress::BROADCAST;
+        assert_eq!(t.decide(0, group_src, now), Err(DropReason::Spoof));
+        assert_eq!(
+            t.decide(0, hdr(1, mac(2), Some(10)), now),
+            Err(DropReason::Vlan),
+            "tagged on access"
+        );
+        assert_eq!(
+            t.decide(3, hdr(5, mac(2), Some(30)), now),
+            Err(DropReason::Vlan),
+            "VLAN not on trunk"
+        );
+        assert_eq!(
+            t.decide(3, hdr(5, mac(2), None), now),
+            Err(DropReason::Vlan),
+            "no native VLAN"
+        );
+        // Hairpin: destination learned on the ingress port.
+        t.decide(0, hdr(4, mac(1), None), now).unwrap();
+        assert_eq!(
+            t.decide(0, hdr(1, mac(4), None), now),
+            Err(DropReason::NoRoute)
+        );
+    }
+
+    #[test]
+    fn parses_tagged_and_untagged_headers() {
+        let mut f = [0u8; 18];
+        f[0..6].copy_from_slice(&mac(2).0);
+        f[6..12].copy_from_slice(&mac(1).0);
+        f[12..14].copy_from_slice(&[0x81, 0x00]);
+        f[14..16].copy_from_slice(&[0x00, 0x14]);
+        f[16..18].copy_from_slice(&[0x08, 0x00]);
+        assert_eq!(L2Header::parse(&f).unwrap(), hdr(1, mac(2), Some(20)));
+        assert_eq!(L2Header::parse(&f[..16]), Err(DropReason::Malformed));
+        f[12..14].copy_from_slice(&[0x08, 0x00]);
+        assert_eq!(L2Header::parse(&f[..14]).unwrap(), hdr(1, mac(2), None));
+    }
+}

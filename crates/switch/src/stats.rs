@@ -1,0 +1,270 @@
+//! Per-port and per-queue counters: plain relaxed atomics written by the
+//! worker that owns the queue and read by the control socket at any time.
+//!
+//! Directions are the guest's: `tx` counts frames the port's frontend sent
+//! into the switch, `rx` counts frames the switch delivered to it.
+
+use serde::Serialize;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Why a frame was dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DropReason {
+    /// The destination's receive ring had no (or not enough) buffers.
+    RingFull,
+    /// A descriptor chain failed validation (the port is reset).
+    BadDescriptor,
+    /// No destination: hairpin to the ingress port, or nobody in the VLAN.
+    NoRoute,
+    /// The frame's VLAN is not allowed on the port.
+    Vlan,
+    /// The source MAC is not the port's (MAC-spoof guard) or is a group address.
+    Spoof,
+    /// Too short for an Ethernet header, or longer than the switch carries.
+    Malformed,
+}
+
+impl DropReason {
+    /// Every reason, in counter order.
+    pub const ALL: [DropReason; 6] = [
+        DropReason::RingFull,
+        DropReason::BadDescriptor,
+        DropReason::NoRoute,
+        DropReason::Vlan,
+        DropReason::Spoof,
+        DropReason::Malformed,
+    ];
+
+    /// The label used in JSON and Prometheus output.
+    pub fn name(self) -> &'static str {
+        match self {
+            DropReason::RingFull => "ring_full",
+            DropReason::BadDescriptor => "bad_descriptor",
+            DropReason::NoRoute => "no_route",
+            DropReason::Vlan => "vlan",
+            DropReason::Spoof => "spoof",
+            DropReason::Malformed => "malformed",
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// Counters of one direction of one queue.
+#[derive(Debug, Default)]
+pub struct QueueStats {
+    /// Frames.
+    pub packets: AtomicU64,
+    /// Bytes of frames (virtio-net header excluded).
+    pub bytes: AtomicU64,
+    /// Notifications the switch sent to the frontend (call eventfd writes).
+    pub notifications_sent: AtomicU64,
+    /// Notifications the frontend sent to the switch (kicks handled).
+    pub notifications_received: AtomicU64,
+    drops: [AtomicU64; 6],
+}
+
+impl QueueStats {
+    /// Counts one frame of `bytes` bytes.
+    #[inline]
+    pub fn frame(&self, bytes: usize) {
+        self.packets.fetch_add(1, Ordering::Relaxed);
+        self.bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+
+    /// Counts one dropped frame.
+    #[inline]
+    pub fn drop(&self, reason: DropReason) {
+        self.drops[reason.index()].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Drops counted for `reason`.
+    pub fn drops(&self, reason: DropReason) -> u64 {
+        self.drops[reason.index()].load(Ordering::Relaxed)
+    }
+
+    /// A consistent-enough copy for rendering.
+    pub fn snapshot(&self) -> QueueSnapshot {
+        QueueSnapshot {
+            packets: self.packets.load(Ordering::Relaxed),
+            bytes: self.bytes.load(Ordering::Relaxed),
+            notifications_sent: self.notifications_sent.load(Ordering::Relaxed),
+            notifications_received: self.notifications_received.load(Ordering::Relaxed),
+            drops: DropReason::ALL
+                .iter()
+                .map(|r| (r.name().to_string(), self.drops(*r)))
+                .collect(),
+        }
+    }
+}
+
+/// Counters of one port.
+#[derive(Debug, Default)]
+pub struct PortStats {
+    /// Frames the frontend sent (its transmit queue).
+    pub tx: QueueStats,
+    /// Frames delivered to the frontend (its receive queue).
+    pub rx: QueueStats,
+    /// Times the port was reset after a protocol or ring error.
+    pub resets: AtomicU64,
+    /// Frontend connections accepted or established.
+    pub connections: AtomicU64,
+}
+
+impl PortStats {
+    /// A copy for rendering.
+    pub fn snapshot(&self) -> PortStatsSnapshot {
+        PortStatsSnapshot {
+            tx: self.tx.snapshot(),
+            rx: self.rx.snapshot(),
+            resets: self.resets.load(Ordering::Relaxed),
+            connections: self.connections.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Rendered counters of one queue direction.
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq, Eq)]
+pub struct QueueSnapshot {
+    /// Frames.
+    pub packets: u64,
+    /// Bytes.
+    pub bytes: u64,
+    /// Call eventfd writes.
+    pub notifications_sent: u64,
+    /// Kicks handled.
+    pub notifications_received: u64,
+    /// Drops by reason name.
+    pub drops: std::collections::BTreeMap<String, u64>,
+}
+
+/// Rendered counters of one port.
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq, Eq)]
+pub struct PortStatsSnapshot {
+    /// Frontend transmit direction.
+    pub tx: QueueSnapshot,
+    /// Frontend receive direction.
+    pub rx: QueueSnapshot,
+    /// Port resets.
+    pub resets: u64,
+    /// Connections.
+    pub connections: u64,
+}
+
+/// Renders ports' counters in the Prometheus text exposition format.
+pub fn prometheus(ports: &[(String, PortStatsSnapshot)]) -> String {
+    let mut out = String::new();
+    let mut family =
+        |name: &str, help: &str, kind: &str, rows: &mut dyn Iterator<Item = (String, u64)>| {
+            let _ = writeln!(out, "# HELP vnio_switch_{name} {help}");
+            let _ = writeln!(out, "# TYPE vnio_switch_{name} {kind}");
+            for (labels, v) in rows {
+                let _ = writeln!(out, "vnio_switch_{name}{{{labels}}} {v}");
+            }
+        };
+    let dirs = |f: fn(&QueueSnapshot) -> u64| {
+        ports
+            .iter()
+            .flat_map(move |(p, s)| {
+                [("tx", &s.tx), ("rx", &s.rx)]
+                    .into_iter()
+                    .map(move |(d, q)| (format!("port=\"{p}\",direction=\"{d}\""), f(q)))
+            })
+            .collect::<Vec<_>>()
+    };
+    family(
+        "packets_total",
+        "Frames through the port, by the frontend's direction.",
+        "counter",
+        &mut dirs(|q| q.packets).into_iter(),
+    );
+    family(
+        "bytes_total",
+        "Bytes through the port, by the frontend's direction.",
+        "counter",
+        &mut dirs(|q| q.bytes).into_iter(),
+    );
+    family(
+        "notifications_sent_total",
+        "Call eventfd writes to the frontend.",
+        "counter",
+        &mut dirs(|q| q.notifications_sent).into_iter(),
+    );
+    family(
+        "notifications_received_total",
+        "Kicks from the frontend.",
+        "counter",
+        &mut dirs(|q| q.notifications_received).into_iter(),
+    );
+    let drops: Vec<(String, u64)> = ports
+        .iter()
+        .flat_map(|(p, s)| {
+            [("tx", &s.tx), ("rx", &s.rx)]
+                .into_iter()
+                .flat_map(move |(d, q)| {
+                    q.drops.iter().map(move |(r, v)| {
+                        (format!("port=\"{p}\",direction=\"{d}\",reason=\"{r}\""), *v)
+                    })
+                })
+        })
+        .collect();
+    family(
+        "drops_total",
+        "Frames dropped, by reason.",
+        "counter",
+        &mut drops.into_iter(),
+    );
+    let resets: Vec<(String, u64)> = ports
+        .iter()
+        .map(|(p, s)| (format!("port=\"{p}\""), s.resets))
+        .collect();
+    family(
+        "port_resets_total",
+        "Port resets after protocol or ring errors.",
+        "counter",
+        &mut resets.into_iter(),
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_and_renders() {
+        let s = PortStats::default();
+        s.tx.frame(60);
+        s.tx.frame(100);
+        s.rx.drop(DropReason::RingFull);
+        s.tx.drop(DropReason::Spoof);
+        let snap = s.snapshot();
+        assert_eq!(snap.tx.packets, 2);
+        assert_eq!(snap.tx.bytes, 160);
+        assert_eq!(snap.rx.drops["ring_full"], 1);
+        assert_eq!(snap.tx.drops["spoof"], 1);
+        let text = prometheus(&[("vm1".into(), snap)]);
+        assert!(text.contains("vnio_switch_packets_total{port=\"vm1\",direction=\"tx\"} 2\n"));
+        assert!(text.contains(
+            "vnio_switch_drops_total{port=\"vm1\",direction=\"rx\",reason=\"ring_full\"} 1\n"
+        ));
+        assert!(text.contains("# TYPE vnio_switch_bytes_total counter\n"));
+    }
+
+    #[test]
+    fn every_reason_has_a_distinct_counter() {
+        let q = QueueStats::default();
+        for (i, r) in DropReason::ALL.iter().enumerate() {
+            for _ in 0..=i {
+                q.drop(*r);
+            }
+        }
+        for (i, r) in DropReason::ALL.iter().enumerate() {
+            assert_eq!(q.drops(*r), i as u64 + 1, "{}", r.name());
+        }
+    }
+}
