@@ -1,1 +1,19 @@
-//! vnio measure.
+//! vnio's measurement engine: the agent, the workloads (request-response,
+//! ping, stream), statistics, CPU accounting and the result document.
+//!
+//! Nothing here prints: the CLI renders what these functions return.
+
+pub mod agent;
+pub mod client;
+pub mod clock;
+pub mod cpu;
+pub mod env;
+pub mod pace;
+mod pin;
+pub mod proto;
+pub mod stats;
+mod sys;
+pub mod result;
+pub mod rr;
+pub mod run;
+pub mod session;

@@ -14,6 +14,10 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Serve the far side of every workload.
+    Agent(cli::measure::AgentArgs),
+    /// Request-response latency over TCP or UDP (closed loop with bursts, or open loop).
+    Rr(cli::measure::RrArgs),
     /// Audit, apply and revert latency settings on a host or guest.
     Tune(cli::tune::Args),
     /// The virtual switch daemon and its control commands.
@@ -23,6 +27,8 @@ enum Command {
 fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Agent(args) => cli::measure::agent(args),
+        Command::Rr(args) => cli::measure::rr(args),
         Command::Tune(args) => cli::tune::run(args),
         Command::Switch(args) => cli::switch::run(args),
     };

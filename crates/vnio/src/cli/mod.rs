@@ -1,4 +1,5 @@
 //! One module per part: each owns its clap arguments and its rendering.
 
+pub mod measure;
 pub mod switch;
 pub mod tune;

@@ -1,0 +1,264 @@
+//! Running a workload against one or more agents: set up each test over its
+//! control connection, start every session of every target at one agreed
+//! instant, measure, collect the agents' reports, repeat for each iteration.
+
+use std::net::SocketAddr;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::client::{resolve, ClientError, Control};
+use crate::clock;
+use crate::cpu::{Cost, CpuTime, MachineTicks, MachineUse};
+use crate::env::{Environment, Placement};
+use crate::proto::{AgentReport, TestSpec, Workload};
+use crate::result::{Document, Iteration, Measured};
+use crate::session::{Ended, Intervals, Outcome, Window};
+use crate::stats::Latency;
+
+/// Options every agent-backed workload shares.
+#[derive(Clone, Debug, Serialize)]
+pub struct Common {
+    pub targets: Vec<String>,
+    #[serde(skip)]
+    pub token: Option<String>,
+    /// Sessions per target.
+    pub sessions: u32,
+    pub duration: Duration,
+    pub warmup: Duration,
+    pub iterations: u32,
+    /// CPUs for client session threads, round-robin.
+    pub cpus: Vec<usize>,
+    /// CPUs for the agents' session threads, round-robin.
+    pub agent_cpus: Vec<usize>,
+    pub busy_poll_us: Option<u32>,
+}
+
+/// Everything a session thread needs.
+pub struct SessionCtx {
+    pub target: usize,
+    /// Index of the session within its target.
+    pub index: usize,
+    pub agent: SocketAddr,
+    pub key: u64,
+    pub port: u16,
+    pub window: Window,
+    pub intervals: Arc<Intervals>,
+    pub cpu: Option<usize>,
+}
+
+impl SessionCtx {
+    /// Pins the thread as asked; returns the placement record.
+    pub fn enter(&self) -> Placement {
+        crate::pin::enter(format!("client session {} to {}", self.index, self.agent), self.cpu)
+    }
+
+    /// Waits for the agreed start instant.
+    pub fn wait_start(&self) {
+        clock::wait_until(self.window.start_ns);
+    }
+
+    pub fn describe(&self, e: Ended) -> String {
+        match e {
+            Ended::Stopped => "stopped".into(),
+            Ended::Closed => format!("agent {} closed data session {} mid-run (killed?)", self.agent, self.index),
+            Ended::Failed(m) => format!("session {} to {}: {m}", self.index, self.agent),
+        }
+    }
+}
+
+pub type SessionFn = Arc<dyn Fn(SessionCtx) -> Outcome + Send + Sync>;
+
+/// A workload as the runner sees it.
+pub struct Job {
+    pub name: &'static str,
+    pub params: serde_json::Value,
+    pub workload: Workload,
+    pub session: SessionFn,
+    /// Whether per-target results carry latency statistics.
+    pub latency: bool,
+    /// Requested rate per target (open loop, paced).
+    pub requested_rate: Option<f64>,
+    /// Completes a target's figures with the agent's report (streams).
+    pub with_report: fn(&mut Measured, &AgentReport, &[&Outcome]),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error(transparent)]
+    Agent(#[from] ClientError),
+    #[error("{0}")]
+    Setup(String),
+}
+
+/// Runs `job` for every iteration; a failure before anything was measured is
+/// an error, a failure later ends the run with what was measured and the
+/// error recorded in the document.
+pub fn run(common: &Common, job: &Job, stop: Arc<AtomicBool>, progress: &dyn Fn(&str)) -> Result<Document, RunError> {
+    let addrs: Vec<SocketAddr> = common.targets.iter().map(|t| resolve(t)).collect::<Result<_, _>>()?;
+    let env = Environment::capture(250);
+    let mut doc = Document::new(job.name, job.params.clone(), common.targets.clone(), env);
+    for i in 0..common.iterations.max(1) {
+        progress(&format!("iteration {}/{}", i + 1, common.iterations.max(1)));
+        match iteration(i as usize, common, job, &addrs, stop.clone()) {
+            Ok(it) => {
+                let failed = !it.errors.is_empty();
+                doc.errors.extend(it.errors.iter().cloned());
+                doc.iterations.push(it);
+                if failed {
+                    break;
+                }
+            }
+            Err(e) if doc.iterations.is_empty() => return Err(e),
+            Err(e) => {
+                doc.errors.push(e.to_string());
+                break;
+            }
+        }
+        if stop.load(std::sync::atomic::Ordering::Relaxed) {
+            doc.interrupted = true;
+            break;
+        }
+    }
+    if let Some(last) = doc.iterations.last() {
+        let during = last.machine;
+        let threads = (common.sessions as usize * addrs.len()).min(doc.environment.cpus);
+        doc.environment.set_during(during, threads);
+        doc.environment.placement = last.placement.clone();
+    }
+    doc.conclude();
+    Ok(doc)
+}
+
+fn iteration(index: usize, c: &Common, job: &Job, addrs: &[SocketAddr], stop: Arc<AtomicBool>) -> Result<Iteration, RunError> {
+    let warm_dur_ns = (c.warmup + c.duration).as_nanos() as u64;
+    let lead_ns: u64 = 300_000_000;
+    let start_unix = clock::realtime_ns() + lead_ns + 100_000_000 * addrs.len() as u64;
+    let spec = TestSpec {
+        workload: job.workload.clone(),
+        sessions: c.sessions,
+        duration_ms: warm_dur_ns / 1_000_000 + 1,
+        cpus: c.agent_cpus.clone(),
+        busy_poll_us: c.busy_poll_us,
+        start_at_unix_ns: start_unix,
+    };
+    let mut controls = Vec::with_capacity(addrs.len());
+    for &addr in addrs {
+        let mut ctl = Control::connect(addr, c.token.as_deref())?;
+        let (key, ports) = ctl.start(&spec)?;
+        controls.push((ctl, key, ports));
+    }
+    // The agreed instant, mapped onto this host's monotonic clock.
+    let start_ns = clock::now_ns() + start_unix.saturating_sub(clock::realtime_ns());
+    let window = Window::new(start_ns, c.warmup.as_nanos() as u64, c.duration.as_nanos() as u64, stop);
+    let intervals = Arc::new(Intervals::default());
+    let mut handles = Vec::new();
+    let mut global = 0usize;
+    for (t, (_, key, ports)) in controls.iter().enumerate() {
+        for s in 0..c.sessions as usize {
+            let port = if ports.len() == 1 { ports[0] } else { *ports.get(s).unwrap_or(&0) };
+            let ctx = SessionCtx {
+                target: t,
+                index: s,
+                agent: addrs[t],
+                key: *key,
+                port,
+                window: window.clone(),
+                intervals: intervals.clone(),
+                cpu: crate::pin::pick(&c.cpus, global),
+            };
+            global += 1;
+            let f = job.session.clone();
+            let h = std::thread::Builder::new()
+                .name(format!("s{t}.{s}"))
+                .spawn(move || f(ctx))
+                .map_err(|e| RunError::Setup(format!("cannot start a session thread: {e}")))?;
+            handles.push(h);
+        }
+    }
+    clock::wait_until(start_ns);
+    let (cpu0, ticks0) = (CpuTime::process(), MachineTicks::read());
+    let outcomes: Vec<Outcome> = handles
+        .into_iter()
+        .map(|h| h.join().unwrap_or_else(|_| Outcome { error: Some("a session thread panicked".into()), ..Default::default() }))
+        .collect();
+    let end_ns = clock::now_ns();
+    let (cpu1, ticks1) = (CpuTime::process(), MachineTicks::read());
+    let mut it = Iteration { index, ..Default::default() };
+    // The measured window actually covered: cut short by Ctrl-C or a failure.
+    it.seconds = (end_ns.min(window.end_ns).saturating_sub(window.measure_ns)) as f64 / 1e9;
+    it.machine = match (ticks0, ticks1) {
+        (Some(a), Some(b)) => MachineUse::between(a, b),
+        _ => MachineUse::default(),
+    };
+    let mut reports = Vec::with_capacity(controls.len());
+    for (ctl, _, _) in controls.iter_mut() {
+        match ctl.stop() {
+            Ok(r) => reports.push(Some(r)),
+            Err(e) => {
+                it.errors.push(e.to_string());
+                reports.push(None);
+            }
+        }
+    }
+    let mut merged_lat = Latency::new();
+    let mut merged = Measured { target: "all".into(), ..Default::default() };
+    let mut ops_total = 0u64;
+    let mut agent_cpu = CpuTime::default();
+    for (t, addr) in addrs.iter().enumerate() {
+        let mine: Vec<&Outcome> = outcomes.iter().filter(|o| o.target == t).collect();
+        let mut m = Measured { target: addr.to_string(), requested_rate: job.requested_rate, ..Default::default() };
+        let mut lat = Latency::new();
+        let mut target_ops_total = 0;
+        for o in &mine {
+            lat.merge(&o.latency);
+            m.ops += o.ops;
+            m.sent += o.sent;
+            m.lost += o.lost;
+            m.late += o.late;
+            m.bytes += o.bytes;
+            target_ops_total += o.ops_total;
+            if let Some(e) = &o.error {
+                if !it.errors.contains(e) {
+                    it.errors.push(e.clone());
+                }
+            }
+            it.placement.push(o.placement.clone());
+        }
+        if let Some(r) = &reports[t] {
+            (job.with_report)(&mut m, r, &mine);
+            m.agent_cost = Some(Cost::new(r.cpu, target_ops_total, m.bytes));
+            agent_cpu.add(r.cpu);
+            it.placement.extend(r.placement.iter().cloned());
+        }
+        m.finish(job.latency.then_some(&lat), it.seconds);
+        if job.requested_rate.is_some() {
+            m.achieved_rate = Some(m.ops_per_s);
+        }
+        merged_lat.merge(&lat);
+        merged.ops += m.ops;
+        merged.sent += m.sent;
+        merged.lost += m.lost;
+        merged.late += m.late;
+        merged.bytes += m.bytes;
+        ops_total += target_ops_total;
+        it.per_target.push(m);
+    }
+    merged.requested_rate = job.requested_rate.map(|r| r * addrs.len() as f64);
+    merged.finish(job.latency.then_some(&merged_lat), it.seconds);
+    if merged.requested_rate.is_some() {
+        merged.achieved_rate = Some(merged.ops_per_s);
+    }
+    if reports.iter().all(Option::is_some) {
+        merged.agent_cost = Some(Cost::new(agent_cpu, ops_total, merged.bytes));
+    }
+    it.client_cost = Cost::new(cpu1.since(cpu0), ops_total, merged.bytes);
+    it.merged = merged;
+    it.intervals = intervals.points();
+    Ok(it)
+}
+
+/// For workloads whose figures come from the client alone.
+pub fn no_report(_: &mut Measured, _: &AgentReport, _: &[&Outcome]) {}

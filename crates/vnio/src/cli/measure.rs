@@ -1,0 +1,429 @@
+//! `vnio agent`, `vnio rr`, `vnio ping`, `vnio stream`: argument parsing and
+//! rendering of the measurement engine's results.
+
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use vnio_measure::agent::{Agent, AgentConfig};
+use vnio_measure::proto::{Limits, Transport};
+use vnio_measure::result::{Document, Measured};
+use vnio_measure::run::Common;
+
+/// Parses "10s", "500ms", "2m", "100us" or a bare number of seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let v: f64 = num.parse().map_err(|_| format!("not a duration: {s:?} (try 10s, 500ms, 100us)"))?;
+    let secs = match unit {
+        "" | "s" => v,
+        "ms" => v / 1e3,
+        "us" | "µs" => v / 1e6,
+        "ns" => v / 1e9,
+        "m" | "min" => v * 60.0,
+        _ => return Err(format!("unknown unit {unit:?} in {s:?} (use ns, us, ms, s, m)")),
+    };
+    if !secs.is_finite() || secs < 0.0 {
+        return Err(format!("not a duration: {s:?}"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// Parses a CPU list: "1", "0,2", "0-3".
+pub fn parse_cpus(s: &str) -> Result<Vec<usize>, String> {
+    let mut out = Vec::new();
+    for part in s.split(',').filter(|p| !p.is_empty()) {
+        let bad = || format!("not a CPU list: {s:?} (try 1 or 0,2 or 0-3)");
+        if let Some((a, b)) = part.split_once('-') {
+            let (a, b): (usize, usize) = (a.parse().map_err(|_| bad())?, b.parse().map_err(|_| bad())?);
+            if a > b {
+                return Err(bad());
+            }
+            out.extend(a..=b);
+        } else {
+            out.push(part.parse().map_err(|_| bad())?);
+        }
+    }
+    Ok(out)
+}
+
+/// Parses "256" (both ways) or "64,1024" (request,response).
+pub fn parse_sizes(s: &str) -> Result<(u32, u32), String> {
+    let bad = || format!("not a size: {s:?} (try 256 or 64,1024)");
+    match s.split_once(',') {
+        Some((a, b)) => Ok((a.trim().parse().map_err(|_| bad())?, b.trim().parse().map_err(|_| bad())?)),
+        None => {
+            let v = s.trim().parse().map_err(|_| bad())?;
+            Ok((v, v))
+        }
+    }
+}
+
+fn parse_transport(s: &str) -> Result<Transport, String> {
+    match s {
+        "tcp" => Ok(Transport::Tcp),
+        "udp" => Ok(Transport::Udp),
+        _ => Err(format!("unknown protocol {s:?}: tcp or udp")),
+    }
+}
+
+#[derive(clap::Args)]
+pub struct AgentArgs {
+    /// Address to listen on: ADDR[:PORT] (default port 7700).
+    #[arg(long, default_value = "0.0.0.0:7700")]
+    listen: String,
+    /// Require clients to present this token.
+    #[arg(long)]
+    token: Option<String>,
+    /// Longest test a client may ask for.
+    #[arg(long, value_parser = parse_duration, default_value = "1h")]
+    max_duration: Duration,
+    /// Most sessions one test may ask for.
+    #[arg(long, default_value_t = 64)]
+    max_sessions: u32,
+    /// Highest packet rate one test may ask the agent to send.
+    #[arg(long, default_value_t = 5_000_000)]
+    max_rate: u64,
+    /// Most clients served at once.
+    #[arg(long, default_value_t = 64)]
+    max_clients: usize,
+}
+
+pub fn agent(a: AgentArgs) -> anyhow::Result<i32> {
+    let listen = vnio_measure::client::resolve(&a.listen).map_err(|e| anyhow::anyhow!("--listen: {e}"))?;
+    let limits = Limits {
+        max_duration_ms: a.max_duration.as_millis() as u64,
+        max_sessions: a.max_sessions,
+        max_rate_pps: a.max_rate,
+        ..Limits::default()
+    };
+    let agent = Agent::bind(AgentConfig { listen, token: a.token, limits, max_clients: a.max_clients })?;
+    let stop = agent.stop_flag();
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, stop.clone()).context("installing signal handler")?;
+    }
+    eprintln!("vnio agent: listening on {}", agent.local_addr());
+    agent.serve()?;
+    Ok(0)
+}
+
+/// Options of every agent-backed workload.
+#[derive(clap::Args, Clone)]
+pub struct CommonArgs {
+    /// Agents: HOST[:PORT] (default port 7700), comma-separated for several.
+    #[arg(long, short = 't', value_delimiter = ',', required = true)]
+    target: Vec<String>,
+    /// Sessions per target, run in parallel.
+    #[arg(long, default_value_t = 1)]
+    sessions: u32,
+    /// Measured time per iteration.
+    #[arg(long, short = 'd', value_parser = parse_duration, default_value = "10s")]
+    duration: Duration,
+    /// Time run but not recorded before each iteration.
+    #[arg(long, value_parser = parse_duration, default_value = "1s")]
+    warmup: Duration,
+    /// Iterations; the median one (by mean round trip) is reported.
+    #[arg(long, default_value_t = 1)]
+    iterations: u32,
+    /// CPUs for this side's session threads (round-robin): 1, 0,2, 0-3.
+    #[arg(long, value_parser = parse_cpus)]
+    cpu: Option<Vec<usize>>,
+    /// CPUs for the agents' session threads.
+    #[arg(long, value_parser = parse_cpus)]
+    agent_cpu: Option<Vec<usize>>,
+    /// SO_BUSY_POLL on data sockets, in microseconds.
+    #[arg(long, value_name = "US")]
+    busy_poll: Option<u32>,
+    /// Token the agents require.
+    #[arg(long)]
+    token: Option<String>,
+    #[command(flatten)]
+    output: OutputArgs,
+}
+
+#[derive(clap::Args, Clone)]
+pub struct OutputArgs {
+    /// Print the result document (JSON) instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// Print CSV rows instead of the table.
+    #[arg(long)]
+    csv: bool,
+    /// Also save the result document to this file.
+    #[arg(long, short = 'o')]
+    out: Option<std::path::PathBuf>,
+}
+
+impl CommonArgs {
+    fn common(&self) -> Common {
+        Common {
+            targets: self.target.clone(),
+            token: self.token.clone(),
+            sessions: self.sessions,
+            duration: self.duration,
+            warmup: self.warmup,
+            iterations: self.iterations,
+            cpus: self.cpu.clone().unwrap_or_default(),
+            agent_cpus: self.agent_cpu.clone().unwrap_or_default(),
+            busy_poll_us: self.busy_poll,
+        }
+    }
+}
+
+#[derive(clap::Args)]
+pub struct RrArgs {
+    #[command(flatten)]
+    common: CommonArgs,
+    /// tcp or udp.
+    #[arg(long, short = 'p', value_parser = parse_transport, default_value = "tcp")]
+    proto: Transport,
+    /// Message sizes in bytes: 256, or request,response as 64,1024.
+    #[arg(long, short = 's', value_parser = parse_sizes, default_value = "256")]
+    size: (u32, u32),
+    /// Requests in flight per session (netperf's burst).
+    #[arg(long, short = 'b', default_value_t = 1)]
+    burst: u32,
+    /// TCP_NODELAY on the client's data sockets (the agent always sets it).
+    #[arg(long)]
+    nodelay: bool,
+    /// Touch the data before sending and after receiving.
+    #[arg(long)]
+    dirty: bool,
+    /// Open loop: transactions per second per target, spread over its sessions;
+    /// latency counts from each request's intended send instant.
+    #[arg(long, short = 'r')]
+    rate: Option<u64>,
+    /// Take receive instants from kernel software timestamps (SO_TIMESTAMPING; UDP).
+    #[arg(long)]
+    rx_timestamp: bool,
+}
+
+/// Ctrl-C stops the measurement; what was measured is still printed and saved.
+fn stop_on_signal() -> anyhow::Result<Arc<AtomicBool>> {
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, stop.clone()).context("installing signal handler")?;
+    }
+    Ok(stop)
+}
+
+fn progress(msg: &str) {
+    eprintln!("vnio: {msg}");
+}
+
+pub fn rr(a: RrArgs) -> anyhow::Result<i32> {
+    if a.burst == 0 {
+        bail!("--burst must be at least 1");
+    }
+    if a.proto == Transport::Udp && a.size.0.min(a.size.1) < 16 {
+        bail!("UDP rr messages carry a 16-byte header: --size must be at least 16");
+    }
+    let common = a.common.common();
+    let rate_per_session = a.rate.map(|r| (r / u64::from(common.sessions.max(1))).max(1));
+    let params = vnio_measure::rr::RrParams {
+        transport: a.proto,
+        request: a.size.0,
+        response: a.size.1,
+        burst: a.burst,
+        nodelay: a.nodelay,
+        dirty: a.dirty,
+        rate_per_session,
+        busy_poll_us: common.busy_poll_us,
+        rx_timestamp: a.rx_timestamp,
+    };
+    let job = vnio_measure::rr::job(&common, params);
+    let doc = vnio_measure::run::run(&common, &job, stop_on_signal()?, &progress)?;
+    emit(&doc, &a.common.output)
+}
+
+/// Prints (table, JSON or CSV), saves, and turns errors into the exit code.
+pub fn emit(doc: &Document, out: &OutputArgs) -> anyhow::Result<i32> {
+    if let Some(path) = &out.out {
+        let body = serde_json::to_string_pretty(doc)?;
+        std::fs::write(path, body).with_context(|| format!("saving results to {}", path.display()))?;
+    }
+    if out.json {
+        println!("{}", serde_json::to_string_pretty(doc)?);
+    } else if out.csv {
+        print!("{}", csv(doc));
+    } else {
+        print!("{}", table(doc));
+    }
+    for e in &doc.errors {
+        eprintln!("vnio: error: {e}");
+    }
+    for w in &doc.environment.warnings {
+        eprintln!("vnio: warning: {w}");
+    }
+    Ok(if doc.interrupted {
+        130
+    } else if doc.errors.is_empty() {
+        0
+    } else {
+        1
+    })
+}
+
+fn us(ns: u64) -> String {
+    format!("{:.1}", ns as f64 / 1e3)
+}
+
+/// The human table: one row per target and the merge, latency in µs.
+pub fn table(doc: &Document) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    let Some(it) = doc.chosen() else {
+        return "no iteration completed\n".into();
+    };
+    let _ = writeln!(
+        s,
+        "{} | iteration {}/{} (median by mean) | {:.1} s measured{}",
+        doc.workload,
+        doc.chosen + 1,
+        doc.iterations.len(),
+        it.seconds,
+        if doc.interrupted { " | INTERRUPTED: partial" } else { "" }
+    );
+    let rows: Vec<&Measured> = if it.per_target.len() > 1 {
+        it.per_target.iter().chain(std::iter::once(&it.merged)).collect()
+    } else {
+        vec![&it.merged]
+    };
+    if rows.iter().any(|m| m.latency.is_some()) {
+        let _ = writeln!(
+            s,
+            "{:<22} {:>10} {:>11} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9} {:>7} {:>7} {:>6}",
+            "target", "trans", "trans/s", "mean", "stddev", "min", "p50", "p90", "p99", "p99.9", "p99.99", "max", ">1ms%", "lost"
+        );
+        for m in &rows {
+            let l = m.latency.clone().unwrap_or_default();
+            let _ = writeln!(
+                s,
+                "{:<22} {:>10} {:>11.0} {:>8.1} {:>8.1} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9} {:>7} {:>7.3} {:>6}",
+                m.target,
+                m.ops,
+                m.ops_per_s,
+                l.mean_ns / 1e3,
+                l.stddev_ns / 1e3,
+                us(l.min_ns),
+                us(l.p50_ns),
+                us(l.p90_ns),
+                us(l.p99_ns),
+                us(l.p999_ns),
+                us(l.p9999_ns),
+                format!("{:.0}", l.max_ns as f64 / 1e3),
+                l.over_1ms_pct,
+                m.lost
+            );
+        }
+        let _ = writeln!(s, "(latency in microseconds; >5ms%: {:.4})", it.merged.latency.as_ref().map_or(0.0, |l| l.over_5ms_pct));
+    } else {
+        let _ = writeln!(s, "{:<22} {:>10} {:>12} {:>10} {:>12} {:>12} {:>8}", "target", "Gbit/s", "packets/s", "MB", "sent", "lost", "loss%");
+        for m in &rows {
+            let _ = writeln!(
+                s,
+                "{:<22} {:>10.3} {:>12.0} {:>10.1} {:>12} {:>12} {:>8.3}",
+                m.target,
+                m.gbps,
+                m.ops_per_s,
+                m.bytes as f64 / 1e6,
+                m.sent,
+                m.lost,
+                m.loss_pct
+            );
+        }
+    }
+    if let (Some(req), Some(got)) = (it.merged.requested_rate, it.merged.achieved_rate) {
+        let _ = writeln!(s, "rate: requested {req:.0}/s, achieved {got:.0}/s ({:.1}%), {} sends late by >1 ms", 100.0 * got / req.max(1e-9), it.merged.late);
+    }
+    let c = &it.client_cost;
+    let _ = write!(s, "cpu: client {:.0} ns/op ({:.2} ms)", c.ns_per_op, c.cpu.total_ns() as f64 / 1e6);
+    if let Some(a) = &it.merged.agent_cost {
+        let _ = write!(s, ", agent {:.0} ns/op ({:.2} ms)", a.ns_per_op, a.cpu.total_ns() as f64 / 1e6);
+    }
+    let _ = writeln!(s, "; machine {:.0}% busy, {:.1}% steal", it.machine.busy_pct, it.machine.steal_pct);
+    if doc.iterations.len() > 1 {
+        let sp = &doc.spread;
+        let _ = writeln!(
+            s,
+            "spread over {} iterations: mean {:.1}-{:.1} us, p99 {}-{} us, {:.0}-{:.0} ops/s",
+            doc.iterations.len(),
+            sp.mean_ns[0] / 1e3,
+            sp.mean_ns[1] / 1e3,
+            us(sp.p99_ns[0]),
+            us(sp.p99_ns[1]),
+            sp.ops_per_s[0],
+            sp.ops_per_s[1]
+        );
+    }
+    let e = &doc.environment;
+    let _ = writeln!(s, "env: {} | clocksource {} | {} cpus{}", e.kernel.split(' ').next().unwrap_or(""), e.clocksource, e.cpus, if e.hypervisor { " (VM)" } else { "" });
+    s
+}
+
+/// CSV: a header and one row per target and the merge, chosen iteration.
+pub fn csv(doc: &Document) -> String {
+    let mut s = String::from(
+        "workload,iteration,target,ops,ops_per_s,mean_ns,stddev_ns,min_ns,p50_ns,p90_ns,p99_ns,p999_ns,p9999_ns,max_ns,over_1ms_pct,over_5ms_pct,sent,lost,loss_pct,bytes,gbps,client_ns_per_op,agent_ns_per_op\n",
+    );
+    if let Some(it) = doc.chosen() {
+        for m in it.per_target.iter().chain(std::iter::once(&it.merged)) {
+            let l = m.latency.clone().unwrap_or_default();
+            s.push_str(&format!(
+                "{},{},{},{},{:.1},{:.1},{:.1},{},{},{},{},{},{},{},{:.4},{:.4},{},{},{:.4},{},{:.4},{:.1},{}\n",
+                doc.workload,
+                it.index,
+                m.target,
+                m.ops,
+                m.ops_per_s,
+                l.mean_ns,
+                l.stddev_ns,
+                l.min_ns,
+                l.p50_ns,
+                l.p90_ns,
+                l.p99_ns,
+                l.p999_ns,
+                l.p9999_ns,
+                l.max_ns,
+                l.over_1ms_pct,
+                l.over_5ms_pct,
+                m.sent,
+                m.lost,
+                m.loss_pct,
+                m.bytes,
+                m.gbps,
+                it.client_cost.ns_per_op,
+                m.agent_cost.as_ref().map(|a| format!("{:.1}", a.ns_per_op)).unwrap_or_default()
+            ));
+        }
+    }
+    s
+}
+
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("10s").unwrap(), Duration::from_secs(10));
+        assert_eq!(parse_duration("1ms").unwrap(), Duration::from_millis(1));
+        assert_eq!(parse_duration("250us").unwrap(), Duration::from_micros(250));
+        assert_eq!(parse_duration("2").unwrap(), Duration::from_secs(2));
+        assert_eq!(parse_duration("1m").unwrap(), Duration::from_secs(60));
+        assert!(parse_duration("fast").is_err());
+        assert!(parse_duration("10h").is_err());
+    }
+
+    #[test]
+    fn cpus_and_sizes() {
+        assert_eq!(parse_cpus("0-2,5").unwrap(), vec![0, 1, 2, 5]);
+        assert!(parse_cpus("3-1").is_err());
+        assert_eq!(parse_sizes("256").unwrap(), (256, 256));
+        assert_eq!(parse_sizes("64,1024").unwrap(), (64, 1024));
+        assert!(parse_sizes("big").is_err());
+    }
+}
