@@ -52,9 +52,11 @@ mod link;
 mod names;
 mod netns;
 mod pair;
+mod process;
 mod rtnl;
 #[allow(unsafe_code)]
 mod sys;
+mod tc;
 
 pub use addr::Cidr;
 pub use error::{Error, Result};
@@ -64,6 +66,8 @@ pub use link::{Link, LinkState, MacvlanMode};
 pub use names::{check_ifname, unique_id, IFNAME_MAX};
 pub use netns::{exists as netns_exists, Netns, NETNS_RUN_DIR};
 pub use pair::{Host, Pair, PAIR_PREFIX};
+pub use process::Process;
+pub use tc::{Netem, QdiscState, RateLimit};
 
 /// Remove everything the default journal ([`Journal::default`]) lists that
 /// still exists, and empty it. Idempotent.
