@@ -53,6 +53,7 @@ mod names;
 mod netns;
 mod pair;
 mod process;
+mod route;
 mod rtnl;
 #[allow(unsafe_code)]
 mod sys;
@@ -62,11 +63,12 @@ pub use addr::Cidr;
 pub use error::{Error, Result};
 pub use handle::Handle;
 pub use journal::{CleanReport, Entry, Journal, DEFAULT_JOURNAL, JOURNAL_ENV};
-pub use link::{Link, LinkState, MacvlanMode};
+pub use link::{IpvlanMode, Link, LinkState, MacvlanMode};
 pub use names::{check_ifname, unique_id, IFNAME_MAX};
 pub use netns::{exists as netns_exists, Netns, NETNS_RUN_DIR};
 pub use pair::{Host, Pair, PAIR_PREFIX};
 pub use process::Process;
+pub use route::RouteState;
 pub use tc::{Netem, QdiscState, RateLimit};
 
 /// Remove everything the default journal ([`Journal::default`]) lists that

@@ -5,8 +5,8 @@ use std::os::fd::AsRawFd;
 
 use netlink_packet_core::{NLM_F_CREATE, NLM_F_EXCL};
 use netlink_packet_route::link::{
-    InfoData, InfoKind, InfoMacVlan, InfoVeth, LinkAttribute, LinkFlags, LinkInfo, LinkMessage,
-    MacVlanMode,
+    InfoData, InfoIpVlan, InfoKind, InfoMacVlan, InfoVeth, IpVlanMode, LinkAttribute, LinkFlags,
+    LinkInfo, LinkMessage, MacVlanMode,
 };
 use netlink_packet_route::RouteNetlinkMessage;
 
@@ -56,6 +56,27 @@ impl From<MacvlanMode> for MacVlanMode {
             MacvlanMode::Vepa => MacVlanMode::Vepa,
             MacvlanMode::Bridge => MacVlanMode::Bridge,
             MacvlanMode::Passthru => MacVlanMode::Passthrough,
+        }
+    }
+}
+
+/// ipvlan modes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IpvlanMode {
+    /// Switching at layer 2 (shares the parent's MAC).
+    L2,
+    /// Routing at layer 3.
+    L3,
+    /// Layer 3 with netfilter/conntrack on the slave.
+    L3s,
+}
+
+impl From<IpvlanMode> for IpVlanMode {
+    fn from(m: IpvlanMode) -> Self {
+        match m {
+            IpvlanMode::L2 => IpVlanMode::L2,
+            IpvlanMode::L3 => IpVlanMode::L3,
+            IpvlanMode::L3s => IpVlanMode::L3S,
         }
     }
 }
@@ -148,13 +169,31 @@ impl Handle {
     }
 
     fn new_link(&mut self, what: String, message: LinkMessage) -> Result<()> {
-        self.rtnl
-            .request(
-                RouteNetlinkMessage::NewLink(message),
-                NLM_F_CREATE | NLM_F_EXCL,
-            )
-            .map(drop)
-            .map_err(|e| Error::os(what, e))
+        let kind = message.attributes.iter().find_map(|a| match a {
+            LinkAttribute::LinkInfo(infos) => infos.iter().find_map(|i| match i {
+                LinkInfo::Kind(kind) => Some(kind.to_string()),
+                _ => None,
+            }),
+            _ => None,
+        });
+        match self.rtnl.request(
+            RouteNetlinkMessage::NewLink(message),
+            NLM_F_CREATE | NLM_F_EXCL,
+        ) {
+            Ok(_) => Ok(()),
+            // "Unknown device type": the kind is not built into this kernel.
+            Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => Err(Error::os(
+                what,
+                std::io::Error::new(
+                    std::io::ErrorKind::Unsupported,
+                    format!(
+                        "link kind {} is not available in this kernel",
+                        kind.unwrap_or_default()
+                    ),
+                ),
+            )),
+            Err(e) => Err(Error::os(what, e)),
+        }
     }
 
     fn set_link(&mut self, what: String, message: LinkMessage) -> Result<()> {
@@ -267,6 +306,25 @@ impl Handle {
             LinkInfo::Data(InfoData::MacVlan(vec![InfoMacVlan::Mode(mode.into())])),
         ]));
         let what = format!("creating macvlan {name} on {parent} in {}", self.place);
+        self.new_link(what, message)?;
+        Ok(self.guard(name))
+    }
+
+    /// Create an ipvlan `name` on `parent` (both in this namespace).
+    pub fn add_ipvlan(&mut self, name: &str, parent: &str, mode: IpvlanMode) -> Result<Link> {
+        check_ifname(name)?;
+        let parent_index = self.index(parent)?;
+        self.journal_link(name)?;
+        let mut message = LinkMessage::default();
+        message
+            .attributes
+            .push(LinkAttribute::IfName(name.to_owned()));
+        message.attributes.push(LinkAttribute::Link(parent_index));
+        message.attributes.push(LinkAttribute::LinkInfo(vec![
+            LinkInfo::Kind(InfoKind::IpVlan),
+            LinkInfo::Data(InfoData::IpVlan(vec![InfoIpVlan::Mode(mode.into())])),
+        ]));
+        let what = format!("creating ipvlan {name} on {parent} in {}", self.place);
         self.new_link(what, message)?;
         Ok(self.guard(name))
     }

@@ -161,6 +161,39 @@ impl Netns {
         }
     }
 
+    /// Set a per-namespace sysctl (`net.*`), e.g.
+    /// `set_sysctl("net.ipv4.ip_forward", "1")`. The value is written from a
+    /// thread inside the namespace, which is what `/proc/sys/net` resolves
+    /// against.
+    pub fn set_sysctl(&self, key: &str, value: &str) -> Result<()> {
+        let what = || format!("setting {key}={value} in netns {}", self.name);
+        if !key.starts_with("net.") || key.contains('/') || key.split('.').any(str::is_empty) {
+            return Err(Error::os(
+                what(),
+                io::Error::new(io::ErrorKind::InvalidInput, "not a net.* sysctl key"),
+            ));
+        }
+        let path = Path::new("/proc/sys").join(key.replace('.', "/"));
+        let value = value.to_owned();
+        self.run(move || std::fs::write(path, value))?.what(what)
+    }
+
+    /// Read a per-namespace sysctl (`net.*`), trimmed.
+    pub fn sysctl(&self, key: &str) -> Result<String> {
+        let what = || format!("reading {key} in netns {}", self.name);
+        if !key.starts_with("net.") || key.contains('/') || key.split('.').any(str::is_empty) {
+            return Err(Error::os(
+                what(),
+                io::Error::new(io::ErrorKind::InvalidInput, "not a net.* sysctl key"),
+            ));
+        }
+        let path = Path::new("/proc/sys").join(key.replace('.', "/"));
+        let text = self
+            .run(move || std::fs::read_to_string(path))?
+            .what(what)?;
+        Ok(text.trim().to_owned())
+    }
+
     /// The namespace's fd (for setns, or `IFLA_NET_NS_FD`).
     pub fn fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
