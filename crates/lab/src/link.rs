@@ -92,6 +92,8 @@ impl From<IpvlanMode> for IpVlanMode {
 #[must_use = "dropping a Link deletes the interface"]
 pub struct Link {
     name: String,
+    /// A veth peer created in the same namespace (journaled with it).
+    peer: Option<String>,
     place: Place,
     journal: Option<Journal>,
     armed: bool,
@@ -127,6 +129,9 @@ impl Link {
         }
         if let Some(journal) = &self.journal {
             let _ = journal.forget(&Entry::Link(self.name.clone()));
+            if let Some(peer) = &self.peer {
+                let _ = journal.forget(&Entry::Link(peer.clone()));
+            }
         }
         Ok(())
     }
@@ -151,17 +156,38 @@ impl Handle {
         format!("{action} {name} in {}", self.place)
     }
 
-    /// Record a link about to be created in the root namespace.
-    fn journal_link(&self, name: &str) -> Result<()> {
+    /// The journal to record root-namespace links in, if any.
+    fn link_journal(&self) -> Option<&Journal> {
         match (&self.journal, &self.place) {
-            (Some(journal), Place::Root) => journal.record(&Entry::Link(name.to_owned())),
-            _ => Ok(()),
+            (Some(journal), Place::Root) => Some(journal),
+            _ => None,
         }
+    }
+
+    /// Create a link: journal `names` first (root namespace only), and
+    /// forget them again if the kernel refuses, so `clean` never removes a
+    /// same-named link that belongs to someone else.
+    fn create_link(&mut self, what: String, message: LinkMessage, names: &[&str]) -> Result<()> {
+        if let Some(journal) = self.link_journal() {
+            for name in names {
+                journal.record(&Entry::Link((*name).to_owned()))?;
+            }
+        }
+        let created = self.new_link(what, message);
+        if created.is_err() {
+            if let Some(journal) = self.link_journal() {
+                for name in names {
+                    let _ = journal.forget(&Entry::Link((*name).to_owned()));
+                }
+            }
+        }
+        created
     }
 
     fn guard(&self, name: &str) -> Link {
         Link {
             name: name.to_owned(),
+            peer: None,
             place: self.place.clone(),
             journal: self.journal.clone(),
             armed: true,
@@ -241,10 +267,6 @@ impl Handle {
     pub fn add_veth(&mut self, name: &str, peer: &str, peer_netns: Option<&Netns>) -> Result<Link> {
         check_ifname(name)?;
         check_ifname(peer)?;
-        self.journal_link(name)?;
-        if peer_netns.is_none() {
-            self.journal_link(peer)?;
-        }
         let mut peer_message = LinkMessage::default();
         peer_message
             .attributes
@@ -270,14 +292,22 @@ impl Handle {
             ),
             None => format!("creating veth {name}/{peer} in {}", self.place),
         };
-        self.new_link(what, message)?;
-        Ok(self.guard(name))
+        let names: &[&str] = if peer_netns.is_none() {
+            &[name, peer]
+        } else {
+            &[name]
+        };
+        self.create_link(what, message, names)?;
+        let mut link = self.guard(name);
+        if peer_netns.is_none() {
+            link.peer = Some(peer.to_owned());
+        }
+        Ok(link)
     }
 
     /// Create a Linux bridge `name` (down; bring it up with [`Handle::set_up`]).
     pub fn add_bridge(&mut self, name: &str) -> Result<Link> {
         check_ifname(name)?;
-        self.journal_link(name)?;
         let mut message = LinkMessage::default();
         message
             .attributes
@@ -287,7 +317,8 @@ impl Handle {
             .push(LinkAttribute::LinkInfo(vec![LinkInfo::Kind(
                 InfoKind::Bridge,
             )]));
-        self.new_link(self.what("creating bridge", name), message)?;
+        let what = self.what("creating bridge", name);
+        self.create_link(what, message, &[name])?;
         Ok(self.guard(name))
     }
 
@@ -295,7 +326,6 @@ impl Handle {
     pub fn add_macvlan(&mut self, name: &str, parent: &str, mode: MacvlanMode) -> Result<Link> {
         check_ifname(name)?;
         let parent_index = self.index(parent)?;
-        self.journal_link(name)?;
         let mut message = LinkMessage::default();
         message
             .attributes
@@ -306,7 +336,7 @@ impl Handle {
             LinkInfo::Data(InfoData::MacVlan(vec![InfoMacVlan::Mode(mode.into())])),
         ]));
         let what = format!("creating macvlan {name} on {parent} in {}", self.place);
-        self.new_link(what, message)?;
+        self.create_link(what, message, &[name])?;
         Ok(self.guard(name))
     }
 
@@ -314,7 +344,6 @@ impl Handle {
     pub fn add_ipvlan(&mut self, name: &str, parent: &str, mode: IpvlanMode) -> Result<Link> {
         check_ifname(name)?;
         let parent_index = self.index(parent)?;
-        self.journal_link(name)?;
         let mut message = LinkMessage::default();
         message
             .attributes
@@ -325,7 +354,7 @@ impl Handle {
             LinkInfo::Data(InfoData::IpVlan(vec![InfoIpVlan::Mode(mode.into())])),
         ]));
         let what = format!("creating ipvlan {name} on {parent} in {}", self.place);
-        self.new_link(what, message)?;
+        self.create_link(what, message, &[name])?;
         Ok(self.guard(name))
     }
 

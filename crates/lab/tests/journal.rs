@@ -146,3 +146,29 @@ fn clean_after_sigkill() {
     assert!(journal.entries().expect("journal").is_empty());
     let _ = std::fs::remove_dir_all(common::journal_dir(&journal));
 }
+
+#[test]
+fn root_links_are_journaled_and_dropped() {
+    if common::skip_unless_root("root_links_are_journaled_and_dropped") {
+        return;
+    }
+    let journal = common::journal("rootdrop");
+    let (id, _) = vnio_lab::unique_id();
+    let (veth, peer) = (format!("vnio{id}r"), format!("vnio{id}s"));
+    let mut root = Handle::root_with_journal(&journal).expect("root handle");
+    let link = root.add_veth(&veth, &peer, None).expect("veth");
+    assert_eq!(
+        journal.entries().expect("journal"),
+        vec![Entry::Link(veth.clone()), Entry::Link(peer.clone())]
+    );
+    // A refused creation leaves no journal entry behind.
+    let taken = root.add_bridge(&veth).expect_err("name taken");
+    assert!(taken.to_string().contains("exists"), "{taken}");
+    assert_eq!(journal.entries().expect("journal").len(), 2);
+
+    drop(link);
+    let links = common::root_links();
+    assert!(!links.contains(&veth) && !links.contains(&peer));
+    assert!(journal.entries().expect("journal").is_empty());
+    let _ = std::fs::remove_dir_all(common::journal_dir(&journal));
+}

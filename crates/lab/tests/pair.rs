@@ -118,6 +118,22 @@ fn pair_runs_commands_and_sees_its_links() {
     assert!(text.contains(a.ifname()), "{text}");
     assert!(!text.contains(pair.b().ifname()), "{text}");
 
+    // Humans' tools see the same namespace (iproute2 convention), if present.
+    match std::process::Command::new("ip")
+        .args(["netns", "exec", a.netns().name(), "cat", "/proc/net/dev"])
+        .output()
+    {
+        Ok(out) => {
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert!(String::from_utf8_lossy(&out.stdout).contains(a.ifname()));
+        }
+        Err(e) => println!("iproute2 not installed, interop not checked: {e}"),
+    }
+
     let mut handle = a.handle().expect("handle in a");
     let links = handle.links().expect("links in a");
     let names: Vec<&str> = links.iter().map(|l| l.name.as_str()).collect();
