@@ -17,3 +17,5 @@ pub mod result;
 pub mod rr;
 pub mod run;
 pub mod session;
+pub mod ping;
+pub mod stream;

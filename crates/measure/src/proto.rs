@@ -18,6 +18,8 @@ pub const PROTO_VERSION: u32 = 1;
 pub const MAX_MESSAGE: usize = 64 * 1024;
 /// Every UDP datagram starts with the test key and a sequence number.
 pub const UDP_HEADER: usize = 16;
+/// The largest UDP payload over IPv4.
+pub const MAX_UDP_PAYLOAD: u32 = 65_507;
 /// The sequence number a client sends to announce its address to a UDP source.
 pub const UDP_HELLO_SEQ: u64 = u64::MAX;
 
@@ -84,7 +86,7 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { max_duration_ms: 3_600_000, max_sessions: 64, max_rate_pps: 5_000_000, max_message: 65_000 }
+        Limits { max_duration_ms: 3_600_000, max_sessions: 64, max_rate_pps: 5_000_000, max_message: 1 << 20 }
     }
 }
 
@@ -121,6 +123,9 @@ impl Limits {
             }
             if spec.workload.transport() == Transport::Udp && (s as usize) < UDP_HEADER {
                 return Err(format!("UDP messages carry a {UDP_HEADER}-byte header: size {s} is too small"));
+            }
+            if spec.workload.transport() == Transport::Udp && s > MAX_UDP_PAYLOAD {
+                return Err(format!("a UDP datagram carries at most {MAX_UDP_PAYLOAD} bytes: size {s} is too large"));
             }
         }
         Ok(())
@@ -266,6 +271,8 @@ mod tests {
         assert!(l.check(&spec(echo, 65)).unwrap_err().contains("--max-sessions"));
         let small = Workload::Echo { transport: Transport::Udp, request: 8, response: 64 };
         assert!(l.check(&spec(small, 1)).unwrap_err().contains("header"));
+        let big = Workload::Echo { transport: Transport::Udp, request: 70_000, response: 64 };
+        assert!(l.check(&spec(big, 1)).unwrap_err().contains("at most"));
         let fast = Workload::Source { transport: Transport::Udp, size: 64, rate_pps: 1_000_000, burst: 8 };
         assert!(l.check(&spec(fast, 8)).unwrap_err().contains("--max-rate"));
         let mut long = spec(Workload::Sink { transport: Transport::Tcp }, 1);

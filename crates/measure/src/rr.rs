@@ -152,6 +152,11 @@ fn tcp_closed(ctx: &SessionCtx, p: &RrParams, rec: &mut Recorder) -> Result<(), 
 
 /// A UDP socket set up for one session: connected to its agent port, with
 /// optional busy polling and kernel receive timestamps.
+pub(crate) fn enable_rx_timestamps(s: &impl std::os::fd::AsFd) -> Result<(), Ended> {
+    let flags = TimestampingFlag::SOF_TIMESTAMPING_SOFTWARE | TimestampingFlag::SOF_TIMESTAMPING_RX_SOFTWARE;
+    setsockopt(s, sockopt::Timestamping, &flags).map_err(|e| Ended::Failed(format!("enabling SO_TIMESTAMPING: {e}")))
+}
+
 fn udp_socket(ctx: &SessionCtx, p: &RrParams) -> Result<UdpSocket, Ended> {
     let fail = |what: &str, e: std::io::Error| Ended::Failed(format!("{what}: {e}"));
     let bind: SocketAddr = if ctx.agent.is_ipv4() { "0.0.0.0:0".parse() } else { "[::]:0".parse() }
@@ -163,9 +168,7 @@ fn udp_socket(ctx: &SessionCtx, p: &RrParams) -> Result<UdpSocket, Ended> {
         sys::set_busy_poll(s.as_fd(), us).map_err(|e| fail(&format!("SO_BUSY_POLL {us} us"), e))?;
     }
     if p.rx_timestamp {
-        let flags = TimestampingFlag::SOF_TIMESTAMPING_SOFTWARE | TimestampingFlag::SOF_TIMESTAMPING_RX_SOFTWARE;
-        setsockopt(&s, sockopt::Timestamping, &flags)
-            .map_err(|e| Ended::Failed(format!("enabling SO_TIMESTAMPING: {e}")))?;
+        enable_rx_timestamps(&s)?;
     }
     Ok(s)
 }
@@ -176,9 +179,15 @@ fn udp_recv(s: &UdpSocket, buf: &mut [u8], kernel_ts: bool) -> std::io::Result<(
     if !kernel_ts {
         return s.recv(buf).map(|n| (n, None));
     }
+    recv_stamped(s, buf)
+}
+
+/// Receives one datagram with its kernel software receive timestamp
+/// (CLOCK_REALTIME), on a socket with SO_TIMESTAMPING enabled.
+pub(crate) fn recv_stamped(s: &impl std::os::fd::AsRawFd, buf: &mut [u8]) -> std::io::Result<(usize, Option<u64>)> {
     let mut iov = [IoSliceMut::new(buf)];
     let mut cmsg = nix::cmsg_space!(nix::sys::socket::Timestamps);
-    let msg = recvmsg::<()>(std::os::fd::AsRawFd::as_raw_fd(s), &mut iov, Some(&mut cmsg), MsgFlags::empty())
+    let msg = recvmsg::<()>(s.as_raw_fd(), &mut iov, Some(&mut cmsg), MsgFlags::empty())
         .map_err(std::io::Error::from)?;
     let mut ts = None;
     if let Ok(cmsgs) = msg.cmsgs() {
@@ -192,23 +201,23 @@ fn udp_recv(s: &UdpSocket, buf: &mut [u8], kernel_ts: bool) -> std::io::Result<(
 }
 
 /// Send stamps of requests in flight, indexed by sequence number.
-struct Ring {
+pub(crate) struct Ring {
     slots: Vec<(u64, u64)>,
     mask: u64,
 }
 
 impl Ring {
-    fn new(min: usize) -> Ring {
+    pub(crate) fn new(min: usize) -> Ring {
         let n = min.next_power_of_two().max(64);
         Ring { slots: vec![(u64::MAX, 0); n], mask: n as u64 - 1 }
     }
     #[inline]
-    fn put(&mut self, seq: u64, t: u64) {
+    pub(crate) fn put(&mut self, seq: u64, t: u64) {
         self.slots[(seq & self.mask) as usize] = (seq, t);
     }
     /// The send stamp of `seq` if it is still in flight; marks it answered.
     #[inline]
-    fn take(&mut self, seq: u64) -> Option<u64> {
+    pub(crate) fn take(&mut self, seq: u64) -> Option<u64> {
         let slot = &mut self.slots[(seq & self.mask) as usize];
         if slot.0 != seq {
             return None;
@@ -292,7 +301,7 @@ fn udp_closed(ctx: &SessionCtx, p: &RrParams, rec: &mut Recorder, x: &mut Extra)
 
 /// The wait before the next due send: poll with this timeout, or spin when
 /// it is too short for a timed sleep to honour.
-fn poll_wait(fd: std::os::fd::BorrowedFd<'_>, events: PollFlags, next_due: u64) {
+pub(crate) fn poll_wait(fd: std::os::fd::BorrowedFd<'_>, events: PollFlags, next_due: u64) {
     let t = now();
     if next_due <= t + 20_000 {
         return;

@@ -242,7 +242,7 @@ mod tests {
         assert_eq!(r.latency.count(), 4);
         let p = iv.points();
         assert_eq!(p.iter().map(|x| x.ops).collect::<Vec<_>>(), vec![2, 1, 1]);
-        assert_eq!(p[2].max_ns, 500);
+        assert!((500..=505).contains(&p[2].max_ns), "coarse series keep 1%: {}", p[2].max_ns);
     }
 
     #[test]

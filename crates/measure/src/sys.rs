@@ -94,3 +94,11 @@ pub fn tight_timer_slack() {
         libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0);
     }
 }
+
+/// Views an initialised byte buffer as a `MaybeUninit` buffer, the form
+/// socket2's receive calls take.
+pub fn as_uninit(buf: &mut [u8]) -> &mut [std::mem::MaybeUninit<u8>] {
+    // SAFETY: MaybeUninit<u8> has the same layout as u8, and an initialised
+    // value is a valid MaybeUninit; the callee only writes bytes into it.
+    unsafe { &mut *(buf as *mut [u8] as *mut [std::mem::MaybeUninit<u8>]) }
+}

@@ -1,0 +1,347 @@
+//! ICMP echo answered by the target's kernel: unprivileged ICMP sockets where
+//! net.ipv4.ping_group_range allows them, raw sockets otherwise (root).
+//! Requests leave on an absolute schedule (`--interval`), one socket and
+//! identifier per session; every reply is matched by sequence number.
+
+use std::io::ErrorKind;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::os::fd::AsFd;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+use nix::poll::PollFlags;
+use serde::Serialize;
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+
+use crate::clock;
+use crate::cpu::{Cost, CpuTime, MachineTicks, MachineUse};
+use crate::env::Environment;
+use crate::pace::Schedule;
+use crate::result::{Document, Iteration, Measured};
+use crate::rr::{enable_rx_timestamps, poll_wait, recv_stamped, Ring};
+use crate::session::{now, Intervals, Outcome, Recorder, Window};
+use crate::stats::Latency;
+
+#[derive(Clone, Debug, Serialize)]
+pub struct PingParams {
+    pub targets: Vec<String>,
+    pub interval: Duration,
+    pub sessions: u32,
+    /// ICMP payload bytes.
+    pub size: usize,
+    pub duration: Duration,
+    pub warmup: Duration,
+    pub iterations: u32,
+    pub cpus: Vec<usize>,
+    pub rx_timestamp: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PingError {
+    #[error("ping target {0:?} is not an IPv4 address or resolvable name")]
+    Target(String),
+    #[error("no permission for ICMP sockets: run as root, or allow unprivileged ping with `sysctl net.ipv4.ping_group_range=\"0 2147483647\"`")]
+    Permission,
+    #[error("cannot open an ICMP socket: {0}")]
+    Socket(#[source] std::io::Error),
+}
+
+/// How a session's socket talks ICMP.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Kind {
+    /// SOCK_DGRAM/IPPROTO_ICMP: the kernel sets identifier and checksum.
+    Dgram,
+    /// SOCK_RAW: we build the header, and replies arrive with the IP header.
+    Raw,
+}
+
+fn open_socket() -> Result<(Socket, Kind), PingError> {
+    match Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::ICMPV4)) {
+        Ok(s) => return Ok((s, Kind::Dgram)),
+        Err(e) if !matches!(e.kind(), ErrorKind::PermissionDenied) && e.raw_os_error() != Some(libc::EACCES) => {
+            return Err(PingError::Socket(e))
+        }
+        Err(_) => {}
+    }
+    match Socket::new(Domain::IPV4, Type::RAW, Some(Protocol::ICMPV4)) {
+        Ok(s) => Ok((s, Kind::Raw)),
+        Err(e) if matches!(e.kind(), ErrorKind::PermissionDenied) || e.raw_os_error() == Some(libc::EPERM) => {
+            Err(PingError::Permission)
+        }
+        Err(e) => Err(PingError::Socket(e)),
+    }
+}
+
+/// The Internet checksum (RFC 1071).
+pub fn checksum(data: &[u8]) -> u16 {
+    let mut sum: u32 = 0;
+    for chunk in data.chunks(2) {
+        let word = if chunk.len() == 2 { u16::from_be_bytes([chunk[0], chunk[1]]) } else { u16::from(chunk[0]) << 8 };
+        sum += u32::from(word);
+    }
+    while sum >> 16 != 0 {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+fn build_echo(buf: &mut [u8], id: u16, seq: u16) {
+    buf[0] = 8; // echo request
+    buf[1] = 0;
+    buf[2..4].fill(0);
+    buf[4..6].copy_from_slice(&id.to_be_bytes());
+    buf[6..8].copy_from_slice(&seq.to_be_bytes());
+    let c = checksum(buf);
+    buf[2..4].copy_from_slice(&c.to_be_bytes());
+}
+
+/// (identifier, sequence) of an echo reply; skips the IP header of raw sockets.
+fn parse_reply(buf: &[u8], kind: Kind) -> Option<(u16, u16)> {
+    let icmp = match kind {
+        Kind::Dgram => buf,
+        Kind::Raw => {
+            let ihl = usize::from(buf.first()? & 0x0f) * 4;
+            buf.get(ihl..)?
+        }
+    };
+    if icmp.len() < 8 || icmp[0] != 0 {
+        return None;
+    }
+    Some((u16::from_be_bytes([icmp[4], icmp[5]]), u16::from_be_bytes([icmp[6], icmp[7]])))
+}
+
+fn resolve_v4(t: &str) -> Result<Ipv4Addr, PingError> {
+    if let Ok(ip) = t.parse::<Ipv4Addr>() {
+        return Ok(ip);
+    }
+    use std::net::ToSocketAddrs;
+    (t, 0)
+        .to_socket_addrs()
+        .map_err(|_| PingError::Target(t.into()))?
+        .find_map(|a| match a {
+            SocketAddr::V4(v4) => Some(*v4.ip()),
+            _ => None,
+        })
+        .ok_or_else(|| PingError::Target(t.into()))
+}
+
+/// Runs ping for every iteration against every target.
+pub fn run(p: &PingParams, stop: Arc<AtomicBool>, progress: &dyn Fn(&str)) -> Result<Document, PingError> {
+    let targets: Vec<Ipv4Addr> = p.targets.iter().map(|t| resolve_v4(t)).collect::<Result<_, _>>()?;
+    // Fail before measuring when ICMP is not allowed at all.
+    drop(open_socket()?);
+    let params = serde_json::to_value(p).unwrap_or_default();
+    let mut doc = Document::new("ping", params, p.targets.clone(), Environment::capture(250));
+    for i in 0..p.iterations.max(1) {
+        progress(&format!("iteration {}/{}", i + 1, p.iterations.max(1)));
+        let it = iteration(i as usize, p, &targets, stop.clone());
+        doc.errors.extend(it.errors.iter().cloned());
+        let failed = !it.errors.is_empty();
+        doc.iterations.push(it);
+        if stop.load(std::sync::atomic::Ordering::Relaxed) {
+            doc.interrupted = true;
+            break;
+        }
+        if failed {
+            break;
+        }
+    }
+    if let Some(last) = doc.iterations.last() {
+        doc.environment.set_during(last.machine, 0);
+        doc.environment.placement = last.placement.clone();
+    }
+    doc.conclude();
+    Ok(doc)
+}
+
+fn iteration(index: usize, p: &PingParams, targets: &[Ipv4Addr], stop: Arc<AtomicBool>) -> Iteration {
+    let start = clock::now_ns() + 100_000_000;
+    let window = Window::new(start, p.warmup.as_nanos() as u64, p.duration.as_nanos() as u64, stop);
+    let intervals = Arc::new(Intervals::default());
+    let mut handles = Vec::new();
+    let mut n = 0;
+    for (t, &ip) in targets.iter().enumerate() {
+        for s in 0..p.sessions as usize {
+            let (w, iv, p2) = (window.clone(), intervals.clone(), p.clone());
+            let cpu = crate::pin::pick(&p.cpus, n);
+            let id = (std::process::id() as u16).wrapping_mul(31).wrapping_add(n as u16);
+            n += 1;
+            handles.push(std::thread::spawn(move || session(t, s, ip, id, cpu, &p2, &w, iv)));
+        }
+    }
+    clock::wait_until(start);
+    let (cpu0, ticks0) = (CpuTime::process(), MachineTicks::read());
+    let outcomes: Vec<Outcome> = handles.into_iter().map(|h| h.join().unwrap_or_default()).collect();
+    let end = clock::now_ns();
+    let (cpu1, ticks1) = (CpuTime::process(), MachineTicks::read());
+    let mut it = Iteration { index, ..Default::default() };
+    it.seconds = end.min(window.end_ns).saturating_sub(window.measure_ns) as f64 / 1e9;
+    if let (Some(a), Some(b)) = (ticks0, ticks1) {
+        it.machine = MachineUse::between(a, b);
+    }
+    let mut all = Latency::new();
+    let mut merged = Measured { target: "all".into(), ..Default::default() };
+    let mut ops_total = 0;
+    for (t, ip) in targets.iter().enumerate() {
+        let mut m = Measured { target: ip.to_string(), ..Default::default() };
+        let mut lat = Latency::new();
+        for o in outcomes.iter().filter(|o| o.target == t) {
+            lat.merge(&o.latency);
+            m.ops += o.ops;
+            m.sent += o.sent;
+            m.lost += o.lost;
+            m.late += o.late;
+            m.bytes += o.bytes;
+            ops_total += o.ops_total;
+            it.placement.push(o.placement.clone());
+            if let Some(e) = &o.error {
+                if !it.errors.contains(e) {
+                    it.errors.push(e.clone());
+                }
+            }
+        }
+        m.finish(Some(&lat), it.seconds);
+        all.merge(&lat);
+        merged.ops += m.ops;
+        merged.sent += m.sent;
+        merged.lost += m.lost;
+        merged.late += m.late;
+        merged.bytes += m.bytes;
+        it.per_target.push(m);
+    }
+    merged.finish(Some(&all), it.seconds);
+    it.merged = merged;
+    it.client_cost = Cost::new(cpu1.since(cpu0), ops_total, it.merged.bytes);
+    it.intervals = intervals.points();
+    it
+}
+
+#[allow(clippy::too_many_arguments)]
+fn session(target: usize, index: usize, ip: Ipv4Addr, id: u16, cpu: Option<usize>, p: &PingParams, w: &Window, iv: Arc<Intervals>) -> Outcome {
+    let placement = crate::pin::enter(format!("ping session {index} to {ip}"), cpu);
+    let mut rec = Recorder::new(w, iv);
+    let mut sent = 0u64;
+    let mut answered = 0u64;
+    let mut late = 0u64;
+    let result = (|| -> Result<(), String> {
+        let (sock, kind) = open_socket().map_err(|e| e.to_string())?;
+        let dest = SockAddr::from(SocketAddrV4::new(ip, 0));
+        sock.set_nonblocking(true).map_err(|e| e.to_string())?;
+        if p.rx_timestamp {
+            enable_rx_timestamps(&sock).map_err(|e| format!("{e:?}"))?;
+        }
+        let mut req = vec![0u8; 8 + p.size];
+        let mut buf = vec![0u8; 65536 + 64];
+        let mut ring = Ring::new(4096);
+        let clock_now = || if p.rx_timestamp { clock::realtime_ns() } else { now() };
+        clock::wait_until(w.start_ns);
+        let rate = (1e9 / p.interval.as_nanos().max(1) as f64).round().max(1.0) as u64;
+        let sched = Schedule::new(w.start_ns, rate, 1);
+        let mut next = 0u64;
+        let mut last_reply = now();
+        let recv_all = |ring: &mut Ring, rec: &mut Recorder, answered: &mut u64, buf: &mut [u8]| -> Result<bool, String> {
+            let mut any = false;
+            loop {
+                let got = if p.rx_timestamp {
+                    recv_stamped(&sock, buf)
+                } else {
+                    sock.recv(crate::sys::as_uninit(buf)).map(|n| (n, None))
+                };
+                match got {
+                    Ok((n, ts)) => {
+                        let t = now();
+                        if let Some((rid, rseq)) = parse_reply(&buf[..n], kind) {
+                            // Raw sockets see every reply on the host: keep ours.
+                            if kind == Kind::Raw && rid != id {
+                                continue;
+                            }
+                            if let Some(s) = ring.take(u64::from(rseq)) {
+                                rec.record(t, ts.unwrap_or_else(clock_now).saturating_sub(s));
+                                *answered += 1;
+                                any = true;
+                            }
+                        }
+                    }
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(any),
+                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                    Err(e) => return Err(format!("ICMP receive: {e}")),
+                }
+            }
+        };
+        while !w.over(now()) {
+            let t = now();
+            if next < sched.due_by(t) {
+                let at = sched.send_at(next);
+                if t > at + 1_000_000 {
+                    late += 1;
+                }
+                let seq = (next & 0xffff) as u16;
+                build_echo(&mut req, id, seq);
+                // The ring is keyed by the 16-bit sequence: older ones are lost.
+                ring.put(u64::from(seq), clock_now());
+                next += 1;
+                sent += 1;
+                match sock.send_to(&req, &dest) {
+                    Ok(_) => {}
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                    Err(e) => return Err(format!("ICMP send to {ip}: {e}")),
+                }
+            }
+            if recv_all(&mut ring, &mut rec, &mut answered, &mut buf)? {
+                last_reply = now();
+            }
+            poll_wait(sock.as_fd(), PollFlags::POLLIN, sched.send_at(next));
+        }
+        // Replies still on their way are not lost: wait up to a second.
+        let drain = now() + 1_000_000_000;
+        while answered < sent && now() < drain && now() - last_reply < 1_000_000_000 {
+            if recv_all(&mut ring, &mut rec, &mut answered, &mut buf)? {
+                last_reply = now();
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        Ok(())
+    })();
+    let mut out = Outcome::from_recorder(rec, target, crate::pin::finish(placement));
+    out.sent = sent;
+    out.lost = sent.saturating_sub(answered);
+    out.late = late;
+    out.bytes = out.ops * (8 + p.size as u64) * 2;
+    out.error = result.err();
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checksum_of_a_known_echo() {
+        // type 8, code 0, id 0x1234, seq 1, no payload
+        let mut b = [0u8; 8];
+        build_echo(&mut b, 0x1234, 1);
+        assert_eq!(checksum(&b), 0, "a packet with its checksum sums to zero");
+        assert_eq!(u16::from_be_bytes([b[2], b[3]]), !(0x0800u16 + 0x1234 + 0x0001));
+        let mut odd = [0u8; 9];
+        build_echo(&mut odd, 7, 9);
+        assert_eq!(checksum(&odd), 0);
+    }
+
+    #[test]
+    fn replies_are_parsed_for_both_socket_kinds() {
+        let mut icmp = [0u8; 16];
+        build_echo(&mut icmp, 77, 5);
+        icmp[0] = 0; // reply
+        assert_eq!(parse_reply(&icmp, Kind::Dgram), Some((77, 5)));
+        let mut ip = vec![0x45u8];
+        ip.extend([0u8; 19]);
+        ip.extend(icmp);
+        assert_eq!(parse_reply(&ip, Kind::Raw), Some((77, 5)));
+        // A request, a truncated reply, an IHL past the end: ignored.
+        icmp[0] = 8;
+        assert_eq!(parse_reply(&icmp, Kind::Dgram), None);
+        assert_eq!(parse_reply(&icmp[..4], Kind::Dgram), None);
+        assert_eq!(parse_reply(&[0x4f, 0, 0], Kind::Raw), None);
+    }
+}
