@@ -11,10 +11,11 @@
 //! error whose message ends in "(run as root)" and
 //! [`Error::is_permission_denied`] is true.
 //!
-//! ```no_run
+//! ```
 //! use std::net::{SocketAddr, UdpSocket};
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # if !vnio_lab::is_root() { return Ok(()); }
 //! // Two namespaces joined by a veth: 10.77.N.1/24 <-> 10.77.N.2/24.
 //! let pair = vnio_lab::Pair::new()?;
 //! let server_addr = SocketAddr::from((pair.b().addr(), 7777));
