@@ -16,8 +16,8 @@ use crate::env::Placement;
 use crate::pace::Schedule;
 use crate::pin;
 use crate::proto::{
-    read_msg, write_msg, AgentReport, Counters, FrameError, Limits, Request, Response, TestSpec, Transport, Workload,
-    PROTO_VERSION, UDP_HEADER, UDP_HELLO_SEQ,
+    read_msg, write_msg, AgentReport, Counters, FrameError, Limits, Request, Response, TestSpec,
+    Transport, Workload, PROTO_VERSION, UDP_HEADER, UDP_HELLO_SEQ,
 };
 use crate::sys;
 
@@ -40,14 +40,14 @@ pub struct AgentConfig {
 
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
-    #[error("cannot listen on {addr}: {source}{hint}")]
+    #[error("cannot listen on {addr}{hint}")]
     Bind {
         addr: SocketAddr,
         #[source]
         source: std::io::Error,
         hint: &'static str,
     },
-    #[error("agent listener failed: {0}")]
+    #[error("agent listener failed")]
     Accept(#[source] std::io::Error),
 }
 
@@ -63,14 +63,25 @@ impl Agent {
     pub fn bind(config: AgentConfig) -> Result<Agent, AgentError> {
         let listener = TcpListener::bind(config.listen).map_err(|source| {
             let hint = match source.kind() {
-                ErrorKind::AddrInUse => " (another agent already listens there? choose another port with --listen)",
+                ErrorKind::AddrInUse => {
+                    " (another agent already listens there? choose another port with --listen)"
+                }
                 ErrorKind::PermissionDenied => " (ports below 1024 need root)",
                 ErrorKind::AddrNotAvailable => " (no interface has that address)",
                 _ => "",
             };
-            AgentError::Bind { addr: config.listen, source, hint }
+            AgentError::Bind {
+                addr: config.listen,
+                source,
+                hint,
+            }
         })?;
-        Ok(Agent { listener, config, stop: Arc::new(AtomicBool::new(false)), clients: Arc::new(AtomicUsize::new(0)) })
+        Ok(Agent {
+            listener,
+            config,
+            stop: Arc::new(AtomicBool::new(false)),
+            clients: Arc::new(AtomicUsize::new(0)),
+        })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -89,7 +100,9 @@ impl Agent {
 
     /// Serves clients until the stop flag is set; waits for them to finish.
     pub fn serve(self) -> Result<(), AgentError> {
-        self.listener.set_nonblocking(true).map_err(AgentError::Accept)?;
+        self.listener
+            .set_nonblocking(true)
+            .map_err(AgentError::Accept)?;
         let mut handlers: Vec<JoinHandle<()>> = Vec::new();
         while !self.stop.load(Ordering::Relaxed) {
             match self.listener.accept() {
@@ -101,13 +114,16 @@ impl Agent {
                         continue;
                     }
                     self.clients.fetch_add(1, Ordering::Relaxed);
-                    let (config, clients, stop) = (self.config.clone(), self.clients.clone(), self.stop.clone());
-                    let spawned = std::thread::Builder::new().name(format!("ctl-{peer}")).spawn(move || {
-                        if let Err(e) = serve_client(stream, peer, &config, &stop) {
-                            eprintln!("vnio agent: client {peer}: {e}");
-                        }
-                        clients.fetch_sub(1, Ordering::Relaxed);
-                    });
+                    let (config, clients, stop) =
+                        (self.config.clone(), self.clients.clone(), self.stop.clone());
+                    let spawned = std::thread::Builder::new()
+                        .name(format!("ctl-{peer}"))
+                        .spawn(move || {
+                            if let Err(e) = serve_client(stream, peer, &config, &stop) {
+                                eprintln!("vnio agent: client {peer}: {e}");
+                            }
+                            clients.fetch_sub(1, Ordering::Relaxed);
+                        });
                     match spawned {
                         Ok(h) => handlers.push(h),
                         Err(e) => {
@@ -116,7 +132,9 @@ impl Agent {
                         }
                     }
                 }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => std::thread::sleep(Duration::from_millis(20)),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    std::thread::sleep(Duration::from_millis(20))
+                }
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 // Out of descriptors and the like: say so, keep serving others.
                 Err(e) => {
@@ -134,7 +152,12 @@ impl Agent {
 
 fn refuse(mut stream: TcpStream, message: &str) {
     let _ = stream.set_write_timeout(Some(POLL));
-    let _ = write_msg(&mut stream, &Response::Error { message: message.into() });
+    let _ = write_msg(
+        &mut stream,
+        &Response::Error {
+            message: message.into(),
+        },
+    );
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -145,8 +168,14 @@ enum ClientError {
     Refused(String),
 }
 
-fn serve_client(mut ctl: TcpStream, peer: SocketAddr, config: &AgentConfig, agent_stop: &AtomicBool) -> Result<(), ClientError> {
-    ctl.set_read_timeout(Some(HANDSHAKE)).map_err(FrameError::from)?;
+fn serve_client(
+    mut ctl: TcpStream,
+    peer: SocketAddr,
+    config: &AgentConfig,
+    agent_stop: &AtomicBool,
+) -> Result<(), ClientError> {
+    ctl.set_read_timeout(Some(HANDSHAKE))
+        .map_err(FrameError::from)?;
     ctl.set_nodelay(true).map_err(FrameError::from)?;
     let hello: Result<Request, _> = read_msg(&mut ctl);
     let refusal = match hello {
@@ -161,13 +190,23 @@ fn serve_client(mut ctl: TcpStream, peer: SocketAddr, config: &AgentConfig, agen
         }
         Ok(_) => Some("expected hello first".to_string()),
         Err(e @ (FrameError::TooLarge(_) | FrameError::Malformed(_))) => {
-            let _ = write_msg(&mut ctl, &Response::Error { message: e.to_string() });
+            let _ = write_msg(
+                &mut ctl,
+                &Response::Error {
+                    message: e.to_string(),
+                },
+            );
             return Err(e.into());
         }
         Err(e) => return Err(e.into()),
     };
     if let Some(message) = refusal {
-        let _ = write_msg(&mut ctl, &Response::Error { message: message.clone() });
+        let _ = write_msg(
+            &mut ctl,
+            &Response::Error {
+                message: message.clone(),
+            },
+        );
         return Err(ClientError::Refused(message));
     }
     write_msg(
@@ -186,46 +225,87 @@ fn serve_client(mut ctl: TcpStream, peer: SocketAddr, config: &AgentConfig, agen
             Ok(None) => return Ok(()),
             Err(FrameError::Closed) => return Ok(()),
             Err(e) => {
-                let _ = write_msg(&mut ctl, &Response::Error { message: e.to_string() });
+                let _ = write_msg(
+                    &mut ctl,
+                    &Response::Error {
+                        message: e.to_string(),
+                    },
+                );
                 return Err(e.into());
             }
         };
         match req {
             Request::Start { spec } => {
                 if let Err(reason) = config.limits.check(&spec) {
-                    write_msg(&mut ctl, &Response::Error { message: format!("refused: {reason}") })?;
+                    write_msg(
+                        &mut ctl,
+                        &Response::Error {
+                            message: format!("refused: {reason}"),
+                        },
+                    )?;
                     continue;
                 }
                 let test = match Test::start(&spec, local_ip, peer.ip()) {
                     Ok(t) => t,
                     Err(e) => {
-                        write_msg(&mut ctl, &Response::Error { message: format!("cannot set up the test: {e}") })?;
+                        write_msg(
+                            &mut ctl,
+                            &Response::Error {
+                                message: format!("cannot set up the test: {e}"),
+                            },
+                        )?;
                         continue;
                     }
                 };
-                write_msg(&mut ctl, &Response::Ready { key: test.key, ports: test.ports.clone() })?;
-                let deadline = clock::now_ns() + spec.duration_ms * 1_000_000 + GRACE.as_nanos() as u64;
+                write_msg(
+                    &mut ctl,
+                    &Response::Ready {
+                        key: test.key,
+                        ports: test.ports.clone(),
+                    },
+                )?;
+                let deadline =
+                    clock::now_ns() + spec.duration_ms * 1_000_000 + GRACE.as_nanos() as u64;
                 let outcome = read_with_stop(&mut ctl, agent_stop, Some(deadline));
                 let report = test.finish();
                 match outcome {
                     Ok(Some(Request::Stop)) => write_msg(&mut ctl, &Response::Report { report })?,
                     Ok(Some(_)) => {
-                        write_msg(&mut ctl, &Response::Error { message: "expected stop during a test".into() })?;
+                        write_msg(
+                            &mut ctl,
+                            &Response::Error {
+                                message: "expected stop during a test".into(),
+                            },
+                        )?;
                     }
                     // Deadline passed, agent stopping, or client gone: the test is over.
                     Ok(None) | Err(FrameError::Closed) => return Ok(()),
                     Err(e) => return Err(e.into()),
                 }
             }
-            Request::Stop => write_msg(&mut ctl, &Response::Error { message: "no test is running".into() })?,
-            Request::Hello { .. } => write_msg(&mut ctl, &Response::Error { message: "already said hello".into() })?,
+            Request::Stop => write_msg(
+                &mut ctl,
+                &Response::Error {
+                    message: "no test is running".into(),
+                },
+            )?,
+            Request::Hello { .. } => write_msg(
+                &mut ctl,
+                &Response::Error {
+                    message: "already said hello".into(),
+                },
+            )?,
         }
     }
 }
 
 /// Reads one request, waking every POLL to honour the agent's stop flag and an
 /// optional deadline; None when either ends the wait.
-fn read_with_stop(ctl: &mut TcpStream, stop: &AtomicBool, deadline_ns: Option<u64>) -> Result<Option<Request>, FrameError> {
+fn read_with_stop(
+    ctl: &mut TcpStream,
+    stop: &AtomicBool,
+    deadline_ns: Option<u64>,
+) -> Result<Option<Request>, FrameError> {
     loop {
         if stop.load(Ordering::Relaxed) || deadline_ns.is_some_and(|d| clock::now_ns() > d) {
             return Ok(None);
@@ -240,7 +320,11 @@ fn read_with_stop(ctl: &mut TcpStream, stop: &AtomicBool, deadline_ns: Option<u6
                 ctl.set_read_timeout(Some(POLL))?;
                 return r.map(Some);
             }
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
+                ) => {}
             Err(e) => return Err(e.into()),
         }
     }
@@ -271,7 +355,10 @@ struct SessionEnd {
 
 fn random_key() -> u64 {
     let mut b = [0u8; 8];
-    if std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut b)).is_err() {
+    if std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut b))
+        .is_err()
+    {
         return clock::realtime_ns() ^ (u64::from(std::process::id()) << 32);
     }
     u64::from_ne_bytes(b)
@@ -280,7 +367,11 @@ fn random_key() -> u64 {
 impl Test {
     fn start(spec: &TestSpec, local_ip: IpAddr, client_ip: IpAddr) -> std::io::Result<Test> {
         let key = random_key();
-        let shared = Arc::new(Shared { stop: AtomicBool::new(false), foreign: AtomicU64::new(0), late_threads: Default::default() });
+        let shared = Arc::new(Shared {
+            stop: AtomicBool::new(false),
+            foreign: AtomicU64::new(0),
+            late_threads: Default::default(),
+        });
         let mut threads = Vec::new();
         let mut ports = Vec::new();
         let sessions = spec.sessions as usize;
@@ -290,10 +381,17 @@ impl Test {
                 ports.push(listener.local_addr()?.port());
                 listener.set_nonblocking(true)?;
                 let (spec, shared2) = (spec.clone(), shared.clone());
-                threads.push(std::thread::Builder::new().name("tcp-accept".into()).spawn(move || {
-                    accept_sessions(listener, key, client_ip, &spec, &shared2);
-                    SessionEnd { index: usize::MAX, ..Default::default() }
-                })?);
+                threads.push(
+                    std::thread::Builder::new()
+                        .name("tcp-accept".into())
+                        .spawn(move || {
+                            accept_sessions(listener, key, client_ip, &spec, &shared2);
+                            SessionEnd {
+                                index: usize::MAX,
+                                ..Default::default()
+                            }
+                        })?,
+                );
             }
             Transport::Udp => {
                 let mut sockets = Vec::with_capacity(sessions);
@@ -305,24 +403,48 @@ impl Test {
                 }
                 for (i, s) in sockets.into_iter().enumerate() {
                     let (spec, shared2) = (spec.clone(), shared.clone());
-                    threads.push(std::thread::Builder::new().name(format!("udp-{i}")).spawn(move || {
-                        run_session(i, &spec, &shared2, |c| udp_session(&s, key, client_ip, &spec, &shared2, c))
-                    })?);
+                    threads.push(std::thread::Builder::new().name(format!("udp-{i}")).spawn(
+                        move || {
+                            run_session(i, &spec, &shared2, |c| {
+                                udp_session(&s, key, client_ip, &spec, &shared2, c)
+                            })
+                        },
+                    )?);
                 }
             }
         }
-        Ok(Test { key, ports, shared, threads })
+        Ok(Test {
+            key,
+            ports,
+            shared,
+            threads,
+        })
     }
 
     /// Stops every session, joins every thread, sums what they did.
     fn finish(self) -> AgentReport {
         self.shared.stop.store(true, Ordering::Relaxed);
-        let mut ends: Vec<SessionEnd> = self.threads.into_iter().filter_map(|h| h.join().ok()).collect();
-        let late: Vec<_> = self.shared.late_threads.lock().map(|mut v| v.drain(..).collect()).unwrap_or_default();
-        ends.extend(late.into_iter().filter_map(|h: JoinHandle<SessionEnd>| h.join().ok()));
+        let mut ends: Vec<SessionEnd> = self
+            .threads
+            .into_iter()
+            .filter_map(|h| h.join().ok())
+            .collect();
+        let late: Vec<_> = self
+            .shared
+            .late_threads
+            .lock()
+            .map(|mut v| v.drain(..).collect())
+            .unwrap_or_default();
+        ends.extend(
+            late.into_iter()
+                .filter_map(|h: JoinHandle<SessionEnd>| h.join().ok()),
+        );
         ends.retain(|e| e.index != usize::MAX);
         ends.sort_by_key(|e| e.index);
-        let mut report = AgentReport { foreign_dropped: self.shared.foreign.load(Ordering::Relaxed), ..Default::default() };
+        let mut report = AgentReport {
+            foreign_dropped: self.shared.foreign.load(Ordering::Relaxed),
+            ..Default::default()
+        };
         for e in ends {
             report.cpu.add(e.cpu);
             report.sessions.push(e.counters);
@@ -334,16 +456,35 @@ impl Test {
 
 /// Runs one session's work on the calling thread with its placement and CPU
 /// accounting around it.
-fn run_session(index: usize, spec: &TestSpec, shared: &Shared, work: impl FnOnce(&mut Counters)) -> SessionEnd {
-    let placement = pin::enter(format!("agent session {index}"), pin::pick(&spec.cpus, index));
+fn run_session(
+    index: usize,
+    spec: &TestSpec,
+    shared: &Shared,
+    work: impl FnOnce(&mut Counters),
+) -> SessionEnd {
+    let placement = pin::enter(
+        format!("agent session {index}"),
+        pin::pick(&spec.cpus, index),
+    );
     let cpu0 = CpuTime::thread();
     let mut counters = Counters::default();
     work(&mut counters);
     let _ = shared;
-    SessionEnd { index, counters, cpu: CpuTime::thread().since(cpu0), placement: Some(pin::finish(placement)) }
+    SessionEnd {
+        index,
+        counters,
+        cpu: CpuTime::thread().since(cpu0),
+        placement: Some(pin::finish(placement)),
+    }
 }
 
-fn accept_sessions(listener: TcpListener, key: u64, client_ip: IpAddr, spec: &TestSpec, shared: &Arc<Shared>) {
+fn accept_sessions(
+    listener: TcpListener,
+    key: u64,
+    client_ip: IpAddr,
+    spec: &TestSpec,
+    shared: &Arc<Shared>,
+) {
     let mut seen = vec![false; spec.sessions as usize];
     while !shared.stop.load(Ordering::Relaxed) && seen.iter().any(|s| !s) {
         let (mut stream, peer) = match listener.accept() {
@@ -362,7 +503,10 @@ fn accept_sessions(listener: TcpListener, key: u64, client_ip: IpAddr, spec: &Te
         let _ = stream.set_read_timeout(Some(HANDSHAKE));
         let mut hdr = [0u8; 12];
         let index = match stream.read_exact(&mut hdr) {
-            Ok(()) if peer.ip() == client_ip && u64::from_be_bytes(hdr[..8].try_into().unwrap_or_default()) == key => {
+            Ok(())
+                if peer.ip() == client_ip
+                    && u64::from_be_bytes(hdr[..8].try_into().unwrap_or_default()) == key =>
+            {
                 u32::from_be_bytes(hdr[8..].try_into().unwrap_or_default()) as usize
             }
             _ => usize::MAX,
@@ -373,9 +517,13 @@ fn accept_sessions(listener: TcpListener, key: u64, client_ip: IpAddr, spec: &Te
         }
         seen[index] = true;
         let (spec2, shared2) = (spec.clone(), shared.clone());
-        let h = std::thread::Builder::new().name(format!("tcp-{index}")).spawn(move || {
-            run_session(index, &spec2, &shared2, |c| tcp_session(stream, &spec2, &shared2, c))
-        });
+        let h = std::thread::Builder::new()
+            .name(format!("tcp-{index}"))
+            .spawn(move || {
+                run_session(index, &spec2, &shared2, |c| {
+                    tcp_session(stream, &spec2, &shared2, c)
+                })
+            });
         if let (Ok(h), Ok(mut late)) = (h, shared.late_threads.lock()) {
             late.push(h);
         }
@@ -387,7 +535,10 @@ fn stopped(shared: &Shared) -> bool {
 }
 
 fn timed_out(e: &std::io::Error) -> bool {
-    matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted)
+    matches!(
+        e.kind(),
+        ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
+    )
 }
 
 /// Fills `buf` completely; false when the session ends first.
@@ -416,7 +567,9 @@ fn tcp_session(mut s: TcpStream, spec: &TestSpec, shared: &Shared, c: &mut Count
         let _ = sys::set_busy_poll(s.as_fd(), us);
     }
     match spec.workload {
-        Workload::Echo { request, response, .. } => {
+        Workload::Echo {
+            request, response, ..
+        } => {
             let mut req = vec![0u8; request as usize];
             let resp = vec![0x5au8; response as usize];
             while read_full(&mut s, &mut req, shared) {
@@ -487,7 +640,14 @@ fn datagram_header(buf: &[u8], key: u64) -> Option<u64> {
     Some(u64::from_be_bytes(buf[8..16].try_into().ok()?))
 }
 
-fn udp_session(s: &UdpSocket, key: u64, client_ip: IpAddr, spec: &TestSpec, shared: &Shared, c: &mut Counters) {
+fn udp_session(
+    s: &UdpSocket,
+    key: u64,
+    client_ip: IpAddr,
+    spec: &TestSpec,
+    shared: &Shared,
+    c: &mut Counters,
+) {
     if let Some(us) = spec.busy_poll_us {
         let _ = sys::set_busy_poll(s.as_fd(), us);
     }
@@ -540,8 +700,21 @@ fn udp_session(s: &UdpSocket, key: u64, client_ip: IpAddr, spec: &TestSpec, shar
 }
 
 /// Sends paced datagrams to the client that announced `to`.
-fn udp_source(s: &UdpSocket, to: SocketAddr, key: u64, spec: &TestSpec, shared: &Shared, out: &mut [u8], c: &mut Counters) {
-    let Workload::Source { rate_pps, burst, .. } = spec.workload else { return };
+fn udp_source(
+    s: &UdpSocket,
+    to: SocketAddr,
+    key: u64,
+    spec: &TestSpec,
+    shared: &Shared,
+    out: &mut [u8],
+    c: &mut Counters,
+) {
+    let Workload::Source {
+        rate_pps, burst, ..
+    } = spec.workload
+    else {
+        return;
+    };
     if s.connect(to).is_err() {
         return;
     }

@@ -1,8 +1,8 @@
 //! Time points: CLOCK_MONOTONIC through the vDSO for intervals, CLOCK_REALTIME
 //! for instants that two processes agree on and for kernel timestamps.
 
-use nix::time::{clock_gettime, clock_nanosleep, ClockId, ClockNanosleepFlags};
 use nix::sys::time::TimeSpec;
+use nix::time::{clock_gettime, clock_nanosleep, ClockId, ClockNanosleepFlags};
 
 /// Nanoseconds on CLOCK_MONOTONIC.
 #[inline]
@@ -18,7 +18,9 @@ pub fn realtime_ns() -> u64 {
 
 #[inline]
 pub fn ts_ns(ts: TimeSpec) -> u64 {
-    (ts.tv_sec() as u64).saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec() as u64)
+    (ts.tv_sec() as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(ts.tv_nsec() as u64)
 }
 
 fn ns_ts(ns: u64) -> TimeSpec {
@@ -48,5 +50,9 @@ pub fn wait_until(deadline_ns: u64) {
 /// Sleeps until CLOCK_REALTIME reaches `unix_ns`: how sessions in several
 /// processes start at one agreed instant.
 pub fn sleep_until_realtime(unix_ns: u64) {
-    let _ = clock_nanosleep(ClockId::CLOCK_REALTIME, ClockNanosleepFlags::TIMER_ABSTIME, &ns_ts(unix_ns));
+    let _ = clock_nanosleep(
+        ClockId::CLOCK_REALTIME,
+        ClockNanosleepFlags::TIMER_ABSTIME,
+        &ns_ts(unix_ns),
+    );
 }

@@ -56,11 +56,19 @@ impl MachineTicks {
     /// softirq steal [guest guest_nice]. Guest time is already in user.
     pub fn parse(stat: &str) -> Option<MachineTicks> {
         let line = stat.lines().find(|l| l.starts_with("cpu "))?;
-        let v: Vec<u64> = line.split_whitespace().skip(1).map_while(|f| f.parse().ok()).collect();
+        let v: Vec<u64> = line
+            .split_whitespace()
+            .skip(1)
+            .map_while(|f| f.parse().ok())
+            .collect();
         if v.len() < 8 {
             return None;
         }
-        Some(MachineTicks { busy: v[0] + v[1] + v[2] + v[5] + v[6], idle: v[3] + v[4], steal: v[7] })
+        Some(MachineTicks {
+            busy: v[0] + v[1] + v[2] + v[5] + v[6],
+            idle: v[3] + v[4],
+            steal: v[7],
+        })
     }
 }
 
@@ -80,7 +88,10 @@ impl MachineUse {
         if total == 0.0 {
             return MachineUse::default();
         }
-        MachineUse { busy_pct: 100.0 * busy / total, steal_pct: 100.0 * steal / total }
+        MachineUse {
+            busy_pct: 100.0 * busy / total,
+            steal_pct: 100.0 * steal / total,
+        }
     }
 }
 
@@ -96,8 +107,18 @@ pub struct Cost {
 
 impl Cost {
     pub fn new(cpu: CpuTime, ops: u64, bytes: u64) -> Cost {
-        let per = |n: u64| if n == 0 { 0.0 } else { cpu.total_ns() as f64 / n as f64 };
-        Cost { cpu, ns_per_op: per(ops), ns_per_kib: per(bytes / 1024) }
+        let per = |n: u64| {
+            if n == 0 {
+                0.0
+            } else {
+                cpu.total_ns() as f64 / n as f64
+            }
+        };
+        Cost {
+            cpu,
+            ns_per_op: per(ops),
+            ns_per_kib: per(bytes / 1024),
+        }
     }
 }
 
@@ -109,15 +130,30 @@ mod tests {
     fn proc_stat_parsing() {
         let s = "cpu  100 5 50 1000 10 1 2 7 0 0\ncpu0 1 2 3 4 5 6 7 8\n";
         let t = MachineTicks::parse(s).unwrap();
-        assert_eq!(t, MachineTicks { busy: 158, idle: 1010, steal: 7 });
+        assert_eq!(
+            t,
+            MachineTicks {
+                busy: 158,
+                idle: 1010,
+                steal: 7
+            }
+        );
         assert!(MachineTicks::parse("cpu  1 2 3").is_none());
         assert!(MachineTicks::parse("garbage").is_none());
     }
 
     #[test]
     fn machine_use_over_an_interval() {
-        let a = MachineTicks { busy: 100, idle: 100, steal: 0 };
-        let b = MachineTicks { busy: 150, idle: 140, steal: 10 };
+        let a = MachineTicks {
+            busy: 100,
+            idle: 100,
+            steal: 0,
+        };
+        let b = MachineTicks {
+            busy: 150,
+            idle: 140,
+            steal: 10,
+        };
         let u = MachineUse::between(a, b);
         assert_eq!(u.busy_pct, 50.0);
         assert_eq!(u.steal_pct, 10.0);
@@ -126,7 +162,14 @@ mod tests {
 
     #[test]
     fn cost_per_op_and_kib() {
-        let c = Cost::new(CpuTime { user_ns: 600, sys_ns: 400 }, 10, 4096);
+        let c = Cost::new(
+            CpuTime {
+                user_ns: 600,
+                sys_ns: 400,
+            },
+            10,
+            4096,
+        );
         assert_eq!(c.ns_per_op, 100.0);
         assert_eq!(c.ns_per_kib, 250.0);
         assert_eq!(Cost::new(CpuTime::default(), 0, 0).ns_per_op, 0.0);

@@ -41,7 +41,9 @@ pub struct Environment {
 }
 
 fn read(path: &str) -> Option<String> {
-    std::fs::read_to_string(path).ok().map(|s| s.trim().to_string())
+    std::fs::read_to_string(path)
+        .ok()
+        .map(|s| s.trim().to_string())
 }
 
 impl Environment {
@@ -55,10 +57,18 @@ impl Environment {
             .and_then(|l| l.split(':').nth(1))
             .map(|s| s.trim().to_string())
             .unwrap_or_default();
-        let hypervisor = cpuinfo.lines().any(|l| l.starts_with("flags") && l.split_whitespace().any(|f| f == "hypervisor"));
+        let hypervisor = cpuinfo
+            .lines()
+            .any(|l| l.starts_with("flags") && l.split_whitespace().any(|f| f == "hypervisor"));
         let loadavg = read("/proc/loadavg").unwrap_or_default();
-        let mut la = loadavg.split_whitespace().map(|f| f.parse::<f64>().unwrap_or(0.0));
-        let loadavg_before = [la.next().unwrap_or(0.0), la.next().unwrap_or(0.0), la.next().unwrap_or(0.0)];
+        let mut la = loadavg
+            .split_whitespace()
+            .map(|f| f.parse::<f64>().unwrap_or(0.0));
+        let loadavg_before = [
+            la.next().unwrap_or(0.0),
+            la.next().unwrap_or(0.0),
+            la.next().unwrap_or(0.0),
+        ];
         let t0 = MachineTicks::read();
         std::thread::sleep(std::time::Duration::from_millis(sample_ms));
         let machine_before = match (t0, MachineTicks::read()) {
@@ -67,17 +77,31 @@ impl Environment {
         };
         let mut env = Environment {
             vnio_version: env!("CARGO_PKG_VERSION").to_string(),
-            hostname: uname.as_ref().map(|u| u.nodename().to_string_lossy().into_owned()).unwrap_or_default(),
+            hostname: uname
+                .as_ref()
+                .map(|u| u.nodename().to_string_lossy().into_owned())
+                .unwrap_or_default(),
             kernel: uname
                 .as_ref()
-                .map(|u| format!("{} {}", u.release().to_string_lossy(), u.version().to_string_lossy()))
+                .map(|u| {
+                    format!(
+                        "{} {}",
+                        u.release().to_string_lossy(),
+                        u.version().to_string_lossy()
+                    )
+                })
                 .unwrap_or_default(),
             cpu_model,
-            cpus: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+            cpus: std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1),
             hypervisor,
-            clocksource: read("/sys/devices/system/clocksource/clocksource0/current_clocksource").unwrap_or_default(),
-            clocksources_available: read("/sys/devices/system/clocksource/clocksource0/available_clocksource")
+            clocksource: read("/sys/devices/system/clocksource/clocksource0/current_clocksource")
                 .unwrap_or_default(),
+            clocksources_available: read(
+                "/sys/devices/system/clocksource/clocksource0/available_clocksource",
+            )
+            .unwrap_or_default(),
             busy_read_us: read("/proc/sys/net/core/busy_read").and_then(|s| s.parse().ok()),
             busy_poll_us: read("/proc/sys/net/core/busy_poll").and_then(|s| s.parse().ok()),
             loadavg_before,
@@ -103,7 +127,10 @@ impl Environment {
             ));
         }
         if self.loadavg_before[0] > self.cpus as f64 * 0.5 {
-            self.warnings.push(format!("load average {:.2} on {} CPUs before the run", self.loadavg_before[0], self.cpus));
+            self.warnings.push(format!(
+                "load average {:.2} on {} CPUs before the run",
+                self.loadavg_before[0], self.cpus
+            ));
         }
         if self.clocksource != "tsc" && !self.clocksource.is_empty() {
             self.warnings.push(format!(
@@ -117,7 +144,10 @@ impl Environment {
     pub fn set_during(&mut self, during: MachineUse, own_threads: usize) {
         self.machine_during = during;
         if during.steal_pct > 2.0 {
-            self.warnings.push(format!("hypervisor stole {:.1}% of CPU time during the run", during.steal_pct));
+            self.warnings.push(format!(
+                "hypervisor stole {:.1}% of CPU time during the run",
+                during.steal_pct
+            ));
         }
         // What our own busy threads explain is not a warning; the rest is.
         let own_pct = 100.0 * own_threads as f64 / self.cpus.max(1) as f64;

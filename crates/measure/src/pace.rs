@@ -13,13 +13,18 @@ pub struct Schedule {
 impl Schedule {
     /// `rate_per_s` sends per second in bursts of `burst`; both at least 1.
     pub fn new(start_ns: u64, rate_per_s: u64, burst: u64) -> Schedule {
-        Schedule { start_ns, rate_per_s: rate_per_s.max(1), burst: burst.max(1) }
+        Schedule {
+            start_ns,
+            rate_per_s: rate_per_s.max(1),
+            burst: burst.max(1),
+        }
     }
 
     /// The instant burst `k` (0-based) is due.
     #[inline]
     pub fn burst_at(&self, k: u64) -> u64 {
-        let offset = u128::from(k) * u128::from(self.burst) * 1_000_000_000 / u128::from(self.rate_per_s);
+        let offset =
+            u128::from(k) * u128::from(self.burst) * 1_000_000_000 / u128::from(self.rate_per_s);
         self.start_ns + offset as u64
     }
 
@@ -40,7 +45,8 @@ impl Schedule {
             return 0;
         }
         let elapsed = u128::from(now_ns - self.start_ns);
-        let bursts = elapsed * u128::from(self.rate_per_s) / (u128::from(self.burst) * 1_000_000_000) + 1;
+        let bursts =
+            elapsed * u128::from(self.rate_per_s) / (u128::from(self.burst) * 1_000_000_000) + 1;
         (bursts * u128::from(self.burst)).min(u128::from(u64::MAX)) as u64
     }
 }

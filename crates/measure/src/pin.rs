@@ -14,7 +14,12 @@ pub fn enter(role: String, cpu: Option<usize>) -> Placement {
         let mut set = CpuSet::new();
         set.set(c).is_ok() && sched_setaffinity(Pid::from_raw(0), &set).is_ok()
     });
-    Placement { role, requested_cpu: cpu, pinned, ran_on: None }
+    Placement {
+        role,
+        requested_cpu: cpu,
+        pinned,
+        ran_on: None,
+    }
 }
 
 /// Records where the thread ran at the end of its work.

@@ -59,14 +59,20 @@ enum Kind {
 fn open_socket() -> Result<(Socket, Kind), PingError> {
     match Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::ICMPV4)) {
         Ok(s) => return Ok((s, Kind::Dgram)),
-        Err(e) if !matches!(e.kind(), ErrorKind::PermissionDenied) && e.raw_os_error() != Some(libc::EACCES) => {
+        Err(e)
+            if !matches!(e.kind(), ErrorKind::PermissionDenied)
+                && e.raw_os_error() != Some(libc::EACCES) =>
+        {
             return Err(PingError::Socket(e))
         }
         Err(_) => {}
     }
     match Socket::new(Domain::IPV4, Type::RAW, Some(Protocol::ICMPV4)) {
         Ok(s) => Ok((s, Kind::Raw)),
-        Err(e) if matches!(e.kind(), ErrorKind::PermissionDenied) || e.raw_os_error() == Some(libc::EPERM) => {
+        Err(e)
+            if matches!(e.kind(), ErrorKind::PermissionDenied)
+                || e.raw_os_error() == Some(libc::EPERM) =>
+        {
             Err(PingError::Permission)
         }
         Err(e) => Err(PingError::Socket(e)),
@@ -77,7 +83,11 @@ fn open_socket() -> Result<(Socket, Kind), PingError> {
 pub fn checksum(data: &[u8]) -> u16 {
     let mut sum: u32 = 0;
     for chunk in data.chunks(2) {
-        let word = if chunk.len() == 2 { u16::from_be_bytes([chunk[0], chunk[1]]) } else { u16::from(chunk[0]) << 8 };
+        let word = if chunk.len() == 2 {
+            u16::from_be_bytes([chunk[0], chunk[1]])
+        } else {
+            u16::from(chunk[0]) << 8
+        };
         sum += u32::from(word);
     }
     while sum >> 16 != 0 {
@@ -108,7 +118,10 @@ fn parse_reply(buf: &[u8], kind: Kind) -> Option<(u16, u16)> {
     if icmp.len() < 8 || icmp[0] != 0 {
         return None;
     }
-    Some((u16::from_be_bytes([icmp[4], icmp[5]]), u16::from_be_bytes([icmp[6], icmp[7]])))
+    Some((
+        u16::from_be_bytes([icmp[4], icmp[5]]),
+        u16::from_be_bytes([icmp[6], icmp[7]]),
+    ))
 }
 
 fn resolve_v4(t: &str) -> Result<Ipv4Addr, PingError> {
@@ -127,8 +140,16 @@ fn resolve_v4(t: &str) -> Result<Ipv4Addr, PingError> {
 }
 
 /// Runs ping for every iteration against every target.
-pub fn run(p: &PingParams, stop: Arc<AtomicBool>, progress: &dyn Fn(&str)) -> Result<Document, PingError> {
-    let targets: Vec<Ipv4Addr> = p.targets.iter().map(|t| resolve_v4(t)).collect::<Result<_, _>>()?;
+pub fn run(
+    p: &PingParams,
+    stop: Arc<AtomicBool>,
+    progress: &dyn Fn(&str),
+) -> Result<Document, PingError> {
+    let targets: Vec<Ipv4Addr> = p
+        .targets
+        .iter()
+        .map(|t| resolve_v4(t))
+        .collect::<Result<_, _>>()?;
     // Fail before measuring when ICMP is not allowed at all.
     drop(open_socket()?);
     let params = serde_json::to_value(p).unwrap_or_default();
@@ -155,9 +176,19 @@ pub fn run(p: &PingParams, stop: Arc<AtomicBool>, progress: &dyn Fn(&str)) -> Re
     Ok(doc)
 }
 
-fn iteration(index: usize, p: &PingParams, targets: &[Ipv4Addr], stop: Arc<AtomicBool>) -> Iteration {
+fn iteration(
+    index: usize,
+    p: &PingParams,
+    targets: &[Ipv4Addr],
+    stop: Arc<AtomicBool>,
+) -> Iteration {
     let start = clock::now_ns() + 100_000_000;
-    let window = Window::new(start, p.warmup.as_nanos() as u64, p.duration.as_nanos() as u64, stop);
+    let window = Window::new(
+        start,
+        p.warmup.as_nanos() as u64,
+        p.duration.as_nanos() as u64,
+        stop,
+    );
     let intervals = Arc::new(Intervals::default());
     let mut handles = Vec::new();
     let mut n = 0;
@@ -165,26 +196,42 @@ fn iteration(index: usize, p: &PingParams, targets: &[Ipv4Addr], stop: Arc<Atomi
         for s in 0..p.sessions as usize {
             let (w, iv, p2) = (window.clone(), intervals.clone(), p.clone());
             let cpu = crate::pin::pick(&p.cpus, n);
-            let id = (std::process::id() as u16).wrapping_mul(31).wrapping_add(n as u16);
+            let id = (std::process::id() as u16)
+                .wrapping_mul(31)
+                .wrapping_add(n as u16);
             n += 1;
-            handles.push(std::thread::spawn(move || session(t, s, ip, id, cpu, &p2, &w, iv)));
+            handles.push(std::thread::spawn(move || {
+                session(t, s, ip, id, cpu, &p2, &w, iv)
+            }));
         }
     }
     clock::wait_until(start);
     let (cpu0, ticks0) = (CpuTime::process(), MachineTicks::read());
-    let outcomes: Vec<Outcome> = handles.into_iter().map(|h| h.join().unwrap_or_default()).collect();
+    let outcomes: Vec<Outcome> = handles
+        .into_iter()
+        .map(|h| h.join().unwrap_or_default())
+        .collect();
     let end = clock::now_ns();
     let (cpu1, ticks1) = (CpuTime::process(), MachineTicks::read());
-    let mut it = Iteration { index, ..Default::default() };
+    let mut it = Iteration {
+        index,
+        ..Default::default()
+    };
     it.seconds = end.min(window.end_ns).saturating_sub(window.measure_ns) as f64 / 1e9;
     if let (Some(a), Some(b)) = (ticks0, ticks1) {
         it.machine = MachineUse::between(a, b);
     }
     let mut all = Latency::new();
-    let mut merged = Measured { target: "all".into(), ..Default::default() };
+    let mut merged = Measured {
+        target: "all".into(),
+        ..Default::default()
+    };
     let mut ops_total = 0;
     for (t, ip) in targets.iter().enumerate() {
-        let mut m = Measured { target: ip.to_string(), ..Default::default() };
+        let mut m = Measured {
+            target: ip.to_string(),
+            ..Default::default()
+        };
         let mut lat = Latency::new();
         for o in outcomes.iter().filter(|o| o.target == t) {
             lat.merge(&o.latency);
@@ -218,7 +265,16 @@ fn iteration(index: usize, p: &PingParams, targets: &[Ipv4Addr], stop: Arc<Atomi
 }
 
 #[allow(clippy::too_many_arguments)]
-fn session(target: usize, index: usize, ip: Ipv4Addr, id: u16, cpu: Option<usize>, p: &PingParams, w: &Window, iv: Arc<Intervals>) -> Outcome {
+fn session(
+    target: usize,
+    index: usize,
+    ip: Ipv4Addr,
+    id: u16,
+    cpu: Option<usize>,
+    p: &PingParams,
+    w: &Window,
+    iv: Arc<Intervals>,
+) -> Outcome {
     let placement = crate::pin::enter(format!("ping session {index} to {ip}"), cpu);
     let mut rec = Recorder::new(w, iv);
     let mut sent = 0u64;
@@ -234,13 +290,23 @@ fn session(target: usize, index: usize, ip: Ipv4Addr, id: u16, cpu: Option<usize
         let mut req = vec![0u8; 8 + p.size];
         let mut buf = vec![0u8; 65536 + 64];
         let mut ring = Ring::new(4096);
-        let clock_now = || if p.rx_timestamp { clock::realtime_ns() } else { now() };
+        let clock_now = || {
+            if p.rx_timestamp {
+                clock::realtime_ns()
+            } else {
+                now()
+            }
+        };
         clock::wait_until(w.start_ns);
         let rate = (1e9 / p.interval.as_nanos().max(1) as f64).round().max(1.0) as u64;
         let sched = Schedule::new(w.start_ns, rate, 1);
         let mut next = 0u64;
         let mut last_reply = now();
-        let recv_all = |ring: &mut Ring, rec: &mut Recorder, answered: &mut u64, buf: &mut [u8]| -> Result<bool, String> {
+        let recv_all = |ring: &mut Ring,
+                        rec: &mut Recorder,
+                        answered: &mut u64,
+                        buf: &mut [u8]|
+         -> Result<bool, String> {
             let mut any = false;
             loop {
                 let got = if p.rx_timestamp {
@@ -322,7 +388,10 @@ mod tests {
         let mut b = [0u8; 8];
         build_echo(&mut b, 0x1234, 1);
         assert_eq!(checksum(&b), 0, "a packet with its checksum sums to zero");
-        assert_eq!(u16::from_be_bytes([b[2], b[3]]), !(0x0800u16 + 0x1234 + 0x0001));
+        assert_eq!(
+            u16::from_be_bytes([b[2], b[3]]),
+            !(0x0800u16 + 0x1234 + 0x0001)
+        );
         let mut odd = [0u8; 9];
         build_echo(&mut odd, 7, 9);
         assert_eq!(checksum(&odd), 0);

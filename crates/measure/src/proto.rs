@@ -44,20 +44,29 @@ impl std::fmt::Display for Transport {
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Workload {
     /// Request-response: read `request` bytes, answer `response` bytes.
-    Echo { transport: Transport, request: u32, response: u32 },
+    Echo {
+        transport: Transport,
+        request: u32,
+        response: u32,
+    },
     /// Receive and count (client-to-agent stream).
     Sink { transport: Transport },
     /// Send (agent-to-client stream): `size` bytes per write or datagram;
     /// UDP paced at `rate_pps` per session in bursts of `burst` (0: unpaced).
-    Source { transport: Transport, size: u32, rate_pps: u64, burst: u32 },
+    Source {
+        transport: Transport,
+        size: u32,
+        rate_pps: u64,
+        burst: u32,
+    },
 }
 
 impl Workload {
     pub fn transport(&self) -> Transport {
         match self {
-            Workload::Echo { transport, .. } | Workload::Sink { transport } | Workload::Source { transport, .. } => {
-                *transport
-            }
+            Workload::Echo { transport, .. }
+            | Workload::Sink { transport }
+            | Workload::Source { transport, .. } => *transport,
         }
     }
 }
@@ -86,7 +95,12 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { max_duration_ms: 3_600_000, max_sessions: 64, max_rate_pps: 5_000_000, max_message: 1 << 20 }
+        Limits {
+            max_duration_ms: 3_600_000,
+            max_sessions: 64,
+            max_rate_pps: 5_000_000,
+            max_message: 1 << 20,
+        }
     }
 }
 
@@ -97,7 +111,10 @@ impl Limits {
             return Err("a test needs at least one session".into());
         }
         if spec.sessions > self.max_sessions {
-            return Err(format!("{} sessions exceed this agent's limit of {} (--max-sessions)", spec.sessions, self.max_sessions));
+            return Err(format!(
+                "{} sessions exceed this agent's limit of {} (--max-sessions)",
+                spec.sessions, self.max_sessions
+            ));
         }
         if spec.duration_ms > self.max_duration_ms {
             return Err(format!(
@@ -107,11 +124,16 @@ impl Limits {
             ));
         }
         let sizes: &[u32] = match &spec.workload {
-            Workload::Echo { request, response, .. } => &[*request, *response],
+            Workload::Echo {
+                request, response, ..
+            } => &[*request, *response],
             Workload::Source { size, rate_pps, .. } => {
                 let total = rate_pps.saturating_mul(u64::from(spec.sessions));
                 if total > self.max_rate_pps {
-                    return Err(format!("rate {total} pps exceeds this agent's limit of {} pps (--max-rate)", self.max_rate_pps));
+                    return Err(format!(
+                        "rate {total} pps exceeds this agent's limit of {} pps (--max-rate)",
+                        self.max_rate_pps
+                    ));
                 }
                 std::slice::from_ref(size)
             }
@@ -119,13 +141,20 @@ impl Limits {
         };
         for &s in sizes {
             if s > self.max_message || s == 0 {
-                return Err(format!("message size {s} outside 1..={} bytes", self.max_message));
+                return Err(format!(
+                    "message size {s} outside 1..={} bytes",
+                    self.max_message
+                ));
             }
             if spec.workload.transport() == Transport::Udp && (s as usize) < UDP_HEADER {
-                return Err(format!("UDP messages carry a {UDP_HEADER}-byte header: size {s} is too small"));
+                return Err(format!(
+                    "UDP messages carry a {UDP_HEADER}-byte header: size {s} is too small"
+                ));
             }
             if spec.workload.transport() == Transport::Udp && s > MAX_UDP_PAYLOAD {
-                return Err(format!("a UDP datagram carries at most {MAX_UDP_PAYLOAD} bytes: size {s} is too large"));
+                return Err(format!(
+                    "a UDP datagram carries at most {MAX_UDP_PAYLOAD} bytes: size {s} is too large"
+                ));
             }
         }
         Ok(())
@@ -136,8 +165,14 @@ impl Limits {
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Request {
-    Hello { proto: u32, client: String, token: Option<String> },
-    Start { spec: TestSpec },
+    Hello {
+        proto: u32,
+        client: String,
+        token: Option<String>,
+    },
+    Start {
+        spec: TestSpec,
+    },
     Stop,
 }
 
@@ -174,19 +209,32 @@ pub struct AgentReport {
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Response {
-    Welcome { proto: u32, agent: String, limits: Limits },
+    Welcome {
+        proto: u32,
+        agent: String,
+        limits: Limits,
+    },
     /// The test is set up: its key, and the data port of each session
     /// (one listener for TCP, one socket per session for UDP).
-    Ready { key: u64, ports: Vec<u16> },
-    Report { report: AgentReport },
-    Error { message: String },
+    Ready {
+        key: u64,
+        ports: Vec<u16>,
+    },
+    Report {
+        report: AgentReport,
+    },
+    Error {
+        message: String,
+    },
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum FrameError {
     #[error("connection closed")]
     Closed,
-    #[error("control message of {0} bytes exceeds the {MAX_MESSAGE}-byte limit (not a vnio peer?)")]
+    #[error(
+        "control message of {0} bytes exceeds the {MAX_MESSAGE}-byte limit (not a vnio peer?)"
+    )]
     TooLarge(usize),
     #[error("malformed control message: {0}")]
     Malformed(#[from] serde_json::Error),
@@ -207,7 +255,11 @@ pub fn write_msg<W: Write, T: Serialize>(w: &mut W, msg: &T) -> Result<(), Frame
 pub fn read_msg<R: Read, T: for<'de> Deserialize<'de>>(r: &mut R) -> Result<T, FrameError> {
     let mut len = [0u8; 4];
     if let Err(e) = r.read_exact(&mut len) {
-        return Err(if e.kind() == std::io::ErrorKind::UnexpectedEof { FrameError::Closed } else { e.into() });
+        return Err(if e.kind() == std::io::ErrorKind::UnexpectedEof {
+            FrameError::Closed
+        } else {
+            e.into()
+        });
     }
     let n = u32::from_be_bytes(len) as usize;
     if n > MAX_MESSAGE {
@@ -229,14 +281,34 @@ mod tests {
     use super::*;
 
     fn spec(workload: Workload, sessions: u32) -> TestSpec {
-        TestSpec { workload, sessions, duration_ms: 1000, cpus: vec![], busy_poll_us: None, start_at_unix_ns: 0 }
+        TestSpec {
+            workload,
+            sessions,
+            duration_ms: 1000,
+            cpus: vec![],
+            busy_poll_us: None,
+            start_at_unix_ns: 0,
+        }
     }
 
     #[test]
     fn messages_round_trip() {
         let msgs = vec![
-            Request::Hello { proto: 1, client: "t".into(), token: Some("s".into()) },
-            Request::Start { spec: spec(Workload::Echo { transport: Transport::Udp, request: 64, response: 1024 }, 2) },
+            Request::Hello {
+                proto: 1,
+                client: "t".into(),
+                token: Some("s".into()),
+            },
+            Request::Start {
+                spec: spec(
+                    Workload::Echo {
+                        transport: Transport::Udp,
+                        request: 64,
+                        response: 1024,
+                    },
+                    2,
+                ),
+            },
             Request::Stop,
         ];
         let mut buf = Vec::new();
@@ -247,35 +319,78 @@ mod tests {
         for m in &msgs {
             assert_eq!(&read_msg::<_, Request>(&mut r).unwrap(), m);
         }
-        assert!(matches!(read_msg::<_, Request>(&mut r), Err(FrameError::Closed)));
+        assert!(matches!(
+            read_msg::<_, Request>(&mut r),
+            Err(FrameError::Closed)
+        ));
     }
 
     #[test]
     fn garbage_and_truncation_are_errors() {
         let mut r: &[u8] = b"GET / HTTP/1.1\r\n\r\n";
-        assert!(matches!(read_msg::<_, Request>(&mut r), Err(FrameError::TooLarge(_))));
+        assert!(matches!(
+            read_msg::<_, Request>(&mut r),
+            Err(FrameError::TooLarge(_))
+        ));
         let mut r: &[u8] = &[0, 0, 0, 5, b'{', b'x'];
-        assert!(matches!(read_msg::<_, Request>(&mut r), Err(FrameError::Closed)));
+        assert!(matches!(
+            read_msg::<_, Request>(&mut r),
+            Err(FrameError::Closed)
+        ));
         let mut r: &[u8] = &[0, 0, 0, 2, b'{', b'x'];
-        assert!(matches!(read_msg::<_, Request>(&mut r), Err(FrameError::Malformed(_))));
+        assert!(matches!(
+            read_msg::<_, Request>(&mut r),
+            Err(FrameError::Malformed(_))
+        ));
         let mut r: &[u8] = &[0, 0, 0, 2, b'{', b'}'];
-        assert!(matches!(read_msg::<_, Request>(&mut r), Err(FrameError::Malformed(_))));
+        assert!(matches!(
+            read_msg::<_, Request>(&mut r),
+            Err(FrameError::Malformed(_))
+        ));
     }
 
     #[test]
     fn limits_refuse_with_reasons() {
         let l = Limits::default();
-        let echo = Workload::Echo { transport: Transport::Tcp, request: 256, response: 256 };
+        let echo = Workload::Echo {
+            transport: Transport::Tcp,
+            request: 256,
+            response: 256,
+        };
         assert!(l.check(&spec(echo.clone(), 1)).is_ok());
-        assert!(l.check(&spec(echo.clone(), 0)).unwrap_err().contains("at least one"));
-        assert!(l.check(&spec(echo, 65)).unwrap_err().contains("--max-sessions"));
-        let small = Workload::Echo { transport: Transport::Udp, request: 8, response: 64 };
+        assert!(l
+            .check(&spec(echo.clone(), 0))
+            .unwrap_err()
+            .contains("at least one"));
+        assert!(l
+            .check(&spec(echo, 65))
+            .unwrap_err()
+            .contains("--max-sessions"));
+        let small = Workload::Echo {
+            transport: Transport::Udp,
+            request: 8,
+            response: 64,
+        };
         assert!(l.check(&spec(small, 1)).unwrap_err().contains("header"));
-        let big = Workload::Echo { transport: Transport::Udp, request: 70_000, response: 64 };
+        let big = Workload::Echo {
+            transport: Transport::Udp,
+            request: 70_000,
+            response: 64,
+        };
         assert!(l.check(&spec(big, 1)).unwrap_err().contains("at most"));
-        let fast = Workload::Source { transport: Transport::Udp, size: 64, rate_pps: 1_000_000, burst: 8 };
+        let fast = Workload::Source {
+            transport: Transport::Udp,
+            size: 64,
+            rate_pps: 1_000_000,
+            burst: 8,
+        };
         assert!(l.check(&spec(fast, 8)).unwrap_err().contains("--max-rate"));
-        let mut long = spec(Workload::Sink { transport: Transport::Tcp }, 1);
+        let mut long = spec(
+            Workload::Sink {
+                transport: Transport::Tcp,
+            },
+            1,
+        );
         long.duration_ms = 10 * 3_600_000;
         assert!(l.check(&long).unwrap_err().contains("--max-duration"));
     }

@@ -92,7 +92,12 @@ pub struct Document {
 }
 
 impl Document {
-    pub fn new(workload: &str, params: serde_json::Value, targets: Vec<String>, environment: Environment) -> Document {
+    pub fn new(
+        workload: &str,
+        params: serde_json::Value,
+        targets: Vec<String>,
+        environment: Environment,
+    ) -> Document {
         Document {
             schema: SCHEMA.into(),
             workload: workload.into(),
@@ -109,7 +114,12 @@ impl Document {
         let keys: Vec<f64> = self
             .iterations
             .iter()
-            .map(|it| it.merged.latency.as_ref().map_or(it.merged.ops_per_s, |l| l.mean_ns))
+            .map(|it| {
+                it.merged
+                    .latency
+                    .as_ref()
+                    .map_or(it.merged.ops_per_s, |l| l.mean_ns)
+            })
             .collect();
         self.chosen = median_by_mean(&keys).unwrap_or(0);
         let its = &self.iterations;
@@ -117,16 +127,33 @@ impl Document {
             return;
         }
         let lat = |f: fn(&Summary) -> f64| {
-            let v: Vec<f64> = its.iter().filter_map(|i| i.merged.latency.as_ref().map(f)).collect();
-            [v.iter().cloned().fold(f64::INFINITY, f64::min), v.iter().cloned().fold(0.0, f64::max)]
+            let v: Vec<f64> = its
+                .iter()
+                .filter_map(|i| i.merged.latency.as_ref().map(f))
+                .collect();
+            [
+                v.iter().cloned().fold(f64::INFINITY, f64::min),
+                v.iter().cloned().fold(0.0, f64::max),
+            ]
         };
         let mean = lat(|s| s.mean_ns);
         let p99 = lat(|s| s.p99_ns as f64);
         let ops: Vec<f64> = its.iter().map(|i| i.merged.ops_per_s).collect();
         self.spread = Spread {
-            mean_ns: if mean[0].is_finite() { mean } else { [0.0, 0.0] },
-            p99_ns: if p99[0].is_finite() { [p99[0] as u64, p99[1] as u64] } else { [0, 0] },
-            ops_per_s: [ops.iter().cloned().fold(f64::INFINITY, f64::min), ops.iter().cloned().fold(0.0, f64::max)],
+            mean_ns: if mean[0].is_finite() {
+                mean
+            } else {
+                [0.0, 0.0]
+            },
+            p99_ns: if p99[0].is_finite() {
+                [p99[0] as u64, p99[1] as u64]
+            } else {
+                [0, 0]
+            },
+            ops_per_s: [
+                ops.iter().cloned().fold(f64::INFINITY, f64::min),
+                ops.iter().cloned().fold(0.0, f64::max),
+            ],
         };
     }
 
@@ -155,7 +182,11 @@ impl Measured {
             self.ops_per_s = self.ops as f64 / seconds;
             self.gbps = self.bytes as f64 * 8.0 / seconds / 1e9;
         }
-        self.loss_pct = if self.sent > 0 { 100.0 * self.lost as f64 / self.sent as f64 } else { 0.0 };
+        self.loss_pct = if self.sent > 0 {
+            100.0 * self.lost as f64 / self.sent as f64
+        } else {
+            0.0
+        };
     }
 }
 
@@ -165,14 +196,27 @@ mod tests {
 
     fn it(mean: f64, ops: f64) -> Iteration {
         Iteration {
-            merged: Measured { latency: Some(Summary { mean_ns: mean, p99_ns: mean as u64 * 2, ..Default::default() }), ops_per_s: ops, ..Default::default() },
+            merged: Measured {
+                latency: Some(Summary {
+                    mean_ns: mean,
+                    p99_ns: mean as u64 * 2,
+                    ..Default::default()
+                }),
+                ops_per_s: ops,
+                ..Default::default()
+            },
             ..Default::default()
         }
     }
 
     #[test]
     fn median_iteration_and_spread() {
-        let mut d = Document::new("rr", serde_json::Value::Null, vec![], Environment::default());
+        let mut d = Document::new(
+            "rr",
+            serde_json::Value::Null,
+            vec![],
+            Environment::default(),
+        );
         d.iterations = vec![it(30.0, 10.0), it(10.0, 30.0), it(20.0, 20.0)];
         d.conclude();
         assert_eq!(d.chosen, 2);

@@ -13,14 +13,18 @@ use std::os::fd::AsFd;
 use std::time::Duration;
 
 use nix::poll::{PollFd, PollFlags};
-use nix::sys::socket::{recvmsg, setsockopt, sockopt, ControlMessageOwned, MsgFlags, TimestampingFlag};
+use nix::sys::socket::{
+    recvmsg, setsockopt, sockopt, ControlMessageOwned, MsgFlags, TimestampingFlag,
+};
 use serde::Serialize;
 
 use crate::clock;
 use crate::pace::Schedule;
 use crate::proto::{Transport, UDP_HEADER};
 use crate::run::SessionCtx;
-use crate::session::{dirty_read, dirty_write, now, read_full, write_full, Ended, Outcome, Recorder};
+use crate::session::{
+    dirty_read, dirty_write, now, read_full, write_full, Ended, Outcome, Recorder,
+};
 use crate::sys;
 
 /// A UDP request unanswered this long is lost; the session sends a new one.
@@ -51,8 +55,14 @@ pub struct RrParams {
 /// The runner's description of an rr run.
 pub fn job(common: &crate::run::Common, p: RrParams) -> crate::run::Job {
     let params = serde_json::json!({ "common": common, "rr": &p });
-    let workload = crate::proto::Workload::Echo { transport: p.transport, request: p.request, response: p.response };
-    let requested_rate = p.rate_per_session.map(|r| (r * u64::from(common.sessions)) as f64);
+    let workload = crate::proto::Workload::Echo {
+        transport: p.transport,
+        request: p.request,
+        response: p.response,
+    };
+    let requested_rate = p
+        .rate_per_session
+        .map(|r| (r * u64::from(common.sessions)) as f64);
     crate::run::Job {
         name: "rr",
         params,
@@ -99,18 +109,22 @@ fn connect_tcp(ctx: &SessionCtx, p: &RrParams) -> Result<TcpStream, Ended> {
     let _ = s.set_read_timeout(Some(POLL));
     let _ = s.set_write_timeout(Some(POLL));
     if let Some(us) = p.busy_poll_us {
-        sys::set_busy_poll(s.as_fd(), us).map_err(|e| Ended::Failed(format!("SO_BUSY_POLL {us} us: {e}")))?;
+        sys::set_busy_poll(s.as_fd(), us)
+            .map_err(|e| Ended::Failed(format!("SO_BUSY_POLL {us} us: {e}")))?;
     }
     let mut hdr = [0u8; 12];
     hdr[..8].copy_from_slice(&ctx.key.to_be_bytes());
     hdr[8..].copy_from_slice(&(ctx.index as u32).to_be_bytes());
-    s.write_all(&hdr).map_err(|e| Ended::Failed(e.to_string()))?;
+    s.write_all(&hdr)
+        .map_err(|e| Ended::Failed(e.to_string()))?;
     Ok(s)
 }
 
 fn tcp_closed(ctx: &SessionCtx, p: &RrParams, rec: &mut Recorder) -> Result<(), Ended> {
     if p.rx_timestamp {
-        return Err(Ended::Failed("software receive timestamps are supported for UDP rr and ping, not TCP".into()));
+        return Err(Ended::Failed(
+            "software receive timestamps are supported for UDP rr and ping, not TCP".into(),
+        ));
     }
     let mut s = connect_tcp(ctx, p)?;
     let mut req = vec![0u8; p.request as usize];
@@ -153,17 +167,25 @@ fn tcp_closed(ctx: &SessionCtx, p: &RrParams, rec: &mut Recorder) -> Result<(), 
 /// A UDP socket set up for one session: connected to its agent port, with
 /// optional busy polling and kernel receive timestamps.
 pub(crate) fn enable_rx_timestamps(s: &impl std::os::fd::AsFd) -> Result<(), Ended> {
-    let flags = TimestampingFlag::SOF_TIMESTAMPING_SOFTWARE | TimestampingFlag::SOF_TIMESTAMPING_RX_SOFTWARE;
-    setsockopt(s, sockopt::Timestamping, &flags).map_err(|e| Ended::Failed(format!("enabling SO_TIMESTAMPING: {e}")))
+    let flags = TimestampingFlag::SOF_TIMESTAMPING_SOFTWARE
+        | TimestampingFlag::SOF_TIMESTAMPING_RX_SOFTWARE;
+    setsockopt(s, sockopt::Timestamping, &flags)
+        .map_err(|e| Ended::Failed(format!("enabling SO_TIMESTAMPING: {e}")))
 }
 
 fn udp_socket(ctx: &SessionCtx, p: &RrParams) -> Result<UdpSocket, Ended> {
     let fail = |what: &str, e: std::io::Error| Ended::Failed(format!("{what}: {e}"));
-    let bind: SocketAddr = if ctx.agent.is_ipv4() { "0.0.0.0:0".parse() } else { "[::]:0".parse() }
-        .map_err(|_| Ended::Failed("bad bind address".into()))?;
+    let bind: SocketAddr = if ctx.agent.is_ipv4() {
+        "0.0.0.0:0".parse()
+    } else {
+        "[::]:0".parse()
+    }
+    .map_err(|_| Ended::Failed("bad bind address".into()))?;
     let s = UdpSocket::bind(bind).map_err(|e| fail("binding UDP socket", e))?;
-    s.connect(SocketAddr::new(ctx.agent.ip(), ctx.port)).map_err(|e| fail("connecting UDP socket", e))?;
-    s.set_read_timeout(Some(POLL)).map_err(|e| fail("setting timeout", e))?;
+    s.connect(SocketAddr::new(ctx.agent.ip(), ctx.port))
+        .map_err(|e| fail("connecting UDP socket", e))?;
+    s.set_read_timeout(Some(POLL))
+        .map_err(|e| fail("setting timeout", e))?;
     if let Some(us) = p.busy_poll_us {
         sys::set_busy_poll(s.as_fd(), us).map_err(|e| fail(&format!("SO_BUSY_POLL {us} us"), e))?;
     }
@@ -175,7 +197,11 @@ fn udp_socket(ctx: &SessionCtx, p: &RrParams) -> Result<UdpSocket, Ended> {
 
 /// Receives one datagram; returns its length and, with kernel timestamps on,
 /// the CLOCK_REALTIME instant the kernel received it.
-fn udp_recv(s: &UdpSocket, buf: &mut [u8], kernel_ts: bool) -> std::io::Result<(usize, Option<u64>)> {
+fn udp_recv(
+    s: &UdpSocket,
+    buf: &mut [u8],
+    kernel_ts: bool,
+) -> std::io::Result<(usize, Option<u64>)> {
     if !kernel_ts {
         return s.recv(buf).map(|n| (n, None));
     }
@@ -184,7 +210,10 @@ fn udp_recv(s: &UdpSocket, buf: &mut [u8], kernel_ts: bool) -> std::io::Result<(
 
 /// Receives one datagram with its kernel software receive timestamp
 /// (CLOCK_REALTIME), on a socket with SO_TIMESTAMPING enabled.
-pub(crate) fn recv_stamped(s: &impl std::os::fd::AsRawFd, buf: &mut [u8]) -> std::io::Result<(usize, Option<u64>)> {
+pub(crate) fn recv_stamped(
+    s: &impl std::os::fd::AsRawFd,
+    buf: &mut [u8],
+) -> std::io::Result<(usize, Option<u64>)> {
     let mut iov = [IoSliceMut::new(buf)];
     let mut cmsg = nix::cmsg_space!(nix::sys::socket::Timestamps);
     let msg = recvmsg::<()>(s.as_raw_fd(), &mut iov, Some(&mut cmsg), MsgFlags::empty())
@@ -209,7 +238,10 @@ pub(crate) struct Ring {
 impl Ring {
     pub(crate) fn new(min: usize) -> Ring {
         let n = min.next_power_of_two().max(64);
-        Ring { slots: vec![(u64::MAX, 0); n], mask: n as u64 - 1 }
+        Ring {
+            slots: vec![(u64::MAX, 0); n],
+            mask: n as u64 - 1,
+        }
     }
     #[inline]
     pub(crate) fn put(&mut self, seq: u64, t: u64) {
@@ -248,9 +280,20 @@ fn send_err(e: std::io::Error) -> Ended {
     }
 }
 
-fn udp_closed(ctx: &SessionCtx, p: &RrParams, rec: &mut Recorder, x: &mut Extra) -> Result<(), Ended> {
+fn udp_closed(
+    ctx: &SessionCtx,
+    p: &RrParams,
+    rec: &mut Recorder,
+    x: &mut Extra,
+) -> Result<(), Ended> {
     let s = udp_socket(ctx, p)?;
-    let clock_now = || if p.rx_timestamp { clock::realtime_ns() } else { now() };
+    let clock_now = || {
+        if p.rx_timestamp {
+            clock::realtime_ns()
+        } else {
+            now()
+        }
+    };
     let mut req = vec![0u8; p.request as usize];
     let mut buf = vec![0u8; 65536];
     let burst = u64::from(p.burst.max(1));
@@ -284,7 +327,11 @@ fn udp_closed(ctx: &SessionCtx, p: &RrParams, rec: &mut Recorder, x: &mut Extra)
                     }
                 }
             }
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
+                ) => {}
             Err(e) if e.kind() == ErrorKind::ConnectionRefused => return Err(Ended::Closed),
             Err(e) => return Err(Ended::Failed(format!("UDP receive: {e}"))),
         }
@@ -312,12 +359,21 @@ pub(crate) fn poll_wait(fd: std::os::fd::BorrowedFd<'_>, events: PollFlags, next
     let _ = nix::poll::ppoll(&mut fds, Some(ts), None);
 }
 
-fn tcp_open(ctx: &SessionCtx, p: &RrParams, rate: u64, rec: &mut Recorder, x: &mut Extra) -> Result<(), Ended> {
+fn tcp_open(
+    ctx: &SessionCtx,
+    p: &RrParams,
+    rate: u64,
+    rec: &mut Recorder,
+    x: &mut Extra,
+) -> Result<(), Ended> {
     if p.rx_timestamp {
-        return Err(Ended::Failed("software receive timestamps are supported for UDP rr and ping, not TCP".into()));
+        return Err(Ended::Failed(
+            "software receive timestamps are supported for UDP rr and ping, not TCP".into(),
+        ));
     }
     let mut s = connect_tcp(ctx, p)?;
-    s.set_nonblocking(true).map_err(|e| Ended::Failed(e.to_string()))?;
+    s.set_nonblocking(true)
+        .map_err(|e| Ended::Failed(e.to_string()))?;
     let req = vec![0u8; p.request as usize];
     let mut resp = vec![0u8; p.response as usize];
     let mut intended: VecDeque<u64> = VecDeque::with_capacity(4096);
@@ -348,7 +404,11 @@ fn tcp_open(ctx: &SessionCtx, p: &RrParams, rate: u64, rec: &mut Recorder, x: &m
             match s.write(&req[req.len() - write_left..]) {
                 Ok(n) => write_left -= n,
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
-                Err(e) if matches!(e.kind(), ErrorKind::ConnectionReset | ErrorKind::BrokenPipe) => return Err(Ended::Closed),
+                Err(e)
+                    if matches!(e.kind(), ErrorKind::ConnectionReset | ErrorKind::BrokenPipe) =>
+                {
+                    return Err(Ended::Closed)
+                }
                 Err(e) => return Err(Ended::Failed(e.to_string())),
             }
         }
@@ -370,7 +430,11 @@ fn tcp_open(ctx: &SessionCtx, p: &RrParams, rate: u64, rec: &mut Recorder, x: &m
                     }
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
-                Err(e) if matches!(e.kind(), ErrorKind::ConnectionReset | ErrorKind::BrokenPipe) => return Err(Ended::Closed),
+                Err(e)
+                    if matches!(e.kind(), ErrorKind::ConnectionReset | ErrorKind::BrokenPipe) =>
+                {
+                    return Err(Ended::Closed)
+                }
                 Err(e) => return Err(Ended::Failed(e.to_string())),
             }
         }
@@ -378,16 +442,33 @@ fn tcp_open(ctx: &SessionCtx, p: &RrParams, rate: u64, rec: &mut Recorder, x: &m
         if write_left > 0 {
             events |= PollFlags::POLLOUT;
         }
-        poll_wait(s.as_fd(), events, if write_left > 0 { now() + POLL.as_nanos() as u64 } else { sched.send_at(started) });
+        poll_wait(
+            s.as_fd(),
+            events,
+            if write_left > 0 {
+                now() + POLL.as_nanos() as u64
+            } else {
+                sched.send_at(started)
+            },
+        );
     }
 }
 
-fn udp_open(ctx: &SessionCtx, p: &RrParams, rate: u64, rec: &mut Recorder, x: &mut Extra) -> Result<(), Ended> {
+fn udp_open(
+    ctx: &SessionCtx,
+    p: &RrParams,
+    rate: u64,
+    rec: &mut Recorder,
+    x: &mut Extra,
+) -> Result<(), Ended> {
     if p.rx_timestamp {
-        return Err(Ended::Failed("software receive timestamps are used with closed-loop UDP rr, not --rate".into()));
+        return Err(Ended::Failed(
+            "software receive timestamps are used with closed-loop UDP rr, not --rate".into(),
+        ));
     }
     let s = udp_socket(ctx, p)?;
-    s.set_nonblocking(true).map_err(|e| Ended::Failed(e.to_string()))?;
+    s.set_nonblocking(true)
+        .map_err(|e| Ended::Failed(e.to_string()))?;
     let mut req = vec![0u8; p.request as usize];
     let mut buf = vec![0u8; 65536];
     // A ring wide enough for one second of requests at this rate.
@@ -438,7 +519,10 @@ fn udp_open(ctx: &SessionCtx, p: &RrParams, rate: u64, rec: &mut Recorder, x: &m
     while now() < drain_end && answered < seq {
         match s.recv(&mut buf) {
             Ok(n) => {
-                if header_seq(&buf[..n], ctx.key).and_then(|q| ring.take(q)).is_some() {
+                if header_seq(&buf[..n], ctx.key)
+                    .and_then(|q| ring.take(q))
+                    .is_some()
+                {
                     answered += 1;
                 }
             }

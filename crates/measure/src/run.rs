@@ -52,7 +52,10 @@ pub struct SessionCtx {
 impl SessionCtx {
     /// Pins the thread as asked; returns the placement record.
     pub fn enter(&self) -> Placement {
-        crate::pin::enter(format!("client session {} to {}", self.index, self.agent), self.cpu)
+        crate::pin::enter(
+            format!("client session {} to {}", self.index, self.agent),
+            self.cpu,
+        )
     }
 
     /// Waits for the agreed start instant.
@@ -63,7 +66,10 @@ impl SessionCtx {
     pub fn describe(&self, e: Ended) -> String {
         match e {
             Ended::Stopped => "stopped".into(),
-            Ended::Closed => format!("agent {} closed data session {} mid-run (killed?)", self.agent, self.index),
+            Ended::Closed => format!(
+                "agent {} closed data session {} mid-run (killed?)",
+                self.agent, self.index
+            ),
             Ended::Failed(m) => format!("session {} to {}: {m}", self.index, self.agent),
         }
     }
@@ -96,8 +102,17 @@ pub enum RunError {
 /// Runs `job` for every iteration; a failure before anything was measured is
 /// an error, a failure later ends the run with what was measured and the
 /// error recorded in the document.
-pub fn run(common: &Common, job: &Job, stop: Arc<AtomicBool>, progress: &dyn Fn(&str)) -> Result<Document, RunError> {
-    let addrs: Vec<SocketAddr> = common.targets.iter().map(|t| resolve(t)).collect::<Result<_, _>>()?;
+pub fn run(
+    common: &Common,
+    job: &Job,
+    stop: Arc<AtomicBool>,
+    progress: &dyn Fn(&str),
+) -> Result<Document, RunError> {
+    let addrs: Vec<SocketAddr> = common
+        .targets
+        .iter()
+        .map(|t| resolve(t))
+        .collect::<Result<_, _>>()?;
     let env = Environment::capture(250);
     let mut doc = Document::new(job.name, job.params.clone(), common.targets.clone(), env);
     for i in 0..common.iterations.max(1) {
@@ -113,7 +128,7 @@ pub fn run(common: &Common, job: &Job, stop: Arc<AtomicBool>, progress: &dyn Fn(
             }
             Err(e) if doc.iterations.is_empty() => return Err(e),
             Err(e) => {
-                doc.errors.push(e.to_string());
+                doc.errors.push(crate::client::one_line(&e));
                 break;
             }
         }
@@ -132,7 +147,13 @@ pub fn run(common: &Common, job: &Job, stop: Arc<AtomicBool>, progress: &dyn Fn(
     Ok(doc)
 }
 
-fn iteration(index: usize, c: &Common, job: &Job, addrs: &[SocketAddr], stop: Arc<AtomicBool>) -> Result<Iteration, RunError> {
+fn iteration(
+    index: usize,
+    c: &Common,
+    job: &Job,
+    addrs: &[SocketAddr],
+    stop: Arc<AtomicBool>,
+) -> Result<Iteration, RunError> {
     let warm_dur_ns = (c.warmup + c.duration).as_nanos() as u64;
     let lead_ns: u64 = 300_000_000;
     let start_unix = clock::realtime_ns() + lead_ns + 100_000_000 * addrs.len() as u64;
@@ -152,13 +173,22 @@ fn iteration(index: usize, c: &Common, job: &Job, addrs: &[SocketAddr], stop: Ar
     }
     // The agreed instant, mapped onto this host's monotonic clock.
     let start_ns = clock::now_ns() + start_unix.saturating_sub(clock::realtime_ns());
-    let window = Window::new(start_ns, c.warmup.as_nanos() as u64, c.duration.as_nanos() as u64, stop);
+    let window = Window::new(
+        start_ns,
+        c.warmup.as_nanos() as u64,
+        c.duration.as_nanos() as u64,
+        stop,
+    );
     let intervals = Arc::new(Intervals::default());
     let mut handles = Vec::new();
     let mut global = 0usize;
     for (t, (_, key, ports)) in controls.iter().enumerate() {
         for s in 0..c.sessions as usize {
-            let port = if ports.len() == 1 { ports[0] } else { *ports.get(s).unwrap_or(&0) };
+            let port = if ports.len() == 1 {
+                ports[0]
+            } else {
+                *ports.get(s).unwrap_or(&0)
+            };
             let ctx = SessionCtx {
                 target: t,
                 index: s,
@@ -182,11 +212,19 @@ fn iteration(index: usize, c: &Common, job: &Job, addrs: &[SocketAddr], stop: Ar
     let (cpu0, ticks0) = (CpuTime::process(), MachineTicks::read());
     let outcomes: Vec<Outcome> = handles
         .into_iter()
-        .map(|h| h.join().unwrap_or_else(|_| Outcome { error: Some("a session thread panicked".into()), ..Default::default() }))
+        .map(|h| {
+            h.join().unwrap_or_else(|_| Outcome {
+                error: Some("a session thread panicked".into()),
+                ..Default::default()
+            })
+        })
         .collect();
     let end_ns = clock::now_ns();
     let (cpu1, ticks1) = (CpuTime::process(), MachineTicks::read());
-    let mut it = Iteration { index, ..Default::default() };
+    let mut it = Iteration {
+        index,
+        ..Default::default()
+    };
     // The measured window actually covered: cut short by Ctrl-C or a failure.
     it.seconds = (end_ns.min(window.end_ns).saturating_sub(window.measure_ns)) as f64 / 1e9;
     it.machine = match (ticks0, ticks1) {
@@ -198,18 +236,25 @@ fn iteration(index: usize, c: &Common, job: &Job, addrs: &[SocketAddr], stop: Ar
         match ctl.stop() {
             Ok(r) => reports.push(Some(r)),
             Err(e) => {
-                it.errors.push(e.to_string());
+                it.errors.push(crate::client::one_line(&e));
                 reports.push(None);
             }
         }
     }
     let mut merged_lat = Latency::new();
-    let mut merged = Measured { target: "all".into(), ..Default::default() };
+    let mut merged = Measured {
+        target: "all".into(),
+        ..Default::default()
+    };
     let mut ops_total = 0u64;
     let mut agent_cpu = CpuTime::default();
     for (t, addr) in addrs.iter().enumerate() {
         let mine: Vec<&Outcome> = outcomes.iter().filter(|o| o.target == t).collect();
-        let mut m = Measured { target: addr.to_string(), requested_rate: job.requested_rate, ..Default::default() };
+        let mut m = Measured {
+            target: addr.to_string(),
+            requested_rate: job.requested_rate,
+            ..Default::default()
+        };
         let mut lat = Latency::new();
         let mut target_ops_total = 0;
         for o in &mine {

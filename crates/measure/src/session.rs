@@ -24,7 +24,12 @@ pub struct Window {
 
 impl Window {
     pub fn new(start_ns: u64, warmup_ns: u64, duration_ns: u64, stop: Arc<AtomicBool>) -> Window {
-        Window { start_ns, measure_ns: start_ns + warmup_ns, end_ns: start_ns + warmup_ns + duration_ns, stop }
+        Window {
+            start_ns,
+            measure_ns: start_ns + warmup_ns,
+            end_ns: start_ns + warmup_ns + duration_ns,
+            stop,
+        }
     }
 
     /// True once the run is over: time is up or the user interrupted.
@@ -146,12 +151,22 @@ pub struct Outcome {
 impl Outcome {
     pub fn from_recorder(mut rec: Recorder, target: usize, placement: Placement) -> Outcome {
         rec.flush();
-        Outcome { target, latency: rec.latency, ops: rec.ops, ops_total: rec.ops_total, placement, ..Default::default() }
+        Outcome {
+            target,
+            latency: rec.latency,
+            ops: rec.ops,
+            ops_total: rec.ops_total,
+            placement,
+            ..Default::default()
+        }
     }
 }
 
 fn would_block(e: &std::io::Error) -> bool {
-    matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted)
+    matches!(
+        e.kind(),
+        ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
+    )
 }
 
 /// Why a blocking transfer ended early.
@@ -178,7 +193,9 @@ pub fn read_full<R: Read>(r: &mut R, buf: &mut [u8], over: impl Fn() -> bool) ->
                     return Err(Ended::Stopped);
                 }
             }
-            Err(e) if matches!(e.kind(), ErrorKind::ConnectionReset | ErrorKind::BrokenPipe) => return Err(Ended::Closed),
+            Err(e) if matches!(e.kind(), ErrorKind::ConnectionReset | ErrorKind::BrokenPipe) => {
+                return Err(Ended::Closed)
+            }
             Err(e) => return Err(Ended::Failed(e.to_string())),
         }
     }
@@ -197,7 +214,9 @@ pub fn write_full<W: Write>(w: &mut W, buf: &[u8], over: impl Fn() -> bool) -> R
                     return Err(Ended::Stopped);
                 }
             }
-            Err(e) if matches!(e.kind(), ErrorKind::ConnectionReset | ErrorKind::BrokenPipe) => return Err(Ended::Closed),
+            Err(e) if matches!(e.kind(), ErrorKind::ConnectionReset | ErrorKind::BrokenPipe) => {
+                return Err(Ended::Closed)
+            }
             Err(e) => return Err(Ended::Failed(e.to_string())),
         }
     }
@@ -242,7 +261,11 @@ mod tests {
         assert_eq!(r.latency.count(), 4);
         let p = iv.points();
         assert_eq!(p.iter().map(|x| x.ops).collect::<Vec<_>>(), vec![2, 1, 1]);
-        assert!((500..=505).contains(&p[2].max_ns), "coarse series keep 1%: {}", p[2].max_ns);
+        assert!(
+            (500..=505).contains(&p[2].max_ns),
+            "coarse series keep 1%: {}",
+            p[2].max_ns
+        );
     }
 
     #[test]

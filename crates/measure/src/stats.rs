@@ -34,13 +34,24 @@ impl Latency {
     pub fn new() -> Self {
         let hist = Histogram::new_with_bounds(1, HIGHEST_NS, SIGNIFICANT_DIGITS)
             .expect("constant histogram bounds are valid");
-        Latency { hist, over_1ms: 0, over_5ms: 0, clamped: 0 }
+        Latency {
+            hist,
+            over_1ms: 0,
+            over_5ms: 0,
+            clamped: 0,
+        }
     }
 
     /// A recorder with 2 significant digits (1%): for per-second series.
     pub fn coarse() -> Self {
-        let hist = Histogram::new_with_bounds(1, HIGHEST_NS, 2).expect("constant histogram bounds are valid");
-        Latency { hist, over_1ms: 0, over_5ms: 0, clamped: 0 }
+        let hist = Histogram::new_with_bounds(1, HIGHEST_NS, 2)
+            .expect("constant histogram bounds are valid");
+        Latency {
+            hist,
+            over_1ms: 0,
+            over_5ms: 0,
+            clamped: 0,
+        }
     }
 
     /// Records one round trip of `ns` nanoseconds.
@@ -133,7 +144,9 @@ impl Latency {
             .deserialize(&mut bytes.as_slice())
             .map_err(|err| DecodeError(format!("{err:?}")))?;
         let mut l = Latency::new();
-        l.hist.add(&h).map_err(|err| DecodeError(format!("{err:?}")))?;
+        l.hist
+            .add(&h)
+            .map_err(|err| DecodeError(format!("{err:?}")))?;
         l.over_1ms = e.over_1ms;
         l.over_5ms = e.over_5ms;
         l.clamped = e.clamped;
@@ -236,18 +249,27 @@ mod tests {
                 (0.9999, sum.p9999_ns),
             ] {
                 let exact = brute_quantile(&sorted, q);
-                assert!(close(got, exact), "seed {seed} q {q}: hdr {got} exact {exact}");
+                assert!(
+                    close(got, exact),
+                    "seed {seed} q {q}: hdr {got} exact {exact}"
+                );
             }
             assert!(close(sum.max_ns, *sorted.last().unwrap()));
             // min is reported as the lowest equivalent value: within 0.1% below.
             let min = sorted[0];
             assert!(sum.min_ns <= min && (min - sum.min_ns) as f64 <= min as f64 * 1e-3);
             let mean = s.iter().sum::<u64>() as f64 / s.len() as f64;
-            assert!((sum.mean_ns - mean).abs() / mean < 1e-3, "mean {} vs {mean}", sum.mean_ns);
+            assert!(
+                (sum.mean_ns - mean).abs() / mean < 1e-3,
+                "mean {} vs {mean}",
+                sum.mean_ns
+            );
             let var = s.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / s.len() as f64;
             assert!((sum.stddev_ns - var.sqrt()).abs() / var.sqrt() < 1e-2);
-            let over1 = s.iter().filter(|&&v| v > 1_000_000).count() as f64 * 100.0 / s.len() as f64;
-            let over5 = s.iter().filter(|&&v| v > 5_000_000).count() as f64 * 100.0 / s.len() as f64;
+            let over1 =
+                s.iter().filter(|&&v| v > 1_000_000).count() as f64 * 100.0 / s.len() as f64;
+            let over5 =
+                s.iter().filter(|&&v| v > 5_000_000).count() as f64 * 100.0 / s.len() as f64;
             assert_eq!(sum.over_1ms_pct, over1);
             assert_eq!(sum.over_5ms_pct, over5);
         }
@@ -277,9 +299,17 @@ mod tests {
 
     #[test]
     fn garbage_encoding_is_an_error_not_a_panic() {
-        let bad = Encoded { hdr_v2_deflate_b64: "bm90IGEgaGlzdG9ncmFt".into(), over_1ms: 0, over_5ms: 0, clamped: 0 };
+        let bad = Encoded {
+            hdr_v2_deflate_b64: "bm90IGEgaGlzdG9ncmFt".into(),
+            over_1ms: 0,
+            over_5ms: 0,
+            clamped: 0,
+        };
         assert!(Latency::decode(&bad).is_err());
-        let bad = Encoded { hdr_v2_deflate_b64: "***".into(), ..bad };
+        let bad = Encoded {
+            hdr_v2_deflate_b64: "***".into(),
+            ..bad
+        };
         assert!(Latency::decode(&bad).is_err());
     }
 

@@ -50,7 +50,9 @@ const POLL: Duration = Duration::from_millis(50);
 pub fn job(common: &Common, p: StreamParams) -> Job {
     let params = serde_json::json!({ "common": common, "stream": &p });
     let workload = match p.direction {
-        Direction::Send => Workload::Sink { transport: p.transport },
+        Direction::Send => Workload::Sink {
+            transport: p.transport,
+        },
         Direction::Receive => Workload::Source {
             transport: p.transport,
             size: p.size,
@@ -58,8 +60,11 @@ pub fn job(common: &Common, p: StreamParams) -> Job {
             burst: p.burst.max(1),
         },
     };
-    let requested_rate = p.rate_per_session.map(|r| (r * u64::from(common.sessions)) as f64);
-    let with_report: fn(&mut Measured, &AgentReport, &[&Outcome]) = match (p.transport, p.direction) {
+    let requested_rate = p
+        .rate_per_session
+        .map(|r| (r * u64::from(common.sessions)) as f64);
+    let with_report: fn(&mut Measured, &AgentReport, &[&Outcome]) = match (p.transport, p.direction)
+    {
         (Transport::Udp, Direction::Send) => udp_loss_at_agent,
         (Transport::Udp, Direction::Receive) => udp_loss_at_client,
         _ => crate::run::no_report,
@@ -110,7 +115,13 @@ impl Tally<'_> {
 
 pub fn session(ctx: SessionCtx, p: &StreamParams) -> Outcome {
     let placement = ctx.enter();
-    let mut tally = Tally { ctx: &ctx, out: Outcome { target: ctx.target, ..Default::default() } };
+    let mut tally = Tally {
+        ctx: &ctx,
+        out: Outcome {
+            target: ctx.target,
+            ..Default::default()
+        },
+    };
     let r = match p.transport {
         Transport::Tcp => tcp(&ctx, p, &mut tally),
         Transport::Udp => udp(&ctx, p, &mut tally),
@@ -129,22 +140,28 @@ fn tcp(ctx: &SessionCtx, p: &StreamParams, tally: &mut Tally) -> Result<(), Ende
     let addr = SocketAddr::new(ctx.agent.ip(), ctx.port);
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5))
         .map_err(|e| Ended::Failed(format!("connecting data session to {addr}: {e}")))?;
-    s.set_read_timeout(Some(POLL)).map_err(|e| Ended::Failed(e.to_string()))?;
-    s.set_write_timeout(Some(POLL)).map_err(|e| Ended::Failed(e.to_string()))?;
+    s.set_read_timeout(Some(POLL))
+        .map_err(|e| Ended::Failed(e.to_string()))?;
+    s.set_write_timeout(Some(POLL))
+        .map_err(|e| Ended::Failed(e.to_string()))?;
     if let Some(us) = p.busy_poll_us {
-        sys::set_busy_poll(s.as_fd(), us).map_err(|e| Ended::Failed(format!("SO_BUSY_POLL: {e}")))?;
+        sys::set_busy_poll(s.as_fd(), us)
+            .map_err(|e| Ended::Failed(format!("SO_BUSY_POLL: {e}")))?;
     }
     let mut hdr = [0u8; 12];
     hdr[..8].copy_from_slice(&ctx.key.to_be_bytes());
     hdr[8..].copy_from_slice(&(ctx.index as u32).to_be_bytes());
-    s.write_all(&hdr).map_err(|e| Ended::Failed(e.to_string()))?;
+    s.write_all(&hdr)
+        .map_err(|e| Ended::Failed(e.to_string()))?;
     let mut buf = vec![0x5au8; p.size as usize];
     ctx.wait_start();
     let w = &ctx.window;
     // Segment counters at the window's edges give packets per second.
     let mut segs_at_start: Option<u32> = None;
     let segs = |s: &TcpStream| {
-        sys::tcp_segments(s.as_fd()).ok().map(|(o, i)| if p.direction == Direction::Send { o } else { i })
+        sys::tcp_segments(s.as_fd())
+            .ok()
+            .map(|(o, i)| if p.direction == Direction::Send { o } else { i })
     };
     loop {
         let t = now();
@@ -154,12 +171,22 @@ fn tcp(ctx: &SessionCtx, p: &StreamParams, tally: &mut Tally) -> Result<(), Ende
         if segs_at_start.is_none() && t >= w.measure_ns {
             segs_at_start = segs(&s).or(Some(0));
         }
-        let r = if p.direction == Direction::Send { s.write(&buf) } else { s.read(&mut buf) };
+        let r = if p.direction == Direction::Send {
+            s.write(&buf)
+        } else {
+            s.read(&mut buf)
+        };
         match r {
             Ok(0) => return Err(Ended::Closed),
             Ok(n) => tally.add(now(), 1, n as u64),
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted) => {}
-            Err(e) if matches!(e.kind(), ErrorKind::ConnectionReset | ErrorKind::BrokenPipe) => return Err(Ended::Closed),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
+                ) => {}
+            Err(e) if matches!(e.kind(), ErrorKind::ConnectionReset | ErrorKind::BrokenPipe) => {
+                return Err(Ended::Closed)
+            }
             Err(e) => return Err(Ended::Failed(e.to_string())),
         }
     }
@@ -174,12 +201,18 @@ fn tcp(ctx: &SessionCtx, p: &StreamParams, tally: &mut Tally) -> Result<(), Ende
 
 fn udp(ctx: &SessionCtx, p: &StreamParams, tally: &mut Tally) -> Result<(), Ended> {
     let fail = |e: std::io::Error| Ended::Failed(format!("UDP: {e}"));
-    let bind: SocketAddr = if ctx.agent.is_ipv4() { SocketAddr::from(([0, 0, 0, 0], 0)) } else { SocketAddr::from(([0u16; 8], 0)) };
+    let bind: SocketAddr = if ctx.agent.is_ipv4() {
+        SocketAddr::from(([0, 0, 0, 0], 0))
+    } else {
+        SocketAddr::from(([0u16; 8], 0))
+    };
     let s = UdpSocket::bind(bind).map_err(fail)?;
-    s.connect(SocketAddr::new(ctx.agent.ip(), ctx.port)).map_err(fail)?;
+    s.connect(SocketAddr::new(ctx.agent.ip(), ctx.port))
+        .map_err(fail)?;
     s.set_read_timeout(Some(POLL)).map_err(fail)?;
     if let Some(us) = p.busy_poll_us {
-        sys::set_busy_poll(s.as_fd(), us).map_err(|e| Ended::Failed(format!("SO_BUSY_POLL: {e}")))?;
+        sys::set_busy_poll(s.as_fd(), us)
+            .map_err(|e| Ended::Failed(format!("SO_BUSY_POLL: {e}")))?;
     }
     let mut buf = vec![0u8; (p.size as usize).max(UDP_HEADER).max(65536)];
     buf[..8].copy_from_slice(&ctx.key.to_be_bytes());
@@ -188,7 +221,9 @@ fn udp(ctx: &SessionCtx, p: &StreamParams, tally: &mut Tally) -> Result<(), Ende
         Direction::Send => {
             let size = p.size as usize;
             ctx.wait_start();
-            let sched = p.rate_per_session.map(|r| Schedule::new(w.start_ns, r, u64::from(p.burst.max(1))));
+            let sched = p
+                .rate_per_session
+                .map(|r| Schedule::new(w.start_ns, r, u64::from(p.burst.max(1))));
             let (mut seq, mut k) = (0u64, 0u64);
             loop {
                 if let Some(sc) = &sched {
@@ -210,10 +245,15 @@ fn udp(ctx: &SessionCtx, p: &StreamParams, tally: &mut Tally) -> Result<(), Ende
                     match s.send(&buf[..size]) {
                         Ok(n) => tally.add(now(), 1, n as u64),
                         // The local queue is full: the datagram is dropped, which is loss.
-                        Err(e) if e.kind() == ErrorKind::WouldBlock || e.raw_os_error() == Some(libc::ENOBUFS) => {
+                        Err(e)
+                            if e.kind() == ErrorKind::WouldBlock
+                                || e.raw_os_error() == Some(libc::ENOBUFS) =>
+                        {
                             tally.out.ops_total += 1
                         }
-                        Err(e) if e.kind() == ErrorKind::ConnectionRefused => return Err(Ended::Closed),
+                        Err(e) if e.kind() == ErrorKind::ConnectionRefused => {
+                            return Err(Ended::Closed)
+                        }
                         Err(e) => return Err(Ended::Failed(format!("UDP send: {e}"))),
                     }
                 }
@@ -242,7 +282,11 @@ fn udp(ctx: &SessionCtx, p: &StreamParams, tally: &mut Tally) -> Result<(), Ende
                         tally.add(now(), 1, n as u64);
                     }
                     Ok(_) => {}
-                    Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted) => {}
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
+                        ) => {}
                     Err(e) if e.kind() == ErrorKind::ConnectionRefused => {
                         if announced {
                             return Err(Ended::Closed);

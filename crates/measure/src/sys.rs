@@ -5,7 +5,12 @@ use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
 
 /// Sets an `int` socket option.
-fn set_int_opt(fd: BorrowedFd<'_>, level: libc::c_int, name: libc::c_int, value: libc::c_int) -> io::Result<()> {
+fn set_int_opt(
+    fd: BorrowedFd<'_>,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: libc::c_int,
+) -> io::Result<()> {
     // SAFETY: the fd is valid for the borrow; we pass a pointer to a live
     // c_int and its exact size.
     let rc = unsafe {
@@ -27,7 +32,12 @@ fn set_int_opt(fd: BorrowedFd<'_>, level: libc::c_int, name: libc::c_int, value:
 /// SO_BUSY_POLL: busy-poll the device queue for up to `us` microseconds on a
 /// blocking receive. Raising it above net.core.busy_read needs CAP_NET_ADMIN.
 pub fn set_busy_poll(fd: BorrowedFd<'_>, us: u32) -> io::Result<()> {
-    set_int_opt(fd, libc::SOL_SOCKET, libc::SO_BUSY_POLL, us.min(i32::MAX as u32) as libc::c_int)
+    set_int_opt(
+        fd,
+        libc::SOL_SOCKET,
+        libc::SO_BUSY_POLL,
+        us.min(i32::MAX as u32) as libc::c_int,
+    )
 }
 
 /// TCP segment counters from TCP_INFO: (segments out, segments in).
@@ -39,13 +49,22 @@ pub fn tcp_segments(fd: BorrowedFd<'_>) -> io::Result<(u32, u32)> {
     let mut len = buf.len() as libc::socklen_t;
     // SAFETY: buf is writable for len bytes and len points to its size.
     let rc = unsafe {
-        libc::getsockopt(fd.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_INFO, buf.as_mut_ptr().cast(), &mut len)
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            buf.as_mut_ptr().cast(),
+            &mut len,
+        )
     };
     if rc != 0 {
         return Err(io::Error::last_os_error());
     }
     if (len as usize) < SEGS_OUT + 8 {
-        return Err(io::Error::new(io::ErrorKind::Unsupported, "kernel's TCP_INFO has no segment counters"));
+        return Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "kernel's TCP_INFO has no segment counters",
+        ));
     }
     let word = |o: usize| u32::from_ne_bytes([buf[o], buf[o + 1], buf[o + 2], buf[o + 3]]);
     Ok((word(SEGS_OUT), word(SEGS_OUT + 4)))

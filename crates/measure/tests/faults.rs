@@ -11,17 +11,33 @@ use std::time::Duration;
 
 use common::*;
 use vnio_measure::client::{ClientError, Control};
-use vnio_measure::proto::{read_msg, write_msg, Limits, Request, Response, TestSpec, Transport, Workload};
+use vnio_measure::proto::{
+    read_msg, write_msg, Limits, Request, Response, TestSpec, Transport, Workload,
+};
 use vnio_measure::rr::{job, RrParams};
 use vnio_measure::run::{run, RunError};
 
 fn rr_params() -> RrParams {
-    RrParams { transport: Transport::Tcp, request: 64, response: 64, burst: 1, nodelay: true, dirty: false, rate_per_session: None, busy_poll_us: None, rx_timestamp: false }
+    RrParams {
+        transport: Transport::Tcp,
+        request: 64,
+        response: 64,
+        burst: 1,
+        nodelay: true,
+        dirty: false,
+        rate_per_session: None,
+        busy_poll_us: None,
+        rx_timestamp: false,
+    }
 }
 
 fn echo_spec(sessions: u32) -> TestSpec {
     TestSpec {
-        workload: Workload::Echo { transport: Transport::Tcp, request: 64, response: 64 },
+        workload: Workload::Echo {
+            transport: Transport::Tcp,
+            request: 64,
+            response: 64,
+        },
         sessions,
         duration_ms: 1000,
         cpus: vec![],
@@ -42,7 +58,12 @@ fn agent_survives_garbage_and_leaks_nothing() {
     let (t0, f0) = (threads(), fds());
     // Garbage, a truncated frame, a huge length, a wrong first message, a
     // client that says hello and vanishes mid-test.
-    for bytes in [&b"GET / HTTP/1.0\r\n\r\n"[..], &[0, 0, 0, 9, b'{'], &[0xff, 0xff, 0xff, 0xff], &[0, 0, 0, 2, b'{', b'}']] {
+    for bytes in [
+        &b"GET / HTTP/1.0\r\n\r\n"[..],
+        &[0, 0, 0, 9, b'{'],
+        &[0xff, 0xff, 0xff, 0xff],
+        &[0, 0, 0, 2, b'{', b'}'],
+    ] {
         let mut s = TcpStream::connect(agent.addr).unwrap();
         s.write_all(bytes).unwrap();
         s.shutdown(std::net::Shutdown::Write).unwrap();
@@ -53,7 +74,10 @@ fn agent_survives_garbage_and_leaks_nothing() {
         let mut s = TcpStream::connect(agent.addr).unwrap();
         write_msg(&mut s, &Request::Stop).unwrap();
         let r: Response = read_msg(&mut s).unwrap();
-        assert!(matches!(r, Response::Error { ref message } if message.contains("hello")), "{r:?}");
+        assert!(
+            matches!(r, Response::Error { ref message } if message.contains("hello")),
+            "{r:?}"
+        );
     }
     {
         let mut c = Control::connect(agent.addr, None).unwrap();
@@ -76,9 +100,18 @@ fn agent_survives_garbage_and_leaks_nothing() {
 
 #[test]
 fn token_version_and_limits_are_enforced_with_reasons() {
-    let agent = TestAgent::start(Some("s3cret"), Limits { max_sessions: 2, ..Limits::default() });
+    let agent = TestAgent::start(
+        Some("s3cret"),
+        Limits {
+            max_sessions: 2,
+            ..Limits::default()
+        },
+    );
     let e = Control::connect(agent.addr, None).err().unwrap();
-    assert!(matches!(e, ClientError::Refused { .. }) && e.to_string().contains("token"), "{e}");
+    assert!(
+        matches!(e, ClientError::Refused { .. }) && e.to_string().contains("token"),
+        "{e}"
+    );
     let e = Control::connect(agent.addr, Some("wrong")).err().unwrap();
     assert!(e.to_string().contains("token"), "{e}");
     let mut c = Control::connect(agent.addr, Some("s3cret")).unwrap();
@@ -89,20 +122,43 @@ fn token_version_and_limits_are_enforced_with_reasons() {
     c.stop().unwrap();
     // A client from the future.
     let mut s = TcpStream::connect(agent.addr).unwrap();
-    write_msg(&mut s, &Request::Hello { proto: 99, client: "future".into(), token: Some("s3cret".into()) }).unwrap();
+    write_msg(
+        &mut s,
+        &Request::Hello {
+            proto: 99,
+            client: "future".into(),
+            token: Some("s3cret".into()),
+        },
+    )
+    .unwrap();
     let r: Response = read_msg(&mut s).unwrap();
-    assert!(matches!(r, Response::Error { ref message } if message.contains("protocol version 99")), "{r:?}");
+    assert!(
+        matches!(r, Response::Error { ref message } if message.contains("protocol version 99")),
+        "{r:?}"
+    );
 }
 
 #[test]
 fn unreachable_agent_is_one_clear_error() {
     // A port nobody listens on: bind one, learn its number, close it.
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let c = common(&[format!("127.0.0.1:{port}").parse().unwrap()], 1, 100);
-    let e = run(&c, &job(&c, rr_params()), no_stop(), &quiet).err().unwrap();
-    assert!(matches!(e, RunError::Agent(ClientError::Unreachable { .. })));
+    let e = run(&c, &job(&c, rr_params()), no_stop(), &quiet)
+        .err()
+        .unwrap();
+    assert!(matches!(
+        e,
+        RunError::Agent(ClientError::Unreachable { .. })
+    ));
     let msg = e.to_string();
-    assert!(msg.contains("cannot reach agent") && msg.contains("vnio agent"), "{msg}");
+    assert!(
+        msg.contains("cannot reach agent") && msg.contains("vnio agent"),
+        "{msg}"
+    );
     assert!(!msg.contains('\n'));
 }
 
@@ -117,7 +173,10 @@ fn port_in_use_is_a_clear_error() {
     })
     .err()
     .unwrap();
-    assert!(e.to_string().contains("another agent already listens"), "{e}");
+    assert!(
+        e.to_string().contains("another agent already listens"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -133,9 +192,16 @@ fn agent_killed_mid_run_keeps_partial_results() {
     let doc = run(&c, &job(&c, rr_params()), no_stop(), &quiet).unwrap();
     killer.join().unwrap();
     let it = doc.chosen().expect("the partial iteration is kept");
-    assert!(it.merged.ops > 0, "what was measured before the agent went is kept");
+    assert!(
+        it.merged.ops > 0,
+        "what was measured before the agent went is kept"
+    );
     assert!(!doc.errors.is_empty());
-    assert!(doc.errors.iter().any(|e| e.contains("closed")), "{:?}", doc.errors);
+    assert!(
+        doc.errors.iter().any(|e| e.contains("closed")),
+        "{:?}",
+        doc.errors
+    );
 }
 
 #[test]
@@ -150,9 +216,16 @@ fn stop_flag_ends_the_run_with_what_was_measured() {
     });
     let t = std::time::Instant::now();
     let doc = run(&c, &job(&c, rr_params()), stop, &quiet).unwrap();
-    assert!(t.elapsed() < Duration::from_secs(5), "the run stopped early");
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "the run stopped early"
+    );
     assert!(doc.interrupted);
     let it = doc.chosen().unwrap();
     assert!(it.merged.ops > 0);
-    assert!(it.seconds < 2.0, "the window is what was measured: {}", it.seconds);
+    assert!(
+        it.seconds < 2.0,
+        "the window is what was measured: {}",
+        it.seconds
+    );
 }

@@ -31,14 +31,20 @@ fn tcp_rr_times_every_transaction() {
     let it = doc.chosen().unwrap();
     let l = it.merged.latency.clone().unwrap();
     assert!(it.merged.ops > 100, "only {} transactions", it.merged.ops);
-    assert_eq!(l.count, it.merged.ops, "every transaction is in the histogram");
+    assert_eq!(
+        l.count, it.merged.ops,
+        "every transaction is in the histogram"
+    );
     assert!(l.min_ns > 0 && l.min_ns <= l.p50_ns && l.p50_ns <= l.p99_ns && l.p99_ns <= l.max_ns);
     // The agent answered exactly what we counted (plus warm-up and the last in flight).
     let agent_cost = it.merged.agent_cost.clone().expect("agent report");
     assert!(agent_cost.cpu.total_ns() > 0, "agent CPU is accounted");
     assert!(it.client_cost.ns_per_op > 0.0);
     assert!(!it.intervals.is_empty());
-    assert_eq!(it.intervals.iter().map(|p| p.ops).sum::<u64>(), it.merged.ops);
+    assert_eq!(
+        it.intervals.iter().map(|p| p.ops).sum::<u64>(),
+        it.merged.ops
+    );
     assert_eq!(doc.schema, "vnio.result/1");
     assert!(!doc.environment.kernel.is_empty());
     agent.stop();
@@ -72,8 +78,20 @@ fn udp_rr_with_sizes_and_sessions() {
     let it = doc.chosen().unwrap();
     assert!(it.merged.ops > 100);
     assert_eq!(it.merged.bytes, it.merged.ops * (64 + 1024));
-    assert_eq!(it.placement.iter().filter(|p| p.role.starts_with("client")).count(), 3);
-    assert_eq!(it.placement.iter().filter(|p| p.role.starts_with("agent")).count(), 3);
+    assert_eq!(
+        it.placement
+            .iter()
+            .filter(|p| p.role.starts_with("client"))
+            .count(),
+        3
+    );
+    assert_eq!(
+        it.placement
+            .iter()
+            .filter(|p| p.role.starts_with("agent"))
+            .count(),
+        3
+    );
 }
 
 #[test]
@@ -100,7 +118,11 @@ fn several_agents_start_together_and_merge() {
     assert_eq!(it.per_target.len(), 2);
     let sum: u64 = it.per_target.iter().map(|m| m.ops).sum();
     assert_eq!(sum, it.merged.ops);
-    let hsum: u64 = it.per_target.iter().map(|m| m.latency.as_ref().unwrap().count).sum();
+    let hsum: u64 = it
+        .per_target
+        .iter()
+        .map(|m| m.latency.as_ref().unwrap().count)
+        .sum();
     assert_eq!(hsum, it.merged.latency.as_ref().unwrap().count);
 }
 
@@ -116,7 +138,10 @@ fn open_loop_reports_achieved_rate() {
         let m = &doc.chosen().unwrap().merged;
         assert_eq!(m.requested_rate, Some(1000.0));
         let got = m.achieved_rate.unwrap();
-        assert!((got - 1000.0).abs() < 100.0, "{transport}: achieved {got}/s for 1000/s");
+        assert!(
+            (got - 1000.0).abs() < 100.0,
+            "{transport}: achieved {got}/s for 1000/s"
+        );
         assert!(m.latency.as_ref().unwrap().count > 800);
     }
 }
@@ -128,11 +153,22 @@ fn iterations_choose_the_median() {
     c.iterations = 3;
     let doc = run(&c, &job(&c, params(Transport::Tcp, 1)), no_stop(), &quiet).unwrap();
     assert_eq!(doc.iterations.len(), 3);
-    let means: Vec<f64> = doc.iterations.iter().map(|i| i.merged.latency.as_ref().unwrap().mean_ns).collect();
+    let means: Vec<f64> = doc
+        .iterations
+        .iter()
+        .map(|i| i.merged.latency.as_ref().unwrap().mean_ns)
+        .collect();
     let chosen = means[doc.chosen];
-    assert_eq!(means.iter().filter(|&&m| m < chosen).count(), 1, "{means:?} chose {chosen}");
+    assert_eq!(
+        means.iter().filter(|&&m| m < chosen).count(),
+        1,
+        "{means:?} chose {chosen}"
+    );
     assert!(doc.spread.mean_ns[0] <= chosen && chosen <= doc.spread.mean_ns[1]);
     // Histograms from every iteration merge without loss.
     let all = doc.merged_latency().unwrap();
-    assert_eq!(all.count(), doc.iterations.iter().map(|i| i.merged.ops).sum::<u64>());
+    assert_eq!(
+        all.count(),
+        doc.iterations.iter().map(|i| i.merged.ops).sum::<u64>()
+    );
 }

@@ -9,7 +9,18 @@ use vnio_measure::proto::Transport;
 use vnio_measure::stream::{job, Direction, StreamParams};
 
 fn sp(transport: Transport, direction: Direction, rate: Option<u64>) -> StreamParams {
-    StreamParams { transport, direction, size: if transport == Transport::Tcp { 65536 } else { 512 }, rate_per_session: rate, burst: 4, busy_poll_us: None }
+    StreamParams {
+        transport,
+        direction,
+        size: if transport == Transport::Tcp {
+            65536
+        } else {
+            512
+        },
+        rate_per_session: rate,
+        burst: 4,
+        busy_poll_us: None,
+    }
 }
 
 #[test]
@@ -17,7 +28,13 @@ fn tcp_stream_both_directions() {
     let agent = TestAgent::default();
     for dir in [Direction::Send, Direction::Receive] {
         let c = common(&[agent.addr], 2, 500);
-        let doc = vnio_measure::run::run(&c, &job(&c, sp(Transport::Tcp, dir, None)), no_stop(), &quiet).unwrap();
+        let doc = vnio_measure::run::run(
+            &c,
+            &job(&c, sp(Transport::Tcp, dir, None)),
+            no_stop(),
+            &quiet,
+        )
+        .unwrap();
         assert!(doc.errors.is_empty(), "{dir:?}: {:?}", doc.errors);
         let m = &doc.chosen().unwrap().merged;
         assert!(m.gbps > 0.05, "{dir:?}: {} Gbit/s", m.gbps);
@@ -31,15 +48,28 @@ fn paced_udp_keeps_its_rate_both_directions() {
     let agent = TestAgent::default();
     for dir in [Direction::Send, Direction::Receive] {
         let c = common(&[agent.addr], 1, 1000);
-        let doc = vnio_measure::run::run(&c, &job(&c, sp(Transport::Udp, dir, Some(20_000))), no_stop(), &quiet).unwrap();
+        let doc = vnio_measure::run::run(
+            &c,
+            &job(&c, sp(Transport::Udp, dir, Some(20_000))),
+            no_stop(),
+            &quiet,
+        )
+        .unwrap();
         assert!(doc.errors.is_empty(), "{dir:?}: {:?}", doc.errors);
         let m = &doc.chosen().unwrap().merged;
         assert_eq!(m.requested_rate, Some(20_000.0));
         let got = m.achieved_rate.unwrap();
         // 20 Kpps in bursts of 4: not a multiple of any timer tick.
-        assert!((got - 20_000.0).abs() < 1_000.0, "{dir:?}: achieved {got} pps for 20000");
+        assert!(
+            (got - 20_000.0).abs() < 1_000.0,
+            "{dir:?}: achieved {got} pps for 20000"
+        );
         assert!(m.sent > 0);
-        assert!(m.loss_pct < 5.0, "{dir:?}: loss {}% on loopback at 20 Kpps", m.loss_pct);
+        assert!(
+            m.loss_pct < 5.0,
+            "{dir:?}: loss {}% on loopback at 20 Kpps",
+            m.loss_pct
+        );
     }
 }
 
@@ -71,7 +101,10 @@ fn ping_loopback_or_clear_permission_error() {
         }
         Err(e) => {
             // Only acceptable without root and without unprivileged ICMP.
-            assert!(!nix::unistd::geteuid().is_root(), "root must be able to ping: {e}");
+            assert!(
+                !nix::unistd::geteuid().is_root(),
+                "root must be able to ping: {e}"
+            );
             assert!(e.to_string().contains("ping_group_range"), "{e}");
         }
     }

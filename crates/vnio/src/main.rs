@@ -6,7 +6,11 @@ use clap::{Parser, Subcommand};
 mod cli;
 
 #[derive(Parser)]
-#[command(name = "vnio", version, about = "A latency-first virtual network for Linux/KVM, and the lab that proves it")]
+#[command(
+    name = "vnio",
+    version,
+    about = "A latency-first virtual network for Linux/KVM, and the lab that proves it"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -18,6 +22,10 @@ enum Command {
     Agent(cli::measure::AgentArgs),
     /// Request-response latency over TCP or UDP (closed loop with bursts, or open loop).
     Rr(cli::measure::RrArgs),
+    /// ICMP echo latency, answered by the target's kernel.
+    Ping(cli::measure::PingArgs),
+    /// TCP or UDP bulk transfer in either direction; paced UDP.
+    Stream(cli::measure::StreamArgs),
     /// Audit, apply and revert latency settings on a host or guest.
     Tune(cli::tune::Args),
     /// The virtual switch daemon and its control commands.
@@ -29,6 +37,8 @@ fn main() {
     let result = match cli.command {
         Command::Agent(args) => cli::measure::agent(args),
         Command::Rr(args) => cli::measure::rr(args),
+        Command::Ping(args) => cli::measure::ping(args),
+        Command::Stream(args) => cli::measure::stream(args),
         Command::Tune(args) => cli::tune::run(args),
         Command::Switch(args) => cli::switch::run(args),
     };

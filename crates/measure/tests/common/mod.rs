@@ -30,7 +30,11 @@ impl TestAgent {
         let addr = agent.local_addr();
         let stop = agent.stop_flag();
         let handle = std::thread::spawn(move || agent.serve().unwrap());
-        TestAgent { addr, stop, handle: Some(handle) }
+        TestAgent {
+            addr,
+            stop,
+            handle: Some(handle),
+        }
     }
 
     pub fn default() -> TestAgent {
@@ -76,10 +80,14 @@ pub fn quiet(_: &str) {}
 
 /// Threads of this process, from /proc.
 pub fn threads() -> usize {
-    std::fs::read_dir("/proc/self/task").map(|d| d.count()).unwrap_or(0)
+    std::fs::read_dir("/proc/self/task")
+        .map(|d| d.count())
+        .unwrap_or(0)
 }
 
 /// Open descriptors of this process.
 pub fn fds() -> usize {
-    std::fs::read_dir("/proc/self/fd").map(|d| d.count()).unwrap_or(0)
+    std::fs::read_dir("/proc/self/fd")
+        .map(|d| d.count())
+        .unwrap_or(0)
 }

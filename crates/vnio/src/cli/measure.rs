@@ -14,16 +14,25 @@ use vnio_measure::run::Common;
 /// Parses "10s", "500ms", "2m", "100us" or a bare number of seconds.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
-    let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
     let (num, unit) = s.split_at(split);
-    let v: f64 = num.parse().map_err(|_| format!("not a duration: {s:?} (try 10s, 500ms, 100us)"))?;
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("not a duration: {s:?} (try 10s, 500ms, 100us)"))?;
     let secs = match unit {
         "" | "s" => v,
         "ms" => v / 1e3,
         "us" | "µs" => v / 1e6,
         "ns" => v / 1e9,
         "m" | "min" => v * 60.0,
-        _ => return Err(format!("unknown unit {unit:?} in {s:?} (use ns, us, ms, s, m)")),
+        "h" => v * 3600.0,
+        _ => {
+            return Err(format!(
+                "unknown unit {unit:?} in {s:?} (use ns, us, ms, s, m)"
+            ))
+        }
     };
     if !secs.is_finite() || secs < 0.0 {
         return Err(format!("not a duration: {s:?}"));
@@ -37,7 +46,8 @@ pub fn parse_cpus(s: &str) -> Result<Vec<usize>, String> {
     for part in s.split(',').filter(|p| !p.is_empty()) {
         let bad = || format!("not a CPU list: {s:?} (try 1 or 0,2 or 0-3)");
         if let Some((a, b)) = part.split_once('-') {
-            let (a, b): (usize, usize) = (a.parse().map_err(|_| bad())?, b.parse().map_err(|_| bad())?);
+            let (a, b): (usize, usize) =
+                (a.parse().map_err(|_| bad())?, b.parse().map_err(|_| bad())?);
             if a > b {
                 return Err(bad());
             }
@@ -53,7 +63,10 @@ pub fn parse_cpus(s: &str) -> Result<Vec<usize>, String> {
 pub fn parse_sizes(s: &str) -> Result<(u32, u32), String> {
     let bad = || format!("not a size: {s:?} (try 256 or 64,1024)");
     match s.split_once(',') {
-        Some((a, b)) => Ok((a.trim().parse().map_err(|_| bad())?, b.trim().parse().map_err(|_| bad())?)),
+        Some((a, b)) => Ok((
+            a.trim().parse().map_err(|_| bad())?,
+            b.trim().parse().map_err(|_| bad())?,
+        )),
         None => {
             let v = s.trim().parse().map_err(|_| bad())?;
             Ok((v, v))
@@ -92,14 +105,20 @@ pub struct AgentArgs {
 }
 
 pub fn agent(a: AgentArgs) -> anyhow::Result<i32> {
-    let listen = vnio_measure::client::resolve(&a.listen).map_err(|e| anyhow::anyhow!("--listen: {e}"))?;
+    let listen =
+        vnio_measure::client::resolve(&a.listen).map_err(|e| anyhow::anyhow!("--listen: {e}"))?;
     let limits = Limits {
         max_duration_ms: a.max_duration.as_millis() as u64,
         max_sessions: a.max_sessions,
         max_rate_pps: a.max_rate,
         ..Limits::default()
     };
-    let agent = Agent::bind(AgentConfig { listen, token: a.token, limits, max_clients: a.max_clients })?;
+    let agent = Agent::bind(AgentConfig {
+        listen,
+        token: a.token,
+        limits,
+        max_clients: a.max_clients,
+    })?;
     let stop = agent.stop_flag();
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, stop.clone()).context("installing signal handler")?;
@@ -210,7 +229,10 @@ fn stop_on_signal() -> anyhow::Result<Arc<AtomicBool>> {
 }
 
 fn progress(msg: &str) {
-    eprintln!("vnio: {msg}");
+    // "iteration 1/1" says nothing; several iterations are worth following.
+    if !msg.ends_with(" 1/1") {
+        eprintln!("vnio: {msg}");
+    }
 }
 
 pub fn rr(a: RrArgs) -> anyhow::Result<i32> {
@@ -221,7 +243,9 @@ pub fn rr(a: RrArgs) -> anyhow::Result<i32> {
         bail!("UDP rr messages carry a 16-byte header: --size must be at least 16");
     }
     let common = a.common.common();
-    let rate_per_session = a.rate.map(|r| (r / u64::from(common.sessions.max(1))).max(1));
+    let rate_per_session = a
+        .rate
+        .map(|r| (r / u64::from(common.sessions.max(1))).max(1));
     let params = vnio_measure::rr::RrParams {
         transport: a.proto,
         request: a.size.0,
@@ -242,7 +266,8 @@ pub fn rr(a: RrArgs) -> anyhow::Result<i32> {
 pub fn emit(doc: &Document, out: &OutputArgs) -> anyhow::Result<i32> {
     if let Some(path) = &out.out {
         let body = serde_json::to_string_pretty(doc)?;
-        std::fs::write(path, body).with_context(|| format!("saving results to {}", path.display()))?;
+        std::fs::write(path, body)
+            .with_context(|| format!("saving results to {}", path.display()))?;
     }
     if out.json {
         println!("{}", serde_json::to_string_pretty(doc)?);
@@ -284,10 +309,17 @@ pub fn table(doc: &Document) -> String {
         doc.chosen + 1,
         doc.iterations.len(),
         it.seconds,
-        if doc.interrupted { " | INTERRUPTED: partial" } else { "" }
+        if doc.interrupted {
+            " | INTERRUPTED: partial"
+        } else {
+            ""
+        }
     );
     let rows: Vec<&Measured> = if it.per_target.len() > 1 {
-        it.per_target.iter().chain(std::iter::once(&it.merged)).collect()
+        it.per_target
+            .iter()
+            .chain(std::iter::once(&it.merged))
+            .collect()
     } else {
         vec![&it.merged]
     };
@@ -318,9 +350,17 @@ pub fn table(doc: &Document) -> String {
                 m.lost
             );
         }
-        let _ = writeln!(s, "(latency in microseconds; >5ms%: {:.4})", it.merged.latency.as_ref().map_or(0.0, |l| l.over_5ms_pct));
+        let _ = writeln!(
+            s,
+            "(latency in microseconds; >5ms%: {:.4})",
+            it.merged.latency.as_ref().map_or(0.0, |l| l.over_5ms_pct)
+        );
     } else {
-        let _ = writeln!(s, "{:<22} {:>10} {:>12} {:>10} {:>12} {:>12} {:>8}", "target", "Gbit/s", "packets/s", "MB", "sent", "lost", "loss%");
+        let _ = writeln!(
+            s,
+            "{:<22} {:>10} {:>12} {:>10} {:>12} {:>12} {:>8}",
+            "target", "Gbit/s", "packets/s", "MB", "sent", "lost", "loss%"
+        );
         for m in &rows {
             let _ = writeln!(
                 s,
@@ -336,14 +376,33 @@ pub fn table(doc: &Document) -> String {
         }
     }
     if let (Some(req), Some(got)) = (it.merged.requested_rate, it.merged.achieved_rate) {
-        let _ = writeln!(s, "rate: requested {req:.0}/s, achieved {got:.0}/s ({:.1}%), {} sends late by >1 ms", 100.0 * got / req.max(1e-9), it.merged.late);
+        let _ = writeln!(
+            s,
+            "rate: requested {req:.0}/s, achieved {got:.0}/s ({:.1}%), {} sends late by >1 ms",
+            100.0 * got / req.max(1e-9),
+            it.merged.late
+        );
     }
     let c = &it.client_cost;
-    let _ = write!(s, "cpu: client {:.0} ns/op ({:.2} ms)", c.ns_per_op, c.cpu.total_ns() as f64 / 1e6);
+    let _ = write!(
+        s,
+        "cpu: client {:.0} ns/op ({:.2} ms)",
+        c.ns_per_op,
+        c.cpu.total_ns() as f64 / 1e6
+    );
     if let Some(a) = &it.merged.agent_cost {
-        let _ = write!(s, ", agent {:.0} ns/op ({:.2} ms)", a.ns_per_op, a.cpu.total_ns() as f64 / 1e6);
+        let _ = write!(
+            s,
+            ", agent {:.0} ns/op ({:.2} ms)",
+            a.ns_per_op,
+            a.cpu.total_ns() as f64 / 1e6
+        );
     }
-    let _ = writeln!(s, "; machine {:.0}% busy, {:.1}% steal", it.machine.busy_pct, it.machine.steal_pct);
+    let _ = writeln!(
+        s,
+        "; machine {:.0}% busy, {:.1}% steal",
+        it.machine.busy_pct, it.machine.steal_pct
+    );
     if doc.iterations.len() > 1 {
         let sp = &doc.spread;
         let _ = writeln!(
@@ -359,7 +418,14 @@ pub fn table(doc: &Document) -> String {
         );
     }
     let e = &doc.environment;
-    let _ = writeln!(s, "env: {} | clocksource {} | {} cpus{}", e.kernel.split(' ').next().unwrap_or(""), e.clocksource, e.cpus, if e.hypervisor { " (VM)" } else { "" });
+    let _ = writeln!(
+        s,
+        "env: {} | clocksource {} | {} cpus{}",
+        e.kernel.split(' ').next().unwrap_or(""),
+        e.clocksource,
+        e.cpus,
+        if e.hypervisor { " (VM)" } else { "" }
+    );
     s
 }
 
@@ -402,7 +468,6 @@ pub fn csv(doc: &Document) -> String {
     s
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -415,7 +480,8 @@ mod tests {
         assert_eq!(parse_duration("2").unwrap(), Duration::from_secs(2));
         assert_eq!(parse_duration("1m").unwrap(), Duration::from_secs(60));
         assert!(parse_duration("fast").is_err());
-        assert!(parse_duration("10h").is_err());
+        assert_eq!(parse_duration("1h").unwrap(), Duration::from_secs(3600));
+        assert!(parse_duration("10d").is_err());
     }
 
     #[test]
@@ -426,4 +492,107 @@ mod tests {
         assert_eq!(parse_sizes("64,1024").unwrap(), (64, 1024));
         assert!(parse_sizes("big").is_err());
     }
+}
+
+#[derive(clap::Args)]
+pub struct PingArgs {
+    /// Hosts to ping (IPv4), comma-separated.
+    #[arg(long, short = 't', value_delimiter = ',', required = true)]
+    target: Vec<String>,
+    /// Time between echo requests of one session.
+    #[arg(long, short = 'i', value_parser = parse_duration, default_value = "1ms")]
+    interval: Duration,
+    /// Sessions per target, each with its own socket and identifier.
+    #[arg(long, default_value_t = 1)]
+    sessions: u32,
+    /// ICMP payload bytes.
+    #[arg(long, short = 's', default_value_t = 56)]
+    size: usize,
+    #[arg(long, short = 'd', value_parser = parse_duration, default_value = "10s")]
+    duration: Duration,
+    #[arg(long, value_parser = parse_duration, default_value = "1s")]
+    warmup: Duration,
+    #[arg(long, default_value_t = 1)]
+    iterations: u32,
+    /// CPUs for session threads, round-robin.
+    #[arg(long, value_parser = parse_cpus)]
+    cpu: Option<Vec<usize>>,
+    /// Take receive instants from kernel software timestamps (SO_TIMESTAMPING).
+    #[arg(long)]
+    rx_timestamp: bool,
+    #[command(flatten)]
+    output: OutputArgs,
+}
+
+pub fn ping(a: PingArgs) -> anyhow::Result<i32> {
+    if a.size > 65_000 {
+        bail!("--size {} is larger than an ICMP echo can carry", a.size);
+    }
+    let p = vnio_measure::ping::PingParams {
+        targets: a.target,
+        interval: a.interval,
+        sessions: a.sessions.max(1),
+        size: a.size,
+        duration: a.duration,
+        warmup: a.warmup,
+        iterations: a.iterations,
+        cpus: a.cpu.unwrap_or_default(),
+        rx_timestamp: a.rx_timestamp,
+    };
+    let doc = vnio_measure::ping::run(&p, stop_on_signal()?, &progress)?;
+    emit(&doc, &a.output)
+}
+
+#[derive(clap::Args)]
+pub struct StreamArgs {
+    #[command(flatten)]
+    common: CommonArgs,
+    /// tcp or udp.
+    #[arg(long, short = 'p', value_parser = parse_transport, default_value = "tcp")]
+    proto: Transport,
+    /// Agent sends, this side receives.
+    #[arg(long, short = 'R')]
+    reverse: bool,
+    /// Bytes per write (TCP, default 128 KiB) or per datagram (UDP, default 1472).
+    #[arg(long, short = 's')]
+    size: Option<u32>,
+    /// UDP: packets per second per target, spread over its sessions.
+    #[arg(long, short = 'r')]
+    rate: Option<u64>,
+    /// UDP: packets sent back to back at each scheduled instant.
+    #[arg(long, short = 'b', default_value_t = 1)]
+    burst: u32,
+}
+
+pub fn stream(a: StreamArgs) -> anyhow::Result<i32> {
+    use vnio_measure::stream::{Direction, StreamParams};
+    if a.rate.is_some() && a.proto == Transport::Tcp {
+        bail!("--rate paces UDP streams; TCP streams run as fast as TCP allows");
+    }
+    let size = a.size.unwrap_or(if a.proto == Transport::Tcp {
+        128 * 1024
+    } else {
+        1472
+    });
+    if a.proto == Transport::Udp && !(16..=65_507).contains(&size) {
+        bail!("UDP --size must be 16..=65507 bytes (a 16-byte header is carried)");
+    }
+    let common = a.common.common();
+    let p = StreamParams {
+        transport: a.proto,
+        direction: if a.reverse {
+            Direction::Receive
+        } else {
+            Direction::Send
+        },
+        size,
+        rate_per_session: a
+            .rate
+            .map(|r| (r / u64::from(common.sessions.max(1))).max(1)),
+        burst: a.burst.max(1),
+        busy_poll_us: common.busy_poll_us,
+    };
+    let job = vnio_measure::stream::job(&common, p);
+    let doc = vnio_measure::run::run(&common, &job, stop_on_signal()?, &progress)?;
+    emit(&doc, &a.common.output)
 }
