@@ -2,7 +2,8 @@
 //!
 //! Real kernel network topology built through rtnetlink (no `ip` commands):
 //! named network namespaces ([`Netns`]), veth pairs, Linux bridges and
-//! macvlans ([`Handle`], [`Link`]), addresses, and the two-host [`Pair`].
+//! macvlans ([`Handle`], [`Link`]), addresses, routes, tc qdiscs, the
+//! two-host [`Pair`] and hosts on a Linux bridge ([`Bridged`]).
 //! Every object is journaled before it is created, so [`clean`] can remove
 //! what a crashed run left; the normal path cleans up on drop.
 //!
@@ -46,6 +47,7 @@
 #![warn(missing_docs)]
 
 mod addr;
+mod bridged;
 mod error;
 mod handle;
 mod journal;
@@ -61,6 +63,7 @@ mod sys;
 mod tc;
 
 pub use addr::Cidr;
+pub use bridged::{Bridged, BRIDGED_MAX_HOSTS};
 pub use error::{Error, Result};
 pub use handle::Handle;
 pub use journal::{CleanReport, Entry, Journal, DEFAULT_JOURNAL, JOURNAL_ENV};

@@ -23,6 +23,18 @@ pub struct Host {
 }
 
 impl Host {
+    pub(crate) fn new(netns: Netns, ifname: String, addr: Ipv4Addr) -> Host {
+        Host {
+            netns,
+            ifname,
+            addr,
+        }
+    }
+
+    pub(crate) fn into_netns(self) -> Netns {
+        self.netns
+    }
+
     /// The host's namespace.
     pub fn netns(&self) -> &Netns {
         &self.netns

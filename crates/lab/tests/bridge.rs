@@ -165,3 +165,60 @@ fn nonroot_child_helper() {
     assert!(err.is_permission_denied(), "{err}");
     println!("CHILD-ERROR {err}");
 }
+
+#[test]
+fn bridged_hosts_reach_each_other() {
+    if common::skip_unless_root("bridged_hosts_reach_each_other") {
+        return;
+    }
+    let journal = common::journal("bridged");
+    let star = vnio_lab::Bridged::with_journal(3, &journal).expect("bridged");
+    let hosts = star.hosts();
+    assert_eq!(hosts.len(), 3);
+    let mut names: Vec<String> = hosts.iter().map(|h| h.netns().name().to_owned()).collect();
+    names.push(star.switch().name().to_owned());
+
+    // Every host reaches every other one through br0.
+    for (i, from) in hosts.iter().enumerate() {
+        for (j, to) in hosts.iter().enumerate() {
+            if i == j {
+                continue;
+            }
+            let dst = SocketAddr::from((to.addr(), 7300 + (i * 3 + j) as u16));
+            let server = to
+                .run(move || UdpSocket::bind(dst))
+                .expect("enter")
+                .expect("bind");
+            server
+                .set_read_timeout(Some(Duration::from_secs(5)))
+                .expect("timeout");
+            let client = from
+                .run(|| UdpSocket::bind("0.0.0.0:0"))
+                .expect("enter")
+                .expect("bind");
+            client.send_to(b"star", dst).expect("send");
+            let mut buf = [0u8; 8];
+            let (n, src) = server.recv_from(&mut buf).expect("recv");
+            assert_eq!(&buf[..n], b"star");
+            assert_eq!(src.ip(), IpAddr::V4(from.addr()));
+        }
+    }
+    let mut sw = star.switch().handle().expect("switch handle");
+    let br = sw.index("br0").expect("br0");
+    let ports = sw
+        .links()
+        .expect("links")
+        .into_iter()
+        .filter(|l| l.controller == Some(br))
+        .count();
+    assert_eq!(ports, 3);
+    drop(sw);
+
+    star.delete().expect("delete");
+    for name in &names {
+        assert!(!vnio_lab::netns_exists(name), "{name} left");
+    }
+    assert!(journal.entries().expect("journal").is_empty());
+    assert!(vnio_lab::Bridged::with_journal(0, &journal).is_err());
+    let _ = std::fs::remove_dir_all(common::journal_dir(&journal));
+}
