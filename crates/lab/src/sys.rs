@@ -12,8 +12,8 @@ use std::sync::Arc;
 ///
 /// The closure holds a reference to the namespace's fd, so the descriptor
 /// stays open for as long as the `Command` can spawn, even if the `Netns` it
-/// came from is dropped first. The fd is close-on-exec:
-/// the program itself never sees it.
+/// came from is dropped first. The fd is close-on-exec: the program itself
+/// never sees it.
 pub(crate) fn setns_before_exec(cmd: &mut Command, netns: Arc<OwnedFd>) {
     let hook = move || -> io::Result<()> {
         // Only one raw system call happens here (the `Arc` is only
@@ -21,7 +21,7 @@ pub(crate) fn setns_before_exec(cmd: &mut Command, netns: Arc<OwnedFd>) {
         // libc state other than errno, which keeps the hook
         // async-signal-safe as required between fork and exec.
         // SAFETY: `setns` takes an fd and a flag and touches no memory of
-        // ours; the fd is owned by this closure and therefore open.
+        // ours; the fd is kept open by the `Arc` this closure holds.
         let rc = unsafe { libc::setns(netns.as_raw_fd(), libc::CLONE_NEWNET) };
         if rc == 0 {
             Ok(())
