@@ -94,21 +94,28 @@ pub fn apply(
             path: c.path.clone(),
             source: std::io::Error::other(u.to_string()),
         })?;
+        // Where the knob reads back as it is written (not a `[choice]`
+        // file), restore the exact bytes that were there.
+        let restore = if before.trim() == c.restore {
+            before.clone()
+        } else {
+            c.restore
+        };
         entries.push(Entry {
             knob,
             path: c.path,
             before,
             to: c.to,
-            restore: c.restore,
+            restore,
             state: EntryState::Pending,
         });
+    }
+    if !dry_run && journal_path.exists() {
+        return Err(TuneError::JournalExists(journal_path.to_path_buf()));
     }
     if dry_run || entries.is_empty() {
         report.entries = entries;
         return Ok(report);
-    }
-    if journal_path.exists() {
-        return Err(TuneError::JournalExists(journal_path.to_path_buf()));
     }
     let mut journal = Journal {
         schema: JOURNAL_SCHEMA.to_string(),
@@ -188,6 +195,12 @@ impl RevertReport {
     }
 }
 
+/// Whether a file reads as it did (ignoring surrounding whitespace, which
+/// the kernel adds or strips).
+fn same(now: &str, before: &str) -> bool {
+    now == before || now.trim() == before.trim()
+}
+
 /// Restores every file of the journal, audits again and compares with the
 /// baseline; the journal is kept (for another try) unless all is back.
 pub fn revert(host: &Host, journal_path: &Path) -> Result<RevertReport> {
@@ -196,11 +209,11 @@ pub fn revert(host: &Host, journal_path: &Path) -> Result<RevertReport> {
     let mut remaining = Vec::new();
     for e in journal.entries.iter().rev() {
         let action = match host.read_raw(&e.path) {
-            Ok(now) if now == e.before => RevertAction::Unchanged,
+            Ok(now) if same(&now, &e.before) => RevertAction::Unchanged,
             _ => match host.write(&e.path, &e.restore) {
                 Err(err) => RevertAction::Failed(error_chain(&err)),
                 Ok(()) => match host.read_raw(&e.path) {
-                    Ok(now) if now == e.before => RevertAction::Restored,
+                    Ok(now) if same(&now, &e.before) => RevertAction::Restored,
                     Ok(now) => RevertAction::Failed(format!(
                         "reads {:?}, expected {:?}",
                         now.trim(),

@@ -1,0 +1,385 @@
+//! The audit on fake machines: each knob's verdict, value and planned
+//! changes for a KVM guest and a bare-metal host.
+
+use vnio_tune::knob::Change;
+use vnio_tune::{audit, Audit, Finding, Host, Layer, Profile, Status};
+
+use crate::fake::Fake;
+
+pub fn find<'a>(a: &'a Audit, id: &str) -> &'a Finding {
+    a.findings
+        .iter()
+        .find(|f| f.id == id)
+        .unwrap_or_else(|| panic!("no finding {id}"))
+}
+
+fn changes(f: &Finding) -> Vec<(String, String, String)> {
+    f.changes
+        .iter()
+        .map(|Change { path, to, restore }| (path.clone(), to.clone(), restore.clone()))
+        .collect()
+}
+
+#[test]
+fn catalogue_entries_are_complete_and_unique() {
+    let cat = vnio_tune::knobs::catalogue();
+    assert!(cat.len() >= 30, "catalogue has {} knobs", cat.len());
+    let mut ids: Vec<&str> = cat.iter().map(|k| k.id).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), cat.len(), "knob ids are unique");
+    for k in &cat {
+        assert!(
+            k.id.contains('.') && !k.id.contains(' '),
+            "{}: id is area.name",
+            k.id
+        );
+        for (what, s) in [
+            ("title", k.title),
+            ("why", k.why),
+            ("tradeoff", k.tradeoff),
+            ("how", k.how),
+            ("revert", k.revert),
+        ] {
+            assert!(!s.trim().is_empty(), "{}: empty {what}", k.id);
+        }
+        for p in Profile::ALL {
+            assert!(
+                !k.targets.get(p).is_empty(),
+                "{}: no target for {}",
+                k.id,
+                p.name()
+            );
+        }
+        assert_eq!(vnio_tune::knobs::find(k.id).map(|f| f.id), Some(k.id));
+    }
+    for layer in [Layer::Bios, Layer::Host, Layer::Hypervisor, Layer::Guest] {
+        assert!(
+            cat.iter().any(|k| k.layer == layer),
+            "no knob of layer {}",
+            layer.name()
+        );
+    }
+}
+
+#[test]
+fn kvm_guest_latency() {
+    let fake = Fake::kvm_guest();
+    let a = audit(&fake.host(), Profile::Latency);
+    assert_eq!(a.virtualized, Some(true));
+    assert_eq!(a.kernel.as_deref(), Some("6.1.0-fake"));
+    assert_eq!(a.exit_code(), 2);
+
+    for id in [
+        "bios.power",
+        "cpu.governor",
+        "cpu.epp",
+        "cpu.turbo",
+        "kvm.halt-poll",
+    ] {
+        let f = find(&a, id);
+        assert_eq!(f.status, Status::NotVisible, "{id}: {}", f.current);
+        assert!(
+            f.current.starts_with("not visible from here: "),
+            "{id}: {}",
+            f.current
+        );
+    }
+    assert!(find(&a, "cpu.governor").current.contains("host's governor"));
+
+    assert_eq!(find(&a, "idle.driver").status, Status::Ok);
+    let states = find(&a, "idle.states");
+    assert_eq!(
+        (states.status, states.current.as_str()),
+        (Status::Ok, "all 2: POLL(0us) haltpoll idle(1us)")
+    );
+    let qos = find(&a, "idle.pm-qos");
+    assert_eq!(
+        (qos.status, qos.current.as_str()),
+        (Status::Ok, "no request")
+    );
+    assert!(
+        qos.notes
+            .iter()
+            .any(|n| n == "deepest enabled idle state exits in 1 us"),
+        "{:?}",
+        qos.notes
+    );
+
+    let hp = find(&a, "idle.haltpoll");
+    assert_eq!(
+        (hp.status, hp.current.as_str()),
+        (Status::Differs, "guest_halt_poll_ns=0")
+    );
+    assert_eq!(
+        changes(hp),
+        vec![(
+            "/sys/module/haltpoll/parameters/guest_halt_poll_ns".into(),
+            "200000".into(),
+            "0".into()
+        )]
+    );
+
+    let bp = find(&a, "net.busy-poll");
+    assert_eq!(bp.status, Status::Differs);
+    assert_eq!(bp.changes.len(), 2);
+    assert!(bp.changes.iter().all(|c| c.to == "50" && c.restore == "0"));
+
+    let co = find(&a, "net.coalescing");
+    assert_eq!(
+        (co.status, co.current.as_str()),
+        (
+            Status::Ok,
+            "eth0: rx-usecs 0 rx-frames 1 adaptive-rx off tx-usecs 0 tx-frames 1"
+        )
+    );
+    assert_eq!(find(&a, "net.offloads").current, "eth0: lro off gro on");
+    assert_eq!(
+        find(&a, "net.rps-xps").current,
+        "eth0: 1 rx queues (0 with RPS), 1 tx queues (1 with XPS)"
+    );
+
+    let numa = find(&a, "mem.numa");
+    assert_eq!(
+        (numa.status, numa.current.as_str()),
+        (Status::Ok, "1 node; numa_balancing 1")
+    );
+    assert!(numa.changes.is_empty());
+
+    let thp = find(&a, "mem.thp");
+    assert_eq!(thp.status, Status::Differs);
+    assert_eq!(
+        changes(thp),
+        vec![
+            (
+                "/sys/kernel/mm/transparent_hugepage/enabled".into(),
+                "madvise".into(),
+                "always".into()
+            ),
+            (
+                "/sys/kernel/mm/transparent_hugepage/defrag".into(),
+                "never".into(),
+                "madvise".into()
+            ),
+        ]
+    );
+    assert_eq!(
+        changes(find(&a, "mem.ksm")),
+        vec![("/sys/kernel/mm/ksm/run".into(), "0".into(), "1".into())]
+    );
+    assert_eq!(find(&a, "mem.balloon").status, Status::Differs);
+    assert_eq!(
+        find(&a, "mem.memlock").current,
+        "ulimit -l 8192 KiB (this process)"
+    );
+
+    let hv = find(&a, "virt.hypervisor");
+    assert_eq!(
+        (hv.status, hv.current.as_str()),
+        (Status::Differs, "KVM guest; vCPUs not hinted dedicated")
+    );
+    assert!(
+        hv.notes
+            .iter()
+            .any(|n| n == "KVM features: clocksource2 steal-time pv-unhalt"),
+        "{:?}",
+        hv.notes
+    );
+    assert_eq!(hv.apply.kind, vnio_tune::ApplyKind::Manual);
+    assert!(hv.changes.is_empty(), "manual knobs plan no change");
+
+    let steal = find(&a, "virt.steal");
+    assert_eq!(
+        (steal.status, steal.current.as_str()),
+        (Status::Differs, "1.70% of CPU time since boot")
+    );
+
+    let fw = find(&a, "sec.firewall");
+    assert_eq!(fw.status, Status::Differs);
+    assert!(
+        fw.notes
+            .iter()
+            .any(|n| n == "iptables filter: 5 entries, at most 1 rules"),
+        "{:?}",
+        fw.notes
+    );
+    assert_eq!(
+        find(&a, "sec.lsm").current,
+        "SELinux off; AppArmor on, 1 profiles enforcing"
+    );
+    assert_eq!(find(&a, "sec.conntrack").current, "12 of 262144 entries");
+    assert_eq!(find(&a, "time.clocksource").status, Status::Ok);
+    assert_eq!(
+        find(&a, "time.clock-cost").current,
+        "25.0 ns per clock_gettime(CLOCK_MONOTONIC)"
+    );
+
+    let s = a.summary;
+    assert_eq!(
+        s.ok + s.differs + s.info + s.not_visible + s.unreadable,
+        a.findings.len()
+    );
+    assert_eq!(
+        s.unreadable,
+        0,
+        "{:?}",
+        a.findings
+            .iter()
+            .filter(|f| f.status == Status::Unreadable)
+            .collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn kvm_guest_throughput_and_balanced() {
+    let fake = Fake::kvm_guest();
+    let t = audit(&fake.host(), Profile::Throughput);
+    assert_eq!(find(&t, "net.busy-poll").status, Status::Ok);
+    assert_eq!(find(&t, "idle.haltpoll").status, Status::Ok);
+    assert_eq!(find(&t, "virt.steal").status, Status::Ok);
+    assert_eq!(
+        find(&t, "mem.thp").status,
+        Status::Ok,
+        "enabled=always, defrag=madvise suits throughput"
+    );
+    assert_eq!(
+        find(&t, "net.coalescing").status,
+        Status::Differs,
+        "rx-usecs 0 without adaptive is not a throughput setting"
+    );
+    let b = audit(&fake.host(), Profile::Balanced);
+    assert_eq!(find(&b, "mem.ksm").status, Status::Ok);
+    assert_eq!(find(&b, "sec.firewall").status, Status::Ok);
+}
+
+#[test]
+fn bare_metal_latency_plans_cpu_and_idle_changes() {
+    let fake = Fake::bare_metal();
+    let a = audit(&fake.host(), Profile::Latency);
+    assert_eq!(a.virtualized, Some(false));
+    assert_eq!(find(&a, "bios.power").status, Status::Info);
+    let gov = find(&a, "cpu.governor");
+    assert_eq!(
+        (gov.status, gov.current.as_str()),
+        (Status::Differs, "all 2: powersave")
+    );
+    assert_eq!(
+        changes(gov),
+        vec![
+            (
+                "/sys/devices/system/cpu/cpufreq/policy0/scaling_governor".into(),
+                "performance".into(),
+                "powersave".into()
+            ),
+            (
+                "/sys/devices/system/cpu/cpufreq/policy1/scaling_governor".into(),
+                "performance".into(),
+                "powersave".into()
+            ),
+        ]
+    );
+    assert_eq!(find(&a, "cpu.epp").changes.len(), 2);
+    assert_eq!(find(&a, "cpu.turbo").status, Status::Ok);
+    let st = find(&a, "idle.states");
+    assert_eq!(st.status, Status::Differs);
+    let disabled: Vec<String> = st.changes.iter().map(|c| c.path.clone()).collect();
+    assert_eq!(
+        disabled,
+        vec![
+            "/sys/devices/system/cpu/cpu0/cpuidle/state2/disable",
+            "/sys/devices/system/cpu/cpu0/cpuidle/state3/disable",
+            "/sys/devices/system/cpu/cpu1/cpuidle/state2/disable",
+            "/sys/devices/system/cpu/cpu1/cpuidle/state3/disable",
+        ]
+    );
+    assert!(st.changes.iter().all(|c| c.to == "1" && c.restore == "0"));
+    let qos = find(&a, "idle.pm-qos");
+    assert_eq!(qos.status, Status::Differs);
+    assert_eq!(qos.apply.kind, vnio_tune::ApplyKind::Process);
+    assert!(
+        qos.changes.is_empty(),
+        "PM QoS is held by a process, never written by apply"
+    );
+    assert_eq!(find(&a, "idle.haltpoll").status, Status::Info);
+    assert_eq!(find(&a, "kvm.halt-poll").status, Status::Ok);
+    assert_eq!(
+        find(&a, "virt.hypervisor").current,
+        "bare metal (no hypervisor flag)"
+    );
+    assert_eq!(find(&a, "mem.balloon").status, Status::Info);
+
+    let t = audit(&fake.host(), Profile::Throughput);
+    assert_eq!(find(&t, "idle.states").status, Status::Ok);
+    assert_eq!(find(&t, "cpu.governor").status, Status::Differs);
+    let b = audit(&fake.host(), Profile::Balanced);
+    assert_eq!(find(&b, "cpu.governor").status, Status::Ok);
+}
+
+#[test]
+fn pm_qos_request_and_its_holders_are_reported() {
+    let fake = Fake::bare_metal();
+    fake.put("/dev/cpu_dma_latency", 1i32.to_ne_bytes())
+        .put("/proc/77/comm", "tuned\n")
+        .symlink("/proc/77/fd/9", "/dev/cpu_dma_latency")
+        .symlink("/proc/77/fd/1", "/dev/null");
+    let a = audit(&fake.host(), Profile::Latency);
+    let q = find(&a, "idle.pm-qos");
+    assert_eq!((q.status, q.current.as_str()), (Status::Ok, "1 us"));
+    assert!(
+        q.notes.iter().any(|n| n == "held by tuned[77]"),
+        "{:?}",
+        q.notes
+    );
+}
+
+#[test]
+fn read_only_parameters_are_not_planned() {
+    let fake = Fake::kvm_guest();
+    fake.chmod("/sys/module/haltpoll/parameters/guest_halt_poll_ns", 0o444);
+    let a = audit(&fake.host(), Profile::Latency);
+    let hp = find(&a, "idle.haltpoll");
+    assert_eq!(hp.status, Status::Differs);
+    assert!(hp.changes.is_empty());
+    assert!(
+        hp.notes.iter().any(|n| n.contains("read-only here")),
+        "{:?}",
+        hp.notes
+    );
+}
+
+#[test]
+fn fake_root_without_probe_says_what_it_did_not_probe() {
+    let fake = Fake::kvm_guest();
+    let a = audit(&Host::with_root(fake.root()), Profile::Latency);
+    let co = find(&a, "net.coalescing");
+    assert_eq!(
+        (co.status, co.current.as_str()),
+        (Status::NotVisible, "eth0: not probed under a fake root")
+    );
+    assert_eq!(find(&a, "time.clock-cost").status, Status::NotVisible);
+    assert_eq!(find(&a, "virt.hypervisor").status, Status::NotVisible);
+}
+
+#[test]
+fn an_empty_root_is_all_not_visible_or_unreadable_never_a_panic() {
+    let dir = crate::fake::TempDir::new("empty");
+    let a = audit(&Host::with_root(&dir.0), Profile::Latency);
+    for f in &a.findings {
+        assert!(
+            !f.current.contains("internal error"),
+            "{}: {}",
+            f.id,
+            f.current
+        );
+        assert_ne!(
+            f.status,
+            Status::Differs,
+            "{}: nothing to differ on an empty machine: {}",
+            f.id,
+            f.current
+        );
+    }
+    assert!(a.summary.not_visible >= 20, "{:?}", a.summary);
+    assert_eq!(a.virtualized, None);
+    assert_eq!(a.kernel, None);
+}
