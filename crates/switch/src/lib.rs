@@ -9,6 +9,8 @@
 pub mod fdb;
 pub mod forward;
 pub mod stats;
+mod sys;
+pub mod vhost_user;
 pub mod vlan;
 pub mod wire;
 
@@ -23,3 +25,23 @@ impl std::fmt::Display for PortId {
         write!(f, "{}", self.0)
     }
 }
+
+pub mod datapath;
+pub mod port;
+
+/// Renders an error with its causes: "outer: inner: root".
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
+pub mod config;
+pub mod control;
+pub mod daemon;
+pub mod endpoint;
+pub mod worker;

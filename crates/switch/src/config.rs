@@ -1,0 +1,273 @@
+//! The switch's configuration: the TOML file of `vnio switch --config`,
+//! and the port specification shared with the control socket's `port_add`.
+
+use crate::forward::PortPolicy;
+use crate::port::SocketMode;
+use crate::vlan::{BadVid, VlanConfig};
+use crate::wire::EthernetAddress;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Why a configuration is invalid.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read {path}")]
+    Read {
+        /// File.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The TOML does not parse or has unknown keys.
+    #[error("invalid configuration")]
+    Parse(#[from] toml::de::Error),
+    /// A port is inconsistent.
+    #[error("port {name}: {what}")]
+    Port {
+        /// Port name.
+        name: String,
+        /// What is wrong.
+        what: String,
+    },
+    /// A VLAN id is out of range.
+    #[error("port {name}")]
+    Vlan {
+        /// Port name.
+        name: String,
+        /// Why.
+        #[source]
+        source: BadVid,
+    },
+}
+
+/// The whole file.
+#[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Switch-wide settings.
+    #[serde(default)]
+    pub switch: SwitchConfig,
+    /// Ports present at start.
+    #[serde(default, rename = "port")]
+    pub ports: Vec<PortSpec>,
+}
+
+/// Switch-wide settings.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct SwitchConfig {
+    /// Control socket path.
+    pub control: PathBuf,
+    /// FDB capacity.
+    pub fdb_capacity: usize,
+    /// FDB aging time in seconds.
+    pub aging_secs: u64,
+    /// Frames taken from one queue per polling round.
+    pub budget: usize,
+    /// Empty polling rounds before the worker sleeps on kicks (0: sleep at once).
+    pub idle_polls: u32,
+}
+
+impl Default for SwitchConfig {
+    fn default() -> Self {
+        Self {
+            control: PathBuf::from("/run/vnio/switch.sock"),
+            fdb_capacity: 8192,
+            aging_secs: 300,
+            budget: 64,
+            idle_polls: 64,
+        }
+    }
+}
+
+impl SwitchConfig {
+    /// The aging time.
+    pub fn aging(&self) -> Duration {
+        Duration::from_secs(self.aging_secs)
+    }
+}
+
+/// Kinds of ports.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum PortKind {
+    /// vhost-user virtio-net.
+    VhostUser,
+}
+
+/// One port (config file `[[port]]`, or the control socket's `port_add`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct PortSpec {
+    /// Unique name.
+    pub name: String,
+    /// Kind.
+    pub kind: PortKind,
+    /// vhost-user: socket path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub socket: Option<PathBuf>,
+    /// vhost-user: who listens.
+    #[serde(default)]
+    pub mode: SocketMode,
+    /// Access VLAN (default 1) when `trunk` is empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vlan: Option<u16>,
+    /// VLANs carried tagged; a non-empty list makes the port a trunk.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub trunk: Vec<u16>,
+    /// The untagged VLAN of a trunk.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub native_vlan: Option<u16>,
+    /// The port's MAC (for the spoof guard).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mac: Option<String>,
+    /// Drop frames whose source MAC is not `mac`.
+    #[serde(default)]
+    pub spoof_guard: bool,
+}
+
+impl PortSpec {
+    /// A vhost-user port on `socket` with defaults.
+    pub fn vhost_user(name: &str, socket: impl Into<PathBuf>, mode: SocketMode) -> Self {
+        Self {
+            name: name.to_string(),
+            kind: PortKind::VhostUser,
+            socket: Some(socket.into()),
+            mode,
+            vlan: None,
+            trunk: Vec::new(),
+            native_vlan: None,
+            mac: None,
+            spoof_guard: false,
+        }
+    }
+
+    /// Validates and turns the forwarding part into a policy.
+    pub fn policy(&self) -> Result<PortPolicy, ConfigError> {
+        let err = |what: &str| ConfigError::Port {
+            name: self.name.clone(),
+            what: what.to_string(),
+        };
+        if self.name.is_empty()
+            || self.name.len() > 64
+            || self.name.contains(|c: char| c.is_whitespace() || c == '"')
+        {
+            return Err(err("name must be 1-64 characters without spaces or quotes"));
+        }
+        if self.kind == PortKind::VhostUser && self.socket.is_none() {
+            return Err(err("a vhost-user port needs `socket`"));
+        }
+        let vlan = VlanConfig {
+            vlan: self.vlan,
+            trunk: self.trunk.clone(),
+            native_vlan: self.native_vlan,
+        }
+        .mode()
+        .map_err(|source| ConfigError::Vlan {
+            name: self.name.clone(),
+            source,
+        })?;
+        let mac: Option<EthernetAddress> = match &self.mac {
+            Some(m) => Some(m.parse().map_err(|_| err("`mac` is not a MAC address"))?),
+            None => None,
+        };
+        if self.spoof_guard && mac.is_none() {
+            return Err(err("`spoof_guard` needs `mac`"));
+        }
+        Ok(PortPolicy {
+            vlan,
+            spoof_guard: if self.spoof_guard { mac } else { None },
+        })
+    }
+}
+
+impl Config {
+    /// Parses TOML text.
+    pub fn parse(text: &str) -> Result<Self, ConfigError> {
+        let c: Config = toml::from_str(text)?;
+        for p in &c.ports {
+            p.policy()?;
+        }
+        Ok(c)
+    }
+
+    /// Reads and parses a file.
+    pub fn load(path: &std::path::Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::parse(&text)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::vlan::VlanMode;
+
+    #[test]
+    fn parses_a_full_file() {
+        let c = Config::parse(
+            r#"
+            [switch]
+            control = "/tmp/sw.sock"
+            aging_secs = 60
+
+            [[port]]
+            name = "vm1"
+            kind = "vhost-user"
+            socket = "/tmp/vm1.sock"
+            vlan = 10
+            mac = "02:00:00:00:00:01"
+            spoof_guard = true
+
+            [[port]]
+            name = "up"
+            kind = "vhost-user"
+            socket = "/tmp/up.sock"
+            mode = "client"
+            trunk = [10, 20]
+            native_vlan = 10
+            "#,
+        )
+        .unwrap();
+        assert_eq!(c.switch.control, PathBuf::from("/tmp/sw.sock"));
+        assert_eq!(c.switch.aging(), Duration::from_secs(60));
+        assert_eq!(c.switch.budget, 64);
+        let p = c.ports[0].policy().unwrap();
+        assert_eq!(p.vlan, VlanMode::Access { vid: 10 });
+        assert_eq!(p.spoof_guard, Some("02:00:00:00:00:01".parse().unwrap()));
+        assert_eq!(c.ports[1].mode, SocketMode::Client);
+        assert!(matches!(
+            c.ports[1].policy().unwrap().vlan,
+            VlanMode::Trunk {
+                native: Some(10),
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn rejects_bad_ports() {
+        assert!(
+            Config::parse("[[port]]\nname = \"a\"\nkind = \"vhost-user\"\n").is_err(),
+            "no socket"
+        );
+        assert!(Config::parse(
+            "[[port]]\nname = \"a\"\nkind = \"vhost-user\"\nsocket = \"/s\"\nspoof_guard = true\n"
+        )
+        .is_err());
+        assert!(Config::parse(
+            "[[port]]\nname = \"a\"\nkind = \"vhost-user\"\nsocket = \"/s\"\nvlan = 5000\n"
+        )
+        .is_err());
+        assert!(
+            Config::parse("[switch]\nbogus = 1\n").is_err(),
+            "unknown keys are refused"
+        );
+    }
+}

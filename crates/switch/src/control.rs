@@ -1,0 +1,175 @@
+//! The control socket: one JSON request per line, one JSON response per
+//! line, over a Unix stream. [`Request`] and [`Response`] are the protocol;
+//! [`Client`] is what `vnio switch port ...` uses.
+
+use crate::config::PortSpec;
+use serde::{Deserialize, Serialize};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::time::Duration;
+
+/// A request.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Request {
+    /// Add a port.
+    PortAdd {
+        /// The port.
+        port: PortSpec,
+    },
+    /// Remove a port.
+    PortDel {
+        /// Its name.
+        name: String,
+    },
+    /// List ports.
+    PortList,
+    /// Counters of one port, or all.
+    Stats {
+        /// Port name (all when absent).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        name: Option<String>,
+    },
+    /// The learned addresses.
+    Fdb,
+    /// Counters in Prometheus text format.
+    Metrics,
+    /// Stop the switch.
+    Shutdown,
+}
+
+/// A response.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Response {
+    /// Whether the request succeeded.
+    pub ok: bool,
+    /// The result (when ok).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<serde_json::Value>,
+    /// What went wrong (when not ok).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl Response {
+    /// A success carrying `v`.
+    pub fn ok(v: serde_json::Value) -> Self {
+        Self {
+            ok: true,
+            result: Some(v),
+            error: None,
+        }
+    }
+
+    /// A failure.
+    pub fn err(e: impl Into<String>) -> Self {
+        Self {
+            ok: false,
+            result: None,
+            error: Some(e.into()),
+        }
+    }
+}
+
+/// Errors talking to the control socket.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// Connecting or exchanging failed.
+    #[error("cannot talk to the switch control socket {path}")]
+    Io {
+        /// Socket.
+        path: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The answer was not JSON.
+    #[error("invalid response from the switch")]
+    Json(#[from] serde_json::Error),
+    /// The switch refused the request.
+    #[error("switch: {0}")]
+    Refused(String),
+}
+
+/// A control-socket client.
+pub struct Client {
+    stream: BufReader<UnixStream>,
+    path: String,
+}
+
+impl Client {
+    /// Connects to the control socket.
+    pub fn connect(path: &Path) -> Result<Self, ClientError> {
+        let p = path.display().to_string();
+        let io = |source| ClientError::Io {
+            path: p.clone(),
+            source,
+        };
+        let s = UnixStream::connect(path).map_err(io)?;
+        s.set_read_timeout(Some(Duration::from_secs(10)))
+            .map_err(io)?;
+        Ok(Self {
+            stream: BufReader::new(s),
+            path: p,
+        })
+    }
+
+    /// Sends a request; returns its result, or the switch's error.
+    pub fn request(&mut self, req: &Request) -> Result<serde_json::Value, ClientError> {
+        let io = |source| ClientError::Io {
+            path: self.path.clone(),
+            source,
+        };
+        let mut line = serde_json::to_string(req)?;
+        line.push('\n');
+        self.stream
+            .get_mut()
+            .write_all(line.as_bytes())
+            .map_err(io)?;
+        let mut answer = String::new();
+        let n = self
+            .stream
+            .read_line(&mut answer)
+            .map_err(|source| ClientError::Io {
+                path: self.path.clone(),
+                source,
+            })?;
+        if n == 0 {
+            return Err(ClientError::Io {
+                path: self.path.clone(),
+                source: std::io::ErrorKind::UnexpectedEof.into(),
+            });
+        }
+        let r: Response = serde_json::from_str(&answer)?;
+        if r.ok {
+            Ok(r.result.unwrap_or(serde_json::Value::Null))
+        } else {
+            Err(ClientError::Refused(r.error.unwrap_or_default()))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::port::SocketMode;
+
+    #[test]
+    fn wire_form_is_stable() {
+        let r = Request::PortAdd {
+            port: PortSpec::vhost_user("vm1", "/tmp/a.sock", SocketMode::Server),
+        };
+        let s = serde_json::to_string(&r).unwrap();
+        assert_eq!(
+            s,
+            r#"{"op":"port_add","port":{"name":"vm1","kind":"vhost-user","socket":"/tmp/a.sock","mode":"server","spoof_guard":false}}"#
+        );
+        assert_eq!(serde_json::from_str::<Request>(&s).unwrap(), r);
+        assert_eq!(
+            serde_json::from_str::<Request>(r#"{"op":"port_list"}"#).unwrap(),
+            Request::PortList
+        );
+        assert!(serde_json::from_str::<Request>(r#"{"op":"explode"}"#).is_err());
+    }
+}

@@ -1,0 +1,259 @@
+//! The switch process: a worker thread owning the data path, and a control
+//! thread serving the Unix control socket. [`Switch::start`] is what
+//! `vnio switch --config` runs; tests start it in-process.
+
+use crate::config::{Config, PortSpec};
+use crate::control::{Request, Response};
+use crate::stats;
+use crate::worker::{Command, PortInfo, Worker};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Sender};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
+
+/// Why the switch could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// Threads, sockets or eventfds could not be created.
+    #[error("cannot start the switch")]
+    Io(#[from] std::io::Error),
+    /// The control socket could not be bound.
+    #[error("cannot listen on the control socket {0}")]
+    Control(PathBuf, #[source] std::io::Error),
+    /// A configured port could not be added.
+    #[error("port {0}: {1}")]
+    Port(String, String),
+}
+
+/// A handle to the worker: send a command, wake it, wait for the answer.
+#[derive(Clone)]
+pub struct WorkerHandle {
+    tx: Sender<Command>,
+    wake: Arc<EventFd>,
+}
+
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
+
+impl WorkerHandle {
+    fn send(&self, c: Command) -> Result<(), String> {
+        self.tx.send(c).map_err(|_| "worker stopped".to_string())?;
+        self.wake.write(1).map_err(|e| e.to_string())
+    }
+
+    /// Adds a port.
+    pub fn add_port(&self, spec: PortSpec) -> Result<PortInfo, String> {
+        let (tx, rx) = mpsc::channel();
+        self.send(Command::Add(spec, tx))?;
+        rx.recv_timeout(ANSWER_TIMEOUT).map_err(|e| e.to_string())?
+    }
+
+    /// Removes a port.
+    pub fn del_port(&self, name: &str) -> Result<(), String> {
+        let (tx, rx) = mpsc::channel();
+        self.send(Command::Del(name.to_string(), tx))?;
+        rx.recv_timeout(ANSWER_TIMEOUT).map_err(|e| e.to_string())?
+    }
+
+    /// Lists ports with their counters.
+    pub fn list(&self) -> Result<Vec<PortInfo>, String> {
+        let (tx, rx) = mpsc::channel();
+        self.send(Command::List(tx))?;
+        rx.recv_timeout(ANSWER_TIMEOUT).map_err(|e| e.to_string())
+    }
+
+    /// The FDB.
+    pub fn fdb(&self) -> Result<Vec<crate::fdb::FdbEntry>, String> {
+        let (tx, rx) = mpsc::channel();
+        self.send(Command::Fdb(tx))?;
+        rx.recv_timeout(ANSWER_TIMEOUT).map_err(|e| e.to_string())
+    }
+}
+
+/// A running switch.
+pub struct Switch {
+    handle: WorkerHandle,
+    worker: Option<JoinHandle<()>>,
+    control: Option<JoinHandle<()>>,
+    stop: Arc<AtomicBool>,
+    control_path: PathBuf,
+}
+
+impl Switch {
+    /// Starts the worker, adds the configured ports, and serves the control socket.
+    pub fn start(config: Config) -> Result<Self, StartError> {
+        let (tx, rx) = mpsc::channel();
+        let wake = Arc::new(EventFd::new(EFD_NONBLOCK)?);
+        let worker = Worker::new(config.switch.clone(), rx, wake.try_clone()?)?;
+        let worker = std::thread::Builder::new()
+            .name("vnio-switch-worker".into())
+            .spawn(move || worker.run())?;
+        let handle = WorkerHandle { tx, wake };
+        let stop = Arc::new(AtomicBool::new(false));
+        let path = config.switch.control.clone();
+        let mut sw = Self {
+            handle: handle.clone(),
+            worker: Some(worker),
+            control: None,
+            stop: stop.clone(),
+            control_path: path.clone(),
+        };
+        for p in config.ports {
+            let name = p.name.clone();
+            sw.handle
+                .add_port(p)
+                .map_err(|e| StartError::Port(name, e))?;
+        }
+        if let Some(dir) = path.parent() {
+            let _ = std::fs::create_dir_all(dir);
+        }
+        let _ = std::fs::remove_file(&path);
+        let listener =
+            UnixListener::bind(&path).map_err(|e| StartError::Control(path.clone(), e))?;
+        listener.set_nonblocking(true)?;
+        let control = std::thread::Builder::new()
+            .name("vnio-switch-control".into())
+            .spawn(move || serve_control(listener, handle, stop))?;
+        sw.control = Some(control);
+        Ok(sw)
+    }
+
+    /// The handle the control socket uses.
+    pub fn handle(&self) -> &WorkerHandle {
+        &self.handle
+    }
+
+    /// Blocks until a `shutdown` request arrives.
+    pub fn wait(mut self) {
+        if let Some(c) = self.control.take() {
+            let _ = c.join();
+        }
+    }
+
+    /// The control socket path.
+    pub fn control_path(&self) -> &Path {
+        &self.control_path
+    }
+}
+
+impl Drop for Switch {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(c) = self.control.take() {
+            let _ = c.join();
+        }
+        let _ = self.handle.send(Command::Stop);
+        if let Some(w) = self.worker.take() {
+            let _ = w.join();
+        }
+        let _ = std::fs::remove_file(&self.control_path);
+    }
+}
+
+fn serve_control(listener: UnixListener, handle: WorkerHandle, stop: Arc<AtomicBool>) {
+    let mut clients = Vec::<JoinHandle<()>>::new();
+    while !stop.load(Ordering::SeqCst) {
+        match listener.accept() {
+            Ok((s, _)) => {
+                let (h, st) = (handle.clone(), stop.clone());
+                if let Ok(t) = std::thread::Builder::new()
+                    .name("vnio-switch-client".into())
+                    .spawn(move || serve_client(s, h, st))
+                {
+                    clients.push(t);
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(20))
+            }
+            Err(e) => {
+                log::error!("control socket: {e}");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
+    for t in clients {
+        let _ = t.join();
+    }
+}
+
+fn serve_client(s: UnixStream, handle: WorkerHandle, stop: Arc<AtomicBool>) {
+    let _ = s.set_read_timeout(Some(Duration::from_millis(200)));
+    let Ok(mut w) = s.try_clone() else { return };
+    let mut r = BufReader::new(s);
+    let mut line = String::new();
+    while !stop.load(Ordering::SeqCst) {
+        line.clear();
+        match r.read_line(&mut line) {
+            Ok(0) => return,
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                continue
+            }
+            Err(_) => return,
+        }
+        let resp = match serde_json::from_str::<Request>(&line) {
+            Ok(Request::Shutdown) => {
+                stop.store(true, Ordering::SeqCst);
+                Response::ok(serde_json::Value::Null)
+            }
+            Ok(req) => answer(&handle, req),
+            Err(e) => Response::err(format!("bad request: {e}")),
+        };
+        let mut out = serde_json::to_string(&resp)
+            .unwrap_or_else(|_| r#"{"ok":false,"error":"unserializable"}"#.into());
+        out.push('\n');
+        if w.write_all(out.as_bytes()).is_err() {
+            return;
+        }
+    }
+}
+
+/// Answers one request through the worker.
+pub fn answer(handle: &WorkerHandle, req: Request) -> Response {
+    let to_json = |v: Result<serde_json::Value, String>| match v {
+        Ok(v) => Response::ok(v),
+        Err(e) => Response::err(e),
+    };
+    let j = |x: Result<serde_json::Value, serde_json::Error>| x.map_err(|e| e.to_string());
+    match req {
+        Request::PortAdd { port } => to_json(
+            handle
+                .add_port(port)
+                .and_then(|i| j(serde_json::to_value(i))),
+        ),
+        Request::PortDel { name } => {
+            to_json(handle.del_port(&name).map(|_| serde_json::Value::Null))
+        }
+        Request::PortList => to_json(handle.list().and_then(|l| j(serde_json::to_value(l)))),
+        Request::Stats { name } => to_json(handle.list().and_then(|l| {
+            let l: Vec<_> = l
+                .into_iter()
+                .filter(|p| name.as_ref().map_or(true, |n| *n == p.name))
+                .collect();
+            if let (Some(n), true) = (&name, l.is_empty()) {
+                return Err(format!("no port {n}"));
+            }
+            let m: serde_json::Map<String, serde_json::Value> = l
+                .into_iter()
+                .map(|p| (p.name, serde_json::to_value(p.stats).unwrap_or_default()))
+                .collect();
+            Ok(serde_json::Value::Object(m))
+        })),
+        Request::Fdb => to_json(handle.fdb().and_then(|f| j(serde_json::to_value(f)))),
+        Request::Metrics => to_json(handle.list().map(|l| {
+            let rows: Vec<_> = l.into_iter().map(|p| (p.name, p.stats)).collect();
+            serde_json::Value::String(stats::prometheus(&rows))
+        })),
+        Request::Shutdown => Response::ok(serde_json::Value::Null),
+    }
+}

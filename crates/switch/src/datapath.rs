@@ -1,0 +1,566 @@
+//! The forwarding loop over a set of ports: pop frames from each port's
+//! transmit queue, decide (FDB, VLAN, guard), copy each frame once into
+//! each destination's receive buffers, return buffers, notify.
+//!
+//! No allocation, lock or system call per frame: buffers are fixed arrays
+//! on the stack, counters are relaxed atomics, and notifications (eventfd
+//! writes) happen once per queue per burst, only when the driver wants one.
+
+use crate::fdb::Fdb;
+use crate::forward::{decide, Destination, L2Header, PortPolicy};
+use crate::port::vhost_user::VhostUserPort;
+use crate::port::{Watch, Watched};
+use crate::stats::{DropReason, PortStats};
+use crate::vhost_user::buffers;
+use crate::vhost_user::chain::{ChainError, Seg, MAX_SEGS};
+use crate::vhost_user::device::{RX_QUEUE, TX_QUEUE};
+use crate::vlan::Tagging;
+use crate::wire::virtio_net::{self, VirtioNetHdr, VirtioNetHdrRepr, FLAG_NEEDS_CSUM, GSO_NONE};
+use crate::PortId;
+use std::sync::Arc;
+use std::time::Instant;
+use vm_memory::GuestMemoryMmap;
+
+/// Largest frame carried (a 64 KiB GSO frame plus Ethernet and VLAN headers).
+pub const MAX_FRAME: u64 = 65535 + 18;
+/// Most receive buffers one frame may span with mergeable buffers.
+pub const MAX_MERGE: usize = 64;
+
+/// The kinds of ports (enum dispatch keeps the loop monomorphic).
+#[derive(Debug)]
+pub enum Port {
+    /// vhost-user virtio-net.
+    VhostUser(VhostUserPort),
+}
+
+impl Port {
+    fn watched(&self, out: &mut Vec<Watched>) {
+        match self {
+            Port::VhostUser(p) => p.watched(out),
+        }
+    }
+}
+
+/// A port in the switch.
+#[derive(Debug)]
+pub struct Slot {
+    /// Identity.
+    pub id: PortId,
+    /// Name (unique).
+    pub name: String,
+    /// Forwarding policy.
+    pub policy: PortPolicy,
+    /// The port.
+    pub port: Port,
+    /// Counters (shared with the control plane).
+    pub stats: Arc<PortStats>,
+}
+
+/// A destination that misbehaved while a frame was delivered to it.
+enum DeliverError {
+    Drop(DropReason),
+    Hostile(ChainError),
+}
+
+/// The switch's data plane.
+pub struct Datapath {
+    slots: Vec<Option<Slot>>,
+    fdb: Fdb,
+    next_id: u32,
+}
+
+impl Datapath {
+    /// An empty switch with the given FDB.
+    pub fn new(fdb: Fdb) -> Self {
+        Self {
+            slots: Vec::new(),
+            fdb,
+            next_id: 1,
+        }
+    }
+
+    /// Adds a port; returns its slot index.
+    pub fn add(&mut self, name: String, policy: PortPolicy, port: Port) -> (usize, PortId) {
+        let id = PortId(self.next_id);
+        self.next_id += 1;
+        let slot = Slot {
+            id,
+            name,
+            policy,
+            port,
+            stats: Arc::new(PortStats::default()),
+        };
+        let idx = match self.slots.iter().position(Option::is_none) {
+            Some(i) => {
+                self.slots[i] = Some(slot);
+                i
+            }
+            None => {
+                self.slots.push(Some(slot));
+                self.slots.len() - 1
+            }
+        };
+        (idx, id)
+    }
+
+    /// Removes the port in slot `idx`, forgetting its addresses.
+    pub fn remove(&mut self, idx: usize) -> Option<Slot> {
+        let s = self.slots.get_mut(idx)?.take()?;
+        self.fdb.flush_port(s.id);
+        Some(s)
+    }
+
+    /// The slot index of the port named `name`.
+    pub fn find(&self, name: &str) -> Option<usize> {
+        self.slots
+            .iter()
+            .position(|s| s.as_ref().is_some_and(|s| s.name == name))
+    }
+
+    /// The port in slot `idx`.
+    pub fn slot(&self, idx: usize) -> Option<&Slot> {
+        self.slots.get(idx)?.as_ref()
+    }
+
+    /// The port in slot `idx`, mutable.
+    pub fn slot_mut(&mut self, idx: usize) -> Option<&mut Slot> {
+        self.slots.get_mut(idx)?.as_mut()
+    }
+
+    /// All ports with their slot indexes.
+    pub fn slots(&self) -> impl Iterator<Item = (usize, &Slot)> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| s.as_ref().map(|s| (i, s)))
+    }
+
+    /// The FDB.
+    pub fn fdb(&self) -> &Fdb {
+        &self.fdb
+    }
+
+    /// Ages the FDB.
+    pub fn age(&mut self, now: Instant) -> usize {
+        self.fdb.age(now)
+    }
+
+    /// The descriptors slot `idx` wants watched.
+    pub fn watched(&self, idx: usize, out: &mut Vec<Watched>) {
+        if let Some(s) = self.slot(idx) {
+            s.port.watched(out);
+        }
+    }
+
+    /// Resets a port after an error: drops its front-end, forgets its
+    /// addresses, counts it, and says so once in the log.
+    pub fn reset(&mut self, idx: usize, now: Instant, why: &dyn std::fmt::Display) {
+        let Some(s) = self.slots.get_mut(idx).and_then(Option::as_mut) else {
+            return;
+        };
+        s.stats
+            .resets
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        log::warn!("port {}: reset: {why}", s.name);
+        match &mut s.port {
+            Port::VhostUser(p) => p.reset(now),
+        }
+        let id = s.id;
+        self.fdb.flush_port(id);
+    }
+
+    /// One polling round: up to `budget` frames from each port. Returns
+    /// frames forwarded or dropped (0 means idle).
+    pub fn poll(&mut self, now: Instant, budget: usize) -> usize {
+        let mut work = 0;
+        for i in 0..self.slots.len() {
+            work += self.forward_from(i, now, budget);
+        }
+        for s in self.slots.iter_mut().flatten() {
+            match &mut s.port {
+                Port::VhostUser(p) => {
+                    for q in [RX_QUEUE, TX_QUEUE] {
+                        let qs = if q == RX_QUEUE {
+                            &s.stats.rx
+                        } else {
+                            &s.stats.tx
+                        };
+                        if let Some(vq) = p.device.queue(q) {
+                            vq.signal(qs);
+                        }
+                    }
+                }
+            }
+        }
+        work
+    }
+
+    /// Before sleeping: asks every transmit queue for kicks. Returns true
+    /// when frames arrived meanwhile (poll again instead).
+    pub fn arm_notifications(&mut self) -> bool {
+        let mut pending = false;
+        for s in self.slots.iter_mut().flatten() {
+            match &mut s.port {
+                Port::VhostUser(p) => {
+                    if let Some(q) = p.device.queue(TX_QUEUE) {
+                        pending |= q.enable_notification();
+                    }
+                }
+            }
+        }
+        pending
+    }
+
+    /// After waking: tells transmit queues the worker is polling.
+    pub fn disarm_notifications(&mut self) {
+        for s in self.slots.iter_mut().flatten() {
+            match &mut s.port {
+                Port::VhostUser(p) => {
+                    if let Some(q) = p.device.queue(TX_QUEUE) {
+                        q.disable_notification();
+                    }
+                }
+            }
+        }
+    }
+
+    /// Handles an event on one of slot `idx`'s watched descriptors.
+    pub fn on_event(&mut self, idx: usize, what: Watch, now: Instant) {
+        let Some(s) = self.slots.get_mut(idx).and_then(Option::as_mut) else {
+            return;
+        };
+        let Port::VhostUser(p) = &mut s.port;
+        match what {
+            Watch::Listener => {
+                if let Ok(true) = p.accept() {
+                    s.stats
+                        .connections
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    log::info!("port {}: front-end connected", s.name);
+                }
+            }
+            Watch::Connection => {
+                if let Err(e) = p.on_readable() {
+                    let msg = crate::error_chain(&e);
+                    self.reset(idx, now, &msg);
+                }
+            }
+            Watch::Kick(q) => {
+                if p.device.drain_kick(usize::from(q)) {
+                    let qs = if usize::from(q) == RX_QUEUE {
+                        &s.stats.rx
+                    } else {
+                        &s.stats.tx
+                    };
+                    qs.notifications_received
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+        }
+    }
+
+    /// Time-driven port work (client reconnects). Returns slots whose watched set may have changed.
+    pub fn tick(&mut self, now: Instant, changed: &mut Vec<usize>) {
+        for (i, s) in self.slots.iter_mut().enumerate() {
+            let Some(s) = s else { continue };
+            let Port::VhostUser(p) = &mut s.port;
+            if p.tick(now) {
+                s.stats
+                    .connections
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                log::info!("port {}: connected to front-end", s.name);
+                changed.push(i);
+            }
+        }
+    }
+
+    fn forward_from(&mut self, i: usize, now: Instant, budget: usize) -> usize {
+        let (mem, hdr_len) = match self
+            .slots
+            .get_mut(i)
+            .and_then(Option::as_mut)
+            .map(|s| &mut s.port)
+        {
+            Some(Port::VhostUser(p)) => {
+                let hl = p.device.vnet_hdr_len();
+                match p.device.queue(TX_QUEUE) {
+                    Some(q) => (q.mem().clone(), hl),
+                    None => return 0,
+                }
+            }
+            None => return 0,
+        };
+        let mut n = 0;
+        while n < budget {
+            let popped = match self.slots[i].as_mut().map(|s| &mut s.port) {
+                Some(Port::VhostUser(p)) => match p.device.queue(TX_QUEUE) {
+                    Some(q) => q.pop(),
+                    None => break,
+                },
+                None => break,
+            };
+            let chain = match popped {
+                Ok(Some(c)) => c,
+                Ok(None) => break,
+                Err(e) => {
+                    if let Some(s) = &self.slots[i] {
+                        s.stats.tx.drop(DropReason::BadDescriptor);
+                    }
+                    self.reset(i, now, &format_args!("transmit queue: {e}"));
+                    return n + 1;
+                }
+            };
+            n += 1;
+            self.forward_chain(i, mem.mem(), chain.segs(), chain.len(), hdr_len, now);
+            let done = match self.slots[i].as_mut().map(|s| &mut s.port) {
+                Some(Port::VhostUser(p)) => {
+                    p.device.queue(TX_QUEUE).map(|q| q.add_used(chain.head, 0))
+                }
+                None => None,
+            };
+            if let Some(Err(e)) = done {
+                self.reset(i, now, &format_args!("transmit queue: {e}"));
+                break;
+            }
+        }
+        n
+    }
+
+    /// Forwards one frame that sits in `segs` of `mem` (virtio-net header first).
+    fn forward_chain(
+        &mut self,
+        i: usize,
+        mem: &GuestMemoryMmap,
+        segs: &[Seg],
+        chain_len: u64,
+        hdr_len: usize,
+        now: Instant,
+    ) {
+        let Some(src) = self.slots[i].as_ref() else {
+            return;
+        };
+        let stats = src.stats.clone();
+        let mut pre = [0u8; virtio_net::HEADER_LEN + L2Header::MAX_LEN];
+        let want = (hdr_len + L2Header::MAX_LEN).min(chain_len as usize);
+        let got = buffers::read(mem, segs, 0, &mut pre[..want]);
+        let frame_len = chain_len.saturating_sub(hdr_len as u64);
+        if got < hdr_len || frame_len > MAX_FRAME {
+            stats.tx.drop(DropReason::Malformed);
+            return;
+        }
+        let vhdr = match VirtioNetHdr::new_checked(&pre[..hdr_len], hdr_len)
+            .and_then(|h| VirtioNetHdrRepr::parse(&h))
+        {
+            Ok(h) => h,
+            Err(_) => {
+                stats.tx.drop(DropReason::Malformed);
+                return;
+            }
+        };
+        let l2 = match L2Header::parse(&pre[hdr_len..got]) {
+            Ok(l2) => l2,
+            Err(r) => {
+                stats.tx.drop(r);
+                return;
+            }
+        };
+        stats.tx.frame(frame_len as usize);
+        let Datapath { slots, fdb, .. } = self;
+        let Some(src) = slots[i].as_ref() else { return };
+        let decision = decide(fdb, src.id, &src.policy, &l2, now, |p, vid| {
+            slots
+                .iter()
+                .flatten()
+                .find(|s| s.id == p)
+                .and_then(|s| s.policy.vlan.egress(vid))
+        });
+        let d = match decision {
+            Ok(d) => d,
+            Err(r) => {
+                stats.tx.drop(r);
+                return;
+            }
+        };
+        let src_tag_len: u64 = if l2.tag.is_some() { 4 } else { 0 };
+        let tci_pcp = if l2.tag.is_some() {
+            u16::from(pre[hdr_len + 14] & 0xe0) << 8
+        } else {
+            0
+        };
+        let frame = Frame {
+            mem,
+            segs,
+            hdr_len,
+            vhdr,
+            macs: &pre[hdr_len..hdr_len + 12],
+            src_tag_len,
+            tci_pcp,
+            frame_len,
+        };
+        match d.dest {
+            Destination::Port(p, tagging) => {
+                if let Some(j) = self
+                    .slots
+                    .iter()
+                    .position(|s| s.as_ref().is_some_and(|s| s.id == p))
+                {
+                    self.deliver_to(j, &frame, tagging, now);
+                }
+            }
+            Destination::Flood => {
+                let src_id = self.slots[i].as_ref().map(|s| s.id);
+                let mut sent = false;
+                for j in 0..self.slots.len() {
+                    let Some(s) = self.slots[j].as_ref() else {
+                        continue;
+                    };
+                    if Some(s.id) == src_id {
+                        continue;
+                    }
+                    if let Some(tagging) = s.policy.vlan.egress(d.vid) {
+                        self.deliver_to(j, &frame, tagging, now);
+                        sent = true;
+                    }
+                }
+                if !sent {
+                    stats.tx.drop(DropReason::NoRoute);
+                }
+            }
+        }
+    }
+
+    fn deliver_to(&mut self, j: usize, frame: &Frame<'_>, tagging: Tagging, now: Instant) {
+        let Some(dst) = self.slots[j].as_mut() else {
+            return;
+        };
+        let result = match &mut dst.port {
+            Port::VhostUser(p) => deliver_vhost_user(p, frame, tagging),
+        };
+        match result {
+            Ok(bytes) => dst.stats.rx.frame(bytes),
+            Err(DeliverError::Drop(r)) => dst.stats.rx.drop(r),
+            Err(DeliverError::Hostile(e)) => {
+                dst.stats.rx.drop(DropReason::BadDescriptor);
+                self.reset(j, now, &format_args!("receive queue: {e}"));
+            }
+        }
+    }
+}
+
+/// A frame being forwarded: where it sits in the source's memory and what
+/// its first bytes say.
+struct Frame<'a> {
+    mem: &'a GuestMemoryMmap,
+    segs: &'a [Seg],
+    hdr_len: usize,
+    vhdr: VirtioNetHdrRepr,
+    macs: &'a [u8],
+    src_tag_len: u64,
+    tci_pcp: u16,
+    frame_len: u64,
+}
+
+/// Receive buffers gathered for one frame (several chains with MRG_RXBUF).
+struct RxPlan {
+    segs: [Seg; MAX_SEGS],
+    nsegs: usize,
+    heads: [(u16, u32); MAX_MERGE],
+    nheads: usize,
+    cap: u64,
+}
+
+fn deliver_vhost_user(
+    p: &mut VhostUserPort,
+    f: &Frame<'_>,
+    tagging: Tagging,
+) -> Result<usize, DeliverError> {
+    let hdr_len = p.device.vnet_hdr_len();
+    let mrg = p.device.mrg_rxbuf();
+    let Some(q) = p.device.queue(RX_QUEUE) else {
+        return Err(DeliverError::Drop(DropReason::RingFull));
+    };
+    // The L2 header as it leaves: MACs, then a tag when the egress is tagged.
+    let mut l2 = [0u8; 16];
+    l2[..12].copy_from_slice(f.macs);
+    let l2_len = match tagging {
+        Tagging::Untagged => 12,
+        Tagging::Tagged(vid) => {
+            l2[12..14].copy_from_slice(&[0x81, 0x00]);
+            l2[14..16].copy_from_slice(&(f.tci_pcp | vid).to_be_bytes());
+            16
+        }
+    };
+    let rest_off = f.hdr_len as u64 + 12 + f.src_tag_len;
+    let rest_len = f.frame_len - 12 - f.src_tag_len;
+    let out_frame_len = l2_len as u64 + rest_len;
+    let total = hdr_len as u64 + out_frame_len;
+
+    let mut plan = RxPlan {
+        segs: [Seg::default(); MAX_SEGS],
+        nsegs: 0,
+        heads: [(0, 0); MAX_MERGE],
+        nheads: 0,
+        cap: 0,
+    };
+    while plan.cap < total {
+        if plan.nheads == MAX_MERGE || (!mrg && plan.nheads == 1) {
+            undo(q, plan.nheads);
+            return Err(DeliverError::Drop(DropReason::RingFull));
+        }
+        let chain = match q.pop() {
+            Ok(Some(c)) => c,
+            Ok(None) => {
+                undo(q, plan.nheads);
+                return Err(DeliverError::Drop(DropReason::RingFull));
+            }
+            Err(e) => return Err(DeliverError::Hostile(e)),
+        };
+        if plan.nsegs + chain.segs().len() > MAX_SEGS {
+            undo(q, plan.nheads + 1);
+            return Err(DeliverError::Drop(DropReason::RingFull));
+        }
+        plan.segs[plan.nsegs..plan.nsegs + chain.segs().len()].copy_from_slice(chain.segs());
+        plan.nsegs += chain.segs().len();
+        plan.heads[plan.nheads] = (chain.head, chain.len() as u32);
+        plan.nheads += 1;
+        plan.cap += chain.len();
+    }
+
+    // The virtio-net header: offload metadata carried over, offsets moved by the tag change.
+    let delta = l2_len as i32 - 12 - f.src_tag_len as i32;
+    let mut vh = f.vhdr;
+    if vh.flags & FLAG_NEEDS_CSUM != 0 {
+        vh.csum_start = (i32::from(vh.csum_start) + delta) as u16;
+    }
+    if vh.gso_type != GSO_NONE {
+        vh.hdr_len = (i32::from(vh.hdr_len) + delta) as u16;
+    }
+    vh.num_buffers = plan.nheads as u16;
+    let mut hb = [0u8; virtio_net::HEADER_LEN];
+    let _ = vh.emit(&mut hb, hdr_len);
+
+    let mem = q.mem().clone();
+    let segs = &plan.segs[..plan.nsegs];
+    let mut at = buffers::write(mem.mem(), segs, 0, &hb[..hdr_len]) as u64;
+    at += buffers::write(mem.mem(), segs, at, &l2[..l2_len]) as u64;
+    at += buffers::copy(f.mem, f.segs, rest_off, mem.mem(), segs, at, rest_len);
+    if at != total {
+        // Unmapped memory under a validated buffer: the memory table changed under us.
+        undo(q, plan.nheads);
+        return Err(DeliverError::Drop(DropReason::BadDescriptor));
+    }
+    let mut left = total;
+    for &(head, cap) in &plan.heads[..plan.nheads] {
+        let used = left.min(u64::from(cap));
+        left -= used;
+        q.add_used(head, used as u32)
+            .map_err(DeliverError::Hostile)?;
+    }
+    Ok(out_frame_len as usize)
+}
+
+fn undo(q: &mut crate::vhost_user::queue::ActiveQueue, n: usize) {
+    for _ in 0..n {
+        q.unpop();
+    }
+}

@@ -1,0 +1,591 @@
+//! The poll-mode endpoint: a user-space virtio-net driver that is a
+//! vhost-user front-end (through the `vhost` crate's [`Frontend`]), with
+//! its memory in a memfd shared through the memory table, its own split
+//! rings ([`ring`]), and a minimal ARP/IPv4/ICMP/UDP host ([`stack`]).
+//!
+//! It is the switch's test driver and the kernel-bypass endpoint of the
+//! measurement engine: `send_frame`/`poll_recv` move raw frames,
+//! `udp_send_to`/`udp_recv` and `ping` speak IPv4, and the host answers
+//! ARP, ping and UDP echo while the caller polls.
+//!
+//! ```no_run
+//! use vnio_switch::endpoint::{Endpoint, EndpointConfig};
+//! let cfg = EndpointConfig::new("02:00:00:00:00:01".parse()?, [10, 0, 0, 1].into());
+//! let mut ep = Endpoint::connect("/run/vnio/p1.sock".as_ref(), cfg)?;
+//! let peer = "10.0.0.2:7".parse()?;
+//! ep.resolve(*peer.ip(), std::time::Duration::from_secs(1))?;
+//! ep.udp_send_to(peer, 4000, b"hello")?;
+//! let mut buf = [0u8; 2048];
+//! let (from, _port, n) = ep.udp_recv_timeout(&mut buf, std::time::Duration::from_secs(1))?.expect("echo");
+//! assert_eq!((from, &buf[..n]), (peer, &b"hello"[..]));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+pub mod ring;
+pub mod stack;
+
+use crate::sys::memfd;
+use crate::wire::icmp::IcmpRepr;
+use crate::wire::virtio_net;
+use crate::wire::{EthernetAddress, Ipv4Address};
+use ring::{DriverRing, RingLayout};
+use stack::{ArpCache, Event, HostConfig};
+use std::fs::File;
+use std::net::SocketAddrV4;
+use std::os::fd::AsRawFd;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::Path;
+use std::time::{Duration, Instant};
+use vhost::vhost_user::{Frontend, VhostUserFrontend, VhostUserProtocolFeatures};
+use vhost::{VhostBackend, VhostUserMemoryRegionInfo, VringConfigData};
+use vm_memory::{Address, Bytes, FileOffset, GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
+use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
+use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
+
+/// Features the endpoint asks for (when offered).
+const WANTED: u64 = (1 << 15) | (1 << 29) | (1 << 30) | (1 << 32);
+const RXQ: usize = 0;
+const TXQ: usize = 1;
+/// Largest frame the endpoint sends or receives.
+pub const MAX_FRAME: usize = 9018;
+
+/// Errors of the endpoint.
+#[derive(Debug, thiserror::Error)]
+pub enum EndpointError {
+    /// Setting up shared memory or eventfds failed.
+    #[error("cannot set up endpoint resources")]
+    Setup(#[source] std::io::Error),
+    /// Mapping the memfd failed.
+    #[error("cannot map endpoint memory")]
+    Memory(#[source] vm_memory::mmap::FromRangesError),
+    /// The vhost-user handshake failed.
+    #[error("vhost-user handshake failed at {step}")]
+    Handshake {
+        /// Which request.
+        step: &'static str,
+        /// Why.
+        #[source]
+        source: vhost::Error,
+    },
+    /// The back-end does not offer a feature the endpoint needs.
+    #[error("back-end lacks VIRTIO_F_VERSION_1 or MRG_RXBUF")]
+    Features,
+    /// All transmit descriptors are in flight.
+    #[error("transmit ring full")]
+    TxFull,
+    /// A frame larger than [`MAX_FRAME`].
+    #[error("frame too large")]
+    TooLarge,
+    /// No ARP entry for the destination (call `resolve`).
+    #[error("{0} is not resolved")]
+    Unresolved(Ipv4Address),
+    /// Nothing arrived in time.
+    #[error("timed out")]
+    Timeout,
+    /// Waiting for a notification failed.
+    #[error("wait failed")]
+    Wait(#[source] std::io::Error),
+}
+
+/// Endpoint settings.
+#[derive(Debug, Clone, Copy)]
+pub struct EndpointConfig {
+    /// Its MAC.
+    pub mac: EthernetAddress,
+    /// Its IPv4 address.
+    pub ip: Ipv4Address,
+    /// UDP port echoed back (default 7).
+    pub echo_port: Option<u16>,
+    /// Queue size (power of two, default 256).
+    pub queue_size: u16,
+}
+
+impl EndpointConfig {
+    /// Defaults for `mac` and `ip`.
+    pub fn new(mac: EthernetAddress, ip: Ipv4Address) -> Self {
+        Self {
+            mac,
+            ip,
+            echo_port: Some(7),
+            queue_size: 256,
+        }
+    }
+}
+
+/// Counters of an endpoint.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct EndpointStats {
+    /// Frames sent.
+    pub tx_frames: u64,
+    /// Frames received.
+    pub rx_frames: u64,
+    /// Kicks sent to the back-end.
+    pub kicks: u64,
+    /// Frames answered by the host (ARP, ping, UDP echo).
+    pub replies: u64,
+}
+
+/// A connected poll-mode endpoint.
+pub struct Endpoint {
+    frontend: Frontend,
+    _memfd: File,
+    q: Queues,
+    call: [EventFd; 2],
+    epoll: Epoll,
+    host: HostConfig,
+    arp: ArpCache,
+    frame: Box<[u8; MAX_FRAME]>,
+    reply: Box<[u8; MAX_FRAME]>,
+}
+
+const BUF_SIZE: u32 = 2048;
+
+impl Endpoint {
+    /// Connects to a switch port listening at `sock` (the port is in server mode).
+    pub fn connect(sock: &Path, cfg: EndpointConfig) -> Result<Self, EndpointError> {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let stream = loop {
+            match UnixStream::connect(sock) {
+                Ok(s) => break s,
+                Err(e)
+                    if Instant::now() < deadline
+                        && matches!(
+                            e.kind(),
+                            std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused
+                        ) =>
+                {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Err(e) => return Err(EndpointError::Setup(e)),
+            }
+        };
+        Self::from_stream(stream, cfg)
+    }
+
+    /// Listens at `sock` and waits up to `timeout` for a switch port in client mode to connect.
+    pub fn listen(
+        sock: &Path,
+        cfg: EndpointConfig,
+        timeout: Duration,
+    ) -> Result<Self, EndpointError> {
+        let _ = std::fs::remove_file(sock);
+        let l = UnixListener::bind(sock).map_err(EndpointError::Setup)?;
+        l.set_nonblocking(true).map_err(EndpointError::Setup)?;
+        let deadline = Instant::now() + timeout;
+        let stream = loop {
+            match l.accept() {
+                Ok((s, _)) => break s,
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::WouldBlock && Instant::now() < deadline =>
+                {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    return Err(EndpointError::Timeout)
+                }
+                Err(e) => return Err(EndpointError::Setup(e)),
+            }
+        };
+        let _ = std::fs::remove_file(sock);
+        stream
+            .set_nonblocking(false)
+            .map_err(EndpointError::Setup)?;
+        Self::from_stream(stream, cfg)
+    }
+
+    /// Runs the front-end handshake over a connected stream.
+    pub fn from_stream(stream: UnixStream, cfg: EndpointConfig) -> Result<Self, EndpointError> {
+        let hs = |step| move |source| EndpointError::Handshake { step, source };
+        let size = cfg.queue_size;
+        let rx_layout = RingLayout::at(0, size, BUF_SIZE);
+        let tx_layout = RingLayout::at(rx_layout.end().div_ceil(4096) * 4096, size, BUF_SIZE);
+        let mem_size = tx_layout.end().div_ceil(1 << 21) * (1 << 21);
+        let memfd = memfd::create("vnio-endpoint", mem_size).map_err(EndpointError::Setup)?;
+        let map_file = memfd.try_clone().map_err(EndpointError::Setup)?;
+        let mem = GuestMemoryMmap::<()>::from_ranges_with_files([(
+            GuestAddress(0),
+            mem_size as usize,
+            Some(FileOffset::new(map_file, 0)),
+        )])
+        .map_err(EndpointError::Memory)?;
+        let base_va = mem
+            .get_host_address(GuestAddress(0))
+            .map_err(|_| EndpointError::Setup(std::io::Error::other("no host address")))?
+            as u64;
+
+        let mut fe = Frontend::from_stream(stream, 2);
+        fe.set_owner().map_err(hs("SET_OWNER"))?;
+        let offered = fe.get_features().map_err(hs("GET_FEATURES"))?;
+        if offered & (1 << 32) == 0 {
+            return Err(EndpointError::Features);
+        }
+        let features = offered & WANTED;
+        fe.set_features(features).map_err(hs("SET_FEATURES"))?;
+        if features & (1 << 30) != 0 {
+            let pf = fe
+                .get_protocol_features()
+                .map_err(hs("GET_PROTOCOL_FEATURES"))?;
+            fe.set_protocol_features(pf & VhostUserProtocolFeatures::REPLY_ACK)
+                .map_err(hs("SET_PROTOCOL_FEATURES"))?;
+        }
+        let region = VhostUserMemoryRegionInfo {
+            guest_phys_addr: 0,
+            memory_size: mem_size,
+            userspace_addr: base_va,
+            mmap_offset: 0,
+            mmap_handle: memfd.as_raw_fd(),
+        };
+        fe.set_mem_table(&[region]).map_err(hs("SET_MEM_TABLE"))?;
+        let event_idx = features & (1 << 29) != 0;
+        let mut rx = DriverRing::new(&mem, rx_layout, event_idx);
+        let tx = DriverRing::new(&mem, tx_layout, event_idx);
+        // Every receive buffer is offered up front.
+        while let Some(id) = rx.take() {
+            rx.publish(&mem, id, BUF_SIZE, true);
+        }
+        let ev = || EventFd::new(EFD_NONBLOCK).map_err(EndpointError::Setup);
+        let kick = [ev()?, ev()?];
+        let call = [ev()?, ev()?];
+        for (q, layout) in [(RXQ, rx_layout), (TXQ, tx_layout)] {
+            fe.set_vring_num(q, size).map_err(hs("SET_VRING_NUM"))?;
+            let cfgd = VringConfigData {
+                queue_max_size: size,
+                queue_size: size,
+                flags: 0,
+                desc_table_addr: base_va + layout.desc,
+                used_ring_addr: base_va + layout.used,
+                avail_ring_addr: base_va + layout.avail,
+                log_addr: None,
+            };
+            fe.set_vring_addr(q, &cfgd).map_err(hs("SET_VRING_ADDR"))?;
+            fe.set_vring_base(q, 0).map_err(hs("SET_VRING_BASE"))?;
+            fe.set_vring_call(q, &call[q])
+                .map_err(hs("SET_VRING_CALL"))?;
+            fe.set_vring_kick(q, &kick[q])
+                .map_err(hs("SET_VRING_KICK"))?;
+            if features & (1 << 30) != 0 {
+                fe.set_vring_enable(q, true)
+                    .map_err(hs("SET_VRING_ENABLE"))?;
+            }
+        }
+        let epoll = Epoll::new().map_err(EndpointError::Setup)?;
+        epoll
+            .ctl(
+                ControlOperation::Add,
+                call[RXQ].as_raw_fd(),
+                EpollEvent::new(EventSet::IN, 0),
+            )
+            .map_err(EndpointError::Setup)?;
+        let hdr_len = virtio_net::HEADER_LEN;
+        Ok(Self {
+            frontend: fe,
+            _memfd: memfd,
+            q: Queues {
+                mem,
+                rx,
+                tx,
+                kick,
+                hdr_len,
+                stats: EndpointStats::default(),
+            },
+            call,
+            epoll,
+            host: HostConfig {
+                mac: cfg.mac,
+                ip: cfg.ip,
+                echo_port: cfg.echo_port,
+            },
+            arp: ArpCache::default(),
+            frame: Box::new([0; MAX_FRAME]),
+            reply: Box::new([0; MAX_FRAME]),
+        })
+    }
+
+    /// Its MAC.
+    pub fn mac(&self) -> EthernetAddress {
+        self.host.mac
+    }
+
+    /// Its IPv4 address.
+    pub fn ip(&self) -> Ipv4Address {
+        self.host.ip
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> EndpointStats {
+        self.q.stats
+    }
+
+    /// The vhost-user front-end (for requests the endpoint does not wrap).
+    pub fn frontend(&mut self) -> &mut Frontend {
+        &mut self.frontend
+    }
+
+    /// Sends one Ethernet frame (the virtio-net header is added here).
+    pub fn send_frame(&mut self, frame: &[u8]) -> Result<(), EndpointError> {
+        self.q.send(frame)
+    }
+
+    /// Receives one raw frame into `buf` without running the host; returns its length.
+    pub fn poll_recv(&mut self, buf: &mut [u8]) -> Option<usize> {
+        self.q.recv(buf)
+    }
+
+    /// Receives and handles one frame: answers ARP/ping/UDP echo, and
+    /// returns what the caller should see. The frame stays in an internal
+    /// buffer readable through [`Endpoint::last_frame`].
+    pub fn poll(&mut self) -> Option<Event> {
+        let n = self.q.recv(&mut self.frame[..])?;
+        let (ev, reply) = stack::handle(
+            &self.host,
+            &mut self.arp,
+            &self.frame[..n],
+            &mut self.reply[..],
+        );
+        if let Some(m) = reply {
+            if self.q.send(&self.reply[..m]).is_ok() {
+                self.q.stats.replies += 1;
+            }
+        }
+        Some(ev)
+    }
+
+    /// The buffer the last [`Endpoint::poll`] received into.
+    pub fn last_frame(&self) -> &[u8] {
+        &self.frame[..]
+    }
+
+    /// Blocks until the back-end signals received frames or `timeout` passes.
+    pub fn wait(&mut self, timeout: Duration) -> Result<bool, EndpointError> {
+        if self.q.rx.arm_call(&self.q.mem) {
+            return Ok(true);
+        }
+        let mut evs = [EpollEvent::default(); 1];
+        let n = self
+            .epoll
+            .wait(timeout.as_millis().min(i32::MAX as u128) as i32, &mut evs)
+            .map_err(EndpointError::Wait)?;
+        if n > 0 {
+            let _ = self.call[RXQ].read();
+        }
+        Ok(n > 0)
+    }
+
+    /// Polls (and waits on notifications) until `f` accepts an event or `timeout` passes.
+    pub fn poll_until<T>(
+        &mut self,
+        timeout: Duration,
+        mut f: impl FnMut(&Self, Event) -> Option<T>,
+    ) -> Result<T, EndpointError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            while let Some(ev) = self.poll() {
+                if let Some(t) = f(self, ev) {
+                    return Ok(t);
+                }
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(EndpointError::Timeout);
+            }
+            self.wait((deadline - now).min(Duration::from_millis(50)))?;
+        }
+    }
+
+    /// Learns the MAC of `ip` by ARP (returns at once when known).
+    pub fn resolve(
+        &mut self,
+        ip: Ipv4Address,
+        timeout: Duration,
+    ) -> Result<EthernetAddress, EndpointError> {
+        if let Some(m) = self.arp.lookup(ip) {
+            return Ok(m);
+        }
+        let deadline = Instant::now() + timeout;
+        loop {
+            let mut req = [0u8; 64];
+            if let Some(n) = stack::build_arp_request(&mut req, &self.host, ip) {
+                self.send_frame(&req[..n])?;
+            }
+            let step = (deadline.saturating_duration_since(Instant::now()))
+                .min(Duration::from_millis(200));
+            match self.poll_until(step, |ep, _| ep.arp.lookup(ip)) {
+                Ok(m) => return Ok(m),
+                Err(EndpointError::Timeout) if Instant::now() < deadline => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Sends a UDP datagram from `src_port` (the destination must be resolved).
+    pub fn udp_send_to(
+        &mut self,
+        dst: SocketAddrV4,
+        src_port: u16,
+        payload: &[u8],
+    ) -> Result<(), EndpointError> {
+        let ip = Ipv4Address::from(*dst.ip());
+        let mac = self.arp.lookup(ip).ok_or(EndpointError::Unresolved(ip))?;
+        let mut buf = [0u8; BUF_SIZE as usize];
+        let n = stack::build_udp(
+            &mut buf,
+            mac,
+            self.host.mac,
+            self.host.ip,
+            ip,
+            src_port,
+            dst.port(),
+            payload,
+        )
+        .ok_or(EndpointError::TooLarge)?;
+        self.send_frame(&buf[..n])
+    }
+
+    /// Returns the next UDP datagram (not for the echo port) without waiting.
+    pub fn udp_recv(&mut self, buf: &mut [u8]) -> Option<(SocketAddrV4, u16, usize)> {
+        while let Some(ev) = self.poll() {
+            if let Event::Udp {
+                src,
+                dst_port,
+                offset,
+                len,
+            } = ev
+            {
+                let n = len.min(buf.len());
+                buf[..n].copy_from_slice(&self.frame[offset..offset + n]);
+                return Some((src, dst_port, n));
+            }
+        }
+        None
+    }
+
+    /// Like [`Endpoint::udp_recv`], waiting up to `timeout`; `Ok(None)` on timeout.
+    pub fn udp_recv_timeout(
+        &mut self,
+        buf: &mut [u8],
+        timeout: Duration,
+    ) -> Result<Option<(SocketAddrV4, u16, usize)>, EndpointError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(r) = self.udp_recv(buf) {
+                return Ok(Some(r));
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(None);
+            }
+            self.wait((deadline - now).min(Duration::from_millis(50)))?;
+        }
+    }
+
+    /// Sends an ICMP echo request (the destination must be resolved).
+    pub fn ping(
+        &mut self,
+        dst: Ipv4Address,
+        ident: u16,
+        seq: u16,
+        data: &[u8],
+    ) -> Result<(), EndpointError> {
+        let mac = self.arp.lookup(dst).ok_or(EndpointError::Unresolved(dst))?;
+        let mut buf = [0u8; BUF_SIZE as usize];
+        let icmp = IcmpRepr::EchoRequest { ident, seq, data };
+        let n = stack::build_icmp(&mut buf, mac, self.host.mac, self.host.ip, dst, &icmp)
+            .ok_or(EndpointError::TooLarge)?;
+        self.send_frame(&buf[..n])
+    }
+
+    /// Answers whatever arrives (ARP, ping, UDP echo) for `duration`, returning early if `stop` says so.
+    pub fn serve(
+        &mut self,
+        duration: Duration,
+        stop: &dyn Fn() -> bool,
+    ) -> Result<(), EndpointError> {
+        let deadline = Instant::now() + duration;
+        while Instant::now() < deadline && !stop() {
+            while self.poll().is_some() {}
+            self.wait(Duration::from_millis(20))?;
+        }
+        Ok(())
+    }
+}
+
+/// The rings and memory: everything that moves frames.
+struct Queues {
+    mem: GuestMemoryMmap,
+    rx: DriverRing,
+    tx: DriverRing,
+    kick: [EventFd; 2],
+    hdr_len: usize,
+    stats: EndpointStats,
+}
+
+impl Queues {
+    fn send(&mut self, frame: &[u8]) -> Result<(), EndpointError> {
+        let total = self.hdr_len + frame.len();
+        if total > BUF_SIZE as usize {
+            return Err(EndpointError::TooLarge);
+        }
+        while let Some((id, _)) = self.tx.reap(&self.mem) {
+            self.tx.release(id);
+        }
+        let id = self.tx.take().ok_or(EndpointError::TxFull)?;
+        let at = self.tx.layout.buffer(id);
+        let hdr = [0u8; virtio_net::HEADER_LEN];
+        let ok = self.mem.write_slice(&hdr[..self.hdr_len], at).is_ok()
+            && self
+                .mem
+                .write_slice(frame, at.unchecked_add(self.hdr_len as u64))
+                .is_ok();
+        if !ok {
+            self.tx.release(id);
+            return Err(EndpointError::TooLarge);
+        }
+        self.tx.publish(&self.mem, id, total as u32, false);
+        self.stats.tx_frames += 1;
+        if self.tx.needs_kick(&self.mem) {
+            let _ = self.kick[TXQ].write(1);
+            self.stats.kicks += 1;
+        }
+        Ok(())
+    }
+
+    fn recv(&mut self, buf: &mut [u8]) -> Option<usize> {
+        let (id, len) = self.rx.reap(&self.mem)?;
+        let mut total = self.copy_out(id, len, buf, 0);
+        // With mergeable buffers the frame may continue in further buffers.
+        let mut h = [0u8; 2];
+        let _ = self
+            .mem
+            .read_slice(&mut h, self.rx.layout.buffer(id).unchecked_add(10));
+        let nbuf = u16::from_le_bytes(h).max(1);
+        self.repost(id);
+        for _ in 1..nbuf {
+            let Some((id, len)) = self.rx.reap(&self.mem) else {
+                break;
+            };
+            total += self.copy_out(id, len, buf, total);
+            self.repost(id);
+        }
+        self.stats.rx_frames += 1;
+        Some(total)
+    }
+
+    fn copy_out(&self, id: u16, len: u32, buf: &mut [u8], at: usize) -> usize {
+        let skip = if at == 0 { self.hdr_len } else { 0 };
+        let n = (len as usize)
+            .saturating_sub(skip)
+            .min(buf.len().saturating_sub(at));
+        let src = self.rx.layout.buffer(id).unchecked_add(skip as u64);
+        if self.mem.read_slice(&mut buf[at..at + n], src).is_err() {
+            return 0;
+        }
+        n
+    }
+
+    fn repost(&mut self, id: u16) {
+        self.rx.publish(&self.mem, id, BUF_SIZE, true);
+        if self.rx.needs_kick(&self.mem) {
+            let _ = self.kick[RXQ].write(1);
+        }
+    }
+}

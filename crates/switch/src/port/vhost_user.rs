@@ -1,0 +1,224 @@
+//! A vhost-user port: the socket (listening or connecting), the current
+//! front-end connection, and the virtio-net device it configures.
+//!
+//! Any protocol error, hostile descriptor chain or disappearing front-end
+//! resets the port: the connection is dropped with the device state, the
+//! port listens (server) or reconnects (client) again. Nothing else is affected.
+
+use super::{SocketMode, Watch, Watched};
+use crate::vhost_user::conn::{ConnError, Connection};
+use crate::vhost_user::device::{Device, Reply, NUM_QUEUES};
+use crate::vhost_user::protocol::{self, code, parse_request};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// How long a client-mode port waits between connection attempts.
+pub const RECONNECT_INTERVAL: Duration = Duration::from_millis(200);
+
+/// Why a vhost-user port could not be created.
+#[derive(Debug, thiserror::Error)]
+pub enum PortError {
+    /// The socket could not be bound.
+    #[error("cannot listen on {path}")]
+    Bind {
+        /// Socket path.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// Why the connection was reset.
+#[derive(Debug, thiserror::Error)]
+pub enum ResetCause {
+    /// Connection-level failure (closed, garbage, bad message).
+    #[error(transparent)]
+    Conn(#[from] ConnError),
+    /// The device refused a request.
+    #[error("request {request} failed")]
+    Device {
+        /// Request code.
+        request: u32,
+        /// Why.
+        #[source]
+        source: crate::vhost_user::device::DeviceError,
+    },
+    /// A request that needs an answer this back-end cannot give.
+    #[error("unsupported request {0} expects a reply")]
+    Unanswerable(u32),
+}
+
+/// The port.
+#[derive(Debug)]
+pub struct VhostUserPort {
+    path: PathBuf,
+    mode: SocketMode,
+    listener: Option<UnixListener>,
+    conn: Option<Connection>,
+    /// The device the front-end configures.
+    pub device: Device,
+    next_attempt: Option<Instant>,
+}
+
+impl VhostUserPort {
+    /// Creates the port; a server-mode port binds its socket now (replacing a stale file).
+    pub fn new(path: &Path, mode: SocketMode) -> Result<Self, PortError> {
+        let listener = match mode {
+            SocketMode::Server => {
+                let bind = || -> io::Result<UnixListener> {
+                    match std::fs::remove_file(path) {
+                        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+                        _ => {}
+                    }
+                    let l = UnixListener::bind(path)?;
+                    l.set_nonblocking(true)?;
+                    Ok(l)
+                };
+                Some(bind().map_err(|source| PortError::Bind {
+                    path: path.to_owned(),
+                    source,
+                })?)
+            }
+            SocketMode::Client => None,
+        };
+        Ok(Self {
+            path: path.to_owned(),
+            mode,
+            listener,
+            conn: None,
+            device: Device::new(),
+            next_attempt: None,
+        })
+    }
+
+    /// The socket path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The socket mode.
+    pub fn mode(&self) -> SocketMode {
+        self.mode
+    }
+
+    /// True while a front-end is connected.
+    pub fn connected(&self) -> bool {
+        self.conn.is_some()
+    }
+
+    /// What the worker should watch now.
+    pub fn watched(&self, out: &mut Vec<Watched>) {
+        if let (Some(l), None) = (&self.listener, &self.conn) {
+            out.push((l.as_raw_fd(), Watch::Listener));
+        }
+        if let Some(c) = &self.conn {
+            out.push((c.as_raw_fd(), Watch::Connection));
+            for q in 0..NUM_QUEUES {
+                if let Some(fd) = self.device.kick_fd(q) {
+                    out.push((fd, Watch::Kick(q as u8)));
+                }
+            }
+        }
+    }
+
+    /// Accepts a waiting front-end (server mode). Returns true when one connected.
+    pub fn accept(&mut self) -> io::Result<bool> {
+        let Some(l) = &self.listener else {
+            return Ok(false);
+        };
+        if self.conn.is_some() {
+            return Ok(false);
+        }
+        match l.accept() {
+            Ok((s, _)) => {
+                self.conn = Some(Connection::new(s)?);
+                self.device = Device::new();
+                Ok(true)
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Time-driven work: a client-mode port tries to (re)connect. Returns true when it connected.
+    pub fn tick(&mut self, now: Instant) -> bool {
+        if self.mode != SocketMode::Client || self.conn.is_some() {
+            return false;
+        }
+        if self.next_attempt.is_some_and(|t| now < t) {
+            return false;
+        }
+        self.next_attempt = Some(now + RECONNECT_INTERVAL);
+        match UnixStream::connect(&self.path).and_then(Connection::new) {
+            Ok(c) => {
+                self.conn = Some(c);
+                self.device = Device::new();
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Reads and applies every complete message. On error the caller resets the port.
+    pub fn on_readable(&mut self) -> Result<(), ResetCause> {
+        let Some(conn) = self.conn.as_mut() else {
+            return Ok(());
+        };
+        while let Some(msg) = conn.poll_message()? {
+            let h = msg.header;
+            let req = parse_request(&h, &msg.body, msg.fds).map_err(ConnError::from)?;
+            let result = self.device.handle(req);
+            let ack = self.device.reply_ack() && h.need_reply();
+            match result {
+                Ok(Reply::U64(v)) => conn.send(&protocol::reply_u64(h.request, v))?,
+                Ok(Reply::VringState(i, n)) => {
+                    conn.send(&protocol::reply_vring_state(h.request, i, n))?
+                }
+                Ok(Reply::Ack) if ack => conn.send(&protocol::reply_u64(h.request, 0))?,
+                Ok(Reply::Ack) => {}
+                Ok(Reply::Nack) => {
+                    if ack {
+                        conn.send(&protocol::reply_u64(h.request, 1))?;
+                    } else if expects_reply(h.request) {
+                        return Err(ResetCause::Unanswerable(h.request));
+                    }
+                }
+                Err(source) => {
+                    if ack {
+                        let _ = conn.send(&protocol::reply_u64(h.request, 1));
+                    }
+                    return Err(ResetCause::Device {
+                        request: h.request,
+                        source,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Drops the connection and the device state; the port waits for (or
+    /// retries) a new front-end.
+    pub fn reset(&mut self, now: Instant) {
+        self.conn = None;
+        self.device = Device::new();
+        self.next_attempt = Some(now + RECONNECT_INTERVAL);
+    }
+}
+
+fn expects_reply(request: u32) -> bool {
+    // GET_CONFIG, GET_INFLIGHT_FD, GET_STATUS: answers with a payload this device does not have.
+    matches!(request, code::GET_CONFIG | 31 | 40)
+}
+
+impl Drop for VhostUserPort {
+    fn drop(&mut self) {
+        if self.listener.is_some() {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}

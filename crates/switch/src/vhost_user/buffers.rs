@@ -1,0 +1,171 @@
+//! Byte movement over validated buffer lists: guest to guest in one copy,
+//! guest to local and local to guest. Buffers were validated against the
+//! memory map by [`super::chain::walk`]; these functions still go through
+//! vm-memory's checked accessors and simply stop at anything unmapped.
+
+use super::chain::Seg;
+use vm_memory::{
+    Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion,
+    MemoryRegionAddress, VolatileSlice,
+};
+
+/// Walks a buffer list from a byte offset, yielding (address, length) pieces.
+struct Pieces<'a> {
+    segs: &'a [Seg],
+    i: usize,
+    off: u64,
+}
+
+impl<'a> Pieces<'a> {
+    fn new(segs: &'a [Seg], mut skip: u64) -> Self {
+        let mut i = 0;
+        while i < segs.len() && skip >= u64::from(segs[i].len) {
+            skip -= u64::from(segs[i].len);
+            i += 1;
+        }
+        Self { segs, i, off: skip }
+    }
+
+    /// The next piece of at most `max` bytes, without consuming it.
+    fn peek(&self, max: u64) -> Option<(u64, u64)> {
+        let s = self.segs.get(self.i)?;
+        Some((s.addr + self.off, (u64::from(s.len) - self.off).min(max)))
+    }
+
+    fn advance(&mut self, n: u64) {
+        self.off += n;
+        if let Some(s) = self.segs.get(self.i) {
+            if self.off >= u64::from(s.len) {
+                self.i += 1;
+                self.off = 0;
+            }
+        }
+    }
+}
+
+/// A slice of at most `n` bytes at `addr` that stays inside one region.
+fn slice(mem: &GuestMemoryMmap, addr: u64, n: u64) -> Option<VolatileSlice<'_, ()>> {
+    let r = mem.find_region(GuestAddress(addr))?;
+    let off = addr - r.start_addr().0;
+    let n = n.min(r.len() - off);
+    r.get_slice(MemoryRegionAddress(off), n as usize).ok()
+}
+
+/// Copies up to `len` bytes from `src` (after `src_skip`) to `dst` (after
+/// `dst_skip`), directly between the two memories. Returns bytes copied.
+pub fn copy(
+    src_mem: &GuestMemoryMmap,
+    src: &[Seg],
+    src_skip: u64,
+    dst_mem: &GuestMemoryMmap,
+    dst: &[Seg],
+    dst_skip: u64,
+    len: u64,
+) -> u64 {
+    let mut s = Pieces::new(src, src_skip);
+    let mut d = Pieces::new(dst, dst_skip);
+    let mut done = 0;
+    while done < len {
+        let Some((sa, sn)) = s.peek(len - done) else {
+            break;
+        };
+        let Some((da, dn)) = d.peek(sn) else { break };
+        let (Some(from), Some(to)) = (slice(src_mem, sa, dn), slice(dst_mem, da, dn)) else {
+            break;
+        };
+        let n = from.len().min(to.len());
+        from.subslice(0, n)
+            .ok()
+            .map(|f| to.subslice(0, n).ok().map(|t| f.copy_to_volatile_slice(t)));
+        s.advance(n as u64);
+        d.advance(n as u64);
+        done += n as u64;
+    }
+    done
+}
+
+/// Reads up to `out.len()` bytes from guest buffers (after `skip`) into `out`.
+pub fn read(mem: &GuestMemoryMmap, segs: &[Seg], skip: u64, out: &mut [u8]) -> usize {
+    let mut p = Pieces::new(segs, skip);
+    let mut done = 0;
+    while done < out.len() {
+        let Some((a, n)) = p.peek((out.len() - done) as u64) else {
+            break;
+        };
+        if mem
+            .read_slice(&mut out[done..done + n as usize], GuestAddress(a))
+            .is_err()
+        {
+            break;
+        }
+        p.advance(n);
+        done += n as usize;
+    }
+    done
+}
+
+/// Writes `data` into guest buffers after `skip`; returns bytes written.
+pub fn write(mem: &GuestMemoryMmap, segs: &[Seg], skip: u64, data: &[u8]) -> usize {
+    let mut p = Pieces::new(segs, skip);
+    let mut done = 0;
+    while done < data.len() {
+        let Some((a, n)) = p.peek((data.len() - done) as u64) else {
+            break;
+        };
+        if mem
+            .write_slice(&data[done..done + n as usize], GuestAddress(a))
+            .is_err()
+        {
+            break;
+        }
+        p.advance(n);
+        done += n as usize;
+    }
+    done
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copies_across_uneven_segments_and_regions() {
+        let a = GuestMemoryMmap::from_ranges(&[
+            (GuestAddress(0), 0x1000),
+            (GuestAddress(0x1000), 0x1000),
+        ])
+        .unwrap();
+        let b = GuestMemoryMmap::from_ranges(&[(GuestAddress(0x10000), 0x4000)]).unwrap();
+        let data: Vec<u8> = (0..200u8).collect();
+        // Source straddles the two regions of `a`.
+        let src = [
+            Seg {
+                addr: 0xfc0,
+                len: 100,
+            },
+            Seg {
+                addr: 0x1800,
+                len: 100,
+            },
+        ];
+        assert_eq!(write(&a, &src, 0, &data), 200);
+        let dst = [
+            Seg {
+                addr: 0x10000,
+                len: 7,
+            },
+            Seg {
+                addr: 0x12000,
+                len: 300,
+            },
+        ];
+        assert_eq!(copy(&a, &src, 10, &b, &dst, 3, 190), 190);
+        let mut out = [0u8; 190];
+        assert_eq!(read(&b, &dst, 3, &mut out), 190);
+        assert_eq!(&out[..], &data[10..]);
+        // Asking for more than the buffers hold stops at their end.
+        assert_eq!(copy(&a, &src, 0, &b, &dst, 0, 1000), 200);
+        let mut big = [0u8; 400];
+        assert_eq!(read(&b, &dst, 0, &mut big), 307);
+    }
+}

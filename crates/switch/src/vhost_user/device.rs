@@ -1,0 +1,349 @@
+//! The virtio-net device state a front-end builds through vhost-user
+//! requests: features, memory, and two vrings (0: the driver's receive
+//! queue, 1: its transmit queue).
+//!
+//! Ordering is tolerant where real front-ends differ: QEMU 7.2 sends
+//! SET_VRING_ENABLE before SET_FEATURES (and never again), so an enable is
+//! recorded whenever it comes and applies once the ring starts; without
+//! VHOST_USER_F_PROTOCOL_FEATURES a ring is enabled as soon as it starts.
+
+use super::memory::{GuestMem, MemoryError};
+use super::protocol::{Request, VringAddr};
+use super::queue::{ActiveQueue, QueueError, RingAddrs, MAX_QUEUE_SIZE};
+use std::fs::File;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::Arc;
+
+/// The driver's receive queue.
+pub const RX_QUEUE: usize = 0;
+/// The driver's transmit queue.
+pub const TX_QUEUE: usize = 1;
+/// Queues of the device (one pair; multi-queue is not offered).
+pub const NUM_QUEUES: usize = 2;
+
+/// Feature bits.
+pub mod feature {
+    /// VIRTIO_NET_F_MRG_RXBUF.
+    pub const MRG_RXBUF: u64 = 1 << 15;
+    /// VIRTIO_RING_F_INDIRECT_DESC (not offered).
+    pub const INDIRECT_DESC: u64 = 1 << 28;
+    /// VIRTIO_RING_F_EVENT_IDX.
+    pub const EVENT_IDX: u64 = 1 << 29;
+    /// VHOST_USER_F_PROTOCOL_FEATURES.
+    pub const PROTOCOL_FEATURES: u64 = 1 << 30;
+    /// VIRTIO_F_VERSION_1.
+    pub const VERSION_1: u64 = 1 << 32;
+    /// What this device offers.
+    pub const OFFERED: u64 = MRG_RXBUF | EVENT_IDX | PROTOCOL_FEATURES | VERSION_1;
+}
+
+/// Protocol feature bits.
+pub mod protocol_feature {
+    /// VHOST_USER_PROTOCOL_F_REPLY_ACK.
+    pub const REPLY_ACK: u64 = 1 << 3;
+    /// VHOST_USER_PROTOCOL_F_NET_MTU.
+    pub const NET_MTU: u64 = 1 << 4;
+    /// What this device offers.
+    pub const OFFERED: u64 = REPLY_ACK | NET_MTU;
+}
+
+/// Why a request failed (the connection is reset).
+#[derive(Debug, thiserror::Error)]
+pub enum DeviceError {
+    /// A vring index beyond the device's queues.
+    #[error("queue index {0} out of range")]
+    QueueIndex(u32),
+    /// The driver acked features the device did not offer.
+    #[error("features {0:#x} were not offered")]
+    Features(u64),
+    /// A queue size that is zero, not a power of two, or too large.
+    #[error("queue size {0} invalid")]
+    QueueSize(u32),
+    /// The memory table could not be mapped.
+    #[error("memory table rejected")]
+    Memory(#[from] MemoryError),
+    /// A ring address is not inside the front-end's memory.
+    #[error("queue {0}: ring address not in the memory table")]
+    RingAddress(usize),
+    /// A queue could not start.
+    #[error("queue {index} cannot start")]
+    Queue {
+        /// Queue index.
+        index: usize,
+        /// Why.
+        #[source]
+        source: QueueError,
+    },
+}
+
+/// What to answer.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Reply {
+    /// Nothing (or a REPLY_ACK when asked).
+    Ack,
+    /// A u64 payload.
+    U64(u64),
+    /// A vring state payload.
+    VringState(u32, u32),
+    /// The request is not implemented: a failure REPLY_ACK when asked.
+    Nack,
+}
+
+#[derive(Debug, Default)]
+struct Vring {
+    num: u16,
+    addr: Option<VringAddr>,
+    base: u16,
+    kick: Option<File>,
+    kick_set: bool,
+    call: Option<File>,
+    enabled: Option<bool>,
+    active: Option<ActiveQueue>,
+}
+
+/// The device.
+#[derive(Debug, Default)]
+pub struct Device {
+    acked_features: u64,
+    acked_protocol: u64,
+    mem: Option<Arc<GuestMem>>,
+    vrings: [Vring; NUM_QUEUES],
+    mtu: Option<u64>,
+}
+
+fn queue_index(i: u32) -> Result<usize, DeviceError> {
+    let i = i as usize;
+    if i < NUM_QUEUES {
+        Ok(i)
+    } else {
+        Err(DeviceError::QueueIndex(i as u32))
+    }
+}
+
+impl Device {
+    /// A device nobody has configured.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Applies one request.
+    pub fn handle(&mut self, req: Request) -> Result<Reply, DeviceError> {
+        Ok(match req {
+            Request::GetFeatures => Reply::U64(feature::OFFERED),
+            Request::SetFeatures(f) => {
+                if f & !feature::OFFERED != 0 {
+                    return Err(DeviceError::Features(f));
+                }
+                self.acked_features = f;
+                let ev = self.event_idx();
+                for v in &mut self.vrings {
+                    if let Some(q) = &mut v.active {
+                        q.set_event_idx(ev);
+                    }
+                }
+                Reply::Ack
+            }
+            Request::SetOwner | Request::SendRarp => Reply::Ack,
+            Request::ResetOwner | Request::ResetDevice => {
+                *self = Self::new();
+                Reply::Ack
+            }
+            Request::SetMemTable(table) => {
+                let mem = Arc::new(GuestMem::from_table(table)?);
+                self.mem = Some(mem);
+                // Running queues continue on the new memory from where they are.
+                for i in 0..NUM_QUEUES {
+                    if let Some(q) = self.vrings[i].active.take() {
+                        self.vrings[i].base = q.next_avail();
+                        self.try_start(i)?;
+                    }
+                }
+                Reply::Ack
+            }
+            Request::SetVringNum { index, num } => {
+                let i = queue_index(index)?;
+                if num == 0 || !num.is_power_of_two() || num > u32::from(MAX_QUEUE_SIZE) {
+                    return Err(DeviceError::QueueSize(num));
+                }
+                self.vrings[i].num = num as u16;
+                Reply::Ack
+            }
+            Request::SetVringAddr(a) => {
+                let i = queue_index(a.index)?;
+                self.vrings[i].addr = Some(a);
+                Reply::Ack
+            }
+            Request::SetVringBase { index, num } => {
+                let i = queue_index(index)?;
+                self.vrings[i].base = num as u16;
+                Reply::Ack
+            }
+            Request::GetVringBase { index } => {
+                let i = queue_index(index)?;
+                let v = &mut self.vrings[i];
+                if let Some(q) = v.active.take() {
+                    v.base = q.next_avail();
+                }
+                // The ring is stopped until the next SET_VRING_KICK.
+                v.kick = None;
+                v.kick_set = false;
+                Reply::VringState(index, u32::from(v.base))
+            }
+            Request::SetVringKick { index, fd } => {
+                let i = queue_index(u32::from(index))?;
+                self.vrings[i].kick = fd;
+                self.vrings[i].kick_set = true;
+                self.try_start(i)?;
+                Reply::Ack
+            }
+            Request::SetVringCall { index, fd } => {
+                let i = queue_index(u32::from(index))?;
+                self.vrings[i].call = fd;
+                if self.vrings[i].active.is_some() {
+                    let q = self.vrings[i].active.take().map(|q| q.next_avail());
+                    self.vrings[i].base = q.unwrap_or(self.vrings[i].base);
+                    self.try_start(i)?;
+                }
+                Reply::Ack
+            }
+            Request::SetVringErr { index, .. } => {
+                queue_index(u32::from(index))?;
+                Reply::Ack
+            }
+            Request::GetProtocolFeatures => Reply::U64(protocol_feature::OFFERED),
+            Request::SetProtocolFeatures(f) => {
+                self.acked_protocol = f & protocol_feature::OFFERED;
+                Reply::Ack
+            }
+            Request::GetQueueNum => Reply::U64(1),
+            Request::GetMaxMemSlots => Reply::U64(super::protocol::MAX_REGIONS as u64),
+            Request::SetVringEnable { index, enable } => {
+                let i = queue_index(index)?;
+                self.vrings[i].enabled = Some(enable);
+                Reply::Ack
+            }
+            Request::NetSetMtu(mtu) => {
+                self.mtu = Some(mtu);
+                Reply::Ack
+            }
+            Request::Unsupported(_) => Reply::Nack,
+        })
+    }
+
+    fn try_start(&mut self, i: usize) -> Result<(), DeviceError> {
+        let event_idx = self.event_idx();
+        let Some(mem) = self.mem.clone() else {
+            return Ok(());
+        };
+        let v = &mut self.vrings[i];
+        let (Some(a), true, true) = (v.addr, v.kick_set, v.num > 0) else {
+            return Ok(());
+        };
+        let n = u64::from(v.num);
+        let desc = mem
+            .va_to_gpa(a.desc, 16 * n)
+            .ok_or(DeviceError::RingAddress(i))?;
+        let avail = mem
+            .va_to_gpa(a.avail, 6 + 2 * n)
+            .ok_or(DeviceError::RingAddress(i))?;
+        let used = mem
+            .va_to_gpa(a.used, 6 + 8 * n)
+            .ok_or(DeviceError::RingAddress(i))?;
+        let call = v
+            .call
+            .as_ref()
+            .map(File::try_clone)
+            .transpose()
+            .map_err(|e| DeviceError::Queue {
+                index: i,
+                source: QueueError::Call(e),
+            })?;
+        let q = ActiveQueue::start(
+            mem,
+            v.num,
+            RingAddrs { desc, avail, used },
+            v.base,
+            event_idx,
+            call,
+            i == RX_QUEUE,
+        )
+        .map_err(|source| DeviceError::Queue { index: i, source })?;
+        v.active = Some(q);
+        Ok(())
+    }
+
+    /// True when the device may process queue `i`: started, and enabled.
+    /// An explicit SET_VRING_ENABLE wins whenever it arrived; without one a
+    /// ring is enabled unless VHOST_USER_F_PROTOCOL_FEATURES was negotiated.
+    pub fn ready(&self, i: usize) -> bool {
+        let v = &self.vrings[i];
+        v.active.is_some()
+            && match v.enabled {
+                Some(e) => e,
+                None => self.acked_features & feature::PROTOCOL_FEATURES == 0,
+            }
+    }
+
+    /// The running queue `i`, when ready.
+    pub fn queue(&mut self, i: usize) -> Option<&mut ActiveQueue> {
+        if self.ready(i) {
+            self.vrings[i].active.as_mut()
+        } else {
+            None
+        }
+    }
+
+    /// Stops queue `i` after a ring error (the caller resets the connection).
+    pub fn stop(&mut self, i: usize) {
+        self.vrings[i].active = None;
+    }
+
+    /// The kick eventfd of queue `i`, to watch.
+    pub fn kick_fd(&self, i: usize) -> Option<RawFd> {
+        self.vrings[i].kick.as_ref().map(|f| f.as_raw_fd())
+    }
+
+    /// Drains queue `i`'s kick eventfd; returns true when there was a kick.
+    pub fn drain_kick(&self, i: usize) -> bool {
+        use std::io::Read;
+        let mut b = [0u8; 8];
+        match self.vrings[i].kick.as_ref() {
+            Some(mut f) => matches!(f.read(&mut b), Ok(8)),
+            None => false,
+        }
+    }
+
+    /// True when EVENT_IDX was negotiated.
+    pub fn event_idx(&self) -> bool {
+        self.acked_features & feature::EVENT_IDX != 0
+    }
+
+    /// True when mergeable receive buffers were negotiated.
+    pub fn mrg_rxbuf(&self) -> bool {
+        self.acked_features & feature::MRG_RXBUF != 0
+    }
+
+    /// Length of the virtio-net header on this device's queues.
+    pub fn vnet_hdr_len(&self) -> usize {
+        if self.acked_features & (feature::VERSION_1 | feature::MRG_RXBUF) != 0 {
+            crate::wire::virtio_net::HEADER_LEN
+        } else {
+            crate::wire::virtio_net::LEGACY_HEADER_LEN
+        }
+    }
+
+    /// True when REPLY_ACK was negotiated.
+    pub fn reply_ack(&self) -> bool {
+        self.acked_protocol & protocol_feature::REPLY_ACK != 0
+    }
+
+    /// The driver's features.
+    pub fn acked_features(&self) -> u64 {
+        self.acked_features
+    }
+
+    /// The MTU the front-end announced.
+    pub fn mtu(&self) -> Option<u64> {
+        self.mtu
+    }
+}

@@ -1,0 +1,11 @@
+//! vhost-user virtio-net: the protocol, guest memory, descriptor-chain
+//! validation, and the device a front-end (QEMU, DPDK virtio-user, our
+//! poll-mode endpoint) drives.
+
+pub mod buffers;
+pub mod chain;
+pub mod conn;
+pub mod device;
+pub mod memory;
+pub mod protocol;
+pub mod queue;

@@ -1,0 +1,275 @@
+//! A worker: the thread that owns a [`Datapath`] (its ports, their
+//! connections and queues). It polls for a budget, and when a number of
+//! rounds find nothing it re-enables guest notifications and sleeps in
+//! epoll on kick eventfds, front-end sockets and its command eventfd.
+//! The control plane talks to it only through [`Command`]s.
+
+use crate::config::{PortSpec, SwitchConfig};
+use crate::datapath::{Datapath, Port};
+use crate::fdb::{Fdb, FdbEntry};
+use crate::port::vhost_user::VhostUserPort;
+use crate::port::{SocketMode, Watch, Watched};
+use crate::stats::PortStatsSnapshot;
+use serde::{Deserialize, Serialize};
+use std::sync::mpsc::{Receiver, Sender};
+use std::time::{Duration, Instant};
+use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
+use vmm_sys_util::eventfd::EventFd;
+
+/// A port as listed by `port list` and `stats`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct PortInfo {
+    /// Name.
+    pub name: String,
+    /// Identity.
+    pub id: u32,
+    /// Kind.
+    pub kind: String,
+    /// Socket path (vhost-user).
+    pub socket: Option<String>,
+    /// Socket mode (vhost-user).
+    pub mode: Option<SocketMode>,
+    /// A front-end is connected.
+    pub connected: bool,
+    /// Both queues are running.
+    pub running: bool,
+    /// VLAN membership.
+    pub vlan: String,
+    /// Counters.
+    pub stats: PortStatsSnapshot,
+}
+
+/// Requests to the worker; each carries where to answer.
+#[derive(Debug)]
+pub enum Command {
+    /// Add a port.
+    Add(PortSpec, Sender<Result<PortInfo, String>>),
+    /// Remove a port by name.
+    Del(String, Sender<Result<(), String>>),
+    /// List ports.
+    List(Sender<Vec<PortInfo>>),
+    /// The FDB.
+    Fdb(Sender<Vec<FdbEntry>>),
+    /// Stop the worker.
+    Stop,
+}
+
+const WAKE: u64 = u64::MAX;
+const TICK: Duration = Duration::from_millis(50);
+const AGE_EVERY: Duration = Duration::from_secs(1);
+/// Busy polling checks the event sources every this many rounds.
+const EVENT_CHECK_ROUNDS: u32 = 64;
+
+/// The worker's state.
+pub struct Worker {
+    dp: Datapath,
+    epoll: Epoll,
+    wake: EventFd,
+    commands: Receiver<Command>,
+    registered: Vec<Vec<Watched>>,
+    cfg: SwitchConfig,
+}
+
+fn token(slot: usize, w: Watch) -> u64 {
+    ((slot as u64) << 8) | u64::from(w.encode())
+}
+
+impl Worker {
+    /// A worker with no ports; `wake` is written after each command is sent.
+    pub fn new(
+        cfg: SwitchConfig,
+        commands: Receiver<Command>,
+        wake: EventFd,
+    ) -> std::io::Result<Self> {
+        let epoll = Epoll::new()?;
+        epoll.ctl(
+            ControlOperation::Add,
+            std::os::fd::AsRawFd::as_raw_fd(&wake),
+            EpollEvent::new(EventSet::IN, WAKE),
+        )?;
+        let dp = Datapath::new(Fdb::new(cfg.fdb_capacity, cfg.aging()));
+        Ok(Self {
+            dp,
+            epoll,
+            wake,
+            commands,
+            registered: Vec::new(),
+            cfg,
+        })
+    }
+
+    fn sync(&mut self, slot: usize) {
+        let mut now_watched = Vec::new();
+        self.dp.watched(slot, &mut now_watched);
+        if self.registered.len() <= slot {
+            self.registered.resize_with(slot + 1, Vec::new);
+        }
+        if self.registered[slot] == now_watched {
+            return;
+        }
+        for (fd, _) in self.registered[slot].drain(..) {
+            let _ = self
+                .epoll
+                .ctl(ControlOperation::Delete, fd, EpollEvent::default());
+        }
+        for &(fd, w) in &now_watched {
+            if let Err(e) = self.epoll.ctl(
+                ControlOperation::Add,
+                fd,
+                EpollEvent::new(EventSet::IN, token(slot, w)),
+            ) {
+                log::error!("cannot watch descriptor {fd}: {e}");
+            }
+        }
+        self.registered[slot] = now_watched;
+    }
+
+    fn info(&self, slot: usize) -> Option<PortInfo> {
+        let s = self.dp.slot(slot)?;
+        let Port::VhostUser(p) = &s.port;
+        Some(PortInfo {
+            name: s.name.clone(),
+            id: s.id.0,
+            kind: "vhost-user".into(),
+            socket: Some(p.path().display().to_string()),
+            mode: Some(p.mode()),
+            connected: p.connected(),
+            running: p.device.ready(0) && p.device.ready(1),
+            vlan: format!("{:?}", s.policy.vlan),
+            stats: s.stats.snapshot(),
+        })
+    }
+
+    fn add(&mut self, spec: &PortSpec) -> Result<PortInfo, String> {
+        let e = |e: &dyn std::error::Error| crate::error_chain(e);
+        let policy = spec.policy().map_err(|x| e(&x))?;
+        if self.dp.find(&spec.name).is_some() {
+            return Err(format!("port {} exists", spec.name));
+        }
+        let socket = spec
+            .socket
+            .as_ref()
+            .ok_or("a vhost-user port needs a socket")?;
+        let port = VhostUserPort::new(socket, spec.mode).map_err(|x| e(&x))?;
+        let (slot, _) = self
+            .dp
+            .add(spec.name.clone(), policy, Port::VhostUser(port));
+        let mut changed = Vec::new();
+        self.dp.tick(Instant::now(), &mut changed);
+        self.sync(slot);
+        log::info!("port {} added", spec.name);
+        self.info(slot).ok_or_else(|| "port vanished".into())
+    }
+
+    fn del(&mut self, name: &str) -> Result<(), String> {
+        let slot = self
+            .dp
+            .find(name)
+            .ok_or_else(|| format!("no port {name}"))?;
+        if let Some(list) = self.registered.get_mut(slot) {
+            for (fd, _) in list.drain(..) {
+                let _ = self
+                    .epoll
+                    .ctl(ControlOperation::Delete, fd, EpollEvent::default());
+            }
+        }
+        self.dp.remove(slot);
+        log::info!("port {name} removed");
+        Ok(())
+    }
+
+    /// Handles pending commands; returns false on Stop.
+    fn commands(&mut self) -> bool {
+        let _ = self.wake.read();
+        while let Ok(c) = self.commands.try_recv() {
+            match c {
+                Command::Add(spec, reply) => {
+                    let _ = reply.send(self.add(&spec));
+                }
+                Command::Del(name, reply) => {
+                    let _ = reply.send(self.del(&name));
+                }
+                Command::List(reply) => {
+                    let v = self.dp.slots().map(|(i, _)| i).collect::<Vec<_>>();
+                    let _ = reply.send(v.into_iter().filter_map(|i| self.info(i)).collect());
+                }
+                Command::Fdb(reply) => {
+                    let _ = reply.send(self.dp.fdb().entries(Instant::now()));
+                }
+                Command::Stop => return false,
+            }
+        }
+        true
+    }
+
+    /// Runs until a Stop command.
+    pub fn run(mut self) {
+        let mut events = vec![EpollEvent::default(); 64];
+        let mut idle: u32 = 0;
+        let mut rounds: u32 = 0;
+        let mut last_tick = Instant::now();
+        let mut last_age = Instant::now();
+        let mut changed = Vec::new();
+        loop {
+            let now = Instant::now();
+            let work = self.dp.poll(now, self.cfg.budget);
+            if work > 0 {
+                idle = 0;
+            } else {
+                idle = idle.saturating_add(1);
+            }
+            rounds = rounds.wrapping_add(1);
+            let sleep = idle > self.cfg.idle_polls;
+            let timeout = if sleep {
+                if self.dp.arm_notifications() {
+                    // Frames arrived while arming: keep polling.
+                    self.dp.disarm_notifications();
+                    idle = 0;
+                    continue;
+                }
+                TICK.as_millis() as i32
+            } else if rounds % EVENT_CHECK_ROUNDS == 0 || now.duration_since(last_tick) >= TICK {
+                0
+            } else {
+                continue;
+            };
+            let n = match self.epoll.wait(timeout, &mut events) {
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => 0,
+                Err(e) => {
+                    log::error!("worker epoll failed: {e}");
+                    return;
+                }
+            };
+            if sleep {
+                self.dp.disarm_notifications();
+                idle = 0;
+            }
+            let now = Instant::now();
+            for ev in &events[..n] {
+                let data = ev.data();
+                if data == WAKE {
+                    if !self.commands() {
+                        return;
+                    }
+                    continue;
+                }
+                let slot = (data >> 8) as usize;
+                self.dp.on_event(slot, Watch::decode(data as u8), now);
+                self.sync(slot);
+            }
+            if now.duration_since(last_tick) >= TICK {
+                last_tick = now;
+                changed.clear();
+                self.dp.tick(now, &mut changed);
+                for &s in &changed {
+                    self.sync(s);
+                }
+            }
+            if now.duration_since(last_age) >= AGE_EVERY {
+                last_age = now;
+                self.dp.age(now);
+            }
+        }
+    }
+}

@@ -1,0 +1,86 @@
+//! Shared helpers: a switch in a private temporary directory, endpoints.
+
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+use vnio_switch::config::{Config, PortSpec, SwitchConfig};
+use vnio_switch::daemon::Switch;
+use vnio_switch::endpoint::{Endpoint, EndpointConfig};
+use vnio_switch::port::SocketMode;
+use vnio_switch::wire::{EthernetAddress, Ipv4Address};
+
+pub const T: Duration = Duration::from_secs(5);
+
+pub struct Dir(pub PathBuf);
+
+impl Dir {
+    pub fn new(tag: &str) -> Self {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let p = std::env::temp_dir().join(format!(
+            "vnio-sw-{tag}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::SeqCst)
+        ));
+        std::fs::create_dir_all(&p).unwrap();
+        Self(p)
+    }
+
+    pub fn sock(&self, name: &str) -> PathBuf {
+        self.0.join(format!("{name}.sock"))
+    }
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+pub fn mac(n: u8) -> EthernetAddress {
+    EthernetAddress([2, 0, 0, 0, 0, n])
+}
+
+pub fn ip(n: u8) -> Ipv4Address {
+    Ipv4Address([10, 0, 0, n])
+}
+
+/// A switch with server-mode vhost-user ports `p1..=pN`.
+pub fn switch(dir: &Dir, ports: usize) -> Switch {
+    let cfg = Config {
+        switch: SwitchConfig {
+            control: dir.sock("control"),
+            idle_polls: 4,
+            ..SwitchConfig::default()
+        },
+        ports: (1..=ports)
+            .map(|i| {
+                PortSpec::vhost_user(
+                    &format!("p{i}"),
+                    dir.sock(&format!("p{i}")),
+                    SocketMode::Server,
+                )
+            })
+            .collect(),
+    };
+    Switch::start(cfg).unwrap()
+}
+
+pub fn endpoint(dir: &Dir, port: usize, n: u8) -> Endpoint {
+    Endpoint::connect(
+        &dir.sock(&format!("p{port}")),
+        EndpointConfig::new(mac(n), ip(n)),
+    )
+    .unwrap()
+}
+
+/// Runs `f` on a thread and fails the test if it does not finish within `limit`.
+pub fn bounded<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(limit)
+        .expect("test step exceeded its time limit")
+}
