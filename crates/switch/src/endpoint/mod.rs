@@ -8,16 +8,37 @@
 //! `udp_send_to`/`udp_recv` and `ping` speak IPv4, and the host answers
 //! ARP, ping and UDP echo while the caller polls.
 //!
-//! ```no_run
+//! ```
+//! use std::time::Duration;
+//! use vnio_switch::config::{Config, PortSpec, SwitchConfig};
+//! use vnio_switch::daemon::Switch;
 //! use vnio_switch::endpoint::{Endpoint, EndpointConfig};
-//! let cfg = EndpointConfig::new("02:00:00:00:00:01".parse()?, [10, 0, 0, 1].into());
-//! let mut ep = Endpoint::connect("/run/vnio/p1.sock".as_ref(), cfg)?;
-//! let peer = "10.0.0.2:7".parse()?;
-//! ep.resolve(*peer.ip(), std::time::Duration::from_secs(1))?;
-//! ep.udp_send_to(peer, 4000, b"hello")?;
+//! use vnio_switch::port::SocketMode;
+//! use vnio_switch::wire::Ipv4Address;
+//!
+//! let dir = std::env::temp_dir().join(format!("vnio-doc-{}", std::process::id()));
+//! std::fs::create_dir_all(&dir)?;
+//! let cfg = Config {
+//!     switch: SwitchConfig { control: dir.join("ctl.sock"), ..Default::default() },
+//!     ports: vec![
+//!         PortSpec::vhost_user("a", dir.join("a.sock"), SocketMode::Server),
+//!         PortSpec::vhost_user("b", dir.join("b.sock"), SocketMode::Server),
+//!     ],
+//! };
+//! let _switch = Switch::start(cfg)?;
+//! let b_ip = Ipv4Address([10, 0, 0, 2]);
+//! let mut a = Endpoint::connect(&dir.join("a.sock"), EndpointConfig::new("02:00:00:00:00:01".parse()?, Ipv4Address([10, 0, 0, 1])))?;
+//! let mut b = Endpoint::connect(&dir.join("b.sock"), EndpointConfig::new("02:00:00:00:00:02".parse()?, b_ip))?;
+//! // b answers ARP and echoes UDP port 7 while it polls.
+//! let server = std::thread::spawn(move || b.serve(Duration::from_millis(500), &|| false));
+//! a.resolve(b_ip, Duration::from_secs(2))?;
+//! let peer = std::net::SocketAddrV4::new(b_ip.into(), 7);
+//! a.udp_send_to(peer, 4000, b"hello")?;
 //! let mut buf = [0u8; 2048];
-//! let (from, _port, n) = ep.udp_recv_timeout(&mut buf, std::time::Duration::from_secs(1))?.expect("echo");
-//! assert_eq!((from, &buf[..n]), (peer, &b"hello"[..]));
+//! let (from, port, n) = a.udp_recv_timeout(&mut buf, Duration::from_secs(2))?.expect("echo");
+//! assert_eq!((from, port, &buf[..n]), (peer, 4000, &b"hello"[..]));
+//! server.join().unwrap()?;
+//! # std::fs::remove_dir_all(&dir)?;
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
