@@ -75,7 +75,10 @@ pub trait Probe: Send + Sync {
     /// NIC receive offloads (ethtool ioctl).
     fn offloads(&self, ifname: &str) -> io::Result<Offloads>;
     /// Legacy iptables entries and built-in hooks of one table.
-    fn iptables_entries(&self, table: &str) -> io::Result<(u32, u32)>;
+    fn iptables_entries(&self, ipv6: bool, table: &str) -> io::Result<(u32, u32)>;
+    /// Number of nftables rules (only asked when nf_tables is loaded, so
+    /// that asking does not load it).
+    fn nft_rules(&self) -> io::Result<u64>;
     /// KVM CPUID leaves, if a hypervisor is present.
     fn kvm_cpuid(&self) -> Option<KvmCpuid>;
     /// Median cost of one `clock_gettime(CLOCK_MONOTONIC)` in nanoseconds.
@@ -96,8 +99,26 @@ impl Probe for LiveProbe {
     fn offloads(&self, ifname: &str) -> io::Result<Offloads> {
         crate::sys::ethtool_offloads(ifname)
     }
-    fn iptables_entries(&self, table: &str) -> io::Result<(u32, u32)> {
-        crate::sys::iptables_entries(table)
+    fn iptables_entries(&self, ipv6: bool, table: &str) -> io::Result<(u32, u32)> {
+        crate::sys::iptables_entries(ipv6, table)
+    }
+    fn nft_rules(&self) -> io::Result<u64> {
+        let nft = ["/usr/sbin/nft", "/sbin/nft", "/usr/bin/nft"]
+            .iter()
+            .map(Path::new)
+            .find(|p| p.exists())
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "nft is not installed"))?;
+        let out = std::process::Command::new(nft)
+            .args(["-j", "list", "ruleset"])
+            .output()?;
+        if !out.status.success() {
+            let err = String::from_utf8_lossy(&out.stderr);
+            return Err(io::Error::other(format!(
+                "nft: {}",
+                err.lines().next().unwrap_or("failed")
+            )));
+        }
+        count_nft_rules(&out.stdout)
     }
     fn kvm_cpuid(&self) -> Option<KvmCpuid> {
         crate::sys::kvm_cpuid()
@@ -119,6 +140,8 @@ pub struct FixedProbe {
     pub offloads: Option<Offloads>,
     /// Entries and hooks of every iptables table.
     pub iptables: Option<(u32, u32)>,
+    /// nftables rule count.
+    pub nft_rules: Option<u64>,
     /// KVM CPUID answer.
     pub kvm: Option<KvmCpuid>,
     /// Clock read cost.
@@ -139,8 +162,11 @@ impl Probe for FixedProbe {
     fn offloads(&self, _ifname: &str) -> io::Result<Offloads> {
         self.offloads.ok_or_else(unsupported)
     }
-    fn iptables_entries(&self, _table: &str) -> io::Result<(u32, u32)> {
+    fn iptables_entries(&self, _ipv6: bool, _table: &str) -> io::Result<(u32, u32)> {
         self.iptables.ok_or_else(unsupported)
+    }
+    fn nft_rules(&self) -> io::Result<u64> {
+        self.nft_rules.ok_or_else(unsupported)
     }
     fn kvm_cpuid(&self) -> Option<KvmCpuid> {
         self.kvm.clone()
@@ -148,6 +174,18 @@ impl Probe for FixedProbe {
     fn clock_read_ns(&self) -> f64 {
         self.clock_ns
     }
+}
+
+/// Counts the `rule` objects of `nft -j list ruleset` output.
+pub fn count_nft_rules(json: &[u8]) -> io::Result<u64> {
+    let bad = |what: String| io::Error::new(io::ErrorKind::InvalidData, what);
+    let v: serde_json::Value =
+        serde_json::from_slice(json).map_err(|e| bad(format!("nft output: {e}")))?;
+    let items = v
+        .get("nftables")
+        .and_then(serde_json::Value::as_array)
+        .ok_or_else(|| bad("nft output has no nftables array".into()))?;
+    Ok(items.iter().filter(|i| i.get("rule").is_some()).count() as u64)
 }
 
 /// The machine: a root directory for files and a probe for the rest.

@@ -140,9 +140,11 @@ pub fn ethtool_offloads(ifname: &str) -> io::Result<Offloads> {
     }
 }
 
-/// Number of entries and of built-in hooks in one legacy iptables (IPv4)
-/// table, through `IPT_SO_GET_INFO`; needs `CAP_NET_RAW` and `CAP_NET_ADMIN`.
-pub fn iptables_entries(table: &str) -> io::Result<(u32, u32)> {
+/// Number of entries and of built-in hooks in one legacy iptables table
+/// (IPv4, or IPv6 with `ipv6`), through `IPT_SO_GET_INFO` /
+/// `IP6T_SO_GET_INFO` (same number and layout); needs `CAP_NET_RAW` and
+/// `CAP_NET_ADMIN`.
+pub fn iptables_entries(ipv6: bool, table: &str) -> io::Result<(u32, u32)> {
     #[repr(C)]
     struct IptGetInfo {
         name: [u8; 32],
@@ -159,10 +161,15 @@ pub fn iptables_entries(table: &str) -> io::Result<(u32, u32)> {
             "bad table name",
         ));
     }
+    let (family, level) = if ipv6 {
+        (libc::AF_INET6, libc::IPPROTO_IPV6)
+    } else {
+        (libc::AF_INET, libc::IPPROTO_IP)
+    };
     // SAFETY: socket() takes no pointers.
     let fd = unsafe {
         libc::socket(
-            libc::AF_INET,
+            family,
             libc::SOCK_RAW | libc::SOCK_CLOEXEC,
             libc::IPPROTO_RAW,
         )
@@ -187,7 +194,7 @@ pub fn iptables_entries(table: &str) -> io::Result<(u32, u32)> {
     let rc = unsafe {
         libc::getsockopt(
             sock.as_raw_fd(),
-            libc::IPPROTO_IP,
+            level,
             IPT_SO_GET_INFO,
             (&mut info as *mut IptGetInfo).cast(),
             &mut len,

@@ -149,6 +149,64 @@ fn turbo(host: &Host, p: Profile) -> Result<Assessment, Unread> {
     })
 }
 
+fn epb(host: &Host, p: Profile) -> Result<Assessment, Unread> {
+    let mut items = Vec::new();
+    let mut changes = Vec::new();
+    let mut good = true;
+    for cpu in super::online_cpus(host)? {
+        let path = format!("/sys/devices/system/cpu/cpu{cpu}/power/energy_perf_bias");
+        if !host.exists(&path) {
+            continue;
+        }
+        let v: u8 = host.parse(&path)?;
+        if v > 15 {
+            return Err(Unread::garbage(
+                &path,
+                format!("expected 0 to 15, found {v}"),
+            ));
+        }
+        let ok = match p {
+            Profile::Latency => v == 0,
+            Profile::Throughput => v <= 6,
+            Profile::Balanced => true,
+        };
+        if !ok {
+            good = false;
+            changes.push(change(&path, "0", v.to_string()));
+        }
+        items.push((format!("cpu{cpu}"), v.to_string()));
+    }
+    if items.is_empty() {
+        return Ok(if is_guest(host) {
+            Assessment::not_visible("no energy_perf_bias in this VM: a host/BIOS setting")
+        } else {
+            Assessment::not_visible("the CPU or driver exposes no energy_perf_bias")
+        });
+    }
+    let mut a = Assessment::judge(good, collapse(&items));
+    a.changes = changes;
+    Ok(a)
+}
+
+fn min_perf(host: &Host, p: Profile) -> Result<Assessment, Unread> {
+    const MIN: &str = "/sys/devices/system/cpu/intel_pstate/min_perf_pct";
+    if !host.exists(MIN) {
+        return Ok(if is_guest(host) {
+            Assessment::not_visible("intel_pstate is a host driver; a VM does not see it")
+        } else {
+            Assessment::not_visible("not intel_pstate: no min_perf_pct")
+        });
+    }
+    let v: u8 = host.parse(MIN)?;
+    let good = p != Profile::Latency || v == 100;
+    let a = Assessment::judge(good, format!("min_perf_pct={v}"));
+    Ok(if good {
+        a
+    } else {
+        a.change(change(MIN, "100", v.to_string()))
+    })
+}
+
 /// The knobs of this area.
 pub const KNOBS: &[Knob] = &[
     Knob {
@@ -218,5 +276,39 @@ pub const KNOBS: &[Knob] = &[
         revert: "write the former value back (journaled)",
         volatile: false,
         assess: turbo,
+    },
+    Knob {
+        id: "cpu.epb",
+        title: "Energy-performance bias (energy_perf_bias)",
+        layer: Layer::Host,
+        targets: Targets {
+            latency: "0 (performance)",
+            throughput: "0 to 6 (performance to normal)",
+            balanced: "any (6, normal, is the usual default)",
+        },
+        why: "The bias steers the hardware's own power decisions (C-state promotion, uncore and turbo) towards speed or savings.",
+        tradeoff: "More power at low load.",
+        apply: ApplyKind::Runtime,
+        how: "write 0 to /sys/devices/system/cpu/cpu*/power/energy_perf_bias (tuned: energy_perf_bias=performance)",
+        revert: "write the former value back (journaled)",
+        volatile: false,
+        assess: epb,
+    },
+    Knob {
+        id: "cpu.min-perf",
+        title: "Minimum P-state (intel_pstate min_perf_pct)",
+        layer: Layer::Host,
+        targets: Targets {
+            latency: "100",
+            throughput: "any",
+            balanced: "any",
+        },
+        why: "A floor at 100% keeps every core at its highest non-turbo frequency: no ramp-up after idle.",
+        tradeoff: "Full frequency even when idle: power and heat.",
+        apply: ApplyKind::Runtime,
+        how: "write 100 to /sys/devices/system/cpu/intel_pstate/min_perf_pct (tuned: min_perf_pct=100)",
+        revert: "write the former value back (journaled)",
+        volatile: false,
+        assess: min_perf,
     },
 ];

@@ -245,6 +245,65 @@ fn kvm_halt_poll(host: &Host, p: Profile) -> Result<Assessment, Unread> {
     Ok(a)
 }
 
+fn resume_latency(host: &Host, p: Profile) -> Result<Assessment, Unread> {
+    let mut items = Vec::new();
+    let mut changes = Vec::new();
+    let mut limits = Vec::new();
+    for cpu in online_cpus(host)? {
+        let path = format!("/sys/devices/system/cpu/cpu{cpu}/power/pm_qos_resume_latency_us");
+        let raw = match host.read(&path) {
+            Ok(r) => r,
+            Err(u) if u.kind == UnreadKind::Missing => continue,
+            Err(u) => return Err(u),
+        };
+        // 0 reads as "no constraint"; "n/a" as "no idle state at all".
+        let limit = match raw.as_str() {
+            "n/a" => Some(0),
+            r => match r.parse::<u64>() {
+                Ok(0) => None,
+                Ok(v) => Some(v),
+                Err(_) => {
+                    return Err(Unread::garbage(
+                        &path,
+                        format!(
+                            "expected microseconds or n/a, found {}",
+                            crate::host::excerpt(r)
+                        ),
+                    ))
+                }
+            },
+        };
+        limits.push(limit);
+        items.push((
+            format!("cpu{cpu}"),
+            limit.map_or("no constraint".to_string(), |v| format!("{v} us")),
+        ));
+        if p == Profile::Latency && !matches!(limit, Some(v) if v <= LATENCY_MAX_EXIT_US) {
+            changes.push(change(&path, LATENCY_MAX_EXIT_US.to_string(), raw.clone()));
+        }
+    }
+    if items.is_empty() {
+        return Ok(Assessment::not_visible(
+            "no per-CPU pm_qos_resume_latency_us",
+        ));
+    }
+    let shallow = deepest_enabled_us(host).is_some_and(|d| d <= LATENCY_MAX_EXIT_US);
+    let capped = limits
+        .iter()
+        .all(|l| l.is_some_and(|v| v <= LATENCY_MAX_EXIT_US));
+    let good = p != Profile::Latency || capped || shallow;
+    let mut a = Assessment::judge(good, collapse(&items));
+    if shallow && p == Profile::Latency {
+        a = a.note(format!(
+            "no enabled idle state exits slower than {LATENCY_MAX_EXIT_US} us: no limit needed"
+        ));
+    }
+    if !good {
+        a.changes = changes;
+    }
+    Ok(a)
+}
+
 /// The knobs of this area.
 pub const KNOBS: &[Knob] = &[
     Knob {
@@ -331,5 +390,22 @@ pub const KNOBS: &[Knob] = &[
         revert: "write the former value back (journaled)",
         volatile: false,
         assess: kvm_halt_poll,
+    },
+    Knob {
+        id: "idle.cpu-resume-latency",
+        title: "Per-CPU PM QoS resume latency (pm_qos_resume_latency_us)",
+        layer: Layer::Host,
+        targets: Targets {
+            latency: "at most 2 us on every CPU (or no deep state enabled)",
+            throughput: "no constraint (0)",
+            balanced: "no constraint (0)",
+        },
+        why: "The same limit as /dev/cpu_dma_latency, per CPU, kept by the kernel without a process holding it.",
+        tradeoff: "As disabling the deep states on those CPUs; lasts until reboot or revert.",
+        apply: ApplyKind::Runtime,
+        how: "write 2 to /sys/devices/system/cpu/cpu*/power/pm_qos_resume_latency_us (0 = no constraint)",
+        revert: "write the former value back (journaled)",
+        volatile: false,
+        assess: resume_latency,
     },
 ];

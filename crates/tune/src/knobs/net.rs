@@ -214,6 +214,24 @@ fn rps_xps(host: &Host, _p: Profile) -> Result<Assessment, Unread> {
     Ok(Assessment::info(parts.join("; ")))
 }
 
+fn tcp_fastopen(host: &Host, p: Profile) -> Result<Assessment, Unread> {
+    const TFO: &str = "/proc/sys/net/ipv4/tcp_fastopen";
+    let v: u64 = host.parse(TFO)?;
+    let word = match v & 3 {
+        0 => "off",
+        1 => "client",
+        2 => "server",
+        _ => "client and server",
+    };
+    let good = p != Profile::Latency || v & 3 == 3;
+    let a = Assessment::judge(good, format!("tcp_fastopen={v} ({word})"));
+    Ok(if good {
+        a
+    } else {
+        a.change(change(TFO, (v | 3).to_string(), v.to_string()))
+    })
+}
+
 /// The knobs of this area.
 pub const KNOBS: &[Knob] = &[
     Knob {
@@ -300,5 +318,22 @@ pub const KNOBS: &[Knob] = &[
         revert: "write the former mask back",
         volatile: false,
         assess: rps_xps,
+    },
+    Knob {
+        id: "net.tcp-fastopen",
+        title: "TCP Fast Open (net.ipv4.tcp_fastopen)",
+        layer: Layer::Guest,
+        targets: Targets {
+            latency: "3 (client and server)",
+            throughput: "any",
+            balanced: "any",
+        },
+        why: "Data in the SYN saves a round trip on each new connection (only for applications that ask for it).",
+        tradeoff: "A SYN with data may be replayed: only idempotent first requests should use it.",
+        apply: ApplyKind::Runtime,
+        how: "sysctl -w net.ipv4.tcp_fastopen=3",
+        revert: "write the former value back (journaled)",
+        volatile: false,
+        assess: tcp_fastopen,
     },
 ];

@@ -11,7 +11,10 @@ fn nohz(host: &Host, _p: Profile) -> Result<Assessment, Unread> {
         Some(v) => format!("tickless idle (nohz={v})"),
         None => "tickless idle (default)".to_string(),
     };
-    Ok(Assessment::info(current).note("measure both: the study saw guests gain from nohz=off, which avoids reprogramming a one-shot timer at each idle exit"))
+    let skew = cmdline_value(&words, "skew_tick").unwrap_or_else(|| "0".into());
+    Ok(Assessment::info(format!("{current}, skew_tick={skew}"))
+        .note("measure both: the study saw guests gain from nohz=off, which avoids reprogramming a one-shot timer at each idle exit")
+        .note("skew_tick=1 (tuned's network-latency) staggers the CPUs' ticks so they do not contend for the same locks"))
 }
 
 fn isolation(host: &Host, p: Profile) -> Result<Assessment, Unread> {
@@ -63,6 +66,47 @@ fn isolation(host: &Host, p: Profile) -> Result<Assessment, Unread> {
     Ok(a)
 }
 
+fn housekeeping(host: &Host, p: Profile) -> Result<Assessment, Unread> {
+    // (sysctl, path, value the latency profile wants, "at least" or exact)
+    const ITEMS: &[(&str, &str, u64, bool)] = &[
+        (
+            "kernel.nmi_watchdog",
+            "/proc/sys/kernel/nmi_watchdog",
+            0,
+            false,
+        ),
+        (
+            "kernel.timer_migration",
+            "/proc/sys/kernel/timer_migration",
+            0,
+            false,
+        ),
+        ("vm.stat_interval", "/proc/sys/vm/stat_interval", 10, true),
+    ];
+    let mut parts = Vec::new();
+    let mut good = true;
+    let mut changes = Vec::new();
+    for (name, path, want, at_least) in ITEMS {
+        let v: u64 = match host.parse(path) {
+            Ok(v) => v,
+            Err(u) if u.kind == UnreadKind::Missing => {
+                parts.push(format!("{name} absent"));
+                continue;
+            }
+            Err(u) => return Err(u),
+        };
+        let ok = p != Profile::Latency || if *at_least { v >= *want } else { v == *want };
+        if !ok {
+            good = false;
+            changes.push(crate::knobs::change(path, want.to_string(), v.to_string()));
+        }
+        parts.push(format!("{name}={v}"));
+    }
+    let mut a = Assessment::judge(good, parts.join(" "));
+    a.changes = changes;
+    Ok(a)
+}
+
 /// The knobs of this area.
 pub const KNOBS: &[Knob] = &[
     Knob {
@@ -98,5 +142,22 @@ pub const KNOBS: &[Knob] = &[
         revert: "remove the parameters and reboot",
         volatile: false,
         assess: isolation,
+    },
+    Knob {
+        id: "sched.housekeeping",
+        title: "Periodic kernel work: NMI watchdog, timer migration, vmstat interval",
+        layer: Layer::Guest,
+        targets: Targets {
+            latency: "kernel.nmi_watchdog=0 kernel.timer_migration=0 vm.stat_interval>=10 (as tuned's network-latency)",
+            throughput: "any",
+            balanced: "any",
+        },
+        why: "The NMI watchdog interrupts every CPU periodically; migrating timers and frequent vmstat updates wake idle or busy-polling CPUs.",
+        tradeoff: "No hard-lockup detection; less precise memory statistics.",
+        apply: ApplyKind::Runtime,
+        how: "sysctl -w kernel.nmi_watchdog=0 kernel.timer_migration=0 vm.stat_interval=10",
+        revert: "write the former values back (journaled)",
+        volatile: false,
+        assess: housekeeping,
     },
 ];

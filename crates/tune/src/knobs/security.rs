@@ -21,37 +21,42 @@ fn firewall(host: &Host, p: Profile) -> Result<Assessment, Unread> {
     let mut counted = 0u64;
     let mut notes = Vec::new();
     let mut uncounted = Vec::new();
-    for t in &v4 {
-        match host.probe().iptables_entries(t) {
-            Ok((entries, hooks)) => {
-                let rules = u64::from(entries).saturating_sub(u64::from(hooks) + 1);
-                counted += rules;
-                notes.push(format!(
-                    "iptables {t}: {entries} entries, at most {rules} rules"
-                ));
+    for (ipv6, tables) in [(false, &v4), (true, &v6)] {
+        let cmd = if ipv6 { "ip6tables" } else { "iptables" };
+        for t in tables {
+            match host.probe().iptables_entries(ipv6, t) {
+                Ok((entries, hooks)) => {
+                    let rules = u64::from(entries).saturating_sub(u64::from(hooks) + 1);
+                    counted += rules;
+                    notes.push(format!(
+                        "{cmd} {t}: {entries} entries, at most {rules} rules"
+                    ));
+                }
+                Err(e) => uncounted.push(format!("{cmd} {t} ({e})")),
             }
-            Err(e) => uncounted.push(format!("iptables {t} ({e})")),
         }
-    }
-    for t in &v6 {
-        uncounted.push(format!("ip6tables {t} (not counted)"));
     }
     let nft_loaded = host.exists("/sys/module/nf_tables");
     if nft_loaded {
-        uncounted.push(
-            "nftables (nf_tables loaded; rules not counted: use `nft list ruleset`)".to_string(),
-        );
+        match host.probe().nft_rules() {
+            Ok(n) => {
+                counted += n;
+                notes.push(format!("nftables: {n} rules"));
+            }
+            Err(e) => uncounted.push(format!("nftables ({e})")),
+        }
     }
     let current = if v4.is_empty() && v6.is_empty() && !nft_loaded {
         "no legacy iptables table in use, nf_tables not loaded".to_string()
     } else {
         format!(
-            "legacy iptables tables: {}; at most {counted} IPv4 rules counted",
+            "legacy iptables tables: {}; nf_tables {}; at most {counted} rules counted",
             if v4.is_empty() && v6.is_empty() {
                 "none".to_string()
             } else {
                 [v4.join(","), v6.join(",")].join(" / ")
-            }
+            },
+            if nft_loaded { "loaded" } else { "not loaded" }
         )
     };
     let good = p == Profile::Balanced || counted == 0;

@@ -50,8 +50,12 @@ fn apply_then_revert_restores_every_file_exactly() {
         changed,
         vec![
             "/sys/module/haltpoll/parameters/guest_halt_poll_ns",
+            "/proc/sys/kernel/nmi_watchdog",
+            "/proc/sys/kernel/timer_migration",
+            "/proc/sys/vm/stat_interval",
             "/proc/sys/net/core/busy_poll",
             "/proc/sys/net/core/busy_read",
+            "/proc/sys/net/ipv4/tcp_fastopen",
             "/sys/kernel/mm/ksm/run",
             "/proc/sys/vm/swappiness",
             "/proc/sys/vm/dirty_ratio",
@@ -72,9 +76,9 @@ fn apply_then_revert_restores_every_file_exactly() {
 
     // The journal holds every old value and the baseline audit.
     let j = Journal::load(&journal).expect("journal");
-    assert_eq!(j.entries.len(), 7);
+    assert_eq!(j.entries.len(), 11);
     assert_eq!(j.baseline, before);
-    assert_eq!(j.entries[1].before, "0\n");
+    assert_eq!(j.entries[4].before, "0\n");
 
     let mid = audit(&host, Profile::Latency);
     for id in [

@@ -188,6 +188,34 @@ fn kvm_guest_latency() {
     assert_eq!(hv.apply.kind, vnio_tune::ApplyKind::Manual);
     assert!(hv.changes.is_empty(), "manual knobs plan no change");
 
+    let hk = find(&a, "sched.housekeeping");
+    assert_eq!(
+        (hk.status, hk.current.as_str()),
+        (
+            Status::Differs,
+            "kernel.nmi_watchdog=1 kernel.timer_migration=1 vm.stat_interval=1"
+        )
+    );
+    assert_eq!(hk.changes.len(), 3);
+    assert_eq!(
+        changes(find(&a, "net.tcp-fastopen")),
+        vec![(
+            "/proc/sys/net/ipv4/tcp_fastopen".into(),
+            "3".into(),
+            "1".into()
+        )]
+    );
+    let rl = find(&a, "idle.cpu-resume-latency");
+    assert_eq!(
+        (rl.status, rl.changes.len()),
+        (Status::Ok, 0),
+        "haltpoll exits in 1 us: no limit needed"
+    );
+    assert_eq!(
+        find(&a, "sched.nohz").current,
+        "tickless idle (default), skew_tick=0"
+    );
+
     let steal = find(&a, "virt.steal");
     assert_eq!(
         (steal.status, steal.current.as_str()),
@@ -307,8 +335,53 @@ fn bare_metal_latency_plans_cpu_and_idle_changes() {
         "bare metal (no hypervisor flag)"
     );
     assert_eq!(find(&a, "mem.balloon").status, Status::Info);
+    let epb = find(&a, "cpu.epb");
+    assert_eq!(
+        (epb.status, epb.current.as_str(), epb.changes.len()),
+        (Status::Differs, "all 2: 6", 2)
+    );
+    assert_eq!(
+        changes(find(&a, "cpu.min-perf")),
+        vec![(
+            "/sys/devices/system/cpu/intel_pstate/min_perf_pct".into(),
+            "100".into(),
+            "20".into()
+        )]
+    );
+    let rl = find(&a, "idle.cpu-resume-latency");
+    assert_eq!(
+        (rl.status, rl.current.as_str()),
+        (Status::Differs, "all 2: no constraint")
+    );
+    assert_eq!(
+        changes(rl),
+        vec![
+            (
+                "/sys/devices/system/cpu/cpu0/power/pm_qos_resume_latency_us".into(),
+                "2".into(),
+                "0".into()
+            ),
+            (
+                "/sys/devices/system/cpu/cpu1/power/pm_qos_resume_latency_us".into(),
+                "2".into(),
+                "0".into()
+            ),
+        ]
+    );
+    let fw = find(&a, "sec.firewall");
+    assert_eq!(
+        fw.current,
+        "legacy iptables tables: filter / filter; nf_tables loaded; at most 6 rules counted"
+    );
+    assert!(
+        fw.notes.iter().any(|n| n == "nftables: 4 rules"),
+        "{:?}",
+        fw.notes
+    );
 
     let t = audit(&fake.host(), Profile::Throughput);
+    assert_eq!(find(&t, "cpu.epb").status, Status::Ok);
+    assert_eq!(find(&t, "idle.cpu-resume-latency").status, Status::Ok);
     assert_eq!(find(&t, "idle.states").status, Status::Ok);
     assert_eq!(find(&t, "cpu.governor").status, Status::Differs);
     let b = audit(&fake.host(), Profile::Balanced);

@@ -121,6 +121,7 @@ impl Fake {
                     gro: Some(true),
                 }),
                 iptables: Some((5, 3)),
+                nft_rules: Some(4),
                 kvm: None,
                 clock_ns: 25.0,
             },
@@ -145,6 +146,12 @@ impl Fake {
             .put("/sys/class/net/eth0/queues/rx-0/rps_cpus", "0\n")
             .put("/sys/class/net/eth0/queues/tx-0/xps_cpus", "3\n")
             .put("/proc/sys/net/core/busy_poll", "0\n")
+            .put("/proc/sys/net/ipv4/tcp_fastopen", "1\n")
+            .put("/proc/sys/kernel/nmi_watchdog", "1\n")
+            .put("/proc/sys/kernel/timer_migration", "1\n")
+            .put("/proc/sys/vm/stat_interval", "1\n")
+            .put("/sys/devices/system/cpu/cpu0/power/pm_qos_resume_latency_us", "0\n")
+            .put("/sys/devices/system/cpu/cpu1/power/pm_qos_resume_latency_us", "0\n")
             .put("/proc/sys/net/core/busy_read", "0\n")
             .put("/sys/devices/system/node/online", "0\n")
             .put("/proc/sys/kernel/numa_balancing", "1\n")
@@ -250,6 +257,11 @@ impl Fake {
                 "menu\n",
             )
             .put("/sys/devices/system/cpu/intel_pstate/no_turbo", "0\n")
+            .put("/sys/devices/system/cpu/intel_pstate/min_perf_pct", "20\n")
+            .put("/sys/devices/system/cpu/cpu0/power/energy_perf_bias", "6\n")
+            .put("/sys/devices/system/cpu/cpu1/power/energy_perf_bias", "6\n")
+            .put("/proc/net/ip6_tables_names", "filter\n")
+            .mkdir("/sys/module/nf_tables")
             .put("/sys/module/kvm/parameters/halt_poll_ns", "200000\n")
             .put("/sys/module/kvm/parameters/halt_poll_ns_grow", "2\n")
             .put("/sys/module/kvm/parameters/halt_poll_ns_shrink", "0\n");
