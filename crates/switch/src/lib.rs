@@ -44,4 +44,5 @@ pub mod config;
 pub mod control;
 pub mod daemon;
 pub mod endpoint;
+pub mod logging;
 pub mod worker;

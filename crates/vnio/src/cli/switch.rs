@@ -1,10 +1,289 @@
-//! `vnio switch`: owned by the switch part.
+//! `vnio switch`: runs the switch daemon, and talks to a running one over
+//! its control socket. Rendering only; `vnio_switch` does the work.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Subcommand;
+use vnio_switch::config::{Config, PortKind, PortSpec};
+use vnio_switch::control::{Client, Request};
+use vnio_switch::daemon::Switch;
+use vnio_switch::port::SocketMode;
+use vnio_switch::stats::PortStatsSnapshot;
+use vnio_switch::worker::PortInfo;
 
 /// Arguments of `vnio switch`.
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Run the switch daemon with this TOML configuration (see docs/switch.md).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Control socket [default: the config's `switch.control`, else /run/vnio/switch.sock].
+    #[arg(long, value_name = "PATH", global = true)]
+    control: Option<PathBuf>,
+    /// Print JSON instead of tables.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Option<Cmd>,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Manage the ports of a running switch.
+    Port {
+        #[command(subcommand)]
+        command: PortCmd,
+    },
+    /// Print the counters in Prometheus text format.
+    Metrics,
+    /// Stop a running switch.
+    Shutdown,
+}
+
+#[derive(Subcommand)]
+enum PortCmd {
+    /// Add a vhost-user port (while others carry traffic).
+    Add {
+        /// Port name.
+        name: String,
+        /// vhost-user socket path.
+        #[arg(long)]
+        socket: PathBuf,
+        /// server: the switch listens; client: the switch connects (and reconnects).
+        #[arg(long, default_value = "server", value_parser = parse_mode)]
+        mode: SocketMode,
+        /// Access VLAN.
+        #[arg(long)]
+        vlan: Option<u16>,
+        /// Trunk VLANs, comma-separated (makes the port a trunk).
+        #[arg(long, value_delimiter = ',')]
+        trunk: Vec<u16>,
+        /// Untagged VLAN of a trunk.
+        #[arg(long)]
+        native_vlan: Option<u16>,
+        /// The port's MAC address.
+        #[arg(long)]
+        mac: Option<String>,
+        /// Drop frames whose source MAC is not --mac.
+        #[arg(long)]
+        spoof_guard: bool,
+    },
+    /// Remove a port.
+    Del {
+        /// Port name.
+        name: String,
+    },
+    /// List ports.
+    List,
+    /// Counters of one port, or of all.
+    Stats {
+        /// Port name.
+        name: Option<String>,
+    },
+    /// The learned MAC addresses.
+    Fdb,
+}
+
+fn parse_mode(s: &str) -> Result<SocketMode, String> {
+    match s {
+        "server" => Ok(SocketMode::Server),
+        "client" => Ok(SocketMode::Client),
+        _ => Err("expected server or client".into()),
+    }
+}
+
+const DEFAULT_CONTROL: &str = "/run/vnio/switch.sock";
 
 /// Runs `vnio switch`; returns the process exit code.
-pub fn run(_args: Args) -> anyhow::Result<i32> {
-    anyhow::bail!("vnio switch is not built yet")
+pub fn run(args: Args) -> anyhow::Result<i32> {
+    if args.config.is_some() && args.command.is_some() {
+        anyhow::bail!("--config runs the daemon; it does not combine with a subcommand");
+    }
+    let Some(cmd) = args.command else {
+        let Some(path) = args.config else {
+            anyhow::bail!("give --config FILE to run the switch, or a subcommand (see --help)");
+        };
+        let mut config =
+            Config::load(&path).with_context(|| format!("loading {}", path.display()))?;
+        if let Some(c) = args.control {
+            config.switch.control = c;
+        }
+        vnio_switch::logging::init(vnio_switch::logging::LevelFilter::Info);
+        let ports = config.ports.len();
+        let sw = Switch::start(config).context("starting the switch")?;
+        eprintln!(
+            "vnio switch: {} port(s), control socket {}",
+            ports,
+            sw.control_path().display()
+        );
+        sw.wait();
+        return Ok(0);
+    };
+    let control = args
+        .control
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_CONTROL));
+    let mut client = Client::connect(&control)?;
+    let json = args.json;
+    match cmd {
+        Cmd::Metrics => {
+            let v = client.request(&Request::Metrics)?;
+            print!("{}", v.as_str().unwrap_or_default());
+        }
+        Cmd::Shutdown => {
+            client.request(&Request::Shutdown)?;
+        }
+        Cmd::Port { command } => match command {
+            PortCmd::Add {
+                name,
+                socket,
+                mode,
+                vlan,
+                trunk,
+                native_vlan,
+                mac,
+                spoof_guard,
+            } => {
+                let spec = PortSpec {
+                    name,
+                    kind: PortKind::VhostUser,
+                    socket: Some(socket),
+                    mode,
+                    vlan,
+                    trunk,
+                    native_vlan,
+                    mac,
+                    spoof_guard,
+                };
+                let v = client.request(&Request::PortAdd { port: spec })?;
+                if json {
+                    println!("{}", serde_json::to_string_pretty(&v)?);
+                } else {
+                    let p: PortInfo = serde_json::from_value(v)?;
+                    println!(
+                        "added port {} (id {}) on {}",
+                        p.name,
+                        p.id,
+                        p.socket.unwrap_or_default()
+                    );
+                }
+            }
+            PortCmd::Del { name } => {
+                client.request(&Request::PortDel { name: name.clone() })?;
+                if !json {
+                    println!("removed port {name}");
+                }
+            }
+            PortCmd::List => {
+                let v = client.request(&Request::PortList)?;
+                if json {
+                    println!("{}", serde_json::to_string_pretty(&v)?);
+                } else {
+                    let ports: Vec<PortInfo> = serde_json::from_value(v)?;
+                    print_ports(&ports);
+                }
+            }
+            PortCmd::Stats { name } => {
+                let v = client.request(&Request::Stats { name })?;
+                if json {
+                    println!("{}", serde_json::to_string_pretty(&v)?);
+                } else {
+                    let m: std::collections::BTreeMap<String, PortStatsSnapshot> =
+                        serde_json::from_value(v)?;
+                    print_stats(&m);
+                }
+            }
+            PortCmd::Fdb => {
+                let v = client.request(&Request::Fdb)?;
+                if json {
+                    println!("{}", serde_json::to_string_pretty(&v)?);
+                } else {
+                    let rows: Vec<serde_json::Value> = serde_json::from_value(v)?;
+                    println!(
+                        "{:>5}  {:<17}  {:>5}  {:>7}",
+                        "VLAN", "MAC", "PORT", "AGE(s)"
+                    );
+                    for r in rows {
+                        println!(
+                            "{:>5}  {:<17}  {:>5}  {:>7}",
+                            r["vid"],
+                            r["mac"].as_str().unwrap_or(""),
+                            r["port"],
+                            r["age_secs"]
+                        );
+                    }
+                }
+            }
+        },
+    }
+    Ok(0)
+}
+
+fn print_ports(ports: &[PortInfo]) {
+    println!(
+        "{:<12} {:>3}  {:<10} {:<6} {:<12} {:>10} {:>10} {:>7}  SOCKET",
+        "NAME", "ID", "KIND", "MODE", "STATE", "TX-PKTS", "RX-PKTS", "DROPS"
+    );
+    for p in ports {
+        let state = if p.running {
+            "running"
+        } else if p.connected {
+            "connected"
+        } else {
+            "waiting"
+        };
+        let drops: u64 = p
+            .stats
+            .tx
+            .drops
+            .values()
+            .chain(p.stats.rx.drops.values())
+            .sum();
+        let mode = match p.mode {
+            Some(SocketMode::Server) => "server",
+            Some(SocketMode::Client) => "client",
+            None => "-",
+        };
+        println!(
+            "{:<12} {:>3}  {:<10} {:<6} {:<12} {:>10} {:>10} {:>7}  {}",
+            p.name,
+            p.id,
+            p.kind,
+            mode,
+            state,
+            p.stats.tx.packets,
+            p.stats.rx.packets,
+            drops,
+            p.socket.as_deref().unwrap_or("-")
+        );
+    }
+}
+
+fn print_stats(m: &std::collections::BTreeMap<String, PortStatsSnapshot>) {
+    for (name, s) in m {
+        println!(
+            "port {name}  (resets {}, connections {})",
+            s.resets, s.connections
+        );
+        for (dir, q) in [("tx (from frontend)", &s.tx), ("rx (to frontend)", &s.rx)] {
+            let drops: Vec<String> = q
+                .drops
+                .iter()
+                .filter(|(_, v)| **v > 0)
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
+            println!(
+                "  {dir:<19} packets {:>10}  bytes {:>12}  notify sent {:>8}  recv {:>8}  drops {}",
+                q.packets,
+                q.bytes,
+                q.notifications_sent,
+                q.notifications_received,
+                if drops.is_empty() {
+                    "0".to_string()
+                } else {
+                    drops.join(" ")
+                }
+            );
+        }
+    }
 }
