@@ -207,6 +207,28 @@ fn min_perf(host: &Host, p: Profile) -> Result<Assessment, Unread> {
     })
 }
 
+fn platform_profile(host: &Host, p: Profile) -> Result<Assessment, Unread> {
+    const PP: &str = "/sys/firmware/acpi/platform_profile";
+    let cur = match host.read(PP) {
+        Ok(v) => v,
+        Err(u) if u.kind == crate::host::UnreadKind::Missing => {
+            return Ok(Assessment::not_visible(
+                "no ACPI platform profile (most servers and VMs have none)",
+            ))
+        }
+        Err(u) => return Err(u),
+    };
+    let choices = host
+        .read("/sys/firmware/acpi/platform_profile_choices")
+        .unwrap_or_default();
+    let good = p != Profile::Latency || cur == "performance";
+    let mut a = Assessment::judge(good, format!("{cur} (choices: {choices})"));
+    if !good && choices.split_whitespace().any(|c| c == "performance") {
+        a = a.change(change(PP, "performance", cur.clone()));
+    }
+    Ok(a)
+}
+
 /// The knobs of this area.
 pub const KNOBS: &[Knob] = &[
     Knob {
@@ -225,6 +247,23 @@ pub const KNOBS: &[Knob] = &[
         revert: "firmware setup: restore the previous power profile",
         volatile: false,
         assess: bios_power,
+    },
+    Knob {
+        id: "bios.platform-profile",
+        title: "ACPI platform profile (firmware power/thermal mode)",
+        layer: Layer::Bios,
+        targets: Targets {
+            latency: "performance",
+            throughput: "any",
+            balanced: "any (balanced is the usual default)",
+        },
+        why: "The firmware's power and cooling mode caps sustained frequency and may push deeper package states.",
+        tradeoff: "Louder fans, more power.",
+        apply: ApplyKind::Runtime,
+        how: "echo performance > /sys/firmware/acpi/platform_profile (tuned: [acpi] platform_profile=performance)",
+        revert: "write the former profile back (journaled)",
+        volatile: false,
+        assess: platform_profile,
     },
     Knob {
         id: "cpu.governor",

@@ -335,6 +335,22 @@ fn bare_metal_latency_plans_cpu_and_idle_changes() {
         "bare metal (no hypervisor flag)"
     );
     assert_eq!(find(&a, "mem.balloon").status, Status::Info);
+    let pp = find(&a, "bios.platform-profile");
+    assert_eq!(
+        (pp.status, pp.current.as_str()),
+        (
+            Status::Differs,
+            "balanced (choices: low-power balanced performance)"
+        )
+    );
+    assert_eq!(
+        changes(pp),
+        vec![(
+            "/sys/firmware/acpi/platform_profile".into(),
+            "performance".into(),
+            "balanced".into()
+        )]
+    );
     let epb = find(&a, "cpu.epb");
     assert_eq!(
         (epb.status, epb.current.as_str(), epb.changes.len()),

@@ -258,6 +258,11 @@ impl Fake {
             )
             .put("/sys/devices/system/cpu/intel_pstate/no_turbo", "0\n")
             .put("/sys/devices/system/cpu/intel_pstate/min_perf_pct", "20\n")
+            .put("/sys/firmware/acpi/platform_profile", "balanced\n")
+            .put(
+                "/sys/firmware/acpi/platform_profile_choices",
+                "low-power balanced performance\n",
+            )
             .put("/sys/devices/system/cpu/cpu0/power/energy_perf_bias", "6\n")
             .put("/sys/devices/system/cpu/cpu1/power/energy_perf_bias", "6\n")
             .put("/proc/net/ip6_tables_names", "filter\n")
