@@ -294,3 +294,20 @@ pub fn kvm_cpuid() -> Option<KvmCpuid> {
 pub fn kvm_cpuid() -> Option<KvmCpuid> {
     None
 }
+
+/// Sets this thread's timer slack (the kernel may delay its timers by this
+/// much to batch wake-ups; 50 µs by default for normal threads), and
+/// returns the former value.
+pub fn set_timer_slack_ns(ns: u64) -> io::Result<u64> {
+    // SAFETY: PR_GET_TIMERSLACK takes no pointer and returns the value.
+    let old = unsafe { libc::prctl(libc::PR_GET_TIMERSLACK, 0, 0, 0, 0) };
+    if old < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: PR_SET_TIMERSLACK takes the value by value, no pointer.
+    let rc = unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, ns.max(1) as libc::c_ulong, 0, 0, 0) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(old as u64)
+}

@@ -293,7 +293,7 @@ fn print_audit(audit: &Audit, verbose: bool) {
         }
     );
     println!(
-        "{:<11} {:<17} {:<10} {:<62} RECOMMENDED",
+        "{:<11} {:<24} {:<10} {:<62} RECOMMENDED",
         "STATUS", "KNOB", "LAYER", "CURRENT"
     );
     for f in &audit.findings {
@@ -322,7 +322,7 @@ fn print_finding(f: &Finding, verbose: bool) {
         (clip(&f.current, 62), clip(&f.recommended, 60))
     };
     println!(
-        "{:<11} {:<17} {:<10} {:<62} {}",
+        "{:<11} {:<24} {:<10} {:<62} {}",
         f.status.name(),
         f.id,
         f.layer.name(),
