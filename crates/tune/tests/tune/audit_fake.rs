@@ -472,3 +472,30 @@ fn an_empty_root_is_all_not_visible_or_unreadable_never_a_panic() {
     assert_eq!(a.virtualized, None);
     assert_eq!(a.kernel, None);
 }
+
+#[test]
+fn docs_list_every_knob_and_no_other() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/tune.md");
+    let doc = std::fs::read_to_string(path).expect("docs/tune.md is readable");
+    let ids: Vec<&str> = vnio_tune::knobs::catalogue().iter().map(|k| k.id).collect();
+    for id in &ids {
+        assert!(
+            doc.contains(&format!("| `{id}` |")),
+            "docs/tune.md has no catalogue row for {id}"
+        );
+    }
+    for line in doc
+        .lines()
+        .filter(|l| l.starts_with("| `") && l.matches('|').count() == 7)
+    {
+        let id = line
+            .trim_start_matches("| `")
+            .split('`')
+            .next()
+            .unwrap_or("");
+        assert!(
+            ids.contains(&id),
+            "docs/tune.md lists {id}, which is not in the catalogue"
+        );
+    }
+}
