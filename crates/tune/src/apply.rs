@@ -110,6 +110,9 @@ pub fn apply(
             state: EntryState::Pending,
         });
     }
+    if !dry_run && !entries.is_empty() && host.is_live() && host.probe().euid() != 0 {
+        return Err(TuneError::NeedsRoot(host.probe().euid()));
+    }
     if !dry_run && journal_path.exists() {
         return Err(TuneError::JournalExists(journal_path.to_path_buf()));
     }
@@ -205,6 +208,14 @@ fn same(now: &str, before: &str) -> bool {
 /// baseline; the journal is kept (for another try) unless all is back.
 pub fn revert(host: &Host, journal_path: &Path) -> Result<RevertReport> {
     let journal = Journal::load(journal_path)?;
+    let root = host.root().display().to_string();
+    if journal.root != root {
+        return Err(TuneError::JournalRoot {
+            path: journal_path.to_path_buf(),
+            journal_root: journal.root,
+            root,
+        });
+    }
     let mut entries = Vec::new();
     let mut remaining = Vec::new();
     for e in journal.entries.iter().rev() {

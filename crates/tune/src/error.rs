@@ -42,6 +42,19 @@ pub enum TuneError {
     /// another apply, or the original values would be lost.
     #[error("a journal already exists at {0}: run `vnio tune revert` first")]
     JournalExists(PathBuf),
+    /// Changing the live machine needs root.
+    #[error("apply changes kernel settings and needs root (effective uid {0}); try --dry-run")]
+    NeedsRoot(u32),
+    /// The journal was made under another root directory.
+    #[error("journal {path} was made under root {journal_root}, not {root}")]
+    JournalRoot {
+        /// Journal file.
+        path: PathBuf,
+        /// Root recorded in the journal.
+        journal_root: String,
+        /// Root asked for.
+        root: String,
+    },
     /// Nothing to revert.
     #[error("no journal at {0}: nothing to revert")]
     NoJournal(PathBuf),

@@ -54,14 +54,9 @@ pub fn current(host: &Host) -> std::result::Result<i32, Unread> {
         }
     }
     let text = String::from_utf8_lossy(&bytes);
-    let t = text.trim();
-    t.parse::<i32>()
+    text.trim()
+        .parse::<i32>()
         .ok()
-        .or_else(|| {
-            i32::from_str_radix(t.trim_start_matches("0x"), 16)
-                .ok()
-                .filter(|_| t.starts_with("0x"))
-        })
         .filter(|v| *v >= 0)
         .ok_or_else(|| {
             Unread::garbage(
@@ -97,4 +92,57 @@ pub fn holders(host: &Host) -> (Vec<(u32, String)>, usize) {
         }
     }
     (found, hidden)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fake_root(tag: &str) -> std::path::PathBuf {
+        let p = std::env::temp_dir().join(format!("vnio-tune-pmqos-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(p.join("dev")).expect("mkdir");
+        std::fs::create_dir_all(p.join("proc/42/fd")).expect("mkdir");
+        std::fs::write(p.join("proc/42/comm"), "holder\n").expect("write");
+        std::os::unix::fs::symlink(DEVICE, p.join("proc/42/fd/5")).expect("symlink");
+        p
+    }
+
+    #[test]
+    fn current_reads_binary_and_text_and_rejects_garbage() {
+        let root = fake_root("cur");
+        let host = Host::with_root(&root);
+        std::fs::write(root.join("dev/cpu_dma_latency"), 20i32.to_ne_bytes()).expect("write");
+        assert_eq!(current(&host), Ok(20));
+        std::fs::write(root.join("dev/cpu_dma_latency"), "15\n").expect("write");
+        assert_eq!(current(&host), Ok(15));
+        std::fs::write(root.join("dev/cpu_dma_latency"), "-3\n").expect("write");
+        let e = current(&host).expect_err("negative");
+        assert_eq!(
+            e.to_string(),
+            "/dev/cpu_dma_latency: expected a 32-bit latency, found 3 bytes"
+        );
+        let (h, hidden) = holders(&host);
+        assert_eq!((h, hidden), (vec![(42, "holder".to_string())], 0));
+        let _ = std::fs::remove_dir_all(root);
+    }
+
+    #[test]
+    fn hold_writes_the_request_as_a_binary_s32() {
+        let root = fake_root("hold");
+        let host = Host::with_root(&root);
+        std::fs::write(root.join("dev/cpu_dma_latency"), []).expect("write");
+        let h = hold(&host, 3).expect("hold");
+        assert_eq!(h.latency_us, 3);
+        assert_eq!(
+            std::fs::read(root.join("dev/cpu_dma_latency")).expect("read"),
+            3i32.to_ne_bytes()
+        );
+        drop(h);
+        let e = hold(&Host::with_root(root.join("nowhere")), 1).expect_err("no device");
+        assert!(crate::apply::error_chain(&e).starts_with(
+            "cannot hold a PM QoS CPU latency request through /dev/cpu_dma_latency: "
+        ));
+        let _ = std::fs::remove_dir_all(root);
+    }
 }

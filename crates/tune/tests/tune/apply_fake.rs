@@ -249,3 +249,37 @@ fn nothing_to_apply_writes_no_journal() {
     assert!(rep.journal.is_none());
     assert!(!journal.exists());
 }
+
+#[test]
+fn revert_refuses_a_journal_made_under_another_root() {
+    let fake = guest();
+    let other = guest();
+    let jdir = TempDir::new("otherroot");
+    let journal = jdir.0.join("journal.json");
+    apply(&fake.host(), Profile::Latency, &journal, false).expect("apply");
+    match revert(&other.host(), &journal) {
+        Err(TuneError::JournalRoot { journal_root, .. }) => {
+            assert_eq!(journal_root, fake.root().display().to_string())
+        }
+        other => panic!("revert under another root: {other:?}"),
+    }
+    assert!(revert(&fake.host(), &journal).expect("revert").clean());
+}
+
+#[test]
+fn a_corrupt_journal_is_an_error_with_its_cause() {
+    let fake = guest();
+    let jdir = TempDir::new("corrupt");
+    let journal = jdir.0.join("journal.json");
+    std::fs::write(&journal, "{ not json").expect("write");
+    let e = revert(&fake.host(), &journal).expect_err("corrupt journal");
+    let chain = vnio_tune::apply::error_chain(&e);
+    assert!(
+        chain.starts_with(&format!("journal {}: cannot parse: ", journal.display())),
+        "{chain}"
+    );
+    match apply(&fake.host(), Profile::Latency, &journal, false) {
+        Err(TuneError::JournalExists(_)) => {}
+        other => panic!("apply over a corrupt journal: {other:?}"),
+    }
+}

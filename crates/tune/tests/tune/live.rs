@@ -236,3 +236,51 @@ fn live_apply_then_revert_leaves_the_audit_identical() {
         drop(guard);
     }
 }
+
+#[test]
+fn apply_on_the_live_machine_needs_root() {
+    let probe = vnio_tune::host::FixedProbe {
+        euid: 1000,
+        clock_ns: 20.0,
+        ..Default::default()
+    };
+    let host = Host::new("/", std::sync::Arc::new(probe));
+    let dir = crate::fake::TempDir::new("needsroot");
+    let journal = dir.0.join("journal.json");
+    match apply(&host, Profile::Latency, &journal, false) {
+        Err(vnio_tune::TuneError::NeedsRoot(1000)) => {}
+        Ok(rep) => assert!(rep.entries.is_empty(), "nothing to change, nothing written"),
+        Err(e) => panic!("unexpected: {e}"),
+    }
+    assert!(!journal.exists());
+}
+
+#[test]
+fn holding_pm_qos_shows_in_the_audit_and_ends_with_the_hold() {
+    if !root() {
+        eprintln!("skipped: /dev/cpu_dma_latency is root-only");
+        return;
+    }
+    let host = Host::live();
+    if !host.exists(vnio_tune::pmqos::DEVICE) {
+        eprintln!("skipped: no /dev/cpu_dma_latency");
+        return;
+    }
+    let _g = LIVE.lock().unwrap_or_else(|e| e.into_inner());
+    let before = vnio_tune::pmqos::current(&host).expect("readable as root");
+    let hold = vnio_tune::pmqos::hold(&host, 1).expect("hold");
+    let during = vnio_tune::pmqos::current(&host).expect("readable");
+    let (holders, _) = vnio_tune::pmqos::holders(&host);
+    drop(hold);
+    let after = vnio_tune::pmqos::current(&host).expect("readable");
+    assert!(
+        during <= 1,
+        "the aggregate request is the minimum of all requests: {during}"
+    );
+    let me = std::process::id();
+    assert!(
+        holders.iter().any(|(pid, _)| *pid == me),
+        "this process holds it: {holders:?}"
+    );
+    assert_eq!(after, before, "the request ended with the hold");
+}
