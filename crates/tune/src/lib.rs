@@ -6,7 +6,7 @@
 //!   so tests run on fake `/proc` and `/sys` trees;
 //! - [`sys`]: the only module with `unsafe` (ethtool ioctl, clocks, cpuid);
 //! - [`knob`] and [`knobs`]: the catalogue, one entry per knob, all of one shape;
-//! - [`audit`]: reads the catalogue against a profile into findings;
+//! - [`mod@audit`]: reads the catalogue against a profile into findings;
 //! - [`journal`] and [`apply`]: journaled changes and their exact revert;
 //! - [`pmqos`]: holding a PM QoS CPU latency request;
 //! - [`measure`]: probes that turn a profile's effect into numbers.

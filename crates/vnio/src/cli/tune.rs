@@ -414,3 +414,106 @@ fn print_revert(r: &RevertReport) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(v: &[&str]) -> Args {
+        Args::try_parse_from(std::iter::once("tune").chain(v.iter().copied()))
+            .expect("arguments parse")
+    }
+
+    #[test]
+    fn bad_arguments_are_refused() {
+        let e = Args::try_parse_from(["tune", "audit", "--profile", "fast"])
+            .err()
+            .expect("bad profile");
+        assert!(e.to_string().contains("unknown profile \"fast\""), "{e}");
+        assert!(
+            Args::try_parse_from(["tune", "apply"]).is_err(),
+            "apply needs --profile"
+        );
+        assert!(run(args(&["explain", "no.such-knob"])).is_err());
+        assert!(run(args(&["measure", "--duration", "0"])).is_err());
+    }
+
+    #[test]
+    fn audit_apply_revert_exit_codes_on_a_fake_root() {
+        let root = std::env::temp_dir().join(format!("vnio-cli-tune-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let core = root.join("proc/sys/net/core");
+        std::fs::create_dir_all(&core).expect("mkdir");
+        std::fs::write(core.join("busy_poll"), "0\n").expect("write");
+        std::fs::write(core.join("busy_read"), "0\n").expect("write");
+        let r = root.to_str().expect("utf-8 path");
+        let journal = root.join("journal.json");
+        let j = journal.to_str().expect("utf-8 path");
+
+        assert_eq!(
+            run(args(&["audit", "--root", r, "--json"])).expect("audit"),
+            2,
+            "busy polling off differs"
+        );
+        assert_eq!(
+            run(args(&[
+                "apply",
+                "--profile",
+                "latency",
+                "--root",
+                r,
+                "--journal",
+                j,
+                "--dry-run"
+            ]))
+            .expect("dry"),
+            0
+        );
+        assert!(!journal.exists());
+        assert_eq!(
+            run(args(&[
+                "apply",
+                "--profile",
+                "latency",
+                "--root",
+                r,
+                "--journal",
+                j
+            ]))
+            .expect("apply"),
+            0
+        );
+        assert_eq!(
+            std::fs::read_to_string(core.join("busy_poll")).expect("read"),
+            "50"
+        );
+        assert_eq!(
+            run(args(&["audit", "--root", r])).expect("audit"),
+            0,
+            "nothing differs after apply"
+        );
+        assert!(
+            run(args(&[
+                "apply",
+                "--profile",
+                "latency",
+                "--root",
+                r,
+                "--journal",
+                j
+            ]))
+            .is_err(),
+            "journal exists"
+        );
+        assert_eq!(run(args(&["revert", "--journal", j])).expect("revert"), 0);
+        assert_eq!(
+            std::fs::read_to_string(core.join("busy_poll")).expect("read"),
+            "0\n"
+        );
+        assert_eq!(
+            run(args(&["revert", "--journal", j])).expect("nothing to revert"),
+            0
+        );
+        let _ = std::fs::remove_dir_all(&root);
+    }
+}
