@@ -119,6 +119,8 @@ pub struct Knob {
     pub title: &'static str,
     /// Who controls it.
     pub layer: Layer,
+    /// Where the value is read from.
+    pub reads: &'static str,
     /// What each profile wants.
     pub targets: Targets,
     /// Why it matters for latency.

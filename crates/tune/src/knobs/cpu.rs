@@ -235,6 +235,7 @@ pub const KNOBS: &[Knob] = &[
         id: "bios.power",
         title: "Firmware power management (static high performance, C1E off)",
         layer: Layer::Bios,
+        reads: "nothing readable: inferred from the hypervisor flag (/proc/cpuinfo), the cpuidle driver and the presence of cpufreq",
         targets: Targets {
             latency: "static high / maximum performance, C-states and C1E disabled in firmware",
             throughput: "OS-controlled power management",
@@ -252,6 +253,7 @@ pub const KNOBS: &[Knob] = &[
         id: "bios.platform-profile",
         title: "ACPI platform profile (firmware power/thermal mode)",
         layer: Layer::Bios,
+        reads: "/sys/firmware/acpi/platform_profile, platform_profile_choices",
         targets: Targets {
             latency: "performance",
             throughput: "any",
@@ -269,6 +271,7 @@ pub const KNOBS: &[Knob] = &[
         id: "cpu.governor",
         title: "CPU frequency governor",
         layer: Layer::Host,
+        reads: "/sys/devices/system/cpu/cpufreq/policy*/scaling_governor, scaling_available_governors",
         targets: Targets {
             latency: "performance",
             throughput: "performance",
@@ -286,6 +289,7 @@ pub const KNOBS: &[Knob] = &[
         id: "cpu.epp",
         title: "Energy-performance preference (EPP)",
         layer: Layer::Host,
+        reads: "/sys/devices/system/cpu/cpufreq/policy*/energy_performance_preference",
         targets: Targets {
             latency: "performance",
             throughput: "performance or balance_performance",
@@ -303,6 +307,7 @@ pub const KNOBS: &[Knob] = &[
         id: "cpu.turbo",
         title: "Turbo / boost",
         layer: Layer::Host,
+        reads: "/sys/devices/system/cpu/intel_pstate/no_turbo or /sys/devices/system/cpu/cpufreq/boost",
         targets: Targets {
             latency: "enabled (disable only if frequency jitter matters more than speed)",
             throughput: "enabled",
@@ -320,6 +325,7 @@ pub const KNOBS: &[Knob] = &[
         id: "cpu.epb",
         title: "Energy-performance bias (energy_perf_bias)",
         layer: Layer::Host,
+        reads: "/sys/devices/system/cpu/cpu*/power/energy_perf_bias",
         targets: Targets {
             latency: "0 (performance)",
             throughput: "0 to 6 (performance to normal)",
@@ -337,6 +343,7 @@ pub const KNOBS: &[Knob] = &[
         id: "cpu.min-perf",
         title: "Minimum P-state (intel_pstate min_perf_pct)",
         layer: Layer::Host,
+        reads: "/sys/devices/system/cpu/intel_pstate/min_perf_pct",
         targets: Targets {
             latency: "100",
             throughput: "any",

@@ -310,6 +310,7 @@ pub const KNOBS: &[Knob] = &[
         id: "idle.driver",
         title: "Idle driver and governor (haltpoll in guests)",
         layer: Layer::Guest,
+        reads: "/sys/devices/system/cpu/cpuidle/current_driver, current_governor_ro; idle=poll in /proc/cmdline",
         targets: Targets {
             latency: "guest: haltpoll; host: intel_idle or acpi_idle, capped by PM QoS",
             throughput: "the platform driver, no idle=poll",
@@ -327,6 +328,7 @@ pub const KNOBS: &[Knob] = &[
         id: "idle.states",
         title: "Per-state cpuidle disable (C-states)",
         layer: Layer::Host,
+        reads: "/sys/devices/system/cpu/online; cpu*/cpuidle/state*/{name,latency,disable}",
         targets: Targets {
             latency: "every state with exit latency above 2 us disabled",
             throughput: "all states enabled",
@@ -344,6 +346,7 @@ pub const KNOBS: &[Knob] = &[
         id: "idle.pm-qos",
         title: "PM QoS CPU latency request (/dev/cpu_dma_latency) and who holds it",
         layer: Layer::Host,
+        reads: "/dev/cpu_dma_latency (binary s32, root only); holders from the /proc/*/fd/* links",
         targets: Targets {
             latency: "a request of at most 2 us held open (or no deep state enabled)",
             throughput: "no request needed",
@@ -361,6 +364,7 @@ pub const KNOBS: &[Knob] = &[
         id: "idle.cpu-resume-latency",
         title: "Per-CPU PM QoS resume latency (pm_qos_resume_latency_us)",
         layer: Layer::Host,
+        reads: "/sys/devices/system/cpu/cpu*/power/pm_qos_resume_latency_us",
         targets: Targets {
             latency: "at most 2 us on every CPU (or no deep state enabled)",
             throughput: "no constraint (0)",
@@ -378,6 +382,7 @@ pub const KNOBS: &[Knob] = &[
         id: "idle.haltpoll",
         title: "Guest halt polling (haltpoll guest_halt_poll_ns)",
         layer: Layer::Guest,
+        reads: "/sys/module/haltpoll/parameters/guest_halt_poll_{ns,grow,shrink,allow_shrink}",
         targets: Targets {
             latency: "guest_halt_poll_ns >= 200000",
             throughput: "any (0 spares host CPU)",
@@ -395,6 +400,7 @@ pub const KNOBS: &[Knob] = &[
         id: "kvm.halt-poll",
         title: "KVM halt polling (kvm halt_poll_ns)",
         layer: Layer::Hypervisor,
+        reads: "/sys/module/kvm/parameters/halt_poll_ns, halt_poll_ns_grow, halt_poll_ns_shrink",
         targets: Targets {
             latency: "halt_poll_ns >= 200000",
             throughput: "halt_poll_ns <= 200000",

@@ -111,6 +111,7 @@ pub const KNOBS: &[Knob] = &[
         id: "irq.affinity",
         title: "IRQ affinity of NIC queues",
         layer: Layer::Host,
+        reads: "/proc/interrupts, /proc/irq/*/smp_affinity_list, /proc/irq/default_smp_affinity",
         targets: Targets {
             latency: "each NIC queue's IRQ on the core (or its SMT sibling) that runs the consuming thread",
             throughput: "NIC queue IRQs spread over the cores of the NIC's NUMA node",
@@ -128,6 +129,7 @@ pub const KNOBS: &[Knob] = &[
         id: "irq.irqbalance",
         title: "irqbalance daemon",
         layer: Layer::Host,
+        reads: "/proc/*/comm",
         targets: Targets {
             latency: "not running (or with the latency cores banned)",
             throughput: "running",

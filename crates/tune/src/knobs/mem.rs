@@ -266,6 +266,7 @@ pub const KNOBS: &[Knob] = &[
         id: "mem.numa",
         title: "NUMA nodes and automatic NUMA balancing",
         layer: Layer::Host,
+        reads: "/sys/devices/system/node/online, /proc/sys/kernel/numa_balancing",
         targets: Targets {
             latency: "numa_balancing=0, workload and its memory pinned to one node",
             throughput: "numa_balancing=1 on multi-node machines",
@@ -283,6 +284,7 @@ pub const KNOBS: &[Knob] = &[
         id: "mem.thp",
         title: "Transparent huge pages (enabled, defrag)",
         layer: Layer::Guest,
+        reads: "/sys/kernel/mm/transparent_hugepage/enabled, defrag",
         targets: Targets {
             latency: "enabled=madvise or never, defrag=never or defer (no direct compaction stalls)",
             throughput: "enabled=always, defrag not 'always'",
@@ -300,6 +302,7 @@ pub const KNOBS: &[Knob] = &[
         id: "mem.hugepages",
         title: "Explicit huge pages (hugetlbfs)",
         layer: Layer::Host,
+        reads: "/proc/meminfo, /sys/kernel/mm/hugepages/*/nr_hugepages",
         targets: Targets {
             latency: "preallocated for the VM memory or the application (-XX:+UseLargePages, memory-backend-file)",
             throughput: "as for latency, where memory is large",
@@ -317,6 +320,7 @@ pub const KNOBS: &[Knob] = &[
         id: "mem.ksm",
         title: "Kernel same-page merging (KSM)",
         layer: Layer::Host,
+        reads: "/sys/kernel/mm/ksm/run, pages_sharing",
         targets: Targets {
             latency: "run=0 (stopped)",
             throughput: "run=0 (stopped)",
@@ -334,6 +338,7 @@ pub const KNOBS: &[Knob] = &[
         id: "mem.vm-sysctls",
         title: "Swappiness and dirty page ratios (vm.swappiness, vm.dirty_*ratio)",
         layer: Layer::Guest,
+        reads: "/proc/sys/vm/swappiness, dirty_ratio, dirty_background_ratio",
         targets: Targets {
             latency: "swappiness<=10, dirty_ratio<=10, dirty_background_ratio<=3 (as tuned's latency-performance)",
             throughput: "any",
@@ -351,6 +356,7 @@ pub const KNOBS: &[Knob] = &[
         id: "mem.memlock",
         title: "Locked memory limit (ulimit -l)",
         layer: Layer::Guest,
+        reads: "Max locked memory in /proc/self/limits",
         targets: Targets {
             latency: "unlimited for the latency process (or at least its working set)",
             throughput: "any",
@@ -368,6 +374,7 @@ pub const KNOBS: &[Knob] = &[
         id: "mem.balloon",
         title: "Memory balloon visible in the guest",
         layer: Layer::Hypervisor,
+        reads: "virtio device id 0x0005 in /sys/bus/virtio/devices/*/device (else an inflate queue in /proc/interrupts); page_reporting.* in /proc/cmdline",
         targets: Targets {
             latency: "no balloon device: memory fully reserved (and preallocated) by the host",
             throughput: "any",

@@ -238,6 +238,7 @@ pub const KNOBS: &[Knob] = &[
         id: "net.coalescing",
         title: "NIC interrupt coalescing (ethtool -c)",
         layer: Layer::Host,
+        reads: "SIOCETHTOOL ETHTOOL_GCOALESCE on each interface with a device (/sys/class/net/*/device)",
         targets: Targets {
             latency: "rx-usecs 0, rx-frames 0 or 1, adaptive-rx off",
             throughput: "adaptive-rx on or rx-usecs > 0",
@@ -255,6 +256,7 @@ pub const KNOBS: &[Knob] = &[
         id: "net.offloads",
         title: "Receive offloads: LRO and GRO (ethtool -k)",
         layer: Layer::Guest,
+        reads: "SIOCETHTOOL ETHTOOL_GFLAGS (LRO) and ETHTOOL_GGRO (GRO)",
         targets: Targets {
             latency: "LRO off (GRO may stay on: it flushes at the end of each NAPI poll)",
             throughput: "GRO on, LRO on where the NIC has it",
@@ -272,6 +274,7 @@ pub const KNOBS: &[Knob] = &[
         id: "net.busy-poll",
         title: "Socket busy polling (net.core.busy_poll, busy_read)",
         layer: Layer::Guest,
+        reads: "/proc/sys/net/core/busy_poll, busy_read",
         targets: Targets {
             latency: "busy_poll=50 busy_read=50 (us)",
             throughput: "0 (off)",
@@ -289,6 +292,7 @@ pub const KNOBS: &[Knob] = &[
         id: "net.napi",
         title: "Per-device NAPI: napi_defer_hard_irqs, gro_flush_timeout",
         layer: Layer::Guest,
+        reads: "/sys/class/net/*/napi_defer_hard_irqs, gro_flush_timeout",
         targets: Targets {
             latency: "0 and 0 (interrupt at once), unless busy polling with SO_PREFER_BUSY_POLL",
             throughput: "any (deferral cuts interrupts)",
@@ -306,6 +310,7 @@ pub const KNOBS: &[Knob] = &[
         id: "net.rps-xps",
         title: "Receive/transmit packet steering (RPS, XPS)",
         layer: Layer::Guest,
+        reads: "/sys/class/net/*/queues/rx-*/rps_cpus, tx-*/xps_cpus",
         targets: Targets {
             latency: "RPS off when the NIC has a queue per consumer core (RPS adds an IPI hop); XPS matching the queues",
             throughput: "RPS spread when the NIC has fewer queues than cores",
@@ -323,6 +328,7 @@ pub const KNOBS: &[Knob] = &[
         id: "net.tcp-fastopen",
         title: "TCP Fast Open (net.ipv4.tcp_fastopen)",
         layer: Layer::Guest,
+        reads: "/proc/sys/net/ipv4/tcp_fastopen",
         targets: Targets {
             latency: "3 (client and server)",
             throughput: "any",

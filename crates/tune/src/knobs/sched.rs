@@ -113,6 +113,7 @@ pub const KNOBS: &[Knob] = &[
         id: "sched.nohz",
         title: "Scheduler tick: tickless idle or periodic (nohz)",
         layer: Layer::Guest,
+        reads: "nohz= and skew_tick= in /proc/cmdline",
         targets: Targets {
             latency: "measure both: tickless idle (default) or nohz=off",
             throughput: "tickless idle (default)",
@@ -130,6 +131,7 @@ pub const KNOBS: &[Knob] = &[
         id: "sched.isolation",
         title: "CPU isolation (isolcpus, nohz_full, rcu_nocbs)",
         layer: Layer::Host,
+        reads: "isolcpus=, nohz_full=, rcu_nocbs=, irqaffinity= in /proc/cmdline; /sys/devices/system/cpu/{isolated,nohz_full}",
         targets: Targets {
             latency: "with 4 or more CPUs: latency cores isolated (isolcpus=managed_irq,domain, nohz_full, rcu_nocbs)",
             throughput: "no isolated CPUs",
@@ -147,6 +149,7 @@ pub const KNOBS: &[Knob] = &[
         id: "sched.housekeeping",
         title: "Periodic kernel work: NMI watchdog, timer migration, vmstat interval",
         layer: Layer::Guest,
+        reads: "/proc/sys/kernel/nmi_watchdog, /proc/sys/kernel/timer_migration, /proc/sys/vm/stat_interval",
         targets: Targets {
             latency: "kernel.nmi_watchdog=0 kernel.timer_migration=0 vm.stat_interval>=10 (as tuned's network-latency)",
             throughput: "any",

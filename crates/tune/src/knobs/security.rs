@@ -144,6 +144,7 @@ pub const KNOBS: &[Knob] = &[
         id: "sec.firewall",
         title: "Firewall rules on the packet path (iptables / nftables)",
         layer: Layer::Guest,
+        reads: "/proc/net/ip{,6}_tables_names and IPT_SO_GET_INFO per table (root); nft -j list ruleset if nf_tables is loaded",
         targets: Targets {
             latency: "no rules (or as few as the security policy allows)",
             throughput: "no rules (or as few as the security policy allows)",
@@ -161,6 +162,7 @@ pub const KNOBS: &[Knob] = &[
         id: "sec.conntrack",
         title: "Connection tracking (nf_conntrack count/max)",
         layer: Layer::Guest,
+        reads: "/proc/sys/net/netfilter/nf_conntrack_count, nf_conntrack_max",
         targets: Targets {
             latency: "not loaded, or notrack for the latency flows; never near full",
             throughput: "never near full",
@@ -178,6 +180,7 @@ pub const KNOBS: &[Knob] = &[
         id: "sec.lsm",
         title: "Security modules (SELinux, AppArmor)",
         layer: Layer::Guest,
+        reads: "/sys/fs/selinux/enforce, /sys/module/apparmor/parameters/enabled, /sys/kernel/security/{apparmor/profiles,lsm}",
         targets: Targets {
             latency: "not enforcing on the latency path, only if the security policy allows",
             throughput: "any",

@@ -71,6 +71,7 @@ pub const KNOBS: &[Knob] = &[
         id: "time.clocksource",
         title: "Clocksource",
         layer: Layer::Guest,
+        reads: "/sys/devices/system/clocksource/clocksource0/current_clocksource, available_clocksource",
         targets: Targets {
             latency: "tsc or kvm-clock (read in the vDSO, no exit)",
             throughput: "tsc or kvm-clock",
@@ -88,6 +89,7 @@ pub const KNOBS: &[Knob] = &[
         id: "time.clock-cost",
         title: "Measured cost of reading CLOCK_MONOTONIC",
         layer: Layer::Guest,
+        reads: "measured: median of 50 batches of 2000 clock_gettime(CLOCK_MONOTONIC)",
         targets: Targets {
             latency: "at most 100 ns",
             throughput: "at most 100 ns",

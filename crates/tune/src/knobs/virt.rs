@@ -131,6 +131,7 @@ pub const KNOBS: &[Knob] = &[
         id: "virt.steal",
         title: "Steal time seen by this guest",
         layer: Layer::Hypervisor,
+        reads: "the cpu line of /proc/stat",
         targets: Targets {
             latency: "below 1%: vCPUs not overcommitted",
             throughput: "below 10%",
@@ -148,6 +149,7 @@ pub const KNOBS: &[Knob] = &[
         id: "virt.hypervisor",
         title: "Hypervisor hints visible to the guest (dedicated vCPUs, PV features)",
         layer: Layer::Hypervisor,
+        reads: "hypervisor flag in /proc/cpuinfo, /sys/hypervisor/type, KVM CPUID leaves 0x40000000-0x40000001",
         targets: Targets {
             latency: "KVM guest with dedicated, pinned vCPUs (kvm-hint-dedicated) and idle without exits (cpu-pm=on)",
             throughput: "any",

@@ -36,6 +36,7 @@ fn catalogue_entries_are_complete_and_unique() {
         );
         for (what, s) in [
             ("title", k.title),
+            ("reads", k.reads),
             ("why", k.why),
             ("tradeoff", k.tradeoff),
             ("how", k.how),

@@ -366,6 +366,7 @@ fn explain(id: Option<&str>, json: bool) -> anyhow::Result<i32> {
             .map(|k| {
                 serde_json::json!({
                     "id": k.id, "title": k.title, "layer": k.layer,
+                    "reads": k.reads,
                     "recommended": {"latency": k.targets.latency, "throughput": k.targets.throughput, "balanced": k.targets.balanced},
                     "why": k.why, "tradeoff": k.tradeoff,
                     "apply": {"kind": k.apply, "how": k.how, "revert": k.revert},
@@ -378,6 +379,7 @@ fn explain(id: Option<&str>, json: bool) -> anyhow::Result<i32> {
     }
     for k in knobs {
         println!("{} ({}): {}", k.id, k.layer.name(), k.title);
+        println!("  reads:      {}", k.reads);
         println!("  why:        {}", k.why);
         println!("  trade-off:  {}", k.tradeoff);
         for p in Profile::ALL {
