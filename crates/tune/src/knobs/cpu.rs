@@ -121,7 +121,7 @@ fn epp(host: &Host, p: Profile) -> Result<Assessment, Unread> {
     Ok(a)
 }
 
-fn turbo(host: &Host, p: Profile) -> Result<Assessment, Unread> {
+fn turbo(host: &Host, _p: Profile) -> Result<Assessment, Unread> {
     const NO_TURBO: &str = "/sys/devices/system/cpu/intel_pstate/no_turbo";
     const BOOST: &str = "/sys/devices/system/cpu/cpufreq/boost";
     let (path, on, on_value, off_value) = if host.exists(NO_TURBO) {
@@ -139,7 +139,6 @@ fn turbo(host: &Host, p: Profile) -> Result<Assessment, Unread> {
             "neither intel_pstate/no_turbo nor cpufreq/boost exists",
         ));
     };
-    let _ = p;
     let a = Assessment::judge(on, if on { "enabled" } else { "disabled" })
         .note(format!("read from {path}"));
     Ok(if on {

@@ -84,6 +84,18 @@ fn affinity(host: &Host, _p: Profile) -> Result<Assessment, Unread> {
         )
     };
     let mut a = Assessment::info(current);
+    for ifname in crate::knobs::net::nics(host).unwrap_or_default() {
+        if let Ok(node) = host.read(&format!("/sys/class/net/{ifname}/device/numa_node")) {
+            let where_ = if node == "-1" {
+                "no NUMA node reported".to_string()
+            } else {
+                format!("NUMA node {node}")
+            };
+            a = a.note(format!(
+                "{ifname}: {where_}: keep its IRQs and consumers on that node's cores"
+            ));
+        }
+    }
     for n in nic {
         a = a.note(n);
     }

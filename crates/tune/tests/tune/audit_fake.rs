@@ -140,6 +140,22 @@ fn kvm_guest_latency() {
         "eth0: 1 rx queues (0 with RPS), 1 tx queues (1 with XPS)"
     );
 
+    let irq = find(&a, "irq.affinity");
+    assert_eq!(
+        (irq.status, irq.current.as_str()),
+        (
+            Status::Info,
+            "default_smp_affinity 3; 2 NIC queue interrupts"
+        )
+    );
+    assert_eq!(
+        irq.notes,
+        vec![
+            "eth0: NUMA node 0: keep its IRQs and consumers on that node's cores".to_string(),
+            "30 virtio1-input.0 -> 0".to_string(),
+            "31 virtio1-output.0 -> 1".to_string(),
+        ]
+    );
     let numa = find(&a, "mem.numa");
     assert_eq!(
         (numa.status, numa.current.as_str()),

@@ -140,6 +140,7 @@ impl Fake {
                 "           CPU0       CPU1\n 30:   100   0  PCI-MSIX-0000:00:03.0   1-edge      virtio1-input.0\n 31:   0   7  PCI-MSIX-0000:00:03.0   2-edge      virtio1-output.0\nNMI:   0   0   Non-maskable interrupts\n",
             )
             .mkdir("/sys/class/net/eth0/device")
+            .put("/sys/class/net/eth0/device/numa_node", "0\n")
             .mkdir("/sys/class/net/lo")
             .put("/sys/class/net/eth0/napi_defer_hard_irqs", "0\n")
             .put("/sys/class/net/eth0/gro_flush_timeout", "0\n")
