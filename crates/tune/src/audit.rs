@@ -9,6 +9,11 @@ use crate::knob::{ApplyKind, Assessment, Change, Knob, Layer, Profile};
 /// Schema id of [`Audit`] documents (`docs/tune-audit.schema.json`).
 pub const AUDIT_SCHEMA: &str = "vnio.tune.audit/1";
 
+/// How the value of a `not_visible` finding starts.
+pub const NOT_VISIBLE: &str = "not visible from here: ";
+/// How the value of an `unreadable` finding starts.
+pub const UNREADABLE: &str = "unreadable: ";
+
 /// How to change one knob.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ApplyInfo {
@@ -118,6 +123,16 @@ pub fn assess_knob(host: &Host, knob: &Knob, profile: Profile) -> Finding {
             "unreadable: internal error while reading this knob (a bug)",
         ),
     };
+    // The documented invariant: these two statuses say so first.
+    let current = match a.status {
+        Status::NotVisible if !a.current.starts_with(NOT_VISIBLE) => {
+            format!("{NOT_VISIBLE}{}", a.current)
+        }
+        Status::Unreadable if !a.current.starts_with(UNREADABLE) => {
+            format!("{UNREADABLE}{}", a.current)
+        }
+        _ => a.current,
+    };
     let mut notes = a.notes;
     let mut changes = Vec::new();
     if a.status == Status::Differs && knob.apply == ApplyKind::Runtime {
@@ -134,7 +149,7 @@ pub fn assess_knob(host: &Host, knob: &Knob, profile: Profile) -> Finding {
         title: knob.title.to_string(),
         layer: knob.layer,
         status: a.status,
-        current: a.current,
+        current,
         recommended: knob.targets.get(profile).to_string(),
         why: knob.why.to_string(),
         tradeoff: knob.tradeoff.to_string(),

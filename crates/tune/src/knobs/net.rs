@@ -37,13 +37,18 @@ fn worst(a: Status, b: Status) -> Status {
 }
 
 fn probe_status(e: &std::io::Error) -> (Status, String) {
+    if matches!(
+        e.raw_os_error(),
+        Some(libc::EOPNOTSUPP) | Some(libc::EINVAL)
+    ) {
+        return (Status::NotVisible, "the driver does not report it".into());
+    }
     match e.kind() {
         std::io::ErrorKind::Unsupported => (Status::NotVisible, e.to_string()),
-        std::io::ErrorKind::PermissionDenied => (Status::Unreadable, format!("unreadable: {e}")),
-        _ if e.raw_os_error() == Some(libc::EOPNOTSUPP) => {
-            (Status::NotVisible, "driver does not report it".into())
+        std::io::ErrorKind::PermissionDenied => {
+            (Status::Unreadable, format!("permission denied ({e})"))
         }
-        _ => (Status::Unreadable, format!("unreadable: {e}")),
+        _ => (Status::Unreadable, e.to_string()),
     }
 }
 

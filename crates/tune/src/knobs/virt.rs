@@ -114,10 +114,11 @@ fn hypervisor(host: &Host, p: Profile) -> Result<Assessment, Unread> {
                 }
             ))
         }
-        None => a = Assessment::new(
-            crate::knob::Status::NotVisible,
-            "guest (hypervisor flag); not visible from here: paravirtual CPUID leaves (not probed)",
-        ),
+        None => {
+            a = Assessment::not_visible(
+                "the paravirtual CPUID leaves were not probed (the hypervisor flag is set)",
+            )
+        }
     }
     if let Some(t) = sys_type {
         a = a.note(format!("/sys/hypervisor/type: {t}"));

@@ -460,7 +460,10 @@ fn fake_root_without_probe_says_what_it_did_not_probe() {
     let co = find(&a, "net.coalescing");
     assert_eq!(
         (co.status, co.current.as_str()),
-        (Status::NotVisible, "eth0: not probed under a fake root")
+        (
+            Status::NotVisible,
+            "not visible from here: eth0: not probed under a fake root"
+        )
     );
     assert_eq!(find(&a, "time.clock-cost").status, Status::NotVisible);
     assert_eq!(find(&a, "virt.hypervisor").status, Status::NotVisible);

@@ -41,6 +41,14 @@ fn check_all(fake: &Fake, file: &str, what: &str) {
                     f.current
                 );
             }
+            if f.status == Status::NotVisible {
+                assert!(
+                    f.current.starts_with("not visible from here: "),
+                    "{file} as {what}: {}: {}",
+                    f.id,
+                    f.current
+                );
+            }
         }
         let s = a.summary;
         assert_eq!(
