@@ -175,7 +175,18 @@ fn vm_sysctls(host: &Host, p: Profile) -> Result<Assessment, Unread> {
     let sw: u64 = host.parse(SW)?;
     let dr: u64 = host.parse(DR)?;
     let db: u64 = host.parse(DB)?;
-    let current = format!("swappiness={sw} dirty_ratio={dr} dirty_background_ratio={db}");
+    let mut current = format!("swappiness={sw} dirty_ratio={dr} dirty_background_ratio={db}");
+    // When a byte limit is set the kernel reads its ratio as 0 (and a ratio
+    // of 0 is never planned, so the byte limit is never overwritten).
+    for name in ["dirty_bytes", "dirty_background_bytes"] {
+        let path = format!("/proc/sys/vm/{name}");
+        match host.parse::<u64>(&path) {
+            Ok(0) => {}
+            Ok(v) => current.push_str(&format!(" {name}={v}")),
+            Err(u) if u.kind == UnreadKind::Missing => {}
+            Err(u) => return Err(u),
+        }
+    }
     if p != Profile::Latency {
         return Ok(Assessment::ok(current));
     }

@@ -126,9 +126,15 @@ fn lsm(host: &Host, p: Profile) -> Result<Assessment, Unread> {
         Err(u) if u.kind == UnreadKind::Missing => parts.push("AppArmor off".to_string()),
         Err(u) => return Err(u),
     }
+    let avc = host.read("/sys/fs/selinux/avc/cache_threshold").ok();
     let lsms = host.read("/sys/kernel/security/lsm").ok();
     let good = p != Profile::Latency || !enforcing;
     let mut a = Assessment::judge(good, parts.join("; "));
+    if let Some(t) = avc {
+        a = a.note(format!(
+            "SELinux AVC cache threshold {t} (tuned's network-latency sets 8192)"
+        ));
+    }
     if let Some(l) = lsms {
         a = a.note(format!("active LSMs: {l}"));
     }
