@@ -113,7 +113,8 @@ fn irqbalance(host: &Host, p: Profile) -> Result<Assessment, Unread> {
     Ok(match p {
         Profile::Latency => Assessment::judge(!on, current)
             .note("or keep it and ban the latency cores: IRQBALANCE_BANNED_CPULIST"),
-        Profile::Throughput | Profile::Balanced => Assessment::judge(on, current),
+        Profile::Throughput => Assessment::judge(on, current),
+        Profile::Balanced => Assessment::ok(current),
     })
 }
 
@@ -145,7 +146,7 @@ pub const KNOBS: &[Knob] = &[
         targets: Targets {
             latency: "not running (or with the latency cores banned)",
             throughput: "running",
-            balanced: "running",
+            balanced: "any",
         },
         why: "irqbalance moves interrupts every few seconds: a moved NIC IRQ lands away from its consumer.",
         tradeoff: "Without it, interrupt load stays where the kernel first put it.",
