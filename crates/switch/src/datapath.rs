@@ -8,11 +8,12 @@
 
 use crate::fdb::Fdb;
 use crate::forward::{decide, Destination, L2Header, PortPolicy};
-use crate::port::vhost_user::VhostUserPort;
+use crate::port::vhost_user::{ResetCause, VhostUserPort};
 use crate::port::{Watch, Watched};
 use crate::stats::{DropReason, PortStats};
 use crate::vhost_user::buffers;
 use crate::vhost_user::chain::{ChainError, Seg, MAX_SEGS};
+use crate::vhost_user::conn::ConnError;
 use crate::vhost_user::device::{RX_QUEUE, TX_QUEUE};
 use crate::vlan::Tagging;
 use crate::wire::virtio_net::{self, VirtioNetHdr, VirtioNetHdrRepr, FLAG_NEEDS_CSUM, GSO_NONE};
@@ -67,6 +68,8 @@ pub struct Datapath {
     slots: Vec<Option<Slot>>,
     fdb: Fdb,
     next_id: u32,
+    /// Slots whose watched descriptors changed outside an event (resets).
+    dirty: Vec<usize>,
 }
 
 impl Datapath {
@@ -76,6 +79,7 @@ impl Datapath {
             slots: Vec::new(),
             fdb,
             next_id: 1,
+            dirty: Vec::with_capacity(64),
         }
     }
 
@@ -167,6 +171,18 @@ impl Datapath {
         }
         let id = s.id;
         self.fdb.flush_port(id);
+        self.mark_dirty(idx);
+    }
+
+    fn mark_dirty(&mut self, idx: usize) {
+        if !self.dirty.contains(&idx) {
+            self.dirty.push(idx);
+        }
+    }
+
+    /// Takes the slots whose watched descriptors changed since the last call.
+    pub fn take_dirty(&mut self, out: &mut Vec<usize>) {
+        out.append(&mut self.dirty);
     }
 
     /// One polling round: up to `budget` frames from each port. Returns
@@ -239,12 +255,20 @@ impl Datapath {
                     log::info!("port {}: front-end connected", s.name);
                 }
             }
-            Watch::Connection => {
-                if let Err(e) = p.on_readable() {
+            Watch::Connection => match p.on_readable() {
+                Ok(()) => {}
+                Err(ResetCause::Conn(ConnError::Closed)) => {
+                    log::info!("port {}: front-end disconnected", s.name);
+                    p.reset(now);
+                    let id = s.id;
+                    self.fdb.flush_port(id);
+                    self.mark_dirty(idx);
+                }
+                Err(e) => {
                     let msg = crate::error_chain(&e);
                     self.reset(idx, now, &msg);
                 }
-            }
+            },
             Watch::Kick(q) => {
                 if p.device.drain_kick(usize::from(q)) {
                     let qs = if usize::from(q) == RX_QUEUE {

@@ -258,13 +258,14 @@ impl Worker {
                 self.dp.on_event(slot, Watch::decode(data as u8), now);
                 self.sync(slot);
             }
+            changed.clear();
             if now.duration_since(last_tick) >= TICK {
                 last_tick = now;
-                changed.clear();
                 self.dp.tick(now, &mut changed);
-                for &s in &changed {
-                    self.sync(s);
-                }
+            }
+            self.dp.take_dirty(&mut changed);
+            for &s in &changed {
+                self.sync(s);
             }
             if now.duration_since(last_age) >= AGE_EVERY {
                 last_age = now;

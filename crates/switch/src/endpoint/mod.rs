@@ -217,6 +217,10 @@ impl Endpoint {
     /// Runs the front-end handshake over a connected stream.
     pub fn from_stream(stream: UnixStream, cfg: EndpointConfig) -> Result<Self, EndpointError> {
         let hs = |step| move |source| EndpointError::Handshake { step, source };
+        // A back-end that stops answering fails the handshake instead of hanging it.
+        stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .map_err(EndpointError::Setup)?;
         let size = cfg.queue_size;
         let rx_layout = RingLayout::at(0, size, BUF_SIZE);
         let tx_layout = RingLayout::at(rx_layout.end().div_ceil(4096) * 4096, size, BUF_SIZE);

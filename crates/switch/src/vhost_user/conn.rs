@@ -16,6 +16,9 @@ pub enum ConnError {
     /// The front-end closed the connection.
     #[error("front-end disconnected")]
     Closed,
+    /// The front-end closed the connection in the middle of a message.
+    #[error("front-end disconnected after {0} bytes of a message")]
+    Truncated(usize),
     /// The socket failed.
     #[error("socket error")]
     Io(#[from] io::Error),
@@ -82,6 +85,7 @@ impl Connection {
                 continue;
             }
             match scm::recv_with_fds(&self.sock, &mut self.buf[self.filled..want], &mut self.fds) {
+                Ok(0) if self.filled > 0 => return Err(ConnError::Truncated(self.filled)),
                 Ok(0) => return Err(ConnError::Closed),
                 Ok(n) => self.filled += n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),

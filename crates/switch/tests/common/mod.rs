@@ -1,6 +1,9 @@
-//! Shared helpers: a switch in a private temporary directory, endpoints.
+//! Shared helpers: a switch in a private temporary directory, endpoints,
+//! and a hand-driven front-end ([`raw`]).
 
 #![allow(dead_code)]
+
+pub mod raw;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
