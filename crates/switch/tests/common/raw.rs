@@ -145,7 +145,7 @@ impl RawFrontend {
             .mem
             .iter()
             .next()
-            .map(|r| vm_memory::GuestMemoryRegion::len(r))
+            .map(vm_memory::GuestMemoryRegion::len)
             .unwrap();
         body[8 + 8..8 + 16].copy_from_slice(&size.to_le_bytes());
         body[8 + 16..8 + 24].copy_from_slice(&self.base_va.to_le_bytes());
