@@ -83,6 +83,8 @@ pub trait Probe: Send + Sync {
     fn kvm_cpuid(&self) -> Option<KvmCpuid>;
     /// Median cost of one `clock_gettime(CLOCK_MONOTONIC)` in nanoseconds.
     fn clock_read_ns(&self) -> f64;
+    /// Waits between two samples of a counter (no wait on a fake machine).
+    fn pause(&self, d: std::time::Duration);
 }
 
 /// The real system.
@@ -125,6 +127,9 @@ impl Probe for LiveProbe {
     }
     fn clock_read_ns(&self) -> f64 {
         crate::measure::clock_cost(50, 2_000).median_ns
+    }
+    fn pause(&self, d: std::time::Duration) {
+        std::thread::sleep(d);
     }
 }
 
@@ -174,6 +179,7 @@ impl Probe for FixedProbe {
     fn clock_read_ns(&self) -> f64 {
         self.clock_ns
     }
+    fn pause(&self, _d: std::time::Duration) {}
 }
 
 /// Counts the `rule` objects of `nft -j list ruleset` output.
@@ -369,15 +375,30 @@ pub fn natural_cmp(a: &str, b: &str) -> std::cmp::Ordering {
     split(a).cmp(&split(b))
 }
 
-/// The selected word of a sysfs choice file: `always [madvise] never`
-/// gives `madvise`.
+/// The selected word of a sysfs choice file.
+///
+/// ```
+/// use vnio_tune::host::bracketed;
+/// assert_eq!(bracketed("always [madvise] never"), Some("madvise"));
+/// assert_eq!(bracketed("always madvise never"), None);
+/// assert_eq!(bracketed("[unclosed"), None);
+/// ```
 pub fn bracketed(s: &str) -> Option<&str> {
     let start = s.find('[')?;
     let end = s[start..].find(']')? + start;
     Some(&s[start + 1..end])
 }
 
-/// Parses a CPU list such as `0-3,8,10-11`.
+/// Parses a CPU list such as `0-3,8,10-11`; `None` for garbage.
+///
+/// ```
+/// use vnio_tune::host::parse_cpu_list;
+/// assert_eq!(parse_cpu_list("0-3,8"), Some(vec![0, 1, 2, 3, 8]));
+/// assert_eq!(parse_cpu_list(""), Some(vec![]));
+/// assert_eq!(parse_cpu_list("3-1"), None);
+/// assert_eq!(parse_cpu_list("0-4294967295"), None);
+/// assert_eq!(parse_cpu_list("x"), None);
+/// ```
 pub fn parse_cpu_list(s: &str) -> Option<Vec<u32>> {
     let s = s.trim();
     let mut out = Vec::new();

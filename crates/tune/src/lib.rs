@@ -12,6 +12,21 @@
 //! - [`measure`]: probes that turn a profile's effect into numbers.
 //!
 //! Nothing here prints: the CLI renders the values returned.
+//!
+//! ```
+//! use vnio_tune::{audit, Host, Profile, Status};
+//!
+//! // A machine with nothing in /proc and /sys: everything is "not visible
+//! // from here" or a fact, nothing differs, and nothing panics.
+//! let root = std::env::temp_dir().join(format!("vnio-tune-doctest-{}", std::process::id()));
+//! std::fs::create_dir_all(&root).expect("temp dir");
+//! let a = audit(&Host::with_root(&root), Profile::Latency);
+//! assert_eq!(a.exit_code(), 0);
+//! assert!(a.findings.iter().all(|f| f.status != Status::Differs));
+//! let governor = a.findings.iter().find(|f| f.id == "cpu.governor").expect("in the catalogue");
+//! assert!(governor.current.starts_with("not visible from here: "));
+//! # std::fs::remove_dir_all(&root).ok();
+//! ```
 
 #![deny(unsafe_code)]
 

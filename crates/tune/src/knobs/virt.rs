@@ -12,8 +12,8 @@ pub fn cpuinfo_has_flag(cpuinfo: &str, flag: &str) -> bool {
         .is_some_and(|(_, f)| f.split_whitespace().any(|w| w == flag))
 }
 
-/// Steal time as a share of all CPU time since boot, from `/proc/stat`.
-pub fn steal_share(host: &Host) -> Result<f64, Unread> {
+/// Steal and total CPU time (ticks) since boot, from `/proc/stat`.
+pub fn cpu_times(host: &Host) -> Result<(u64, u64), Unread> {
     const STAT: &str = "/proc/stat";
     let text = host.read(STAT)?;
     let line = text
@@ -37,22 +37,41 @@ pub fn steal_share(host: &Host) -> Result<f64, Unread> {
         ));
     }
     // guest and guest_nice (fields 9 and 10) are already counted in user.
-    let total: u64 = nums.iter().take(8).sum();
+    let total = nums.iter().take(8).fold(0u64, |a, &n| a.saturating_add(n));
+    Ok((nums[7], total))
+}
+
+/// Steal time as a share of all CPU time since boot.
+pub fn steal_share(host: &Host) -> Result<f64, Unread> {
+    let (steal, total) = cpu_times(host)?;
     Ok(if total == 0 {
         0.0
     } else {
-        nums[7] as f64 / total as f64
+        steal as f64 / total as f64
     })
 }
 
+/// How long `virt.steal` samples the current steal rate.
+pub const STEAL_SAMPLE: std::time::Duration = std::time::Duration::from_millis(200);
+
 fn steal(host: &Host, p: Profile) -> Result<Assessment, Unread> {
-    let share = steal_share(host)?;
+    let (s1, t1) = cpu_times(host)?;
+    host.probe().pause(STEAL_SAMPLE);
+    let (s2, t2) = cpu_times(host)?;
+    let since_boot = if t1 == 0 { 0.0 } else { s1 as f64 / t1 as f64 };
+    let recent = (t2 > t1).then(|| s2.saturating_sub(s1) as f64 / (t2 - t1) as f64);
     let limit = if p == Profile::Latency { 0.01 } else { 0.10 };
-    Ok(Assessment::judge(
-        share <= limit,
-        format!("{:.2}% of CPU time since boot", share * 100.0),
-    )
-    .note("steal is time a vCPU was runnable but the host ran something else"))
+    let mut current = format!("{:.2}% of CPU time since boot", since_boot * 100.0);
+    if let Some(r) = recent {
+        current.push_str(&format!(
+            ", {:.2}% over the last {} ms",
+            r * 100.0,
+            STEAL_SAMPLE.as_millis()
+        ));
+    }
+    let good = since_boot <= limit && !recent.is_some_and(|r| r > limit);
+    Ok(Assessment::judge(good, current)
+        .note("steal is time a vCPU was runnable but the host ran something else"))
 }
 
 const FEATURES: &[(u32, &str)] = &[

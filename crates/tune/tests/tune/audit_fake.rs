@@ -519,3 +519,80 @@ fn docs_list_every_knob_and_no_other() {
         );
     }
 }
+
+/// A probe that moves /proc/stat on when the audit pauses, as time would.
+struct Ticking {
+    inner: vnio_tune::host::FixedProbe,
+    stat: std::path::PathBuf,
+    next: &'static str,
+}
+
+impl vnio_tune::host::Probe for Ticking {
+    fn euid(&self) -> u32 {
+        self.inner.euid()
+    }
+    fn coalesce(&self, i: &str) -> std::io::Result<vnio_tune::sys::Coalesce> {
+        self.inner.coalesce(i)
+    }
+    fn offloads(&self, i: &str) -> std::io::Result<vnio_tune::sys::Offloads> {
+        self.inner.offloads(i)
+    }
+    fn iptables_entries(&self, v6: bool, t: &str) -> std::io::Result<(u32, u32)> {
+        self.inner.iptables_entries(v6, t)
+    }
+    fn nft_rules(&self) -> std::io::Result<u64> {
+        self.inner.nft_rules()
+    }
+    fn kvm_cpuid(&self) -> Option<vnio_tune::sys::KvmCpuid> {
+        self.inner.kvm_cpuid()
+    }
+    fn clock_read_ns(&self) -> f64 {
+        self.inner.clock_read_ns()
+    }
+    fn pause(&self, _d: std::time::Duration) {
+        std::fs::write(&self.stat, self.next).expect("advance /proc/stat");
+    }
+}
+
+#[test]
+fn steal_is_judged_since_boot_and_over_a_short_sample() {
+    let fake = Fake::kvm_guest();
+    fake.put("/proc/stat", "cpu  1000 0 500 100000 5 0 1 20 0 0\n");
+    let ticking = |next| Ticking {
+        inner: fake.probe.clone(),
+        stat: fake.path("/proc/stat"),
+        next,
+    };
+    // Quiet since boot (0.02%), but 20% of the last sample was stolen.
+    let host = Host::new(
+        fake.root(),
+        std::sync::Arc::new(ticking("cpu  1100 0 500 100100 5 0 1 70 0 0\n")),
+    );
+    let s = audit(&host, Profile::Latency);
+    let f = find(&s, "virt.steal");
+    assert_eq!(
+        (f.status, f.current.as_str()),
+        (
+            Status::Differs,
+            "0.02% of CPU time since boot, 20.00% over the last 200 ms"
+        )
+    );
+    assert!(f.volatile);
+    fake.put("/proc/stat", "cpu  1000 0 500 100000 5 0 1 20 0 0\n");
+    let host = Host::new(
+        fake.root(),
+        std::sync::Arc::new(ticking("cpu  1100 0 500 100100 5 0 1 20 0 0\n")),
+    );
+    let f = audit(&host, Profile::Latency)
+        .findings
+        .into_iter()
+        .find(|f| f.id == "virt.steal")
+        .expect("steal");
+    assert_eq!(
+        (f.status, f.current.as_str()),
+        (
+            Status::Ok,
+            "0.02% of CPU time since boot, 0.00% over the last 200 ms"
+        )
+    );
+}
