@@ -58,13 +58,17 @@ pub fn clock_cost(batches: usize, per_batch: usize) -> ClockCost {
 pub struct Wakeup {
     /// Period between deadlines, µs.
     pub interval_us: u64,
+    /// `SCHED_FIFO` priority of the sleeping thread, `None` for the normal
+    /// policy.
+    pub fifo_priority: Option<i32>,
     /// Lateness after each deadline.
     pub lateness: Distribution,
 }
 
 /// Sleeps to absolute deadlines `interval` apart for `duration`, and
-/// measures how late each wake-up is.
-pub fn wakeup(duration: Duration, interval: Duration) -> Result<Wakeup> {
+/// measures how late each wake-up is; with `fifo`, as a `SCHED_FIFO`
+/// thread of that priority (as `cyclictest -p`), restored afterwards.
+pub fn wakeup(duration: Duration, interval: Duration, fifo: Option<i32>) -> Result<Wakeup> {
     let interval_ns = (interval.as_nanos() as u64).max(10_000);
     // Timer slack (50 us by default) would be measured as lateness: take it
     // away for the probe, as a real-time thread has none.
@@ -73,6 +77,21 @@ pub fn wakeup(duration: Duration, interval: Duration) -> Result<Wakeup> {
         source,
     };
     let old_slack = crate::sys::set_timer_slack_ns(1).map_err(err)?;
+    let old_policy = match fifo {
+        Some(prio) => {
+            let old = crate::sys::sched_policy().map_err(err)?;
+            let fifo = crate::sys::SchedPolicy {
+                policy: libc::SCHED_FIFO,
+                priority: prio.clamp(1, 99),
+            };
+            if let Err(e) = crate::sys::set_sched_policy(fifo) {
+                let _ = crate::sys::set_timer_slack_ns(old_slack);
+                return Err(err(e));
+            }
+            Some(old)
+        }
+        None => None,
+    };
     let run = || -> Result<Vec<u64>> {
         let end = monotonic_ns().saturating_add(duration.as_nanos() as u64);
         let mut samples = Vec::new();
@@ -90,8 +109,11 @@ pub fn wakeup(duration: Duration, interval: Duration) -> Result<Wakeup> {
         Ok(samples)
     };
     let samples = run();
-    // Best effort: the measurement does not depend on restoring it.
+    // Best effort: the measurement does not depend on restoring them.
     let _ = crate::sys::set_timer_slack_ns(old_slack);
+    if let Some(old) = old_policy {
+        let _ = crate::sys::set_sched_policy(old);
+    }
     let samples = samples?;
     let lateness = Distribution::from_samples(samples).ok_or_else(|| TuneError::Probe {
         probe: "wakeup",
@@ -99,6 +121,7 @@ pub fn wakeup(duration: Duration, interval: Duration) -> Result<Wakeup> {
     })?;
     Ok(Wakeup {
         interval_us: interval_ns / 1000,
+        fifo_priority: fifo.map(|p| p.clamp(1, 99)),
         lateness,
     })
 }
@@ -182,6 +205,8 @@ pub struct MeasureOptions {
     pub interval: Duration,
     /// Round-trip payload.
     pub size: usize,
+    /// Run the wake-up probe as `SCHED_FIFO` with this priority.
+    pub fifo: Option<i32>,
 }
 
 impl Default for MeasureOptions {
@@ -190,6 +215,7 @@ impl Default for MeasureOptions {
             duration: Duration::from_secs(2),
             interval: Duration::from_micros(1000),
             size: 64,
+            fifo: None,
         }
     }
 }
@@ -215,7 +241,7 @@ pub fn measure(opts: MeasureOptions) -> Result<Measurement> {
         schema: MEASURE_SCHEMA.to_string(),
         duration_s: opts.duration.as_secs_f64(),
         clock: clock_cost(200, 1_000),
-        wakeup: wakeup(opts.duration, opts.interval)?,
+        wakeup: wakeup(opts.duration, opts.interval, opts.fifo)?,
         udp_rr: udp_rr(opts.duration, opts.size)?,
     })
 }
@@ -238,8 +264,9 @@ mod tests {
     #[test]
     fn wakeup_samples_every_interval_and_restores_slack() {
         let before = crate::sys::set_timer_slack_ns(50_000).expect("prctl");
-        let w = wakeup(Duration::from_millis(100), Duration::from_millis(5)).expect("wakeup probe");
-        assert_eq!(w.interval_us, 5_000);
+        let w = wakeup(Duration::from_millis(100), Duration::from_millis(5), None)
+            .expect("wakeup probe");
+        assert_eq!((w.interval_us, w.fifo_priority), (5_000, None));
         let d = w.lateness;
         assert!(
             (5..=20).contains(&d.samples),
@@ -258,7 +285,8 @@ mod tests {
 
     #[test]
     fn wakeup_shorter_than_one_interval_is_an_error() {
-        let e = wakeup(Duration::from_millis(1), Duration::from_millis(50)).expect_err("no sample");
+        let e = wakeup(Duration::from_millis(1), Duration::from_millis(50), None)
+            .expect_err("no sample");
         assert!(
             crate::apply::error_chain(&e).contains("shorter than one interval"),
             "{e}"
@@ -274,5 +302,23 @@ mod tests {
             r.rtt.min_ns > 0 && r.rtt.min_ns <= r.rtt.p50_ns && r.rtt.p99_ns <= r.rtt.max_ns,
             "{r:?}"
         );
+    }
+
+    #[test]
+    fn wakeup_as_fifo_restores_the_policy() {
+        let before = crate::sys::sched_policy().expect("policy");
+        match wakeup(
+            Duration::from_millis(50),
+            Duration::from_millis(5),
+            Some(10),
+        ) {
+            Ok(w) => assert_eq!(w.fifo_priority, Some(10)),
+            // Without CAP_SYS_NICE the probe says why.
+            Err(e) => assert!(
+                crate::apply::error_chain(&e).starts_with("probe wakeup failed: "),
+                "{e}"
+            ),
+        }
+        assert_eq!(crate::sys::sched_policy().expect("policy"), before);
     }
 }

@@ -311,3 +311,46 @@ pub fn set_timer_slack_ns(ns: u64) -> io::Result<u64> {
     }
     Ok(old as u64)
 }
+
+/// Scheduling policy and priority of the calling thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SchedPolicy {
+    /// `SCHED_OTHER`, `SCHED_FIFO`, ...
+    pub policy: libc::c_int,
+    /// Real-time priority (0 for normal policies).
+    pub priority: libc::c_int,
+}
+
+/// The calling thread's scheduling policy.
+pub fn sched_policy() -> io::Result<SchedPolicy> {
+    let mut param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: pid 0 is the calling thread; param is a live, writable sched_param.
+    let rc = unsafe { libc::sched_getparam(0, &mut param) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: pid 0 is the calling thread; no pointer is passed.
+    let policy = unsafe { libc::sched_getscheduler(0) };
+    if policy < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(SchedPolicy {
+        policy,
+        priority: param.sched_priority,
+    })
+}
+
+/// Sets the calling thread's scheduling policy (`SCHED_FIFO` needs
+/// `CAP_SYS_NICE`).
+pub fn set_sched_policy(p: SchedPolicy) -> io::Result<()> {
+    let param = libc::sched_param {
+        sched_priority: p.priority,
+    };
+    // SAFETY: pid 0 is the calling thread; param is a valid sched_param read
+    // by the kernel only during the call.
+    let rc = unsafe { libc::sched_setscheduler(0, p.policy, &param) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}

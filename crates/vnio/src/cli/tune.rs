@@ -88,6 +88,10 @@ enum Cmd {
         /// UDP payload in bytes.
         #[arg(long, default_value_t = 64)]
         size: usize,
+        /// Run the wake-up probe as SCHED_FIFO with this priority (1-99;
+        /// needs root), as `cyclictest -p` does.
+        #[arg(long, value_name = "PRIO", value_parser = clap::value_parser!(i32).range(1..=99))]
+        fifo: Option<i32>,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -200,6 +204,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             duration,
             interval_us,
             size,
+            fifo,
             json,
         } => {
             anyhow::ensure!(
@@ -210,6 +215,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
                 duration: Duration::from_secs_f64(duration),
                 interval: Duration::from_micros(interval_us),
                 size,
+                fifo,
             };
             let m = vnio_tune::measure::measure(opts)?;
             if json {
@@ -219,12 +225,13 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
                 println!("clock read     {:.1} ns per clock_gettime(CLOCK_MONOTONIC) (median of {} batches of {})", m.clock.median_ns, m.clock.batches, m.clock.reads_per_batch);
                 let w = &m.wakeup.lateness;
                 println!(
-                    "wake-up        lateness p50 {:.1} us  p99 {:.1} us  max {:.1} us  ({} wake-ups, every {} us)",
+                    "wake-up        lateness p50 {:.1} us  p99 {:.1} us  max {:.1} us  ({} wake-ups, every {} us, {})",
                     us(w.p50_ns),
                     us(w.p99_ns),
                     us(w.max_ns),
                     w.samples,
-                    m.wakeup.interval_us
+                    m.wakeup.interval_us,
+                    m.wakeup.fifo_priority.map_or("normal priority".to_string(), |p| format!("SCHED_FIFO {p}"))
                 );
                 let r = &m.udp_rr.rtt;
                 println!(
