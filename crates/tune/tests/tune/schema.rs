@@ -7,13 +7,14 @@ use vnio_tune::{audit, Profile};
 
 use crate::fake::Fake;
 
-pub fn schema() -> Value {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../docs/tune-audit.schema.json"
-    );
-    let text = std::fs::read_to_string(path).expect("docs/tune-audit.schema.json is readable");
+fn load(name: &str) -> Value {
+    let path = format!("{}/../../docs/{name}", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
     serde_json::from_str(&text).expect("the schema is JSON")
+}
+
+pub fn schema() -> Value {
+    load("tune-audit.schema.json")
 }
 
 fn type_ok(t: &str, v: &Value) -> bool {
@@ -175,4 +176,26 @@ fn audit_json_round_trips() {
     let text = serde_json::to_string(&a).expect("serialises");
     let back: vnio_tune::Audit = serde_json::from_str(&text).expect("parses back");
     assert_eq!(a, back);
+}
+
+#[test]
+fn measure_json_validates() {
+    let opts = vnio_tune::measure::MeasureOptions {
+        duration: std::time::Duration::from_millis(100),
+        interval: std::time::Duration::from_millis(2),
+        size: 32,
+        fifo: None,
+    };
+    let m = vnio_tune::measure::measure(opts).expect("measure");
+    let doc = serde_json::to_value(&m).expect("serialises");
+    let s = load("tune-measure.schema.json");
+    let mut errs = Vec::new();
+    validate(&s, &s, &doc, "", &mut errs);
+    assert!(
+        errs.is_empty(),
+        "measure JSON does not validate:\n{}",
+        errs.join("\n")
+    );
+    assert_eq!(doc["wakeup"]["fifo_priority"], Value::Null);
+    assert_eq!(doc["udp_rr"]["size"], 32);
 }
