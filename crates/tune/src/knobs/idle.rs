@@ -101,7 +101,14 @@ fn states(host: &Host, p: Profile) -> Result<Assessment, Unread> {
             .join(" ");
         for s in &st {
             let path = format!("/sys/devices/system/cpu/cpu{cpu}/cpuidle/{}/disable", s.dir);
-            let want_disabled = p == Profile::Latency && s.latency_us > LATENCY_MAX_EXIT_US;
+            let deep = s.latency_us > LATENCY_MAX_EXIT_US;
+            // Latency disables the deep states and leaves the shallow ones
+            // as they are (all disabled means polling: never re-enable one);
+            // the other profiles want every state usable.
+            let want_disabled = match p {
+                Profile::Latency => deep || s.disabled,
+                Profile::Throughput | Profile::Balanced => false,
+            };
             if want_disabled != s.disabled {
                 good = false;
                 let (to, back) = if want_disabled {
@@ -236,8 +243,7 @@ fn kvm_halt_poll(host: &Host, p: Profile) -> Result<Assessment, Unread> {
     let mut a = Assessment::judge(good, format!("halt_poll_ns={ns}"))
         .note(format!("grow={grow} shrink={shrink}"));
     if !good {
-        let to = if p == Profile::Latency { "200000" } else { "0" };
-        a = a.change(change(NS, to, ns.to_string()));
+        a = a.change(change(NS, "200000", ns.to_string()));
     }
     if is_guest(host) {
         a = a.note("this is the kvm module of this (guest) kernel: it governs VMs nested in it, not this VM");
@@ -330,7 +336,7 @@ pub const KNOBS: &[Knob] = &[
         layer: Layer::Host,
         reads: "/sys/devices/system/cpu/online; cpu*/cpuidle/state*/{name,latency,disable}",
         targets: Targets {
-            latency: "every state with exit latency above 2 us disabled",
+            latency: "every state with exit latency above 2 us disabled (shallower ones left as they are)",
             throughput: "all states enabled",
             balanced: "all states enabled",
         },
@@ -367,8 +373,8 @@ pub const KNOBS: &[Knob] = &[
         reads: "/sys/devices/system/cpu/cpu*/power/pm_qos_resume_latency_us",
         targets: Targets {
             latency: "at most 2 us on every CPU (or no deep state enabled)",
-            throughput: "no constraint (0)",
-            balanced: "no constraint (0)",
+            throughput: "any (no constraint, 0, is the default)",
+            balanced: "any (no constraint, 0, is the default)",
         },
         why: "The same limit as /dev/cpu_dma_latency, per CPU, kept by the kernel without a process holding it.",
         tradeoff: "As disabling the deep states on those CPUs; lasts until reboot or revert.",

@@ -596,3 +596,32 @@ fn steal_is_judged_since_boot_and_over_a_short_sample() {
         )
     );
 }
+
+#[test]
+fn latency_never_re_enables_a_shallow_state_and_throughput_enables_all() {
+    let fake = Fake::bare_metal();
+    // An operator disabled C1 (2 us) on cpu0: polling only below C1E.
+    fake.put("/sys/devices/system/cpu/cpu0/cpuidle/state1/disable", "1\n");
+    let a = audit(&fake.host(), Profile::Latency);
+    let paths: Vec<String> = find(&a, "idle.states")
+        .changes
+        .iter()
+        .map(|c| format!("{}={}", c.path, c.to))
+        .collect();
+    assert!(
+        !paths.iter().any(|p| p.contains("cpu0/cpuidle/state1/")),
+        "{paths:?}"
+    );
+    assert_eq!(paths.len(), 4, "only C1E and C6 on both CPUs: {paths:?}");
+    let t = audit(&fake.host(), Profile::Throughput);
+    let st = find(&t, "idle.states");
+    assert_eq!(st.status, Status::Differs);
+    assert_eq!(
+        changes(st),
+        vec![(
+            "/sys/devices/system/cpu/cpu0/cpuidle/state1/disable".into(),
+            "0".into(),
+            "1".into()
+        )]
+    );
+}
