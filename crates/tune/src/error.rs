@@ -40,7 +40,7 @@ pub enum TuneError {
     },
     /// A journal is already there: its changes must be reverted before
     /// another apply, or the original values would be lost.
-    #[error("a journal already exists at {0}: run `vnio tune revert` first")]
+    #[error("a journal already exists at {0}: run `vnio tune revert` first (or move it away if it is not a vnio tune journal)")]
     JournalExists(PathBuf),
     /// Changing the live machine needs root.
     #[error("apply changes kernel settings and needs root (effective uid {0}); try --dry-run")]

@@ -354,3 +354,13 @@ pub fn set_sched_policy(p: SchedPolicy) -> io::Result<()> {
     }
     Ok(())
 }
+
+/// Restores the default action of `SIGPIPE` (end the process quietly), as
+/// command-line tools written in C have: the Rust runtime ignores it, so a
+/// closed pipe (`vnio tune audit | head`) would otherwise end in a panic on
+/// the next print.
+pub fn default_sigpipe() {
+    // SAFETY: setting a standard signal to SIG_DFL installs no handler and
+    // touches no memory of this process.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+}

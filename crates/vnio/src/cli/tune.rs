@@ -110,6 +110,8 @@ enum Cmd {
 
 /// Runs `vnio tune`; returns the process exit code.
 pub fn run(args: Args) -> anyhow::Result<i32> {
+    // `vnio tune audit | head` ends quietly, as C tools do.
+    vnio_tune::sys::default_sigpipe();
     match args.command {
         Cmd::Audit {
             profile,
