@@ -96,6 +96,8 @@ impl SwitchConfig {
 pub enum PortKind {
     /// vhost-user virtio-net.
     VhostUser,
+    /// A tap interface (the host stack, or a namespace the interface is moved into).
+    Tap,
 }
 
 /// One port (config file `[[port]]`, or the control socket's `port_add`).
@@ -112,6 +114,9 @@ pub struct PortSpec {
     /// vhost-user: who listens.
     #[serde(default)]
     pub mode: SocketMode,
+    /// tap: interface name (default: the port name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ifname: Option<String>,
     /// Access VLAN (default 1) when `trunk` is empty.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vlan: Option<u16>,
@@ -137,11 +142,22 @@ impl PortSpec {
             kind: PortKind::VhostUser,
             socket: Some(socket.into()),
             mode,
+            ifname: None,
             vlan: None,
             trunk: Vec::new(),
             native_vlan: None,
             mac: None,
             spoof_guard: false,
+        }
+    }
+
+    /// A tap port on interface `ifname` with defaults.
+    pub fn tap(name: &str, ifname: &str) -> Self {
+        Self {
+            kind: PortKind::Tap,
+            socket: None,
+            ifname: Some(ifname.to_string()),
+            ..Self::vhost_user(name, "", SocketMode::Server)
         }
     }
 
@@ -159,6 +175,13 @@ impl PortSpec {
         }
         if self.kind == PortKind::VhostUser && self.socket.is_none() {
             return Err(err("a vhost-user port needs `socket`"));
+        }
+        if self.kind == PortKind::Tap
+            && (self.socket.is_some() || self.ifname.as_ref().unwrap_or(&self.name).len() >= 16)
+        {
+            return Err(err(
+                "a tap port takes `ifname` (at most 15 characters), not `socket`",
+            ));
         }
         let vlan = VlanConfig {
             vlan: self.vlan,

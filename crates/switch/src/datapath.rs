@@ -8,6 +8,7 @@
 
 use crate::fdb::Fdb;
 use crate::forward::{decide, Destination, L2Header, PortPolicy};
+use crate::port::tap::{self, TapPort};
 use crate::port::vhost_user::{ResetCause, VhostUserPort};
 use crate::port::{Watch, Watched};
 use crate::stats::{DropReason, PortStats};
@@ -18,6 +19,7 @@ use crate::vhost_user::device::{RX_QUEUE, TX_QUEUE};
 use crate::vlan::Tagging;
 use crate::wire::virtio_net::{self, VirtioNetHdr, VirtioNetHdrRepr, FLAG_NEEDS_CSUM, GSO_NONE};
 use crate::PortId;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Instant;
 use vm_memory::GuestMemoryMmap;
@@ -28,16 +30,21 @@ pub const MAX_FRAME: u64 = 65535 + 18;
 pub const MAX_MERGE: usize = 64;
 
 /// The kinds of ports (enum dispatch keeps the loop monomorphic).
+// One value per port: its size does not matter, a Box would add a pointer chase per frame.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum Port {
     /// vhost-user virtio-net.
     VhostUser(VhostUserPort),
+    /// A tap interface.
+    Tap(TapPort),
 }
 
 impl Port {
     fn watched(&self, out: &mut Vec<Watched>) {
         match self {
             Port::VhostUser(p) => p.watched(out),
+            Port::Tap(p) => p.watched(out),
         }
     }
 }
@@ -70,6 +77,8 @@ pub struct Datapath {
     next_id: u32,
     /// Slots whose watched descriptors changed outside an event (resets).
     dirty: Vec<usize>,
+    /// Where frames read from non-virtio ports land (moved out while in use).
+    scratch: Option<Box<[u8]>>,
 }
 
 impl Datapath {
@@ -80,6 +89,7 @@ impl Datapath {
             fdb,
             next_id: 1,
             dirty: Vec::with_capacity(64),
+            scratch: Some(vec![0u8; tap::BUF_LEN].into_boxed_slice()),
         }
     }
 
@@ -168,6 +178,7 @@ impl Datapath {
         log::warn!("port {}: reset: {why}", s.name);
         match &mut s.port {
             Port::VhostUser(p) => p.reset(now),
+            Port::Tap(_) => {}
         }
         let id = s.id;
         self.fdb.flush_port(id);
@@ -193,18 +204,12 @@ impl Datapath {
             work += self.forward_from(i, now, budget);
         }
         for s in self.slots.iter_mut().flatten() {
-            match &mut s.port {
-                Port::VhostUser(p) => {
-                    for q in [RX_QUEUE, TX_QUEUE] {
-                        let qs = if q == RX_QUEUE {
-                            &s.stats.rx
-                        } else {
-                            &s.stats.tx
-                        };
-                        if let Some(vq) = p.device.queue(q) {
-                            vq.signal(qs);
-                        }
-                    }
+            if let Port::VhostUser(p) = &mut s.port {
+                if let Some(vq) = p.device.queue(RX_QUEUE) {
+                    vq.signal(&s.stats.rx);
+                }
+                if let Some(vq) = p.device.queue(TX_QUEUE) {
+                    vq.signal(&s.stats.tx);
                 }
             }
         }
@@ -216,11 +221,9 @@ impl Datapath {
     pub fn arm_notifications(&mut self) -> bool {
         let mut pending = false;
         for s in self.slots.iter_mut().flatten() {
-            match &mut s.port {
-                Port::VhostUser(p) => {
-                    if let Some(q) = p.device.queue(TX_QUEUE) {
-                        pending |= q.enable_notification();
-                    }
+            if let Port::VhostUser(p) = &mut s.port {
+                if let Some(q) = p.device.queue(TX_QUEUE) {
+                    pending |= q.enable_notification();
                 }
             }
         }
@@ -230,11 +233,9 @@ impl Datapath {
     /// After waking: tells transmit queues the worker is polling.
     pub fn disarm_notifications(&mut self) {
         for s in self.slots.iter_mut().flatten() {
-            match &mut s.port {
-                Port::VhostUser(p) => {
-                    if let Some(q) = p.device.queue(TX_QUEUE) {
-                        q.disable_notification();
-                    }
+            if let Port::VhostUser(p) = &mut s.port {
+                if let Some(q) = p.device.queue(TX_QUEUE) {
+                    q.disable_notification();
                 }
             }
         }
@@ -245,13 +246,17 @@ impl Datapath {
         let Some(s) = self.slots.get_mut(idx).and_then(Option::as_mut) else {
             return;
         };
-        let Port::VhostUser(p) = &mut s.port;
+        let p = match &mut s.port {
+            Port::VhostUser(p) => p,
+            Port::Tap(t) => {
+                t.on_readable();
+                return;
+            }
+        };
         match what {
             Watch::Listener => {
                 if let Ok(true) = p.accept() {
-                    s.stats
-                        .connections
-                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    s.stats.connections.fetch_add(1, Relaxed);
                     log::info!("port {}: front-end connected", s.name);
                 }
             }
@@ -276,35 +281,60 @@ impl Datapath {
                     } else {
                         &s.stats.tx
                     };
-                    qs.notifications_received
-                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    qs.notifications_received.fetch_add(1, Relaxed);
                 }
             }
         }
     }
 
-    /// Time-driven port work (client reconnects). Returns slots whose watched set may have changed.
+    /// Time-driven port work (client reconnects); pushes slots whose watched set changed.
     pub fn tick(&mut self, now: Instant, changed: &mut Vec<usize>) {
         for (i, s) in self.slots.iter_mut().enumerate() {
             let Some(s) = s else { continue };
-            let Port::VhostUser(p) = &mut s.port;
-            if p.tick(now) {
-                s.stats
-                    .connections
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                log::info!("port {}: connected to front-end", s.name);
-                changed.push(i);
+            if let Port::VhostUser(p) = &mut s.port {
+                if p.tick(now) {
+                    s.stats.connections.fetch_add(1, Relaxed);
+                    log::info!("port {}: connected to front-end", s.name);
+                    changed.push(i);
+                }
             }
         }
     }
 
     fn forward_from(&mut self, i: usize, now: Instant, budget: usize) -> usize {
-        let (mem, hdr_len) = match self
-            .slots
-            .get_mut(i)
-            .and_then(Option::as_mut)
-            .map(|s| &mut s.port)
-        {
+        match self.slots.get(i).and_then(Option::as_ref).map(|s| &s.port) {
+            Some(Port::VhostUser(_)) => self.forward_from_vhost_user(i, now, budget),
+            Some(Port::Tap(_)) => self.forward_from_tap(i, now, budget),
+            None => 0,
+        }
+    }
+
+    fn forward_from_tap(&mut self, i: usize, now: Instant, budget: usize) -> usize {
+        let Some(mut buf) = self.scratch.take() else {
+            return 0;
+        };
+        let mut n = 0;
+        while n < budget {
+            let got = match self.slots[i].as_mut().map(|s| &mut s.port) {
+                Some(Port::Tap(t)) => t.read(&mut buf),
+                _ => None,
+            };
+            let Some(len) = got else { break };
+            n += 1;
+            self.forward_frame(
+                i,
+                Src::Local(&buf[..len]),
+                len as u64,
+                virtio_net::HEADER_LEN,
+                now,
+            );
+        }
+        self.scratch = Some(buf);
+        n
+    }
+
+    fn forward_from_vhost_user(&mut self, i: usize, now: Instant, budget: usize) -> usize {
+        let (mem, hdr_len) = match self.slots[i].as_mut().map(|s| &mut s.port) {
             Some(Port::VhostUser(p)) => {
                 let hl = p.device.vnet_hdr_len();
                 match p.device.queue(TX_QUEUE) {
@@ -312,7 +342,7 @@ impl Datapath {
                     None => return 0,
                 }
             }
-            None => return 0,
+            _ => return 0,
         };
         let mut n = 0;
         while n < budget {
@@ -321,7 +351,7 @@ impl Datapath {
                     Some(q) => q.pop(),
                     None => break,
                 },
-                None => break,
+                _ => break,
             };
             let chain = match popped {
                 Ok(Some(c)) => c,
@@ -335,12 +365,16 @@ impl Datapath {
                 }
             };
             n += 1;
-            self.forward_chain(i, mem.mem(), chain.segs(), chain.len(), hdr_len, now);
+            let src = Src::Guest {
+                mem: mem.mem(),
+                segs: chain.segs(),
+            };
+            self.forward_frame(i, src, chain.len(), hdr_len, now);
             let done = match self.slots[i].as_mut().map(|s| &mut s.port) {
                 Some(Port::VhostUser(p)) => {
                     p.device.queue(TX_QUEUE).map(|q| q.add_used(chain.head, 0))
                 }
-                None => None,
+                _ => None,
             };
             if let Some(Err(e)) = done {
                 self.reset(i, now, &format_args!("transmit queue: {e}"));
@@ -350,24 +384,15 @@ impl Datapath {
         n
     }
 
-    /// Forwards one frame that sits in `segs` of `mem` (virtio-net header first).
-    fn forward_chain(
-        &mut self,
-        i: usize,
-        mem: &GuestMemoryMmap,
-        segs: &[Seg],
-        chain_len: u64,
-        hdr_len: usize,
-        now: Instant,
-    ) {
-        let Some(src) = self.slots[i].as_ref() else {
+    /// Forwards one frame of `total` bytes (virtio-net header of `hdr_len` first) from slot `i`.
+    fn forward_frame(&mut self, i: usize, src: Src<'_>, total: u64, hdr_len: usize, now: Instant) {
+        let Some(stats) = self.slots[i].as_ref().map(|s| Arc::clone(&s.stats)) else {
             return;
         };
-        let stats = src.stats.clone();
         let mut pre = [0u8; virtio_net::HEADER_LEN + L2Header::MAX_LEN];
-        let want = (hdr_len + L2Header::MAX_LEN).min(chain_len as usize);
-        let got = buffers::read(mem, segs, 0, &mut pre[..want]);
-        let frame_len = chain_len.saturating_sub(hdr_len as u64);
+        let want = (hdr_len + L2Header::MAX_LEN).min(total as usize);
+        let got = src.read(0, &mut pre[..want]);
+        let frame_len = total.saturating_sub(hdr_len as u64);
         if got < hdr_len || frame_len > MAX_FRAME {
             stats.tx.drop(DropReason::Malformed);
             return;
@@ -390,8 +415,9 @@ impl Datapath {
         };
         stats.tx.frame(frame_len as usize);
         let Datapath { slots, fdb, .. } = self;
-        let Some(src) = slots[i].as_ref() else { return };
-        let decision = decide(fdb, src.id, &src.policy, &l2, now, |p, vid| {
+        let Some(me) = slots[i].as_ref() else { return };
+        let src_id = me.id;
+        let decision = decide(fdb, src_id, &me.policy, &l2, now, |p, vid| {
             slots
                 .iter()
                 .flatten()
@@ -411,12 +437,13 @@ impl Datapath {
         } else {
             0
         };
+        let mut macs = [0u8; 12];
+        macs.copy_from_slice(&pre[hdr_len..hdr_len + 12]);
         let frame = Frame {
-            mem,
-            segs,
+            src,
             hdr_len,
             vhdr,
-            macs: &pre[hdr_len..hdr_len + 12],
+            macs,
             src_tag_len,
             tci_pcp,
             frame_len,
@@ -432,13 +459,12 @@ impl Datapath {
                 }
             }
             Destination::Flood => {
-                let src_id = self.slots[i].as_ref().map(|s| s.id);
                 let mut sent = false;
                 for j in 0..self.slots.len() {
                     let Some(s) = self.slots[j].as_ref() else {
                         continue;
                     };
-                    if Some(s.id) == src_id {
+                    if s.id == src_id {
                         continue;
                     }
                     if let Some(tagging) = s.policy.vlan.egress(d.vid) {
@@ -459,6 +485,7 @@ impl Datapath {
         };
         let result = match &mut dst.port {
             Port::VhostUser(p) => deliver_vhost_user(p, frame, tagging),
+            Port::Tap(t) => deliver_tap(t, frame, tagging),
         };
         match result {
             Ok(bytes) => dst.stats.rx.frame(bytes),
@@ -471,17 +498,78 @@ impl Datapath {
     }
 }
 
-/// A frame being forwarded: where it sits in the source's memory and what
-/// its first bytes say.
+/// Where a frame's bytes are: in a front-end's memory, or in a local buffer.
+#[derive(Clone, Copy)]
+enum Src<'a> {
+    Guest {
+        mem: &'a GuestMemoryMmap,
+        segs: &'a [Seg],
+    },
+    Local(&'a [u8]),
+}
+
+impl Src<'_> {
+    fn read(&self, skip: u64, out: &mut [u8]) -> usize {
+        match self {
+            Src::Guest { mem, segs } => buffers::read(mem, segs, skip, out),
+            Src::Local(b) => {
+                let from = (skip as usize).min(b.len());
+                let n = out.len().min(b.len() - from);
+                out[..n].copy_from_slice(&b[from..from + n]);
+                n
+            }
+        }
+    }
+}
+
+/// A frame being forwarded: where it is and what its first bytes say.
 struct Frame<'a> {
-    mem: &'a GuestMemoryMmap,
-    segs: &'a [Seg],
+    src: Src<'a>,
     hdr_len: usize,
     vhdr: VirtioNetHdrRepr,
-    macs: &'a [u8],
+    macs: [u8; 12],
     src_tag_len: u64,
     tci_pcp: u16,
     frame_len: u64,
+}
+
+impl Frame<'_> {
+    /// The L2 header as it leaves with `tagging` (MACs, then a tag when tagged); its length.
+    fn egress_l2(&self, tagging: Tagging) -> ([u8; 16], usize) {
+        let mut l2 = [0u8; 16];
+        l2[..12].copy_from_slice(&self.macs);
+        match tagging {
+            Tagging::Untagged => (l2, 12),
+            Tagging::Tagged(vid) => {
+                l2[12..14].copy_from_slice(&[0x81, 0x00]);
+                l2[14..16].copy_from_slice(&(self.tci_pcp | vid).to_be_bytes());
+                (l2, 16)
+            }
+        }
+    }
+
+    /// Offset and length of what follows the source's MACs and tag.
+    fn rest(&self) -> (u64, u64) {
+        (
+            self.hdr_len as u64 + 12 + self.src_tag_len,
+            self.frame_len - 12 - self.src_tag_len,
+        )
+    }
+
+    /// The virtio-net header for an egress L2 header of `l2_len` bytes:
+    /// offload metadata carried over, offsets moved by the tag change.
+    fn egress_vhdr(&self, l2_len: usize, num_buffers: u16) -> VirtioNetHdrRepr {
+        let delta = l2_len as i32 - 12 - self.src_tag_len as i32;
+        let mut vh = self.vhdr;
+        if vh.flags & FLAG_NEEDS_CSUM != 0 {
+            vh.csum_start = (i32::from(vh.csum_start) + delta) as u16;
+        }
+        if vh.gso_type != GSO_NONE {
+            vh.hdr_len = (i32::from(vh.hdr_len) + delta) as u16;
+        }
+        vh.num_buffers = num_buffers;
+        vh
+    }
 }
 
 /// Receive buffers gathered for one frame (several chains with MRG_RXBUF).
@@ -503,19 +591,8 @@ fn deliver_vhost_user(
     let Some(q) = p.device.queue(RX_QUEUE) else {
         return Err(DeliverError::Drop(DropReason::RingFull));
     };
-    // The L2 header as it leaves: MACs, then a tag when the egress is tagged.
-    let mut l2 = [0u8; 16];
-    l2[..12].copy_from_slice(f.macs);
-    let l2_len = match tagging {
-        Tagging::Untagged => 12,
-        Tagging::Tagged(vid) => {
-            l2[12..14].copy_from_slice(&[0x81, 0x00]);
-            l2[14..16].copy_from_slice(&(f.tci_pcp | vid).to_be_bytes());
-            16
-        }
-    };
-    let rest_off = f.hdr_len as u64 + 12 + f.src_tag_len;
-    let rest_len = f.frame_len - 12 - f.src_tag_len;
+    let (l2, l2_len) = f.egress_l2(tagging);
+    let (rest_off, rest_len) = f.rest();
     let out_frame_len = l2_len as u64 + rest_len;
     let total = hdr_len as u64 + out_frame_len;
 
@@ -550,24 +627,25 @@ fn deliver_vhost_user(
         plan.cap += chain.len();
     }
 
-    // The virtio-net header: offload metadata carried over, offsets moved by the tag change.
-    let delta = l2_len as i32 - 12 - f.src_tag_len as i32;
-    let mut vh = f.vhdr;
-    if vh.flags & FLAG_NEEDS_CSUM != 0 {
-        vh.csum_start = (i32::from(vh.csum_start) + delta) as u16;
-    }
-    if vh.gso_type != GSO_NONE {
-        vh.hdr_len = (i32::from(vh.hdr_len) + delta) as u16;
-    }
-    vh.num_buffers = plan.nheads as u16;
     let mut hb = [0u8; virtio_net::HEADER_LEN];
-    let _ = vh.emit(&mut hb, hdr_len);
-
+    let _ = f
+        .egress_vhdr(l2_len, plan.nheads as u16)
+        .emit(&mut hb, hdr_len);
     let mem = q.mem().clone();
     let segs = &plan.segs[..plan.nsegs];
     let mut at = buffers::write(mem.mem(), segs, 0, &hb[..hdr_len]) as u64;
     at += buffers::write(mem.mem(), segs, at, &l2[..l2_len]) as u64;
-    at += buffers::copy(f.mem, f.segs, rest_off, mem.mem(), segs, at, rest_len);
+    at += match f.src {
+        Src::Guest {
+            mem: smem,
+            segs: ssegs,
+        } => buffers::copy(smem, ssegs, rest_off, mem.mem(), segs, at, rest_len),
+        Src::Local(b) => {
+            let from = (rest_off as usize).min(b.len());
+            let to = (from + rest_len as usize).min(b.len());
+            buffers::write(mem.mem(), segs, at, &b[from..to]) as u64
+        }
+    };
     if at != total {
         // Unmapped memory under a validated buffer: the memory table changed under us.
         undo(q, plan.nheads);
@@ -581,6 +659,28 @@ fn deliver_vhost_user(
             .map_err(DeliverError::Hostile)?;
     }
     Ok(out_frame_len as usize)
+}
+
+fn deliver_tap(t: &mut TapPort, f: &Frame<'_>, tagging: Tagging) -> Result<usize, DeliverError> {
+    let (l2, l2_len) = f.egress_l2(tagging);
+    let (rest_off, rest_len) = f.rest();
+    let hl = virtio_net::HEADER_LEN;
+    let total = hl + l2_len + rest_len as usize;
+    let out = t.out_buf();
+    if total > out.len() {
+        return Err(DeliverError::Drop(DropReason::Malformed));
+    }
+    let _ = f.egress_vhdr(l2_len, 0).emit(&mut out[..hl], hl);
+    out[hl..hl + l2_len].copy_from_slice(&l2[..l2_len]);
+    let got = f.src.read(rest_off, &mut out[hl + l2_len..total]);
+    if got != rest_len as usize {
+        return Err(DeliverError::Drop(DropReason::Malformed));
+    }
+    if t.send(total) {
+        Ok(l2_len + rest_len as usize)
+    } else {
+        Err(DeliverError::Drop(DropReason::RingFull))
+    }
 }
 
 fn undo(q: &mut crate::vhost_user::queue::ActiveQueue, n: usize) {

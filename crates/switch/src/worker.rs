@@ -4,9 +4,10 @@
 //! epoll on kick eventfds, front-end sockets and its command eventfd.
 //! The control plane talks to it only through [`Command`]s.
 
-use crate::config::{PortSpec, SwitchConfig};
+use crate::config::{PortKind, PortSpec, SwitchConfig};
 use crate::datapath::{Datapath, Port};
 use crate::fdb::{Fdb, FdbEntry};
+use crate::port::tap::TapPort;
 use crate::port::vhost_user::VhostUserPort;
 use crate::port::{SocketMode, Watch, Watched};
 use crate::stats::PortStatsSnapshot;
@@ -126,15 +127,24 @@ impl Worker {
 
     fn info(&self, slot: usize) -> Option<PortInfo> {
         let s = self.dp.slot(slot)?;
-        let Port::VhostUser(p) = &s.port;
+        let (kind, socket, mode, connected, running) = match &s.port {
+            Port::VhostUser(p) => (
+                "vhost-user",
+                p.path().display().to_string(),
+                Some(p.mode()),
+                p.connected(),
+                p.device.ready(0) && p.device.ready(1),
+            ),
+            Port::Tap(t) => ("tap", t.ifname().to_string(), None, true, true),
+        };
         Some(PortInfo {
             name: s.name.clone(),
             id: s.id.0,
-            kind: "vhost-user".into(),
-            socket: Some(p.path().display().to_string()),
-            mode: Some(p.mode()),
-            connected: p.connected(),
-            running: p.device.ready(0) && p.device.ready(1),
+            kind: kind.into(),
+            socket: Some(socket),
+            mode,
+            connected,
+            running,
             vlan: format!("{:?}", s.policy.vlan),
             stats: s.stats.snapshot(),
         })
@@ -146,14 +156,20 @@ impl Worker {
         if self.dp.find(&spec.name).is_some() {
             return Err(format!("port {} exists", spec.name));
         }
-        let socket = spec
-            .socket
-            .as_ref()
-            .ok_or("a vhost-user port needs a socket")?;
-        let port = VhostUserPort::new(socket, spec.mode).map_err(|x| e(&x))?;
-        let (slot, _) = self
-            .dp
-            .add(spec.name.clone(), policy, Port::VhostUser(port));
+        let port = match spec.kind {
+            PortKind::VhostUser => {
+                let socket = spec
+                    .socket
+                    .as_ref()
+                    .ok_or("a vhost-user port needs a socket")?;
+                Port::VhostUser(VhostUserPort::new(socket, spec.mode).map_err(|x| e(&x))?)
+            }
+            PortKind::Tap => {
+                let ifname = spec.ifname.as_deref().unwrap_or(&spec.name);
+                Port::Tap(TapPort::new(ifname).map_err(|x| e(&x))?)
+            }
+        };
+        let (slot, _) = self.dp.add(spec.name.clone(), policy, port);
         let mut changed = Vec::new();
         self.dp.tick(Instant::now(), &mut changed);
         self.sync(slot);

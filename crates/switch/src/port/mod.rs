@@ -3,6 +3,7 @@
 //! data-path halves (frames from the port: [`crate::datapath`] pops them; frames
 //! to the port: `deliver`), and a reset that costs only this port.
 
+pub mod tap;
 pub mod vhost_user;
 
 use serde::{Deserialize, Serialize};

@@ -5,3 +5,4 @@
 
 pub mod memfd;
 pub mod scm;
+pub mod tun;

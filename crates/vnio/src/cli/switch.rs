@@ -43,13 +43,19 @@ enum Cmd {
 
 #[derive(Subcommand)]
 enum PortCmd {
-    /// Add a vhost-user port (while others carry traffic).
+    /// Add a port (while others carry traffic): vhost-user with --socket, or --tap.
     Add {
         /// Port name.
         name: String,
         /// vhost-user socket path.
+        #[arg(long, required_unless_present = "tap", conflicts_with = "tap")]
+        socket: Option<PathBuf>,
+        /// A tap port (interface --ifname, default the port name).
         #[arg(long)]
-        socket: PathBuf,
+        tap: bool,
+        /// tap interface name.
+        #[arg(long, requires = "tap")]
+        ifname: Option<String>,
         /// server: the switch listens; client: the switch connects (and reconnects).
         #[arg(long, default_value = "server", value_parser = parse_mode)]
         mode: SocketMode,
@@ -137,6 +143,8 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             PortCmd::Add {
                 name,
                 socket,
+                tap,
+                ifname,
                 mode,
                 vlan,
                 trunk,
@@ -146,9 +154,14 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             } => {
                 let spec = PortSpec {
                     name,
-                    kind: PortKind::VhostUser,
-                    socket: Some(socket),
+                    kind: if tap {
+                        PortKind::Tap
+                    } else {
+                        PortKind::VhostUser
+                    },
+                    socket,
                     mode,
+                    ifname,
                     vlan,
                     trunk,
                     native_vlan,

@@ -1,0 +1,93 @@
+//! A tap port: frames to and from the host stack (or a namespace the tap
+//! is moved into) through /dev/net/tun, with the same 12-byte virtio-net
+//! header as virtio ports. Reads happen only after epoll reports the tap
+//! readable, until it would block; each frame costs one read or write.
+
+use super::{Watch, Watched};
+use crate::sys::tun;
+use crate::wire::virtio_net;
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::fd::AsRawFd;
+
+/// Largest frame plus header a tap read returns.
+pub const BUF_LEN: usize = virtio_net::HEADER_LEN + 65535 + 18;
+
+/// Why a tap port could not be created.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot open tap interface {name}")]
+pub struct TapError {
+    /// Interface name.
+    pub name: String,
+    /// Why.
+    #[source]
+    pub source: io::Error,
+}
+
+/// The port.
+#[derive(Debug)]
+pub struct TapPort {
+    file: File,
+    ifname: String,
+    readable: bool,
+    out: Box<[u8]>,
+}
+
+impl TapPort {
+    /// Opens (or creates) tap interface `name`.
+    pub fn new(name: &str) -> Result<Self, TapError> {
+        let (file, ifname) =
+            tun::open_tap(name, virtio_net::HEADER_LEN as i32).map_err(|source| TapError {
+                name: name.to_string(),
+                source,
+            })?;
+        Ok(Self {
+            file,
+            ifname,
+            readable: true,
+            out: vec![0u8; BUF_LEN].into_boxed_slice(),
+        })
+    }
+
+    /// The interface name.
+    pub fn ifname(&self) -> &str {
+        &self.ifname
+    }
+
+    /// What the worker should watch.
+    pub fn watched(&self, out: &mut Vec<Watched>) {
+        out.push((self.file.as_raw_fd(), Watch::Connection));
+    }
+
+    /// The tap became readable.
+    pub fn on_readable(&mut self) {
+        self.readable = true;
+    }
+
+    /// Reads one frame (with its virtio-net header) into `buf`, when there is one.
+    pub fn read(&mut self, buf: &mut [u8]) -> Option<usize> {
+        if !self.readable {
+            return None;
+        }
+        loop {
+            match (&self.file).read(buf) {
+                Ok(n) => return Some(n),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => {
+                    self.readable = false;
+                    return None;
+                }
+            }
+        }
+    }
+
+    /// The output buffer a frame is assembled in before [`TapPort::send`].
+    pub fn out_buf(&mut self) -> &mut [u8] {
+        &mut self.out
+    }
+
+    /// Writes the first `len` bytes of the output buffer; false when the tap is full or down.
+    pub fn send(&mut self, len: usize) -> bool {
+        matches!((&self.file).write(&self.out[..len]), Ok(n) if n == len)
+    }
+}

@@ -1,0 +1,59 @@
+//! tap devices: /dev/net/tun with IFF_TAP | IFF_NO_PI | IFF_VNET_HDR and a
+//! 12-byte virtio-net header (the same header virtio ports carry).
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
+
+const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
+const TUNSETVNETHDRSZ: libc::c_ulong = 0x4004_54d8;
+const IFF_TAP: libc::c_short = 0x0002;
+const IFF_NO_PI: libc::c_short = 0x1000;
+const IFF_VNET_HDR: libc::c_short = 0x4000;
+
+#[repr(C)]
+struct IfReq {
+    name: [u8; libc::IFNAMSIZ],
+    flags: libc::c_short,
+    _pad: [u8; 22],
+}
+
+/// Opens (creating if needed) the tap interface `name`, non-blocking, with
+/// a virtio-net header of `vnet_hdr_len` bytes. Returns the file and the
+/// interface's actual name.
+pub fn open_tap(name: &str, vnet_hdr_len: i32) -> io::Result<(File, String)> {
+    if name.len() >= libc::IFNAMSIZ || name.contains('\0') {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "interface name too long",
+        ));
+    }
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open("/dev/net/tun")?;
+    let mut req = IfReq {
+        name: [0; libc::IFNAMSIZ],
+        flags: IFF_TAP | IFF_NO_PI | IFF_VNET_HDR,
+        _pad: [0; 22],
+    };
+    req.name[..name.len()].copy_from_slice(name.as_bytes());
+    // SAFETY: TUNSETIFF reads and writes a `struct ifreq`; `IfReq` has its
+    // layout (16-byte name, flags, padding to 40 bytes) and lives across the call.
+    if unsafe { libc::ioctl(file.as_raw_fd(), TUNSETIFF, &mut req as *mut IfReq) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut len = vnet_hdr_len;
+    // SAFETY: TUNSETVNETHDRSZ reads one int from the pointer, valid for the call.
+    if unsafe { libc::ioctl(file.as_raw_fd(), TUNSETVNETHDRSZ, &mut len as *mut i32) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let end = req
+        .name
+        .iter()
+        .position(|b| *b == 0)
+        .unwrap_or(libc::IFNAMSIZ);
+    Ok((file, String::from_utf8_lossy(&req.name[..end]).into_owned()))
+}
