@@ -137,10 +137,12 @@ pub fn assess_knob(host: &Host, knob: &Knob, profile: Profile) -> Finding {
     let mut changes = Vec::new();
     if a.status == Status::Differs && knob.apply == ApplyKind::Runtime {
         for c in a.changes {
-            if host.writable(&c.path) {
-                changes.push(c);
-            } else {
-                notes.push(format!("{} is read-only here: cannot be applied", c.path));
+            match host.writable(&c.path) {
+                Ok(()) => changes.push(c),
+                Err(why) => notes.push(format!(
+                    "{} is read-only here ({why}): cannot be applied",
+                    c.path
+                )),
             }
         }
     }

@@ -326,12 +326,19 @@ impl Host {
             .map_err(|e| Self::unread(logical, &e))
     }
 
-    /// Whether the file has any write permission bit (sysfs marks
-    /// read-only parameters 0444).
-    pub fn writable(&self, logical: &str) -> bool {
-        std::fs::metadata(self.path(logical))
-            .map(|m| m.permissions().mode() & 0o222 != 0)
-            .unwrap_or(false)
+    /// Whether a knob file can be written here: `Err` says why not when no
+    /// one could (a 0444 parameter, a read-only mount); a file that only
+    /// root may write counts as writable (apply checks for root itself).
+    pub fn writable(&self, logical: &str) -> Result<(), String> {
+        let path = self.path(logical);
+        let meta = std::fs::metadata(&path).map_err(|e| e.to_string())?;
+        if meta.permissions().mode() & 0o222 == 0 {
+            return Err("a read-only parameter".into());
+        }
+        match crate::sys::access_write(&path) {
+            Err(e) if e.raw_os_error() == Some(libc::EROFS) => Err("on a read-only mount".into()),
+            _ => Ok(()),
+        }
     }
 
     /// Writes a value to a knob file (no truncation games: sysfs and procfs

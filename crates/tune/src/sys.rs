@@ -364,3 +364,18 @@ pub fn default_sigpipe() {
     // touches no memory of this process.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
 }
+
+/// Whether this process may write `path`, with its effective ids, as the
+/// kernel would decide it (`faccessat(AT_EACCESS)`): catches read-only
+/// mounts (`EROFS`), which permission bits do not show.
+pub fn access_write(path: &std::path::Path) -> io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains a NUL byte"))?;
+    // SAFETY: c is a valid NUL-terminated string that outlives the call.
+    let rc = unsafe { libc::faccessat(libc::AT_FDCWD, c.as_ptr(), libc::W_OK, libc::AT_EACCESS) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
