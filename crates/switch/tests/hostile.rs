@@ -193,3 +193,58 @@ fn read_only_buffer_on_the_receive_queue() {
         )
     });
 }
+
+#[test]
+fn receive_ring_that_stays_full_costs_only_its_port() {
+    bounded(Duration::from_secs(40), || {
+        let dir = Dir::new("full");
+        let sw = switch(&dir, 3);
+        // p1 offers its receive buffers once and never takes anything back.
+        let mut h = RawFrontend::connect(&dir.sock("p1"));
+        h.handshake(Order::Standard);
+        wait_for("p1 running", || port(&sw, "p1").running);
+        let mut b = endpoint(&dir, 2, 2);
+        let c = endpoint(&dir, 3, 3);
+        let stop = Arc::new(AtomicBool::new(false));
+        let s2 = stop.clone();
+        let c = std::thread::spawn(move || {
+            let mut c = c;
+            c.serve(Duration::from_secs(20), &move || s2.load(Ordering::SeqCst))
+                .unwrap();
+        });
+        let offered = u64::from(common::raw::QSIZE);
+        let mut f = [0u8; 60];
+        f[..6].copy_from_slice(&[0xff; 6]);
+        f[6..12].copy_from_slice(&mac(2).0);
+        f[12..14].copy_from_slice(&[0x88, 0xb5]);
+        let total = offered + 100;
+        let mut sent = 0;
+        while sent < total {
+            match b.send_frame(&f) {
+                Ok(()) => sent += 1,
+                Err(_) => std::thread::sleep(Duration::from_millis(1)),
+            }
+        }
+        wait_for("p1 full", || {
+            port(&sw, "p1").stats.rx.drops["ring_full"] == total - offered
+        });
+        let p1 = port(&sw, "p1");
+        assert_eq!(p1.stats.rx.packets, offered);
+        assert_eq!(
+            p1.stats.resets, 0,
+            "a full ring is back-pressure, not an error"
+        );
+        // b and c are unaffected.
+        b.resolve(ip(3), T).unwrap();
+        let peer = SocketAddrV4::new(ip(3).into(), 7);
+        let mut buf = [0u8; 2048];
+        for i in 0..20u8 {
+            b.udp_send_to(peer, 5000, &[i; 8]).unwrap();
+            let (_, _, n) = b.udp_recv_timeout(&mut buf, T).unwrap().expect("echo");
+            assert_eq!(&buf[..n], &[i; 8]);
+        }
+        stop.store(true, Ordering::SeqCst);
+        c.join().unwrap();
+        drop(h);
+    });
+}

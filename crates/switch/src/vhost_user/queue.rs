@@ -203,3 +203,165 @@ impl ActiveQueue {
         let _ = self.queue.disable_notification(self.mem.mem());
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::endpoint::ring::{DriverRing, RingLayout};
+    use crate::stats::QueueStats;
+    use crate::vhost_user::protocol::MemoryRegion;
+    use std::io::Read;
+    use vm_memory::GuestMemoryMmap;
+
+    const SIZE: u16 = 8;
+
+    /// Device and driver sides of one queue over the same memfd.
+    fn pair(event_idx: bool, writable: bool) -> (ActiveQueue, DriverRing, GuestMemoryMmap, File) {
+        let layout = RingLayout::at(0, SIZE, 256);
+        let size = layout.end().div_ceil(4096) * 4096;
+        let f = crate::sys::memfd::create("queue-test", size).unwrap();
+        let driver_mem = GuestMemoryMmap::<()>::from_ranges_with_files([(
+            GuestAddress(0),
+            size as usize,
+            Some(vm_memory::FileOffset::new(f.try_clone().unwrap(), 0)),
+        )])
+        .unwrap();
+        let region = MemoryRegion {
+            guest_phys_addr: 0,
+            memory_size: size,
+            userspace_addr: 0,
+            mmap_offset: 0,
+        };
+        let dev_mem =
+            Arc::new(GuestMem::from_table(vec![(region, f.try_clone().unwrap())]).unwrap());
+        let ring = DriverRing::new(&driver_mem, layout, event_idx);
+        let call = crate::sys::memfd::create("not-an-eventfd", 0).unwrap();
+        let addrs = RingAddrs {
+            desc: GuestAddress(layout.desc),
+            avail: GuestAddress(layout.avail),
+            used: GuestAddress(layout.used),
+        };
+        let q = ActiveQueue::start(
+            dev_mem,
+            SIZE,
+            addrs,
+            0,
+            event_idx,
+            Some(call.try_clone().unwrap()),
+            writable,
+        )
+        .unwrap();
+        (q, ring, driver_mem, call)
+    }
+
+    fn calls(f: &File) -> u64 {
+        // The stand-in for the call eventfd is a plain file: each signal appends 8 bytes.
+        let mut v = Vec::new();
+        let mut r = f.try_clone().unwrap();
+        std::io::Seek::rewind(&mut r).unwrap();
+        r.read_to_end(&mut v).unwrap();
+        v.len() as u64 / 8
+    }
+
+    #[test]
+    fn pop_use_and_reap_round_trip() {
+        let (mut q, mut ring, mem, _call) = pair(false, false);
+        assert!(q.pop().unwrap().is_none(), "nothing offered yet");
+        for len in [60u32, 61, 62] {
+            let id = ring.take().unwrap();
+            ring.publish(&mem, id, len, false);
+        }
+        assert!(q.has_available().unwrap());
+        let mut heads = Vec::new();
+        while let Some(c) = q.pop().unwrap() {
+            heads.push((c.head, c.len()));
+            q.add_used(c.head, 0).unwrap();
+        }
+        assert_eq!(
+            heads.iter().map(|h| h.1).collect::<Vec<_>>(),
+            vec![60, 61, 62]
+        );
+        assert_eq!(q.next_avail(), 3);
+        let mut reaped = Vec::new();
+        while let Some((id, _)) = ring.reap(&mem) {
+            reaped.push(id);
+            ring.release(id);
+        }
+        assert_eq!(reaped, heads.iter().map(|h| h.0).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn unpop_gives_the_chain_back() {
+        let (mut q, mut ring, mem, _call) = pair(false, true);
+        let id = ring.take().unwrap();
+        ring.publish(&mem, id, 256, true);
+        let c = q.pop().unwrap().unwrap();
+        q.unpop();
+        assert_eq!(q.pop().unwrap().unwrap().head, c.head);
+        assert!(q.pop().unwrap().is_none());
+    }
+
+    #[test]
+    fn no_interrupt_flag_suppresses_calls() {
+        let (mut q, mut ring, mem, call) = pair(false, false);
+        let stats = QueueStats::default();
+        let id = ring.take().unwrap();
+        ring.publish(&mem, id, 64, false);
+        let c = q.pop().unwrap().unwrap();
+        q.add_used(c.head, 0).unwrap();
+        q.signal(&stats);
+        assert_eq!(calls(&call), 1);
+        q.signal(&stats);
+        assert_eq!(calls(&call), 1, "nothing new used: no call");
+        // The driver sets VRING_AVAIL_F_NO_INTERRUPT.
+        mem.write_obj(1u16, GuestAddress(ring.layout.avail))
+            .unwrap();
+        let id = ring.take().unwrap();
+        ring.publish(&mem, id, 64, false);
+        let c = q.pop().unwrap().unwrap();
+        q.add_used(c.head, 0).unwrap();
+        q.signal(&stats);
+        assert_eq!(calls(&call), 1, "suppressed");
+        assert_eq!(stats.notifications_sent.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn event_idx_calls_only_when_used_event_is_passed() {
+        let (mut q, mut ring, mem, call) = pair(true, false);
+        let stats = QueueStats::default();
+        let used_event = GuestAddress(ring.layout.avail + 4 + 2 * u64::from(SIZE));
+        // The driver asks to be called once the used index passes 2.
+        mem.write_obj(2u16, used_event).unwrap();
+        for expected in [0u64, 0, 1, 1] {
+            let id = ring.take().unwrap();
+            ring.publish(&mem, id, 64, false);
+            let c = q.pop().unwrap().unwrap();
+            q.add_used(c.head, 0).unwrap();
+            q.signal(&stats);
+            assert_eq!(calls(&call), expected);
+        }
+    }
+
+    #[test]
+    fn index_jump_is_refused() {
+        let (mut q, ring, mem, _call) = pair(false, false);
+        mem.write_obj(SIZE + 1, GuestAddress(ring.layout.avail + 2))
+            .unwrap();
+        assert_eq!(q.pop().unwrap_err(), ChainError::IndexJump);
+    }
+
+    #[test]
+    fn rings_outside_memory_do_not_start() {
+        let (q, ring, _mem, _call) = pair(false, false);
+        let mem = q.mem().clone();
+        let bad = RingAddrs {
+            desc: GuestAddress(1 << 40),
+            avail: GuestAddress(ring.layout.avail),
+            used: GuestAddress(ring.layout.used),
+        };
+        assert!(matches!(
+            ActiveQueue::start(mem, SIZE, bad, 0, false, None, false),
+            Err(QueueError::Rings)
+        ));
+    }
+}
