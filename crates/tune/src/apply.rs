@@ -7,7 +7,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 
-use crate::audit::{audit, diff, Audit, Finding, Status};
+use crate::audit::{audit_skipping, diff, Audit, Finding, Status};
 use crate::error::{Result, TuneError};
 use crate::host::Host;
 use crate::journal::{reverted_path, Entry, EntryState, Journal, JOURNAL_SCHEMA};
@@ -79,7 +79,19 @@ pub fn apply(
     journal_path: &Path,
     dry_run: bool,
 ) -> Result<ApplyReport> {
-    let baseline = audit(host, profile);
+    apply_skipping(host, profile, journal_path, dry_run, &[])
+}
+
+/// [`apply`], leaving the knobs whose ids are in `skip` untouched (and
+/// unread); revert re-audits with the same selection.
+pub fn apply_skipping(
+    host: &Host,
+    profile: Profile,
+    journal_path: &Path,
+    dry_run: bool,
+    skip: &[String],
+) -> Result<ApplyReport> {
+    let baseline = audit_skipping(host, profile, skip);
     let planned: Vec<(String, Change)> = baseline.planned_changes();
     let mut report = ApplyReport {
         profile,
@@ -126,6 +138,7 @@ pub fn apply(
         root: host.root().display().to_string(),
         created_unix: now_unix(),
         baseline,
+        skipped: skip.to_vec(),
         entries: Vec::new(),
     };
     for entry in entries {
@@ -239,7 +252,7 @@ pub fn revert(host: &Host, journal_path: &Path) -> Result<RevertReport> {
         }
         entries.push((e.clone(), action));
     }
-    let after = audit(host, journal.profile);
+    let after = audit_skipping(host, journal.profile, &journal.skipped);
     remaining.extend(diff(&journal.baseline, &after));
     let mut report = RevertReport {
         journal: journal_path.to_path_buf(),

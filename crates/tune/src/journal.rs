@@ -68,6 +68,9 @@ pub struct Journal {
     pub created_unix: u64,
     /// The audit before any change: revert must get back to it.
     pub baseline: Audit,
+    /// Knobs left out of apply (and of revert's re-audit).
+    #[serde(default)]
+    pub skipped: Vec<String>,
     /// Changes in the order made.
     pub entries: Vec<Entry>,
 }

@@ -37,6 +37,21 @@ pub fn find(id: &str) -> Option<&'static Knob> {
     catalogue().into_iter().find(|k| k.id == id)
 }
 
+/// Checks that every id names a knob; the error lists the valid ids.
+pub fn check_ids(ids: &[String]) -> Result<(), String> {
+    let cat = catalogue();
+    match ids
+        .iter()
+        .find(|id| !cat.iter().any(|k| k.id == id.as_str()))
+    {
+        None => Ok(()),
+        Some(bad) => {
+            let all: Vec<&str> = cat.iter().map(|k| k.id).collect();
+            Err(format!("no knob {bad:?}; knobs: {}", all.join(", ")))
+        }
+    }
+}
+
 /// Online CPUs.
 pub(crate) fn online_cpus(host: &Host) -> Result<Vec<u32>, Unread> {
     const P: &str = "/sys/devices/system/cpu/online";

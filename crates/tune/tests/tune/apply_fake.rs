@@ -283,3 +283,39 @@ fn a_corrupt_journal_is_an_error_with_its_cause() {
         other => panic!("apply over a corrupt journal: {other:?}"),
     }
 }
+
+#[test]
+fn skipped_knobs_are_neither_read_nor_changed() {
+    let fake = guest();
+    let jdir = TempDir::new("skip");
+    let journal = jdir.0.join("journal.json");
+    let skip = vec!["net.busy-poll".to_string(), "mem.ksm".to_string()];
+    let a = vnio_tune::audit::audit_skipping(&fake.host(), Profile::Latency, &skip);
+    assert_eq!(a.findings.len(), vnio_tune::knobs::catalogue().len() - 2);
+    assert!(!a.findings.iter().any(|f| skip.contains(&f.id)));
+    let s = a.summary;
+    assert_eq!(
+        s.ok + s.differs + s.info + s.not_visible + s.unreadable,
+        a.findings.len()
+    );
+    let rep =
+        vnio_tune::apply::apply_skipping(&fake.host(), Profile::Latency, &journal, false, &skip)
+            .expect("apply");
+    assert!(rep
+        .entries
+        .iter()
+        .all(|e| e.knob != "net.busy-poll" && e.knob != "mem.ksm"));
+    assert_eq!(fake.read("/proc/sys/net/core/busy_poll"), "0\n");
+    assert_eq!(fake.read("/sys/kernel/mm/ksm/run"), "1\n");
+    assert_eq!(Journal::load(&journal).expect("journal").skipped, skip);
+    let r = revert(&fake.host(), &journal).expect("revert");
+    assert!(r.clean(), "{:?}", r.remaining);
+    assert!(
+        !r.after.findings.iter().any(|f| skip.contains(&f.id)),
+        "re-audit with the same selection"
+    );
+    assert_eq!(vnio_tune::knobs::check_ids(&skip), Ok(()));
+    assert!(vnio_tune::knobs::check_ids(&["net.busy_poll".to_string()])
+        .expect_err("typo")
+        .starts_with("no knob \"net.busy_poll\"; knobs: bios.power, "));
+}

@@ -37,6 +37,10 @@ enum Cmd {
         /// Show why, trade-off, how and notes for every knob.
         #[arg(long, short)]
         verbose: bool,
+        /// Leave these knobs out (ids, comma-separated), e.g. what a CI
+        /// machine cannot change.
+        #[arg(long, value_name = "ID,...", value_delimiter = ',')]
+        skip: Vec<String>,
         #[command(flatten)]
         common: Common,
     },
@@ -57,6 +61,9 @@ enum Cmd {
         /// Show what would change, change nothing.
         #[arg(long)]
         dry_run: bool,
+        /// Leave these knobs untouched (ids, comma-separated).
+        #[arg(long, value_name = "ID,...", value_delimiter = ',')]
+        skip: Vec<String>,
         /// Journal file [env: VNIO_TUNE_JOURNAL; default /var/lib/vnio/tune-journal.json].
         #[arg(long, value_name = "PATH")]
         journal: Option<PathBuf>,
@@ -116,10 +123,12 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         Cmd::Audit {
             profile,
             verbose,
+            skip,
             common,
         } => {
+            vnio_tune::knobs::check_ids(&skip).map_err(anyhow::Error::msg)?;
             let host = Host::with_root(&common.root);
-            let audit = vnio_tune::audit(&host, profile);
+            let audit = vnio_tune::audit::audit_skipping(&host, profile, &skip);
             if common.json {
                 println!("{}", serde_json::to_string_pretty(&audit)?);
             } else {
@@ -131,12 +140,14 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         Cmd::Apply {
             profile,
             dry_run,
+            skip,
             journal,
             common,
         } => {
+            vnio_tune::knobs::check_ids(&skip).map_err(anyhow::Error::msg)?;
             let host = Host::with_root(&common.root);
             let path = journal.unwrap_or_else(vnio_tune::journal::default_path);
-            let report = vnio_tune::apply::apply(&host, profile, &path, dry_run)?;
+            let report = vnio_tune::apply::apply_skipping(&host, profile, &path, dry_run, &skip)?;
             if common.json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
             } else {
@@ -466,6 +477,35 @@ mod tests {
             2,
             "busy polling off differs"
         );
+        assert_eq!(
+            run(args(&[
+                "audit",
+                "--root",
+                r,
+                "--skip",
+                "net.busy-poll,mem.thp"
+            ]))
+            .expect("audit"),
+            0,
+            "nothing else differs"
+        );
+        assert!(run(args(&["audit", "--root", r, "--skip", "no.such"])).is_err());
+        assert_eq!(
+            run(args(&[
+                "apply",
+                "--profile",
+                "latency",
+                "--root",
+                r,
+                "--journal",
+                j,
+                "--skip",
+                "net.busy-poll"
+            ]))
+            .expect("apply nothing"),
+            0
+        );
+        assert!(!journal.exists(), "nothing applied, no journal");
         assert_eq!(
             run(args(&[
                 "apply",
