@@ -8,6 +8,8 @@
 
 pub mod fdb;
 pub mod forward;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod stats;
 mod sys;
 pub mod vhost_user;
