@@ -1,0 +1,178 @@
+//! The measurement commands as a user runs them: the real binary, a real
+//! agent process, loopback. Exit codes, one-line errors, Ctrl-C.
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+const VNIO: &str = env!("CARGO_BIN_EXE_vnio");
+
+/// An agent process on a free loopback port, killed on drop.
+struct AgentProc {
+    child: Child,
+    port: u16,
+}
+
+impl AgentProc {
+    fn start() -> AgentProc {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = Command::new(VNIO)
+            .args(["agent", "--listen", &format!("127.0.0.1:{port}")])
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        for _ in 0..100 {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        AgentProc { child, port }
+    }
+    fn target(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for AgentProc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn rr_json_document_is_complete() {
+    let agent = AgentProc::start();
+    let out = Command::new(VNIO)
+        .args([
+            "rr",
+            "-t",
+            &agent.target(),
+            "-d",
+            "500ms",
+            "--warmup",
+            "100ms",
+            "-p",
+            "udp",
+            "--burst",
+            "2",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["schema"], "vnio.result/1");
+    assert_eq!(doc["workload"], "rr");
+    assert_eq!(doc["params"]["rr"]["burst"], 2);
+    let it = &doc["iterations"][0];
+    assert!(it["merged"]["ops"].as_u64().unwrap() > 100);
+    assert!(
+        it["merged"]["histogram"]["hdr_v2_deflate_b64"]
+            .as_str()
+            .unwrap()
+            .len()
+            > 10
+    );
+    assert!(it["merged"]["latency"]["p9999_ns"].as_u64().unwrap() > 0);
+    assert!(doc["environment"]["clocksource"].is_string());
+}
+
+#[test]
+fn unreachable_agent_says_one_line_and_fails() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let out = Command::new(VNIO)
+        .args(["rr", "-t", &format!("127.0.0.1:{port}"), "-d", "1s"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = err.lines().filter(|l| l.contains("error")).collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    assert!(
+        lines[0].contains("cannot reach agent") && lines[0].contains("vnio agent"),
+        "{err}"
+    );
+}
+
+#[test]
+fn bad_arguments_are_refused_clearly() {
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let busy_addr = busy.local_addr().unwrap().to_string();
+    for (args, needle) in [
+        (
+            vec!["rr", "-t", "127.0.0.1", "--duration", "fast"],
+            "not a duration",
+        ),
+        (vec!["rr", "-t", "127.0.0.1", "-p", "sctp"], "tcp or udp"),
+        (
+            vec!["rr", "-t", "127.0.0.1", "-p", "udp", "--size", "8"],
+            "16-byte header",
+        ),
+        (
+            vec!["stream", "-t", "127.0.0.1", "--rate", "1000"],
+            "paces UDP",
+        ),
+        (
+            vec!["agent", "--listen", busy_addr.as_str()],
+            "another agent already listens",
+        ),
+    ] {
+        let out = Command::new(VNIO).args(&args).output().unwrap();
+        assert!(!out.status.success(), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn ctrl_c_prints_and_saves_what_was_measured() {
+    let agent = AgentProc::start();
+    let out_file = std::env::temp_dir().join(format!("vnio-ctrlc-{}.json", std::process::id()));
+    let child = Command::new(VNIO)
+        .args([
+            "rr",
+            "-t",
+            &agent.target(),
+            "-d",
+            "30s",
+            "--warmup",
+            "100ms",
+            "-o",
+            out_file.to_str().unwrap(),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130));
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        table.contains("INTERRUPTED") && table.contains("p99.99"),
+        "{table}"
+    );
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out_file).unwrap()).unwrap();
+    std::fs::remove_file(&out_file).unwrap();
+    assert_eq!(doc["interrupted"], true);
+    assert!(doc["iterations"][0]["merged"]["ops"].as_u64().unwrap() > 0);
+}
