@@ -43,13 +43,16 @@ enum Cmd {
 
 #[derive(Subcommand)]
 enum PortCmd {
-    /// Add a port (while others carry traffic): vhost-user with --socket, or --tap.
+    /// Add a port (while others carry traffic): vhost-user (--socket), tap (--tap) or uplink (--uplink).
     Add {
         /// Port name.
         name: String,
         /// vhost-user socket path.
-        #[arg(long, required_unless_present = "tap", conflicts_with = "tap")]
+        #[arg(long, required_unless_present_any = ["tap", "uplink"], conflicts_with_all = ["tap", "uplink"])]
         socket: Option<PathBuf>,
+        /// An uplink port on this host interface (AF_PACKET).
+        #[arg(long, value_name = "IFNAME", conflicts_with = "tap")]
+        uplink: Option<String>,
         /// A tap port (interface --ifname, default the port name).
         #[arg(long)]
         tap: bool,
@@ -144,6 +147,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
                 name,
                 socket,
                 tap,
+                uplink,
                 ifname,
                 mode,
                 vlan,
@@ -156,12 +160,14 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
                     name,
                     kind: if tap {
                         PortKind::Tap
+                    } else if uplink.is_some() {
+                        PortKind::Uplink
                     } else {
                         PortKind::VhostUser
                     },
                     socket,
                     mode,
-                    ifname,
+                    ifname: uplink.or(ifname),
                     vlan,
                     trunk,
                     native_vlan,
