@@ -98,6 +98,8 @@ pub enum PortKind {
     VhostUser,
     /// A tap interface (the host stack, or a namespace the interface is moved into).
     Tap,
+    /// A host interface through an AF_PACKET socket (`ifname` required).
+    Uplink,
 }
 
 /// One port (config file `[[port]]`, or the control socket's `port_add`).
@@ -114,7 +116,7 @@ pub struct PortSpec {
     /// vhost-user: who listens.
     #[serde(default)]
     pub mode: SocketMode,
-    /// tap: interface name (default: the port name).
+    /// tap: interface name (default: the port name); uplink: the host interface.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ifname: Option<String>,
     /// Access VLAN (default 1) when `trunk` is empty.
@@ -158,6 +160,14 @@ impl PortSpec {
             socket: None,
             ifname: Some(ifname.to_string()),
             ..Self::vhost_user(name, "", SocketMode::Server)
+        }
+    }
+
+    /// An uplink port on host interface `ifname` with defaults.
+    pub fn uplink(name: &str, ifname: &str) -> Self {
+        Self {
+            kind: PortKind::Uplink,
+            ..Self::tap(name, ifname)
         }
     }
 

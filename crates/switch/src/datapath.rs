@@ -9,6 +9,7 @@
 use crate::fdb::Fdb;
 use crate::forward::{decide, Destination, L2Header, PortPolicy};
 use crate::port::tap::{self, TapPort};
+use crate::port::uplink::{self, UplinkPort};
 use crate::port::vhost_user::{ResetCause, VhostUserPort};
 use crate::port::{Watch, Watched};
 use crate::stats::{DropReason, PortStats};
@@ -38,6 +39,8 @@ pub enum Port {
     VhostUser(VhostUserPort),
     /// A tap interface.
     Tap(TapPort),
+    /// A host interface through AF_PACKET.
+    Uplink(UplinkPort),
 }
 
 impl Port {
@@ -45,6 +48,7 @@ impl Port {
         match self {
             Port::VhostUser(p) => p.watched(out),
             Port::Tap(p) => p.watched(out),
+            Port::Uplink(p) => p.watched(out),
         }
     }
 }
@@ -89,7 +93,7 @@ impl Datapath {
             fdb,
             next_id: 1,
             dirty: Vec::with_capacity(64),
-            scratch: Some(vec![0u8; tap::BUF_LEN].into_boxed_slice()),
+            scratch: Some(vec![0u8; tap::BUF_LEN.max(uplink::BUF_LEN)].into_boxed_slice()),
         }
     }
 
@@ -178,7 +182,7 @@ impl Datapath {
         log::warn!("port {}: reset: {why}", s.name);
         match &mut s.port {
             Port::VhostUser(p) => p.reset(now),
-            Port::Tap(_) => {}
+            Port::Tap(_) | Port::Uplink(_) => {}
         }
         let id = s.id;
         self.fdb.flush_port(id);
@@ -252,6 +256,10 @@ impl Datapath {
                 t.on_readable();
                 return;
             }
+            Port::Uplink(u) => {
+                u.on_readable();
+                return;
+            }
         };
         match what {
             Watch::Listener => {
@@ -305,6 +313,7 @@ impl Datapath {
         match self.slots.get(i).and_then(Option::as_ref).map(|s| &s.port) {
             Some(Port::VhostUser(_)) => self.forward_from_vhost_user(i, now, budget),
             Some(Port::Tap(_)) => self.forward_from_tap(i, now, budget),
+            Some(Port::Uplink(_)) => self.forward_from_uplink(i, now, budget),
             None => 0,
         }
     }
@@ -328,6 +337,40 @@ impl Datapath {
                 virtio_net::HEADER_LEN,
                 now,
             );
+        }
+        self.scratch = Some(buf);
+        n
+    }
+
+    fn forward_from_uplink(&mut self, i: usize, now: Instant, budget: usize) -> usize {
+        let Some(mut buf) = self.scratch.take() else {
+            return 0;
+        };
+        let mut n = 0;
+        while n < budget {
+            let got = match self.slots[i].as_mut() {
+                Some(Slot {
+                    port: Port::Uplink(u),
+                    ..
+                }) => u.read(&mut buf),
+                _ => None,
+            };
+            match got {
+                None => break,
+                Some(uplink::Read::Frame { start, len }) => self.forward_frame(
+                    i,
+                    Src::Local(&buf[start..start + len]),
+                    len as u64,
+                    uplink::HDR_LEN,
+                    now,
+                ),
+                Some(uplink::Read::Unsupported) => {
+                    if let Some(s) = &self.slots[i] {
+                        s.stats.tx.drop(DropReason::Malformed);
+                    }
+                }
+            }
+            n += 1;
         }
         self.scratch = Some(buf);
         n
@@ -485,7 +528,28 @@ impl Datapath {
         };
         let result = match &mut dst.port {
             Port::VhostUser(p) => deliver_vhost_user(p, frame, tagging),
-            Port::Tap(t) => deliver_tap(t, frame, tagging),
+            Port::Tap(t) => {
+                let out = t.out_buf();
+                deliver_local(out, virtio_net::HEADER_LEN, frame, tagging).and_then(
+                    |(len, bytes)| {
+                        if t.send(len) {
+                            Ok(bytes)
+                        } else {
+                            Err(DeliverError::Drop(DropReason::RingFull))
+                        }
+                    },
+                )
+            }
+            Port::Uplink(u) => {
+                let out = u.out_buf();
+                deliver_local(out, uplink::HDR_LEN, frame, tagging).and_then(|(len, bytes)| {
+                    if u.send(len) {
+                        Ok(bytes)
+                    } else {
+                        Err(DeliverError::Drop(DropReason::RingFull))
+                    }
+                })
+            }
         };
         match result {
             Ok(bytes) => dst.stats.rx.frame(bytes),
@@ -661,12 +725,17 @@ fn deliver_vhost_user(
     Ok(out_frame_len as usize)
 }
 
-fn deliver_tap(t: &mut TapPort, f: &Frame<'_>, tagging: Tagging) -> Result<usize, DeliverError> {
+/// Assembles a frame with a virtio-net header of `hl` bytes in `out`;
+/// returns (bytes to send, frame bytes without the header).
+fn deliver_local(
+    out: &mut [u8],
+    hl: usize,
+    f: &Frame<'_>,
+    tagging: Tagging,
+) -> Result<(usize, usize), DeliverError> {
     let (l2, l2_len) = f.egress_l2(tagging);
     let (rest_off, rest_len) = f.rest();
-    let hl = virtio_net::HEADER_LEN;
     let total = hl + l2_len + rest_len as usize;
-    let out = t.out_buf();
     if total > out.len() {
         return Err(DeliverError::Drop(DropReason::Malformed));
     }
@@ -676,11 +745,7 @@ fn deliver_tap(t: &mut TapPort, f: &Frame<'_>, tagging: Tagging) -> Result<usize
     if got != rest_len as usize {
         return Err(DeliverError::Drop(DropReason::Malformed));
     }
-    if t.send(total) {
-        Ok(l2_len + rest_len as usize)
-    } else {
-        Err(DeliverError::Drop(DropReason::RingFull))
-    }
+    Ok((total, l2_len + rest_len as usize))
 }
 
 fn undo(q: &mut crate::vhost_user::queue::ActiveQueue, n: usize) {

@@ -8,6 +8,7 @@ use crate::config::{PortKind, PortSpec, SwitchConfig};
 use crate::datapath::{Datapath, Port};
 use crate::fdb::{Fdb, FdbEntry};
 use crate::port::tap::TapPort;
+use crate::port::uplink::UplinkPort;
 use crate::port::vhost_user::VhostUserPort;
 use crate::port::{SocketMode, Watch, Watched};
 use crate::stats::PortStatsSnapshot;
@@ -136,6 +137,7 @@ impl Worker {
                 p.device.ready(0) && p.device.ready(1),
             ),
             Port::Tap(t) => ("tap", t.ifname().to_string(), None, true, true),
+            Port::Uplink(u) => ("uplink", u.ifname().to_string(), None, true, true),
         };
         Some(PortInfo {
             name: s.name.clone(),
@@ -167,6 +169,13 @@ impl Worker {
             PortKind::Tap => {
                 let ifname = spec.ifname.as_deref().unwrap_or(&spec.name);
                 Port::Tap(TapPort::new(ifname).map_err(|x| e(&x))?)
+            }
+            PortKind::Uplink => {
+                let ifname = spec
+                    .ifname
+                    .as_deref()
+                    .ok_or("an uplink port needs an interface")?;
+                Port::Uplink(UplinkPort::new(ifname).map_err(|x| e(&x))?)
             }
         };
         let (slot, _) = self.dp.add(spec.name.clone(), policy, port);

@@ -4,6 +4,7 @@
 //! to the port: `deliver`), and a reset that costs only this port.
 
 pub mod tap;
+pub mod uplink;
 pub mod vhost_user;
 
 use serde::{Deserialize, Serialize};

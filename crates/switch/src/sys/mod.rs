@@ -4,5 +4,6 @@
 #![allow(unsafe_code)]
 
 pub mod memfd;
+pub mod packet;
 pub mod scm;
 pub mod tun;
