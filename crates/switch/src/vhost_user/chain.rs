@@ -4,7 +4,10 @@
 //! counts it, and resets the port.
 
 use virtio_queue::desc::split::Descriptor;
-use vm_memory::{Address, Bytes, GuestAddress, GuestMemory, GuestMemoryBackend};
+use vm_memory::{
+    Address, Bytes, GuestAddress, GuestMemory, GuestMemoryBackend, GuestMemoryRegion,
+    MemoryRegionAddress,
+};
 
 /// Longest chain accepted (Linux uses at most MAX_SKB_FRAGS + 2 without indirect descriptors).
 pub const MAX_SEGS: usize = 64;
@@ -89,6 +92,27 @@ impl Chain {
     }
 }
 
+/// Reads a descriptor from the region holding `at` (one region lookup, no iteration).
+fn read_descriptor<M: GuestMemoryBackend>(mem: &M, at: GuestAddress) -> Option<Descriptor> {
+    let r = mem.find_region(at)?;
+    let off = at.raw_value() - r.start_addr().raw_value();
+    r.read_obj::<Descriptor>(MemoryRegionAddress(off)).ok()
+}
+
+/// True when `[addr, addr + len)` is guest memory: one lookup in the common
+/// case of a buffer inside one region, the general check across regions otherwise.
+fn in_memory<M: GuestMemoryBackend>(mem: &M, addr: u64, len: u32) -> bool {
+    let Some(r) = mem.find_region(GuestAddress(addr)) else {
+        return false;
+    };
+    let off = addr - r.start_addr().raw_value();
+    match off.checked_add(u64::from(len)) {
+        Some(end) if end <= r.len() => true,
+        Some(_) => GuestMemoryBackend::check_range(mem, GuestAddress(addr), len as usize),
+        None => false,
+    }
+}
+
 /// Walks the chain starting at `head` in the descriptor table at
 /// `desc_table` of a queue of `queue_size` entries; all buffers must be
 /// device-writable when `writable`, device-readable otherwise.
@@ -124,7 +148,7 @@ pub fn walk<M: GuestMemory + GuestMemoryBackend>(
                 addr: desc_table.raw_value(),
                 len: 16,
             })?;
-        let d: Descriptor = mem.read_obj(at).map_err(|_| ChainError::OutOfMemory {
+        let d = read_descriptor(mem, at).ok_or(ChainError::OutOfMemory {
             addr: at.raw_value(),
             len: 16,
         })?;
@@ -139,7 +163,7 @@ pub fn walk<M: GuestMemory + GuestMemoryBackend>(
             return Err(ChainError::ZeroLength);
         }
         let addr = d.addr().raw_value();
-        if !GuestMemoryBackend::check_range(mem, GuestAddress(addr), d.len() as usize) {
+        if !in_memory(mem, addr, d.len()) {
             return Err(ChainError::OutOfMemory { addr, len: d.len() });
         }
         chain.segs[chain.n] = Seg { addr, len: d.len() };
