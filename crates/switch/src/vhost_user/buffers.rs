@@ -127,7 +127,6 @@ pub fn write(mem: &GuestMemoryMmap, segs: &[Seg], skip: u64, data: &[u8]) -> usi
 #[cfg(test)]
 mod tests {
     use super::*;
-    use vm_memory::Bytes;
 
     #[test]
     fn copies_across_uneven_segments_and_regions() {
