@@ -60,6 +60,10 @@ fn rr_json_document_is_complete() {
             "udp",
             "--burst",
             "2",
+            "--cpu",
+            "0",
+            "--agent-cpu",
+            "0-1",
             "--json",
         ])
         .output()
@@ -84,6 +88,20 @@ fn rr_json_document_is_complete() {
     );
     assert!(it["merged"]["latency"]["p9999_ns"].as_u64().unwrap() > 0);
     assert!(doc["environment"]["clocksource"].is_string());
+    // Placement asked for and obtained, for both sides.
+    let placement = it["placement"].as_array().unwrap();
+    let client = placement
+        .iter()
+        .find(|p| p["role"].as_str().unwrap().starts_with("client"))
+        .unwrap();
+    assert_eq!(client["requested_cpu"], 0, "{placement:?}");
+    assert_eq!(client["pinned"], true);
+    assert_eq!(client["ran_on"], 0);
+    let agent_side = placement
+        .iter()
+        .find(|p| p["role"].as_str().unwrap().starts_with("agent"))
+        .unwrap();
+    assert_eq!(agent_side["requested_cpu"], 0);
 }
 
 #[test]
@@ -175,4 +193,83 @@ fn ctrl_c_prints_and_saves_what_was_measured() {
     std::fs::remove_file(&out_file).unwrap();
     assert_eq!(doc["interrupted"], true);
     assert!(doc["iterations"][0]["merged"]["ops"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn agent_process_killed_mid_run_keeps_partial_results() {
+    let mut agent = AgentProc::start();
+    let out_file = std::env::temp_dir().join(format!("vnio-killed-{}.json", std::process::id()));
+    let child = Command::new(VNIO)
+        .args([
+            "rr",
+            "-t",
+            &agent.target(),
+            "-d",
+            "20s",
+            "--warmup",
+            "100ms",
+            "-o",
+            out_file.to_str().unwrap(),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    agent.child.kill().unwrap(); // SIGKILL: no goodbye on any socket
+    let _ = agent.child.wait();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("closed"), "{err}");
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        table.contains("p99.99"),
+        "partial results are printed: {table}"
+    );
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out_file).unwrap()).unwrap();
+    std::fs::remove_file(&out_file).unwrap();
+    assert!(doc["iterations"][0]["merged"]["ops"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn ping_without_icmp_permission_says_what_to_do() {
+    let setpriv = std::path::Path::new("/usr/bin/setpriv");
+    let range = std::fs::read_to_string("/proc/sys/net/ipv4/ping_group_range").unwrap_or_default();
+    let unprivileged_ping_allowed = range
+        .split_whitespace()
+        .map(|v| v.parse::<i64>().unwrap_or(0))
+        .collect::<Vec<_>>()
+        .windows(2)
+        .any(|w| w[0] <= 65534 && 65534 <= w[1]);
+    if !nix::unistd::geteuid().is_root() || !setpriv.exists() || unprivileged_ping_allowed {
+        eprintln!("skipped: needs root, setpriv, and ping_group_range excluding gid 65534 (have {range:?})");
+        return;
+    }
+    let out = Command::new(setpriv)
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            VNIO,
+            "ping",
+            "-t",
+            "127.0.0.1",
+            "-d",
+            "200ms",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("no permission for ICMP") && err.contains("ping_group_range"),
+        "{err}"
+    );
+    assert_eq!(
+        err.lines().filter(|l| l.contains("error")).count(),
+        1,
+        "{err}"
+    );
 }

@@ -40,8 +40,12 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(secs))
 }
 
+/// A CPU list as one argument value (clap would take a bare Vec as many values).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CpuList(pub Vec<usize>);
+
 /// Parses a CPU list: "1", "0,2", "0-3".
-pub fn parse_cpus(s: &str) -> Result<Vec<usize>, String> {
+pub fn parse_cpus(s: &str) -> Result<CpuList, String> {
     let mut out = Vec::new();
     for part in s.split(',').filter(|p| !p.is_empty()) {
         let bad = || format!("not a CPU list: {s:?} (try 1 or 0,2 or 0-3)");
@@ -56,7 +60,7 @@ pub fn parse_cpus(s: &str) -> Result<Vec<usize>, String> {
             out.push(part.parse().map_err(|_| bad())?);
         }
     }
-    Ok(out)
+    Ok(CpuList(out))
 }
 
 /// Parses "256" (both ways) or "64,1024" (request,response).
@@ -148,10 +152,10 @@ pub struct CommonArgs {
     iterations: u32,
     /// CPUs for this side's session threads (round-robin): 1, 0,2, 0-3.
     #[arg(long, value_parser = parse_cpus)]
-    cpu: Option<Vec<usize>>,
+    cpu: Option<CpuList>,
     /// CPUs for the agents' session threads.
     #[arg(long, value_parser = parse_cpus)]
-    agent_cpu: Option<Vec<usize>>,
+    agent_cpu: Option<CpuList>,
     /// SO_BUSY_POLL on data sockets, in microseconds.
     #[arg(long, value_name = "US")]
     busy_poll: Option<u32>,
@@ -184,8 +188,8 @@ impl CommonArgs {
             duration: self.duration,
             warmup: self.warmup,
             iterations: self.iterations,
-            cpus: self.cpu.clone().unwrap_or_default(),
-            agent_cpus: self.agent_cpu.clone().unwrap_or_default(),
+            cpus: self.cpu.clone().map(|c| c.0).unwrap_or_default(),
+            agent_cpus: self.agent_cpu.clone().map(|c| c.0).unwrap_or_default(),
             busy_poll_us: self.busy_poll,
         }
     }
@@ -486,7 +490,7 @@ mod tests {
 
     #[test]
     fn cpus_and_sizes() {
-        assert_eq!(parse_cpus("0-2,5").unwrap(), vec![0, 1, 2, 5]);
+        assert_eq!(parse_cpus("0-2,5").unwrap(), CpuList(vec![0, 1, 2, 5]));
         assert!(parse_cpus("3-1").is_err());
         assert_eq!(parse_sizes("256").unwrap(), (256, 256));
         assert_eq!(parse_sizes("64,1024").unwrap(), (64, 1024));
@@ -516,7 +520,7 @@ pub struct PingArgs {
     iterations: u32,
     /// CPUs for session threads, round-robin.
     #[arg(long, value_parser = parse_cpus)]
-    cpu: Option<Vec<usize>>,
+    cpu: Option<CpuList>,
     /// Take receive instants from kernel software timestamps (SO_TIMESTAMPING).
     #[arg(long)]
     rx_timestamp: bool,
@@ -536,7 +540,7 @@ pub fn ping(a: PingArgs) -> anyhow::Result<i32> {
         duration: a.duration,
         warmup: a.warmup,
         iterations: a.iterations,
-        cpus: a.cpu.unwrap_or_default(),
+        cpus: a.cpu.map(|c| c.0).unwrap_or_default(),
         rx_timestamp: a.rx_timestamp,
     };
     let doc = vnio_measure::ping::run(&p, stop_on_signal()?, &progress)?;
