@@ -228,33 +228,13 @@ fn iteration(
     };
     let mut ops_total = 0;
     for (t, ip) in targets.iter().enumerate() {
-        let mut m = Measured {
-            target: ip.to_string(),
-            ..Default::default()
-        };
-        let mut lat = Latency::new();
-        for o in outcomes.iter().filter(|o| o.target == t) {
-            lat.merge(&o.latency);
-            m.ops += o.ops;
-            m.sent += o.sent;
-            m.lost += o.lost;
-            m.late += o.late;
-            m.bytes += o.bytes;
-            ops_total += o.ops_total;
-            it.placement.push(o.placement.clone());
-            if let Some(e) = &o.error {
-                if !it.errors.contains(e) {
-                    it.errors.push(e.clone());
-                }
-            }
-        }
+        let mine: Vec<&Outcome> = outcomes.iter().filter(|o| o.target == t).collect();
+        let (mut m, lat, target_ops_total) =
+            crate::session::sum_target(&mine, ip.to_string(), &mut it);
         m.finish(Some(&lat), it.seconds);
         all.merge(&lat);
-        merged.ops += m.ops;
-        merged.sent += m.sent;
-        merged.lost += m.lost;
-        merged.late += m.late;
-        merged.bytes += m.bytes;
+        merged.add_counts(&m);
+        ops_total += target_ops_total;
         it.per_target.push(m);
     }
     merged.finish(Some(&all), it.seconds);

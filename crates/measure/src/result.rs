@@ -172,6 +172,15 @@ impl Document {
 }
 
 impl Measured {
+    /// Adds another target's counts (for the merge over all targets).
+    pub fn add_counts(&mut self, o: &Measured) {
+        self.ops += o.ops;
+        self.sent += o.sent;
+        self.lost += o.lost;
+        self.late += o.late;
+        self.bytes += o.bytes;
+    }
+
     /// Fills the derived fields from counts over `seconds`.
     pub fn finish(&mut self, latency: Option<&Latency>, seconds: f64) {
         if let Some(l) = latency {

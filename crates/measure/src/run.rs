@@ -250,28 +250,9 @@ fn iteration(
     let mut agent_cpu = CpuTime::default();
     for (t, addr) in addrs.iter().enumerate() {
         let mine: Vec<&Outcome> = outcomes.iter().filter(|o| o.target == t).collect();
-        let mut m = Measured {
-            target: addr.to_string(),
-            requested_rate: job.requested_rate,
-            ..Default::default()
-        };
-        let mut lat = Latency::new();
-        let mut target_ops_total = 0;
-        for o in &mine {
-            lat.merge(&o.latency);
-            m.ops += o.ops;
-            m.sent += o.sent;
-            m.lost += o.lost;
-            m.late += o.late;
-            m.bytes += o.bytes;
-            target_ops_total += o.ops_total;
-            if let Some(e) = &o.error {
-                if !it.errors.contains(e) {
-                    it.errors.push(e.clone());
-                }
-            }
-            it.placement.push(o.placement.clone());
-        }
+        let (mut m, lat, target_ops_total) =
+            crate::session::sum_target(&mine, addr.to_string(), &mut it);
+        m.requested_rate = job.requested_rate;
         if let Some(r) = &reports[t] {
             (job.with_report)(&mut m, r, &mine);
             m.agent_cost = Some(Cost::new(r.cpu, target_ops_total, m.bytes));
@@ -283,11 +264,7 @@ fn iteration(
             m.achieved_rate = Some(m.ops_per_s);
         }
         merged_lat.merge(&lat);
-        merged.ops += m.ops;
-        merged.sent += m.sent;
-        merged.lost += m.lost;
-        merged.late += m.late;
-        merged.bytes += m.bytes;
+        merged.add_counts(&m);
         ops_total += target_ops_total;
         it.per_target.push(m);
     }

@@ -162,6 +162,38 @@ impl Outcome {
     }
 }
 
+/// Sums the outcomes of one target's sessions into its figures, its
+/// histogram and its transaction count including warm-up; notes their errors
+/// and placement in the iteration.
+pub fn sum_target(
+    mine: &[&Outcome],
+    target: String,
+    it: &mut crate::result::Iteration,
+) -> (crate::result::Measured, Latency, u64) {
+    let mut m = crate::result::Measured {
+        target,
+        ..Default::default()
+    };
+    let mut lat = Latency::new();
+    let mut ops_total = 0;
+    for o in mine {
+        lat.merge(&o.latency);
+        m.ops += o.ops;
+        m.sent += o.sent;
+        m.lost += o.lost;
+        m.late += o.late;
+        m.bytes += o.bytes;
+        ops_total += o.ops_total;
+        if let Some(e) = &o.error {
+            if !it.errors.contains(e) {
+                it.errors.push(e.clone());
+            }
+        }
+        it.placement.push(o.placement.clone());
+    }
+    (m, lat, ops_total)
+}
+
 fn would_block(e: &std::io::Error) -> bool {
     matches!(
         e.kind(),
