@@ -88,7 +88,7 @@ fn parse_transport(s: &str) -> Result<Transport, String> {
 
 #[derive(clap::Args)]
 pub struct AgentArgs {
-    /// Address to listen on: ADDR[:PORT] (default port 7700).
+    /// Address to listen on: ADDR or ADDR:PORT (default port 7700).
     #[arg(long, default_value = "0.0.0.0:7700")]
     listen: String,
     /// Require clients to present this token.
@@ -135,7 +135,7 @@ pub fn agent(a: AgentArgs) -> anyhow::Result<i32> {
 /// Options of every agent-backed workload.
 #[derive(clap::Args, Clone)]
 pub struct CommonArgs {
-    /// Agents: HOST[:PORT] (default port 7700), comma-separated for several.
+    /// Agents: HOST or HOST:PORT (default port 7700), comma-separated for several.
     #[arg(long, short = 't', value_delimiter = ',', required = true)]
     target: Vec<String>,
     /// Sessions per target, run in parallel.
