@@ -45,7 +45,9 @@ fn testpmd_virtio_user_macswaps_frames_through_the_switch() {
         );
         let prefix = format!("vnio-test-{}", std::process::id());
         // testpmd exits when stdin closes: keep a pipe open until it is killed.
-        let child = Command::new("dpdk-testpmd")
+        // `timeout` bounds testpmd's life even if the test process dies without killing it.
+        let child = Command::new("timeout")
+            .args(["120", "dpdk-testpmd"])
             .args([
                 "--lcores",
                 "0@0,1@0",
