@@ -21,6 +21,10 @@ fn two_guests_ping_and_transfer_over_tcp() {
             return;
         }
     };
+    if std::env::var("VNIO_LOG").as_deref() == Ok("debug") {
+        // Shows QEMU's request order (SET_VRING_ENABLE before SET_FEATURES on 7.2).
+        vnio_switch::logging::init(vnio_switch::logging::LevelFilter::Debug);
+    }
     bounded(Duration::from_secs(300), move || {
         let dir = Dir::new("qemu");
         let sw = switch(&dir, 2);

@@ -171,6 +171,7 @@ impl VhostUserPort {
         while let Some(msg) = conn.poll_message()? {
             let h = msg.header;
             let req = parse_request(&h, &msg.body, msg.fds).map_err(ConnError::from)?;
+            log::debug!("{}: {req:?}", self.path.display());
             let result = self.device.handle(req);
             let ack = self.device.reply_ack() && h.need_reply();
             match result {

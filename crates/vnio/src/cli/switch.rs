@@ -15,7 +15,8 @@ use vnio_switch::worker::PortInfo;
 /// Arguments of `vnio switch`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// Run the switch daemon with this TOML configuration (see docs/switch.md).
+    /// Run the switch daemon with this TOML configuration (see docs/switch.md);
+    /// VNIO_LOG=debug logs every vhost-user request.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
     /// Control socket [default: the config's `switch.control`, else /run/vnio/switch.sock].
@@ -118,7 +119,12 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         if let Some(c) = args.control {
             config.switch.control = c;
         }
-        vnio_switch::logging::init(vnio_switch::logging::LevelFilter::Info);
+        let level = match std::env::var("VNIO_LOG").as_deref() {
+            Ok("debug") => vnio_switch::logging::LevelFilter::Debug,
+            Ok("warn") => vnio_switch::logging::LevelFilter::Warn,
+            _ => vnio_switch::logging::LevelFilter::Info,
+        };
+        vnio_switch::logging::init(level);
         let ports = config.ports.len();
         let sw = Switch::start(config).context("starting the switch")?;
         eprintln!(
