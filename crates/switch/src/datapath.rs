@@ -14,7 +14,7 @@ use crate::port::vhost_user::{ResetCause, VhostUserPort};
 use crate::port::{Watch, Watched};
 use crate::stats::{DropReason, PortStats};
 use crate::vhost_user::buffers;
-use crate::vhost_user::chain::{ChainError, Seg, MAX_SEGS};
+use crate::vhost_user::chain::{Chain, ChainError, Seg, MAX_SEGS};
 use crate::vhost_user::conn::ConnError;
 use crate::vhost_user::device::{RX_QUEUE, TX_QUEUE};
 use crate::vlan::Tagging;
@@ -83,6 +83,11 @@ pub struct Datapath {
     dirty: Vec<usize>,
     /// Where frames read from non-virtio ports land (moved out while in use).
     scratch: Option<Box<[u8]>>,
+    /// The transmit chain being forwarded (moved out while in use).
+    tx_chain: Option<Box<Chain>>,
+    /// Receive buffers being gathered for one delivery, reused frame after frame.
+    rx_chain: Box<Chain>,
+    plan: Box<RxPlan>,
 }
 
 impl Datapath {
@@ -94,6 +99,15 @@ impl Datapath {
             next_id: 1,
             dirty: Vec::with_capacity(64),
             scratch: Some(vec![0u8; tap::BUF_LEN.max(uplink::BUF_LEN)].into_boxed_slice()),
+            tx_chain: Some(Box::new(Chain::new())),
+            rx_chain: Box::new(Chain::new()),
+            plan: Box::new(RxPlan {
+                segs: [Seg::default(); MAX_SEGS],
+                nsegs: 0,
+                heads: [(0, 0); MAX_MERGE],
+                nheads: 0,
+                cap: 0,
+            }),
         }
     }
 
@@ -387,26 +401,30 @@ impl Datapath {
             }
             _ => return 0,
         };
+        let Some(mut chain) = self.tx_chain.take() else {
+            return 0;
+        };
         let mut n = 0;
         while n < budget {
             let popped = match self.slots[i].as_mut().map(|s| &mut s.port) {
                 Some(Port::VhostUser(p)) => match p.device.queue(TX_QUEUE) {
-                    Some(q) => q.pop(),
+                    Some(q) => q.pop_into(&mut chain),
                     None => break,
                 },
                 _ => break,
             };
-            let chain = match popped {
-                Ok(Some(c)) => c,
-                Ok(None) => break,
+            match popped {
+                Ok(true) => {}
+                Ok(false) => break,
                 Err(e) => {
                     if let Some(s) = &self.slots[i] {
                         s.stats.tx.drop(DropReason::BadDescriptor);
                     }
                     self.reset(i, now, &format_args!("transmit queue: {e}"));
-                    return n + 1;
+                    n += 1;
+                    break;
                 }
-            };
+            }
             n += 1;
             let src = Src::Guest {
                 mem: mem.mem(),
@@ -424,12 +442,13 @@ impl Datapath {
                 break;
             }
         }
+        self.tx_chain = Some(chain);
         n
     }
 
     /// Forwards one frame of `total` bytes (virtio-net header of `hdr_len` first) from slot `i`.
     fn forward_frame(&mut self, i: usize, src: Src<'_>, total: u64, hdr_len: usize, now: Instant) {
-        let Some(stats) = self.slots[i].as_ref().map(|s| Arc::clone(&s.stats)) else {
+        let Some(stats) = self.slots[i].as_ref().map(|s| &s.stats) else {
             return;
         };
         let mut pre = [0u8; virtio_net::HEADER_LEN + L2Header::MAX_LEN];
@@ -470,7 +489,7 @@ impl Datapath {
         let d = match decision {
             Ok(d) => d,
             Err(r) => {
-                stats.tx.drop(r);
+                me.stats.tx.drop(r);
                 return;
             }
         };
@@ -515,19 +534,25 @@ impl Datapath {
                         sent = true;
                     }
                 }
-                if !sent {
-                    stats.tx.drop(DropReason::NoRoute);
+                if let (false, Some(s)) = (sent, &self.slots[i]) {
+                    s.stats.tx.drop(DropReason::NoRoute);
                 }
             }
         }
     }
 
     fn deliver_to(&mut self, j: usize, frame: &Frame<'_>, tagging: Tagging, now: Instant) {
-        let Some(dst) = self.slots[j].as_mut() else {
+        let Datapath {
+            slots,
+            rx_chain,
+            plan,
+            ..
+        } = self;
+        let Some(dst) = slots[j].as_mut() else {
             return;
         };
         let result = match &mut dst.port {
-            Port::VhostUser(p) => deliver_vhost_user(p, frame, tagging),
+            Port::VhostUser(p) => deliver_vhost_user(p, frame, tagging, plan, rx_chain),
             Port::Tap(t) => {
                 let out = t.out_buf();
                 deliver_local(out, virtio_net::HEADER_LEN, frame, tagging).and_then(
@@ -649,6 +674,8 @@ fn deliver_vhost_user(
     p: &mut VhostUserPort,
     f: &Frame<'_>,
     tagging: Tagging,
+    plan: &mut RxPlan,
+    chain: &mut Chain,
 ) -> Result<usize, DeliverError> {
     let hdr_len = p.device.vnet_hdr_len();
     let mrg = p.device.mrg_rxbuf();
@@ -660,26 +687,22 @@ fn deliver_vhost_user(
     let out_frame_len = l2_len as u64 + rest_len;
     let total = hdr_len as u64 + out_frame_len;
 
-    let mut plan = RxPlan {
-        segs: [Seg::default(); MAX_SEGS],
-        nsegs: 0,
-        heads: [(0, 0); MAX_MERGE],
-        nheads: 0,
-        cap: 0,
-    };
+    plan.nsegs = 0;
+    plan.nheads = 0;
+    plan.cap = 0;
     while plan.cap < total {
         if plan.nheads == MAX_MERGE || (!mrg && plan.nheads == 1) {
             undo(q, plan.nheads);
             return Err(DeliverError::Drop(DropReason::RingFull));
         }
-        let chain = match q.pop() {
-            Ok(Some(c)) => c,
-            Ok(None) => {
+        match q.pop_into(chain) {
+            Ok(true) => {}
+            Ok(false) => {
                 undo(q, plan.nheads);
                 return Err(DeliverError::Drop(DropReason::RingFull));
             }
             Err(e) => return Err(DeliverError::Hostile(e)),
-        };
+        }
         if plan.nsegs + chain.segs().len() > MAX_SEGS {
             undo(q, plan.nheads + 1);
             return Err(DeliverError::Drop(DropReason::RingFull));
@@ -695,20 +718,23 @@ fn deliver_vhost_user(
     let _ = f
         .egress_vhdr(l2_len, plan.nheads as u16)
         .emit(&mut hb, hdr_len);
-    let mem = q.mem().clone();
-    let segs = &plan.segs[..plan.nsegs];
-    let mut at = buffers::write(mem.mem(), segs, 0, &hb[..hdr_len]) as u64;
-    at += buffers::write(mem.mem(), segs, at, &l2[..l2_len]) as u64;
-    at += match f.src {
-        Src::Guest {
-            mem: smem,
-            segs: ssegs,
-        } => buffers::copy(smem, ssegs, rest_off, mem.mem(), segs, at, rest_len),
-        Src::Local(b) => {
-            let from = (rest_off as usize).min(b.len());
-            let to = (from + rest_len as usize).min(b.len());
-            buffers::write(mem.mem(), segs, at, &b[from..to]) as u64
-        }
+    let at = {
+        let mem = q.mem().mem();
+        let segs = &plan.segs[..plan.nsegs];
+        let mut at = buffers::write(mem, segs, 0, &hb[..hdr_len]) as u64;
+        at += buffers::write(mem, segs, at, &l2[..l2_len]) as u64;
+        at += match f.src {
+            Src::Guest {
+                mem: smem,
+                segs: ssegs,
+            } => buffers::copy(smem, ssegs, rest_off, mem, segs, at, rest_len),
+            Src::Local(b) => {
+                let from = (rest_off as usize).min(b.len());
+                let to = (from + rest_len as usize).min(b.len());
+                buffers::write(mem, segs, at, &b[from..to]) as u64
+            }
+        };
+        at
     };
     if at != total {
         // Unmapped memory under a validated buffer: the memory table changed under us.

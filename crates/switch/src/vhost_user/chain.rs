@@ -75,7 +75,23 @@ pub struct Chain {
     len: u64,
 }
 
+impl Default for Chain {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl Chain {
+    /// An empty chain (a buffer for [`walk_into`]).
+    pub fn new() -> Self {
+        Self {
+            head: 0,
+            segs: [Seg::default(); MAX_SEGS],
+            n: 0,
+            len: 0,
+        }
+    }
+
     /// The buffers.
     pub fn segs(&self) -> &[Seg] {
         &self.segs[..self.n]
@@ -123,12 +139,28 @@ pub fn walk<M: GuestMemory + GuestMemoryBackend>(
     head: u16,
     writable: bool,
 ) -> Result<Chain, ChainError> {
-    let mut chain = Chain {
-        head,
-        segs: [Seg::default(); MAX_SEGS],
-        n: 0,
-        len: 0,
+    let mut chain = Chain::new();
+    let read = |idx: u16| {
+        let at = desc_table.checked_add(u64::from(idx) * 16)?;
+        read_descriptor(mem, at)
     };
+    walk_into(&mut chain, read, mem, queue_size, head, writable)?;
+    Ok(chain)
+}
+
+/// Like [`walk`], filling `chain` in place and reading descriptor `i` with
+/// `read_desc(i)` (None: the table entry is not in guest memory).
+pub fn walk_into<M: GuestMemory + GuestMemoryBackend>(
+    chain: &mut Chain,
+    read_desc: impl Fn(u16) -> Option<Descriptor>,
+    mem: &M,
+    queue_size: u16,
+    head: u16,
+    writable: bool,
+) -> Result<(), ChainError> {
+    chain.head = head;
+    chain.n = 0;
+    chain.len = 0;
     let mut idx = head;
     let mut count: usize = 0;
     loop {
@@ -142,14 +174,8 @@ pub fn walk<M: GuestMemory + GuestMemoryBackend>(
         if chain.n == MAX_SEGS {
             return Err(ChainError::TooLong);
         }
-        let at = desc_table
-            .checked_add(u64::from(idx) * 16)
-            .ok_or(ChainError::OutOfMemory {
-                addr: desc_table.raw_value(),
-                len: 16,
-            })?;
-        let d = read_descriptor(mem, at).ok_or(ChainError::OutOfMemory {
-            addr: at.raw_value(),
+        let d = read_desc(idx).ok_or(ChainError::OutOfMemory {
+            addr: u64::from(idx),
             len: 16,
         })?;
         let flags = d.flags();
@@ -173,7 +199,7 @@ pub fn walk<M: GuestMemory + GuestMemoryBackend>(
             return Err(ChainError::TooLarge);
         }
         if flags & F_NEXT == 0 {
-            return Ok(chain);
+            return Ok(());
         }
         idx = d.next();
     }

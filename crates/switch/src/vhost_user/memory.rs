@@ -5,6 +5,8 @@
 
 use super::protocol::MemoryRegion;
 use std::fs::File;
+use std::sync::Arc;
+use vm_memory::GuestMemoryRegion;
 use vm_memory::{FileOffset, GuestAddress, GuestMemoryMmap, GuestRegionMmap, MmapRegion};
 
 /// Why a memory table could not be mapped.
@@ -35,6 +37,7 @@ pub enum MemoryError {
 pub struct GuestMem {
     mem: GuestMemoryMmap,
     regions: Vec<MemoryRegion>,
+    mapped: Vec<Arc<GuestRegionMmap>>,
 }
 
 impl GuestMem {
@@ -57,8 +60,13 @@ impl GuestMem {
             regions.push(r);
         }
         mapped.sort_by_key(vm_memory::GuestMemoryRegion::start_addr);
-        let mem = GuestMemoryMmap::from_regions(mapped).map_err(MemoryError::Table)?;
-        Ok(Self { mem, regions })
+        let mapped: Vec<Arc<GuestRegionMmap>> = mapped.into_iter().map(Arc::new).collect();
+        let mem = GuestMemoryMmap::from_arc_regions(mapped.clone()).map_err(MemoryError::Table)?;
+        Ok(Self {
+            mem,
+            regions,
+            mapped,
+        })
     }
 
     /// The mapped memory.
@@ -73,6 +81,16 @@ impl GuestMem {
             let off = va.checked_sub(r.userspace_addr)?;
             let end = off.checked_add(len)?;
             (end <= r.memory_size).then(|| GuestAddress(r.guest_phys_addr + off))
+        })
+    }
+
+    /// The region holding all of `[addr, addr + len)` and the offset of
+    /// `addr` in it (None when the range is not inside one region).
+    pub fn region_for(&self, addr: GuestAddress, len: u64) -> Option<(Arc<GuestRegionMmap>, u64)> {
+        self.mapped.iter().find_map(|r| {
+            let off = addr.0.checked_sub(r.start_addr().0)?;
+            let end = off.checked_add(len)?;
+            (end <= r.len()).then(|| (Arc::clone(r), off))
         })
     }
 

@@ -1,19 +1,27 @@
 //! A started split virtqueue on the device side: popping validated chains,
 //! returning used buffers, and notifying the driver (honouring EVENT_IDX
-//! and VRING_AVAIL_F_NO_INTERRUPT). Ring state lives in virtio-queue's
-//! [`Queue`]; chain walking is ours ([`super::chain`]).
+//! and VRING_AVAIL_F_NO_INTERRUPT).
+//!
+//! virtio-queue's [`Queue`] validates the ring addresses when the queue
+//! starts; the per-frame ring accesses are ours, straight on the mapped
+//! region that holds each ring (found once, at start), because the generic
+//! guest-memory accessors cost more than the rest of the data path.
+//! Chain walking is [`super::chain`].
 
 use super::chain::{self, Chain, ChainError};
 use super::memory::GuestMem;
 use crate::stats::QueueStats;
 use std::fs::File;
 use std::io::Write;
+use std::num::Wrapping;
 use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
+use virtio_queue::desc::split::Descriptor;
 use virtio_queue::{Queue, QueueT};
-use vm_memory::{Address, Bytes, GuestAddress};
+use vm_memory::{Bytes, GuestAddress, GuestRegionMmap, MemoryRegionAddress};
 
 const VRING_AVAIL_F_NO_INTERRUPT: u16 = 1;
+const VRING_USED_F_NO_NOTIFY: u16 = 1;
 
 /// Why a queue could not start.
 #[derive(Debug, thiserror::Error)]
@@ -21,7 +29,7 @@ pub enum QueueError {
     /// Size not a power of two, or above the maximum.
     #[error("invalid queue size {0}")]
     Size(u16),
-    /// Rings not inside guest memory, or misaligned.
+    /// Rings not inside guest memory (or across two regions), or misaligned.
     #[error("rings outside guest memory or misaligned")]
     Rings,
     /// The call eventfd could not be duplicated.
@@ -29,11 +37,68 @@ pub enum QueueError {
     Call(#[source] std::io::Error),
 }
 
+/// One ring, addressed inside the mapped region that holds all of it.
+#[derive(Debug)]
+struct Ring {
+    region: Arc<GuestRegionMmap>,
+    base: u64,
+}
+
+impl Ring {
+    fn at(mem: &GuestMem, addr: GuestAddress, len: u64) -> Result<Self, QueueError> {
+        let (region, base) = mem.region_for(addr, len).ok_or(QueueError::Rings)?;
+        Ok(Self { region, base })
+    }
+
+    fn addr(&self, off: u64) -> MemoryRegionAddress {
+        MemoryRegionAddress(self.base + off)
+    }
+
+    fn load(&self, off: u64, order: Ordering) -> Result<u16, ChainError> {
+        self.region
+            .load::<u16>(self.addr(off), order)
+            .map(u16::from_le)
+            .map_err(|_| ChainError::Ring)
+    }
+
+    fn store(&self, off: u64, v: u16, order: Ordering) -> Result<(), ChainError> {
+        self.region
+            .store(v.to_le(), self.addr(off), order)
+            .map_err(|_| ChainError::Ring)
+    }
+
+    fn read_u16(&self, off: u64) -> Result<u16, ChainError> {
+        self.region
+            .read_obj::<u16>(self.addr(off))
+            .map(u16::from_le)
+            .map_err(|_| ChainError::Ring)
+    }
+
+    fn write_u64(&self, off: u64, v: u64) -> Result<(), ChainError> {
+        self.region
+            .write_obj(v.to_le(), self.addr(off))
+            .map_err(|_| ChainError::Ring)
+    }
+
+    fn descriptor(&self, idx: u16) -> Option<Descriptor> {
+        self.region
+            .read_obj::<Descriptor>(self.addr(u64::from(idx) * 16))
+            .ok()
+    }
+}
+
 /// A running queue.
 #[derive(Debug)]
 pub struct ActiveQueue {
-    queue: Queue,
     mem: Arc<GuestMem>,
+    size: u16,
+    desc: Ring,
+    avail: Ring,
+    used: Ring,
+    next_avail: Wrapping<u16>,
+    next_used: Wrapping<u16>,
+    num_added: Wrapping<u16>,
+    event_idx: bool,
     call: Option<File>,
     writable: bool,
     used_pending: bool,
@@ -65,6 +130,7 @@ impl ActiveQueue {
         call: Option<File>,
         writable: bool,
     ) -> Result<Self, QueueError> {
+        // virtio-queue checks size, alignment and that the rings are in memory.
         let mut queue = Queue::new(MAX_QUEUE_SIZE).map_err(|_| QueueError::Size(size))?;
         queue
             .try_set_size(size)
@@ -78,16 +144,24 @@ impl ActiveQueue {
         queue
             .try_set_used_ring_address(addrs.used)
             .map_err(|_| QueueError::Rings)?;
-        queue.set_event_idx(event_idx);
-        queue.set_next_avail(base);
-        queue.set_next_used(base);
         queue.set_ready(true);
         if !queue.is_valid(mem.mem()) {
             return Err(QueueError::Rings);
         }
+        let n = u64::from(size);
+        let desc = Ring::at(&mem, addrs.desc, 16 * n)?;
+        let avail = Ring::at(&mem, addrs.avail, 6 + 2 * n)?;
+        let used = Ring::at(&mem, addrs.used, 6 + 8 * n)?;
         Ok(Self {
-            queue,
             mem,
+            size,
+            desc,
+            avail,
+            used,
+            next_avail: Wrapping(base),
+            next_used: Wrapping(base),
+            num_added: Wrapping(0),
+            event_idx,
             call,
             writable,
             used_pending: false,
@@ -101,60 +175,62 @@ impl ActiveQueue {
 
     /// Where the device will resume (GET_VRING_BASE's answer).
     pub fn next_avail(&self) -> u16 {
-        self.queue.next_avail()
+        self.next_avail.0
     }
 
     /// True when the driver has offered chains not yet popped.
     pub fn has_available(&self) -> Result<bool, ChainError> {
-        let avail = self
-            .queue
-            .avail_idx(self.mem.mem(), Ordering::Acquire)
-            .map_err(|_| ChainError::Ring)?;
-        Ok(avail.0 != self.queue.next_avail())
+        Ok(self.avail.load(2, Ordering::Acquire)? != self.next_avail.0)
+    }
+
+    /// Pops and validates the next available chain into `chain`; false when none is available.
+    pub fn pop_into(&mut self, chain: &mut Chain) -> Result<bool, ChainError> {
+        let avail = self.avail.load(2, Ordering::Acquire)?;
+        let pending = avail.wrapping_sub(self.next_avail.0);
+        if pending == 0 {
+            return Ok(false);
+        }
+        if pending > self.size {
+            return Err(ChainError::IndexJump);
+        }
+        let head = self
+            .avail
+            .read_u16(4 + 2 * u64::from(self.next_avail.0 % self.size))?;
+        self.next_avail += Wrapping(1);
+        let desc = &self.desc;
+        chain::walk_into(
+            chain,
+            |i| desc.descriptor(i),
+            self.mem.mem(),
+            self.size,
+            head,
+            self.writable,
+        )?;
+        Ok(true)
     }
 
     /// Pops and validates the next available chain.
     pub fn pop(&mut self) -> Result<Option<Chain>, ChainError> {
-        let mem = self.mem.mem();
-        let avail = self
-            .queue
-            .avail_idx(mem, Ordering::Acquire)
-            .map_err(|_| ChainError::Ring)?;
-        let next = self.queue.next_avail();
-        let pending = avail.0.wrapping_sub(next);
-        if pending == 0 {
-            return Ok(None);
-        }
-        let size = self.queue.size();
-        if pending > size {
-            return Err(ChainError::IndexJump);
-        }
-        let slot =
-            GuestAddress(self.queue.avail_ring()).unchecked_add(4 + 2 * u64::from(next % size));
-        let head: u16 = mem.read_obj::<u16>(slot).map_err(|_| ChainError::Ring)?;
-        let head = u16::from_le(head);
-        self.queue.set_next_avail(next.wrapping_add(1));
-        chain::walk(
-            mem,
-            GuestAddress(self.queue.desc_table()),
-            size,
-            head,
-            self.writable,
-        )
-        .map(Some)
+        let mut c = Chain::new();
+        Ok(self.pop_into(&mut c)?.then_some(c))
     }
 
     /// Gives back the last popped chain (it will be popped again).
     pub fn unpop(&mut self) {
-        self.queue
-            .set_next_avail(self.queue.next_avail().wrapping_sub(1));
+        self.next_avail -= Wrapping(1);
     }
 
     /// Returns a chain to the driver with `len` bytes written.
     pub fn add_used(&mut self, head: u16, len: u32) -> Result<(), ChainError> {
-        self.queue
-            .add_used(self.mem.mem(), head, len)
-            .map_err(|_| ChainError::Ring)?;
+        if head >= self.size {
+            return Err(ChainError::IndexOutOfRange(head));
+        }
+        let slot = 4 + 8 * u64::from(self.next_used.0 % self.size);
+        self.used
+            .write_u64(slot, u64::from(head) | (u64::from(len) << 32))?;
+        self.next_used += Wrapping(1);
+        self.num_added += Wrapping(1);
+        self.used.store(2, self.next_used.0, Ordering::Release)?;
         self.used_pending = true;
         Ok(())
     }
@@ -165,16 +241,20 @@ impl ActiveQueue {
             return;
         }
         self.used_pending = false;
-        let mem = self.mem.mem();
-        let wanted = if self.queue.event_idx_enabled() {
-            self.queue.needs_notification(mem).unwrap_or(true)
+        fence(Ordering::SeqCst);
+        let wanted = if self.event_idx {
+            let used_event = Wrapping(
+                self.avail
+                    .load(4 + 2 * u64::from(self.size), Ordering::Relaxed)
+                    .unwrap_or(0),
+            );
+            let new = self.next_used;
+            let old = new - self.num_added;
+            self.num_added = Wrapping(0);
+            // vring_need_event: the driver's event index lies in [old, new).
+            new - used_event - Wrapping(1) < new - old
         } else {
-            fence(Ordering::SeqCst);
-            let flags = mem
-                .read_obj::<u16>(GuestAddress(self.queue.avail_ring()))
-                .map(u16::from_le)
-                .unwrap_or(0);
-            flags & VRING_AVAIL_F_NO_INTERRUPT == 0
+            self.avail.load(0, Ordering::Relaxed).unwrap_or(0) & VRING_AVAIL_F_NO_INTERRUPT == 0
         };
         if wanted {
             if let Some(mut call) = self.call.as_ref() {
@@ -188,19 +268,31 @@ impl ActiveQueue {
     /// Asks the driver to kick on new buffers; returns true when some
     /// arrived meanwhile (poll again instead of sleeping).
     pub fn enable_notification(&mut self) -> bool {
-        self.queue
-            .enable_notification(self.mem.mem())
-            .unwrap_or(true)
+        let r = if self.event_idx {
+            self.used.store(
+                4 + 8 * u64::from(self.size),
+                self.next_avail.0,
+                Ordering::Relaxed,
+            )
+        } else {
+            self.used.store(0, 0, Ordering::Relaxed)
+        };
+        fence(Ordering::SeqCst);
+        r.is_err() || self.has_available().unwrap_or(true)
     }
 
     /// Switches EVENT_IDX on or off (features may be acked after the start).
     pub fn set_event_idx(&mut self, on: bool) {
-        self.queue.set_event_idx(on);
+        self.event_idx = on;
     }
 
     /// Asks the driver not to kick (the worker is polling).
     pub fn disable_notification(&mut self) {
-        let _ = self.queue.disable_notification(self.mem.mem());
+        if !self.event_idx {
+            let _ = self
+                .used
+                .store(0, VRING_USED_F_NO_NOTIFY, Ordering::Relaxed);
+        }
     }
 }
 
