@@ -154,7 +154,7 @@ impl Device {
                 // Running queues continue on the new memory from where they are.
                 for i in 0..NUM_QUEUES {
                     if let Some(q) = self.vrings[i].active.take() {
-                        self.vrings[i].base = q.next_avail();
+                        self.vrings[i].base = q.stop();
                         self.try_start(i)?;
                     }
                 }
@@ -182,7 +182,7 @@ impl Device {
                 let i = queue_index(index)?;
                 let v = &mut self.vrings[i];
                 if let Some(q) = v.active.take() {
-                    v.base = q.next_avail();
+                    v.base = q.stop();
                 }
                 // The ring is stopped until the next SET_VRING_KICK.
                 v.kick = None;
@@ -200,7 +200,7 @@ impl Device {
                 let i = queue_index(u32::from(index))?;
                 self.vrings[i].call = fd;
                 if self.vrings[i].active.is_some() {
-                    let q = self.vrings[i].active.take().map(|q| q.next_avail());
+                    let q = self.vrings[i].active.take().map(ActiveQueue::stop);
                     self.vrings[i].base = q.unwrap_or(self.vrings[i].base);
                     self.try_start(i)?;
                 }

@@ -96,8 +96,12 @@ pub struct ActiveQueue {
     avail: Ring,
     used: Ring,
     next_avail: Wrapping<u16>,
+    /// The driver's available index as last read (re-read only when caught up).
+    avail_seen: u16,
     next_used: Wrapping<u16>,
     num_added: Wrapping<u16>,
+    /// Used elements written but not yet published with the used index.
+    unpublished: bool,
     event_idx: bool,
     call: Option<File>,
     writable: bool,
@@ -159,8 +163,10 @@ impl ActiveQueue {
             avail,
             used,
             next_avail: Wrapping(base),
+            avail_seen: base,
             next_used: Wrapping(base),
             num_added: Wrapping(0),
+            unpublished: false,
             event_idx,
             call,
             writable,
@@ -185,8 +191,12 @@ impl ActiveQueue {
 
     /// Pops and validates the next available chain into `chain`; false when none is available.
     pub fn pop_into(&mut self, chain: &mut Chain) -> Result<bool, ChainError> {
-        let avail = self.avail.load(2, Ordering::Acquire)?;
-        let pending = avail.wrapping_sub(self.next_avail.0);
+        // The driver's index lives in a cache line it keeps writing: read it
+        // once per batch, not once per chain.
+        if self.avail_seen == self.next_avail.0 {
+            self.avail_seen = self.avail.load(2, Ordering::Acquire)?;
+        }
+        let pending = self.avail_seen.wrapping_sub(self.next_avail.0);
         if pending == 0 {
             return Ok(false);
         }
@@ -220,7 +230,15 @@ impl ActiveQueue {
         self.next_avail -= Wrapping(1);
     }
 
-    /// Returns a chain to the driver with `len` bytes written.
+    /// Where the device stops: used elements published, the next available index returned.
+    pub fn stop(mut self) -> u16 {
+        self.flush();
+        self.next_avail.0
+    }
+
+    /// Returns a chain to the driver with `len` bytes written. The driver
+    /// sees it at the next [`ActiveQueue::flush`] (or [`ActiveQueue::signal`],
+    /// which flushes): one used-index store per batch.
     pub fn add_used(&mut self, head: u16, len: u32) -> Result<(), ChainError> {
         if head >= self.size {
             return Err(ChainError::IndexOutOfRange(head));
@@ -230,13 +248,22 @@ impl ActiveQueue {
             .write_u64(slot, u64::from(head) | (u64::from(len) << 32))?;
         self.next_used += Wrapping(1);
         self.num_added += Wrapping(1);
-        self.used.store(2, self.next_used.0, Ordering::Release)?;
+        self.unpublished = true;
         self.used_pending = true;
         Ok(())
     }
 
+    /// Publishes the used elements added since the last flush.
+    pub fn flush(&mut self) {
+        if self.unpublished {
+            self.unpublished = false;
+            let _ = self.used.store(2, self.next_used.0, Ordering::Release);
+        }
+    }
+
     /// Notifies the driver of used buffers if it wants to be (at most one write per call).
     pub fn signal(&mut self, stats: &QueueStats) {
+        self.flush();
         if !self.used_pending {
             return;
         }
@@ -374,6 +401,11 @@ mod tests {
             vec![60, 61, 62]
         );
         assert_eq!(q.next_avail(), 3);
+        assert!(
+            ring.reap(&mem).is_none(),
+            "used elements are published per batch"
+        );
+        q.flush();
         let mut reaped = Vec::new();
         while let Some((id, _)) = ring.reap(&mem) {
             reaped.push(id);
