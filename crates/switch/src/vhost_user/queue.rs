@@ -156,7 +156,7 @@ impl ActiveQueue {
         let desc = Ring::at(&mem, addrs.desc, 16 * n)?;
         let avail = Ring::at(&mem, addrs.avail, 6 + 2 * n)?;
         let used = Ring::at(&mem, addrs.used, 6 + 8 * n)?;
-        Ok(Self {
+        let mut q = Self {
             mem,
             size,
             desc,
@@ -171,7 +171,10 @@ impl ActiveQueue {
             call,
             writable,
             used_pending: false,
-        })
+        };
+        // The worker polls a queue that just started; it asks for kicks again before it sleeps.
+        q.disable_notification();
+        Ok(q)
     }
 
     /// The memory the queue's buffers live in.
