@@ -721,8 +721,11 @@ fn deliver_vhost_user(
     let at = {
         let mem = q.mem().mem();
         let segs = &plan.segs[..plan.nsegs];
-        let mut at = buffers::write(mem, segs, 0, &hb[..hdr_len]) as u64;
-        at += buffers::write(mem, segs, at, &l2[..l2_len]) as u64;
+        // Header and MACs (and tag) in one write.
+        let mut head = [0u8; virtio_net::HEADER_LEN + 16];
+        head[..hdr_len].copy_from_slice(&hb[..hdr_len]);
+        head[hdr_len..hdr_len + l2_len].copy_from_slice(&l2[..l2_len]);
+        let mut at = buffers::write(mem, segs, 0, &head[..hdr_len + l2_len]) as u64;
         at += match f.src {
             Src::Guest {
                 mem: smem,
