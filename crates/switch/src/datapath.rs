@@ -303,7 +303,7 @@ impl Datapath {
                     } else {
                         &s.stats.tx
                     };
-                    qs.notifications_received.fetch_add(1, Relaxed);
+                    crate::stats::bump(&qs.notifications_received, 1);
                 }
             }
         }

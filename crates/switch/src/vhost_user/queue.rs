@@ -289,7 +289,7 @@ impl ActiveQueue {
         if wanted {
             if let Some(mut call) = self.call.as_ref() {
                 if call.write(&1u64.to_ne_bytes()).is_ok() {
-                    stats.notifications_sent.fetch_add(1, Ordering::Relaxed);
+                    crate::stats::bump(&stats.notifications_sent, 1);
                 }
             }
         }
