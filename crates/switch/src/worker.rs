@@ -181,9 +181,12 @@ impl Worker {
             }
         };
         let (slot, _) = self.dp.add(spec.name.clone(), policy, port);
-        let mut changed = Vec::new();
+        // A client-mode port connects at once; other client ports may connect too.
+        let mut changed = vec![slot];
         self.dp.tick(Instant::now(), &mut changed);
-        self.sync(slot);
+        for s in changed {
+            self.sync(s);
+        }
         log::info!("port {} added", spec.name);
         self.info(slot).ok_or_else(|| "port vanished".into())
     }
