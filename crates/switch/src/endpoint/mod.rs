@@ -119,6 +119,8 @@ pub struct EndpointConfig {
     pub echo_port: Option<u16>,
     /// Queue size (power of two, default 256).
     pub queue_size: u16,
+    /// How long `connect` retries while the socket is absent or refuses (default 5 s).
+    pub connect_timeout: Duration,
 }
 
 impl EndpointConfig {
@@ -129,6 +131,7 @@ impl EndpointConfig {
             ip,
             echo_port: Some(7),
             queue_size: 256,
+            connect_timeout: Duration::from_secs(5),
         }
     }
 }
@@ -164,7 +167,7 @@ const BUF_SIZE: u32 = 2048;
 impl Endpoint {
     /// Connects to a switch port listening at `sock` (the port is in server mode).
     pub fn connect(sock: &Path, cfg: EndpointConfig) -> Result<Self, EndpointError> {
-        let deadline = Instant::now() + Duration::from_secs(5);
+        let deadline = Instant::now() + cfg.connect_timeout;
         let stream = loop {
             match UnixStream::connect(sock) {
                 Ok(s) => break s,
@@ -612,5 +615,34 @@ impl Queues {
         if self.rx.needs_kick(&self.mem) {
             let _ = self.kick[RXQ].write(1);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_endpoint_can_move_to_another_thread() {
+        fn send<T: Send>() {}
+        send::<Endpoint>();
+    }
+
+    #[test]
+    fn connecting_to_nothing_fails_with_a_cause() {
+        let p = std::env::temp_dir().join(format!("vnio-no-switch-{}.sock", std::process::id()));
+        let mut cfg = EndpointConfig::new(
+            EthernetAddress([2, 0, 0, 0, 0, 1]),
+            Ipv4Address([10, 0, 0, 1]),
+        );
+        cfg.connect_timeout = Duration::from_millis(100);
+        let t0 = Instant::now();
+        let err = Endpoint::connect(&p, cfg).err().expect("no switch there");
+        assert!(matches!(err, EndpointError::Setup(_)), "{err}");
+        assert!(
+            t0.elapsed() >= Duration::from_millis(100),
+            "retried for its window"
+        );
+        assert!(t0.elapsed() < Duration::from_secs(2), "then gave up");
     }
 }
