@@ -69,6 +69,10 @@ pub struct SwitchConfig {
     pub budget: usize,
     /// Empty polling rounds before the worker sleeps on kicks (0: sleep at once).
     pub idle_polls: u32,
+    /// Serve the counters in Prometheus text format over HTTP on this
+    /// address (e.g. "127.0.0.1:9469"); off when absent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metrics_listen: Option<std::net::SocketAddr>,
 }
 
 impl Default for SwitchConfig {
@@ -79,6 +83,7 @@ impl Default for SwitchConfig {
             aging_secs: 300,
             budget: 64,
             idle_polls: 64,
+            metrics_listen: None,
         }
     }
 }

@@ -28,6 +28,9 @@ pub enum StartError {
     /// A configured port could not be added.
     #[error("port {0}: {1}")]
     Port(String, String),
+    /// The metrics address could not be bound.
+    #[error("cannot listen for metrics on {0}")]
+    Metrics(std::net::SocketAddr, #[source] std::io::Error),
 }
 
 /// A handle to the worker: send a command, wake it, wait for the answer.
@@ -79,6 +82,8 @@ pub struct Switch {
     handle: WorkerHandle,
     worker: Option<JoinHandle<()>>,
     control: Option<JoinHandle<()>>,
+    metrics: Option<JoinHandle<()>>,
+    metrics_addr: Option<std::net::SocketAddr>,
     stop: Arc<AtomicBool>,
     control_path: PathBuf,
 }
@@ -99,6 +104,8 @@ impl Switch {
             handle: handle.clone(),
             worker: Some(worker),
             control: None,
+            metrics: None,
+            metrics_addr: None,
             stop: stop.clone(),
             control_path: path.clone(),
         };
@@ -119,7 +126,23 @@ impl Switch {
             .name("vnio-switch-control".into())
             .spawn(move || serve_control(listener, handle, stop))?;
         sw.control = Some(control);
+        if let Some(addr) = config.switch.metrics_listen {
+            let l = std::net::TcpListener::bind(addr).map_err(|e| StartError::Metrics(addr, e))?;
+            l.set_nonblocking(true)?;
+            sw.metrics_addr = Some(l.local_addr()?);
+            let (h, st) = (sw.handle.clone(), sw.stop.clone());
+            sw.metrics = Some(
+                std::thread::Builder::new()
+                    .name("vnio-switch-metrics".into())
+                    .spawn(move || serve_metrics(l, h, st))?,
+            );
+        }
         Ok(sw)
+    }
+
+    /// Where the Prometheus endpoint listens, when configured.
+    pub fn metrics_addr(&self) -> Option<std::net::SocketAddr> {
+        self.metrics_addr
     }
 
     /// The handle the control socket uses.
@@ -145,6 +168,9 @@ impl Drop for Switch {
         self.stop.store(true, Ordering::SeqCst);
         if let Some(c) = self.control.take() {
             let _ = c.join();
+        }
+        if let Some(m) = self.metrics.take() {
+            let _ = m.join();
         }
         let _ = self.handle.send(Command::Stop);
         if let Some(w) = self.worker.take() {
@@ -178,6 +204,39 @@ fn serve_control(listener: UnixListener, handle: WorkerHandle, stop: Arc<AtomicB
     }
     for t in clients {
         let _ = t.join();
+    }
+}
+
+/// Answers every HTTP request on `listener` with the Prometheus text.
+fn serve_metrics(listener: std::net::TcpListener, handle: WorkerHandle, stop: Arc<AtomicBool>) {
+    use std::io::Read;
+    while !stop.load(Ordering::SeqCst) {
+        match listener.accept() {
+            Ok((mut s, _)) => {
+                let _ = s.set_nonblocking(false);
+                let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+                // The request itself does not matter: read what came, answer.
+                let mut req = [0u8; 1024];
+                let _ = s.read(&mut req);
+                let body = match handle.list() {
+                    Ok(l) => stats::prometheus(
+                        &l.into_iter().map(|p| (p.name, p.stats)).collect::<Vec<_>>(),
+                    ),
+                    Err(e) => format!("# error: {e}\n"),
+                };
+                let head = format!(
+                    "HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = s
+                    .write_all(head.as_bytes())
+                    .and_then(|_| s.write_all(body.as_bytes()));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(20))
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(100)),
+        }
     }
 }
 
