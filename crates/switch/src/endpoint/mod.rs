@@ -46,6 +46,7 @@ pub mod ring;
 pub mod stack;
 
 use crate::sys::memfd;
+use crate::vhost_user::device::feature;
 use crate::wire::icmp::IcmpRepr;
 use crate::wire::virtio_net;
 use crate::wire::{EthernetAddress, Ipv4Address};
@@ -64,7 +65,8 @@ use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
 /// Features the endpoint asks for (when offered).
-const WANTED: u64 = (1 << 15) | (1 << 29) | (1 << 30) | (1 << 32);
+const WANTED: u64 =
+    feature::MRG_RXBUF | feature::EVENT_IDX | feature::PROTOCOL_FEATURES | feature::VERSION_1;
 const RXQ: usize = 0;
 const TXQ: usize = 1;
 /// Largest frame the endpoint sends or receives.
@@ -89,7 +91,7 @@ pub enum EndpointError {
         source: vhost::Error,
     },
     /// The back-end does not offer a feature the endpoint needs.
-    #[error("back-end lacks VIRTIO_F_VERSION_1 or MRG_RXBUF")]
+    #[error("back-end lacks VIRTIO_F_VERSION_1")]
     Features,
     /// All transmit descriptors are in flight.
     #[error("transmit ring full")]
@@ -244,12 +246,12 @@ impl Endpoint {
         let mut fe = Frontend::from_stream(stream, 2);
         fe.set_owner().map_err(hs("SET_OWNER"))?;
         let offered = fe.get_features().map_err(hs("GET_FEATURES"))?;
-        if offered & (1 << 32) == 0 {
+        if offered & feature::VERSION_1 == 0 {
             return Err(EndpointError::Features);
         }
         let features = offered & WANTED;
         fe.set_features(features).map_err(hs("SET_FEATURES"))?;
-        if features & (1 << 30) != 0 {
+        if features & feature::PROTOCOL_FEATURES != 0 {
             let pf = fe
                 .get_protocol_features()
                 .map_err(hs("GET_PROTOCOL_FEATURES"))?;
@@ -264,7 +266,7 @@ impl Endpoint {
             mmap_handle: memfd.as_raw_fd(),
         };
         fe.set_mem_table(&[region]).map_err(hs("SET_MEM_TABLE"))?;
-        let event_idx = features & (1 << 29) != 0;
+        let event_idx = features & feature::EVENT_IDX != 0;
         let mut rx = DriverRing::new(&mem, rx_layout, event_idx);
         let tx = DriverRing::new(&mem, tx_layout, event_idx);
         // Every receive buffer is offered up front.
@@ -291,7 +293,7 @@ impl Endpoint {
                 .map_err(hs("SET_VRING_CALL"))?;
             fe.set_vring_kick(q, &kick[q])
                 .map_err(hs("SET_VRING_KICK"))?;
-            if features & (1 << 30) != 0 {
+            if features & feature::PROTOCOL_FEATURES != 0 {
                 fe.set_vring_enable(q, true)
                     .map_err(hs("SET_VRING_ENABLE"))?;
             }

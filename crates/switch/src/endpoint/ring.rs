@@ -5,8 +5,8 @@
 use std::sync::atomic::{fence, Ordering};
 use vm_memory::{Address, Bytes, GuestAddress, GuestMemoryMmap};
 
-const F_WRITE: u16 = 2;
-const VRING_USED_F_NO_NOTIFY: u16 = 1;
+const F_WRITE: u16 = virtio_bindings::virtio_ring::VRING_DESC_F_WRITE as u16;
+const VRING_USED_F_NO_NOTIFY: u16 = virtio_bindings::virtio_ring::VRING_USED_F_NO_NOTIFY as u16;
 
 /// Where a queue and its buffers live in the endpoint's memory.
 #[derive(Debug, Clone, Copy)]

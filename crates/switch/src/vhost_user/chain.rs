@@ -12,9 +12,9 @@ use vm_memory::{
 /// Longest chain accepted (Linux uses at most MAX_SKB_FRAGS + 2 without indirect descriptors).
 pub const MAX_SEGS: usize = 64;
 
-const F_NEXT: u16 = 1;
-const F_WRITE: u16 = 2;
-const F_INDIRECT: u16 = 4;
+const F_NEXT: u16 = virtio_bindings::virtio_ring::VRING_DESC_F_NEXT as u16;
+const F_WRITE: u16 = virtio_bindings::virtio_ring::VRING_DESC_F_WRITE as u16;
+const F_INDIRECT: u16 = virtio_bindings::virtio_ring::VRING_DESC_F_INDIRECT as u16;
 
 /// What is wrong with a chain.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]

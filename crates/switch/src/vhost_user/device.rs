@@ -24,15 +24,15 @@ pub const NUM_QUEUES: usize = 2;
 /// Feature bits.
 pub mod feature {
     /// VIRTIO_NET_F_MRG_RXBUF.
-    pub const MRG_RXBUF: u64 = 1 << 15;
+    pub const MRG_RXBUF: u64 = 1 << virtio_bindings::virtio_net::VIRTIO_NET_F_MRG_RXBUF;
     /// VIRTIO_RING_F_INDIRECT_DESC (not offered).
-    pub const INDIRECT_DESC: u64 = 1 << 28;
+    pub const INDIRECT_DESC: u64 = 1 << virtio_bindings::virtio_ring::VIRTIO_RING_F_INDIRECT_DESC;
     /// VIRTIO_RING_F_EVENT_IDX.
-    pub const EVENT_IDX: u64 = 1 << 29;
+    pub const EVENT_IDX: u64 = 1 << virtio_bindings::virtio_ring::VIRTIO_RING_F_EVENT_IDX;
     /// VHOST_USER_F_PROTOCOL_FEATURES.
     pub const PROTOCOL_FEATURES: u64 = 1 << 30;
     /// VIRTIO_F_VERSION_1.
-    pub const VERSION_1: u64 = 1 << 32;
+    pub const VERSION_1: u64 = 1 << virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
     /// What this device offers.
     pub const OFFERED: u64 = MRG_RXBUF | EVENT_IDX | PROTOCOL_FEATURES | VERSION_1;
 }

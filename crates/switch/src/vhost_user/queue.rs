@@ -20,8 +20,9 @@ use virtio_queue::desc::split::Descriptor;
 use virtio_queue::{Queue, QueueT};
 use vm_memory::{Bytes, GuestAddress, GuestRegionMmap, MemoryRegionAddress};
 
-const VRING_AVAIL_F_NO_INTERRUPT: u16 = 1;
-const VRING_USED_F_NO_NOTIFY: u16 = 1;
+const VRING_AVAIL_F_NO_INTERRUPT: u16 =
+    virtio_bindings::virtio_ring::VRING_AVAIL_F_NO_INTERRUPT as u16;
+const VRING_USED_F_NO_NOTIFY: u16 = virtio_bindings::virtio_ring::VRING_USED_F_NO_NOTIFY as u16;
 
 /// Why a queue could not start.
 #[derive(Debug, thiserror::Error)]
