@@ -15,7 +15,10 @@ struct Testpmd(Child);
 
 impl Drop for Testpmd {
     fn drop(&mut self) {
-        let _ = self.0.kill();
+        // SIGTERM to `timeout`, which passes it on to testpmd (SIGKILL would orphan testpmd).
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.0.id().to_string()])
+            .status();
         let _ = self.0.wait();
     }
 }

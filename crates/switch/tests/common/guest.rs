@@ -266,7 +266,10 @@ impl Guest {
 
 impl Drop for Guest {
     fn drop(&mut self) {
-        let _ = self.child.kill();
+        // SIGTERM to `timeout`, which passes it on to QEMU (SIGKILL would orphan QEMU).
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
         let _ = self.child.wait();
     }
 }
