@@ -19,6 +19,7 @@ use crate::proto::{
     read_msg, write_msg, AgentReport, Counters, FrameError, Limits, Request, Response, TestSpec,
     Transport, Workload, PROTO_VERSION, UDP_HEADER, UDP_HELLO_SEQ,
 };
+use crate::session::{read_full, would_block, write_full};
 use crate::sys;
 
 /// How often blocked threads look at their stop flag.
@@ -405,7 +406,7 @@ impl Test {
                     let (spec, shared2) = (spec.clone(), shared.clone());
                     threads.push(std::thread::Builder::new().name(format!("udp-{i}")).spawn(
                         move || {
-                            run_session(i, &spec, &shared2, |c| {
+                            run_session(i, &spec, |c| {
                                 udp_session(&s, key, client_ip, &spec, &shared2, c)
                             })
                         },
@@ -456,12 +457,7 @@ impl Test {
 
 /// Runs one session's work on the calling thread with its placement and CPU
 /// accounting around it.
-fn run_session(
-    index: usize,
-    spec: &TestSpec,
-    shared: &Shared,
-    work: impl FnOnce(&mut Counters),
-) -> SessionEnd {
+fn run_session(index: usize, spec: &TestSpec, work: impl FnOnce(&mut Counters)) -> SessionEnd {
     let placement = pin::enter(
         format!("agent session {index}"),
         pin::pick(&spec.cpus, index),
@@ -469,7 +465,6 @@ fn run_session(
     let cpu0 = CpuTime::thread();
     let mut counters = Counters::default();
     work(&mut counters);
-    let _ = shared;
     SessionEnd {
         index,
         counters,
@@ -520,9 +515,7 @@ fn accept_sessions(
         let h = std::thread::Builder::new()
             .name(format!("tcp-{index}"))
             .spawn(move || {
-                run_session(index, &spec2, &shared2, |c| {
-                    tcp_session(stream, &spec2, &shared2, c)
-                })
+                run_session(index, &spec2, |c| tcp_session(stream, &spec2, &shared2, c))
             });
         if let (Ok(h), Ok(mut late)) = (h, shared.late_threads.lock()) {
             late.push(h);
@@ -532,31 +525,6 @@ fn accept_sessions(
 
 fn stopped(shared: &Shared) -> bool {
     shared.stop.load(Ordering::Relaxed)
-}
-
-fn timed_out(e: &std::io::Error) -> bool {
-    matches!(
-        e.kind(),
-        ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
-    )
-}
-
-/// Fills `buf` completely; false when the session ends first.
-fn read_full(s: &mut TcpStream, buf: &mut [u8], shared: &Shared) -> bool {
-    let mut got = 0;
-    while got < buf.len() {
-        match s.read(&mut buf[got..]) {
-            Ok(0) => return false,
-            Ok(n) => got += n,
-            Err(e) if timed_out(&e) => {
-                if stopped(shared) {
-                    return false;
-                }
-            }
-            Err(_) => return false,
-        }
-    }
-    true
 }
 
 fn tcp_session(mut s: TcpStream, spec: &TestSpec, shared: &Shared, c: &mut Counters) {
@@ -572,10 +540,11 @@ fn tcp_session(mut s: TcpStream, spec: &TestSpec, shared: &Shared, c: &mut Count
         } => {
             let mut req = vec![0u8; request as usize];
             let resp = vec![0x5au8; response as usize];
-            while read_full(&mut s, &mut req, shared) {
+            let over = || stopped(shared);
+            while read_full(&mut s, &mut req, over).is_ok() {
                 c.packets_in += 1;
                 c.bytes_in += u64::from(request);
-                if write_full(&mut s, &resp, shared).is_err() {
+                if write_full(&mut s, &resp, over).is_err() {
                     break;
                 }
                 c.packets_out += 1;
@@ -591,7 +560,7 @@ fn tcp_session(mut s: TcpStream, spec: &TestSpec, shared: &Shared, c: &mut Count
                         c.packets_in += 1;
                         c.bytes_in += n as u64;
                     }
-                    Err(e) if timed_out(&e) => {}
+                    Err(e) if would_block(&e) => {}
                     Err(_) => break,
                 }
             }
@@ -607,29 +576,12 @@ fn tcp_session(mut s: TcpStream, spec: &TestSpec, shared: &Shared, c: &mut Count
                         c.packets_out += 1;
                         c.bytes_out += n as u64;
                     }
-                    Err(e) if timed_out(&e) => {}
+                    Err(e) if would_block(&e) => {}
                     Err(_) => break,
                 }
             }
         }
     }
-}
-
-fn write_full(s: &mut TcpStream, buf: &[u8], shared: &Shared) -> std::io::Result<()> {
-    let mut off = 0;
-    while off < buf.len() {
-        match s.write(&buf[off..]) {
-            Ok(0) => return Err(ErrorKind::WriteZero.into()),
-            Ok(n) => off += n,
-            Err(e) if timed_out(&e) => {
-                if stopped(shared) {
-                    return Err(e);
-                }
-            }
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
 }
 
 /// Key and sequence number of a datagram from the client, if it is one.

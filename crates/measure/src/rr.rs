@@ -151,12 +151,17 @@ fn tcp_closed(ctx: &SessionCtx, p: &RrParams, rec: &mut Recorder) -> Result<(), 
         if w.over(t) {
             return Ok(());
         }
+        // The next request's stamp: the receive instant serves (a few ns of
+        // recording are charged to it, never hidden) unless touching the
+        // buffers came in between, which is not network time.
+        let mut stamp = t;
         if p.dirty {
             dirty_read(&resp);
             round += 1;
             dirty_write(&mut req, round);
+            stamp = now();
         }
-        in_flight.push_back(now());
+        in_flight.push_back(stamp);
         match write_full(&mut s, &req, over) {
             Ok(()) | Err(Ended::Stopped) => {}
             Err(e) => return Err(e),
@@ -247,6 +252,11 @@ impl Ring {
     pub(crate) fn put(&mut self, seq: u64, t: u64) {
         self.slots[(seq & self.mask) as usize] = (seq, t);
     }
+    /// Forgets every request in flight (they were declared lost).
+    pub(crate) fn clear(&mut self) {
+        self.slots.iter_mut().for_each(|s| s.0 = u64::MAX);
+    }
+
     /// The send stamp of `seq` if it is still in flight; marks it answered.
     #[inline]
     pub(crate) fn take(&mut self, seq: u64) -> Option<u64> {
@@ -340,7 +350,7 @@ fn udp_closed(
             x.lost += outstanding;
             outstanding = 0;
             last_answer = now();
-            ring = Ring::new(burst as usize * 4);
+            ring.clear();
         }
     }
     Ok(())

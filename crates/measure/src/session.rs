@@ -194,7 +194,8 @@ pub fn sum_target(
     (m, lat, ops_total)
 }
 
-fn would_block(e: &std::io::Error) -> bool {
+/// A timeout or interruption: look at the clock and stop flag, then retry.
+pub(crate) fn would_block(e: &std::io::Error) -> bool {
     matches!(
         e.kind(),
         ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted

@@ -155,10 +155,8 @@ fn bad_arguments_are_refused_clearly() {
     }
 }
 
-#[test]
-fn ctrl_c_prints_and_saves_what_was_measured() {
-    let agent = AgentProc::start();
-    let out_file = std::env::temp_dir().join(format!("vnio-ctrlc-{}.json", std::process::id()));
+/// A long rr run against `agent` saving to `out`, already measuring on return.
+fn long_rr(agent: &AgentProc, out: &std::path::Path) -> Child {
     let child = Command::new(VNIO)
         .args([
             "rr",
@@ -169,13 +167,21 @@ fn ctrl_c_prints_and_saves_what_was_measured() {
             "--warmup",
             "100ms",
             "-o",
-            out_file.to_str().unwrap(),
         ])
+        .arg(out)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_millis(1500));
+    child
+}
+
+#[test]
+fn ctrl_c_prints_and_saves_what_was_measured() {
+    let agent = AgentProc::start();
+    let out_file = std::env::temp_dir().join(format!("vnio-ctrlc-{}.json", std::process::id()));
+    let child = long_rr(&agent, &out_file);
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(child.id() as i32),
         nix::sys::signal::Signal::SIGINT,
@@ -199,23 +205,7 @@ fn ctrl_c_prints_and_saves_what_was_measured() {
 fn agent_process_killed_mid_run_keeps_partial_results() {
     let mut agent = AgentProc::start();
     let out_file = std::env::temp_dir().join(format!("vnio-killed-{}.json", std::process::id()));
-    let child = Command::new(VNIO)
-        .args([
-            "rr",
-            "-t",
-            &agent.target(),
-            "-d",
-            "20s",
-            "--warmup",
-            "100ms",
-            "-o",
-            out_file.to_str().unwrap(),
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(1500));
+    let child = long_rr(&agent, &out_file);
     agent.child.kill().unwrap(); // SIGKILL: no goodbye on any socket
     let _ = agent.child.wait();
     let out = child.wait_with_output().unwrap();
