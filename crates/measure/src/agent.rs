@@ -366,8 +366,11 @@ fn random_key() -> u64 {
 }
 
 impl Test {
-    fn start(spec: &TestSpec, local_ip: IpAddr, client_ip: IpAddr) -> std::io::Result<Test> {
+    fn start(spec: &TestSpec, local_ip: IpAddr, control_ip: IpAddr) -> std::io::Result<Test> {
         let key = random_key();
+        // Data must come from the client's address (or the one it declared),
+        // and carry the test's key.
+        let client_ip = spec.data_from.unwrap_or(control_ip);
         let shared = Arc::new(Shared {
             stop: AtomicBool::new(false),
             foreign: AtomicU64::new(0),

@@ -9,6 +9,7 @@ pub mod clock;
 pub mod cpu;
 pub mod env;
 pub mod pace;
+pub mod path;
 mod pin;
 pub mod ping;
 pub mod proto;

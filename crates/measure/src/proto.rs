@@ -82,6 +82,10 @@ pub struct TestSpec {
     pub busy_poll_us: Option<u32>,
     /// CLOCK_REALTIME instant at which sources start sending.
     pub start_at_unix_ns: u64,
+    /// The address data sessions come from when it is not the control
+    /// connection's (a kernel-bypass endpoint on a switch port has its own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_from: Option<std::net::IpAddr>,
 }
 
 /// What an agent accepts from one client.
@@ -288,6 +292,7 @@ mod tests {
             cpus: vec![],
             busy_poll_us: None,
             start_at_unix_ns: 0,
+            data_from: None,
         }
     }
 

@@ -20,6 +20,7 @@ use serde::Serialize;
 
 use crate::clock;
 use crate::pace::Schedule;
+use crate::path::{Datagrams, KernelUdp, Via};
 use crate::proto::{Transport, UDP_HEADER};
 use crate::run::SessionCtx;
 use crate::session::{
@@ -50,6 +51,10 @@ pub struct RrParams {
     /// Take the receive instant from the kernel's software timestamp
     /// (SO_TIMESTAMPING) instead of reading the clock after recv returns.
     pub rx_timestamp: bool,
+    /// UDP through a path that is not a kernel socket (e.g. the switch's
+    /// poll-mode endpoint); `None`: kernel sockets.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub via: Option<Via>,
 }
 
 /// The runner's description of an rr run.
@@ -69,6 +74,7 @@ pub fn job(common: &crate::run::Common, p: RrParams) -> crate::run::Job {
         workload,
         latency: true,
         requested_rate,
+        data_from: p.via.as_ref().map(|v| v.0.source()),
         with_report: crate::run::no_report,
         session: std::sync::Arc::new(move |ctx| session(ctx, &p)),
     }
@@ -80,6 +86,12 @@ pub fn session(ctx: SessionCtx, p: &RrParams) -> Outcome {
     let mut rec = Recorder::new(&ctx.window, ctx.intervals.clone());
     let mut extra = Extra::default();
     let result = match (p.transport, p.rate_per_session) {
+        (Transport::Tcp, _) if p.via.is_some() => Err(Ended::Failed(
+            "a non-kernel path (--via) carries UDP only; use --udp".into(),
+        )),
+        (_, _) if p.via.is_some() && p.rx_timestamp => Err(Ended::Failed(
+            "kernel receive timestamps need a kernel socket, not --via".into(),
+        )),
         (Transport::Tcp, None) => tcp_closed(&ctx, p, &mut rec),
         (Transport::Udp, None) => udp_closed(&ctx, p, &mut rec, &mut extra),
         (Transport::Tcp, Some(rate)) => tcp_open(&ctx, p, rate, &mut rec, &mut extra),
@@ -178,7 +190,7 @@ pub(crate) fn enable_rx_timestamps(s: &impl std::os::fd::AsFd) -> Result<(), End
         .map_err(|e| Ended::Failed(format!("enabling SO_TIMESTAMPING: {e}")))
 }
 
-fn udp_socket(ctx: &SessionCtx, p: &RrParams) -> Result<UdpSocket, Ended> {
+fn udp_socket(ctx: &SessionCtx, p: &RrParams) -> Result<KernelUdp, Ended> {
     let fail = |what: &str, e: std::io::Error| Ended::Failed(format!("{what}: {e}"));
     let bind: SocketAddr = if ctx.agent.is_ipv4() {
         "0.0.0.0:0".parse()
@@ -197,20 +209,10 @@ fn udp_socket(ctx: &SessionCtx, p: &RrParams) -> Result<UdpSocket, Ended> {
     if p.rx_timestamp {
         enable_rx_timestamps(&s)?;
     }
-    Ok(s)
-}
-
-/// Receives one datagram; returns its length and, with kernel timestamps on,
-/// the CLOCK_REALTIME instant the kernel received it.
-fn udp_recv(
-    s: &UdpSocket,
-    buf: &mut [u8],
-    kernel_ts: bool,
-) -> std::io::Result<(usize, Option<u64>)> {
-    if !kernel_ts {
-        return s.recv(buf).map(|n| (n, None));
-    }
-    recv_stamped(s, buf)
+    Ok(KernelUdp {
+        socket: s,
+        stamped: p.rx_timestamp,
+    })
 }
 
 /// Receives one datagram with its kernel software receive timestamp
@@ -296,7 +298,26 @@ fn udp_closed(
     rec: &mut Recorder,
     x: &mut Extra,
 ) -> Result<(), Ended> {
-    let s = udp_socket(ctx, p)?;
+    match &p.via {
+        None => udp_closed_on(ctx, p, rec, x, udp_socket(ctx, p)?),
+        Some(via) => udp_closed_on(ctx, p, rec, x, open_via(ctx, via)?),
+    }
+}
+
+/// Opens this session's non-kernel path.
+fn open_via(ctx: &SessionCtx, via: &crate::path::Via) -> Result<crate::path::BoxedPath, Ended> {
+    via.0
+        .open(ctx.index, SocketAddr::new(ctx.agent.ip(), ctx.port))
+        .map_err(Ended::Failed)
+}
+
+fn udp_closed_on<D: Datagrams>(
+    ctx: &SessionCtx,
+    p: &RrParams,
+    rec: &mut Recorder,
+    x: &mut Extra,
+    mut s: D,
+) -> Result<(), Ended> {
     let clock_now = || {
         if p.rx_timestamp {
             clock::realtime_ns()
@@ -311,20 +332,26 @@ fn udp_closed(
     let (mut seq, mut outstanding, mut last_answer) = (0u64, 0u64, now());
     let w = &ctx.window;
     ctx.wait_start();
-    let mut send = |seq: &mut u64, ring: &mut Ring, req: &mut [u8]| -> Result<(), Ended> {
-        stamp_header(req, ctx.key, *seq);
-        ring.put(*seq, clock_now());
-        *seq += 1;
-        x.sent += 1;
-        s.send(req).map(|_| ()).map_err(send_err)
-    };
+    let mut send =
+        |s: &mut D, seq: &mut u64, ring: &mut Ring, req: &mut [u8]| -> Result<(), Ended> {
+            stamp_header(req, ctx.key, *seq);
+            ring.put(*seq, clock_now());
+            *seq += 1;
+            x.sent += 1;
+            match s.send(req) {
+                // A full transmit queue loses the request: the loss timeout counts it.
+                Err(e) if e.kind() == ErrorKind::WouldBlock => Ok(()),
+                r => r.map_err(send_err),
+            }
+        };
     while !w.over(now()) {
         while outstanding < burst {
-            send(&mut seq, &mut ring, &mut req)?;
+            send(&mut s, &mut seq, &mut ring, &mut req)?;
             outstanding += 1;
         }
-        match udp_recv(&s, &mut buf, p.rx_timestamp) {
-            Ok((n, ts)) => {
+        match s.recv_wait(&mut buf) {
+            Ok(None) => {}
+            Ok(Some((n, ts))) => {
                 let t_recv = ts.unwrap_or_else(clock_now);
                 let t = now();
                 if let Some(sent) = header_seq(&buf[..n], ctx.key).and_then(|q| ring.take(q)) {
@@ -337,11 +364,6 @@ fn udp_closed(
                     }
                 }
             }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
-                ) => {}
             Err(e) if e.kind() == ErrorKind::ConnectionRefused => return Err(Ended::Closed),
             Err(e) => return Err(Ended::Failed(format!("UDP receive: {e}"))),
         }
@@ -476,9 +498,20 @@ fn udp_open(
             "software receive timestamps are used with closed-loop UDP rr, not --rate".into(),
         ));
     }
-    let s = udp_socket(ctx, p)?;
-    s.set_nonblocking(true)
-        .map_err(|e| Ended::Failed(e.to_string()))?;
+    match &p.via {
+        None => udp_open_on(ctx, p, rate, rec, x, udp_socket(ctx, p)?),
+        Some(via) => udp_open_on(ctx, p, rate, rec, x, open_via(ctx, via)?),
+    }
+}
+
+fn udp_open_on<D: Datagrams>(
+    ctx: &SessionCtx,
+    p: &RrParams,
+    rate: u64,
+    rec: &mut Recorder,
+    x: &mut Extra,
+    mut s: D,
+) -> Result<(), Ended> {
     let mut req = vec![0u8; p.request as usize];
     let mut buf = vec![0u8; 65536];
     // A ring wide enough for one second of requests at this rate.
@@ -502,33 +535,33 @@ fn udp_open(
             seq += 1;
             x.sent += 1;
             match s.send(&req) {
-                Ok(_) => {}
+                Ok(()) => {}
                 // A full socket buffer loses the request: it counts as lost.
                 Err(e) if e.kind() == ErrorKind::WouldBlock => {}
                 Err(e) => return Err(send_err(e)),
             }
         }
         loop {
-            match s.recv(&mut buf) {
-                Ok(n) => {
+            match s.recv_now(&mut buf) {
+                Ok(Some(n)) => {
                     let t = now();
                     if let Some(at) = header_seq(&buf[..n], ctx.key).and_then(|q| ring.take(q)) {
                         rec.record(t, t.saturating_sub(at));
                         answered += 1;
                     }
                 }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Ok(None) => break,
                 Err(e) if e.kind() == ErrorKind::ConnectionRefused => return Err(Ended::Closed),
                 Err(e) => return Err(Ended::Failed(format!("UDP receive: {e}"))),
             }
         }
-        poll_wait(s.as_fd(), PollFlags::POLLIN, sched.send_at(seq));
+        s.idle_until(sched.send_at(seq));
     }
     // Answers still on their way are not lost: give them a moment.
     let drain_end = now() + UDP_LOSS_TIMEOUT.as_nanos() as u64;
     while now() < drain_end && answered < seq {
-        match s.recv(&mut buf) {
-            Ok(n) => {
+        match s.recv_now(&mut buf) {
+            Ok(Some(n)) => {
                 if header_seq(&buf[..n], ctx.key)
                     .and_then(|q| ring.take(q))
                     .is_some()
@@ -536,7 +569,7 @@ fn udp_open(
                     answered += 1;
                 }
             }
-            Err(_) => std::thread::sleep(Duration::from_millis(1)),
+            _ => s.idle_until(now() + 1_000_000),
         }
     }
     x.lost = seq - answered;

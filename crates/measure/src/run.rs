@@ -87,6 +87,9 @@ pub struct Job {
     pub latency: bool,
     /// Requested rate per target (open loop, paced).
     pub requested_rate: Option<f64>,
+    /// The address data sessions come from when it is not this host's
+    /// control connection (a kernel-bypass endpoint).
+    pub data_from: Option<std::net::IpAddr>,
     /// Completes a target's figures with the agent's report (streams).
     pub with_report: fn(&mut Measured, &AgentReport, &[&Outcome]),
 }
@@ -164,6 +167,7 @@ fn iteration(
         cpus: c.agent_cpus.clone(),
         busy_poll_us: c.busy_poll_us,
         start_at_unix_ns: start_unix,
+        data_from: job.data_from,
     };
     let mut controls = Vec::with_capacity(addrs.len());
     for &addr in addrs {

@@ -75,6 +75,7 @@ pub fn job(common: &Common, p: StreamParams) -> Job {
         workload,
         latency: false,
         requested_rate,
+        data_from: None,
         with_report,
         session: std::sync::Arc::new(move |ctx| session(ctx, &p)),
     }

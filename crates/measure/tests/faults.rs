@@ -28,6 +28,7 @@ fn rr_params() -> RrParams {
         rate_per_session: None,
         busy_poll_us: None,
         rx_timestamp: false,
+        via: None,
     }
 }
 
@@ -43,6 +44,7 @@ fn echo_spec(sessions: u32) -> TestSpec {
         cpus: vec![],
         busy_poll_us: None,
         start_at_unix_ns: 0,
+        data_from: None,
     }
 }
 

@@ -19,6 +19,7 @@ fn params(transport: Transport, burst: u32) -> RrParams {
         rate_per_session: None,
         busy_poll_us: None,
         rx_timestamp: false,
+        via: None,
     }
 }
 

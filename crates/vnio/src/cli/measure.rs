@@ -221,6 +221,12 @@ pub struct RrArgs {
     /// Take receive instants from kernel software timestamps (SO_TIMESTAMPING; UDP).
     #[arg(long)]
     rx_timestamp: bool,
+    /// Send and receive through the switch's poll-mode endpoint instead of a
+    /// kernel socket (UDP, one session):
+    /// vhost-user:SOCKET,ip=A.B.C.D[,mac=M][,listen][,wait].
+    /// The target is the agent's address on the switch's segment.
+    #[arg(long, value_parser = crate::cli::via::parse_via, value_name = "PATH")]
+    via: Option<crate::cli::via::VhostUserVia>,
 }
 
 /// Ctrl-C stops the measurement; what was measured is still printed and saved.
@@ -247,6 +253,17 @@ pub fn rr(a: RrArgs) -> anyhow::Result<i32> {
         bail!("UDP rr messages carry a 16-byte header: --size must be at least 16");
     }
     let common = a.common.common();
+    if a.via.is_some() {
+        if a.proto != Transport::Udp {
+            bail!("--via carries UDP only: add --proto udp");
+        }
+        if common.sessions != 1 || common.targets.len() != 1 {
+            bail!("--via drives one session to one target (one endpoint per vhost-user port)");
+        }
+        if a.rx_timestamp {
+            bail!("--rx-timestamp needs a kernel socket; the endpoint path has no kernel stamps");
+        }
+    }
     let rate_per_session = a
         .rate
         .map(|r| (r / u64::from(common.sessions.max(1))).max(1));
@@ -260,6 +277,9 @@ pub fn rr(a: RrArgs) -> anyhow::Result<i32> {
         rate_per_session,
         busy_poll_us: common.busy_poll_us,
         rx_timestamp: a.rx_timestamp,
+        via: a
+            .via
+            .map(|v| vnio_measure::path::Via(std::sync::Arc::new(v))),
     };
     let job = vnio_measure::rr::job(&common, params);
     let doc = vnio_measure::run::run(&common, &job, stop_on_signal()?, &progress)?;

@@ -3,3 +3,4 @@
 pub mod measure;
 pub mod switch;
 pub mod tune;
+pub mod via;

@@ -1,0 +1,238 @@
+//! `vnio rr --via vhost-user:PATH,ip=A.B.C.D[,mac=M][,listen][,wait]`: the
+//! switch's poll-mode endpoint (a user-space virtio-net driver on a
+//! vhost-user port) as the client's UDP path, timed like any other rr.
+//!
+//! The control connection to the agent still uses the kernel; the agent is
+//! told the endpoint's address so it accepts (and answers) its datagrams.
+
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use vnio_measure::clock::now_ns;
+use vnio_measure::path::{BoxedPath, Datagrams, PathOpener};
+use vnio_switch::endpoint::{Endpoint, EndpointConfig, EndpointError};
+use vnio_switch::error_chain;
+use vnio_switch::wire::EthernetAddress;
+
+/// How long opening waits for the switch (connect) or for the switch to
+/// connect (listen), and for the agent's ARP answer.
+const OPEN_TIMEOUT: Duration = Duration::from_secs(5);
+/// The longest a receive waits before the loop looks at its clock again.
+const RECV_WAIT_NS: u64 = 50_000_000;
+/// UDP source port of session 0 (a fixed port makes captures readable).
+const SOURCE_PORT: u16 = 40_000;
+
+/// A parsed `--via vhost-user:...`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VhostUserVia {
+    pub socket: PathBuf,
+    pub ip: Ipv4Addr,
+    pub mac: EthernetAddress,
+    /// Listen on `socket` for a switch port in client mode (default: connect).
+    pub listen: bool,
+    /// Sleep on the switch's notifications when idle instead of busy-polling.
+    pub wait: bool,
+}
+
+/// Parses `vhost-user:PATH,ip=A.B.C.D[,mac=02:..][,listen][,wait]`.
+pub fn parse_via(s: &str) -> Result<VhostUserVia, String> {
+    let usage =
+        "try vhost-user:/run/vnio/p1.sock,ip=10.0.0.5[,mac=02:00:00:00:00:05][,listen][,wait]";
+    let rest = s
+        .strip_prefix("vhost-user:")
+        .ok_or_else(|| format!("unknown path {s:?}: {usage}"))?;
+    let mut parts = rest.split(',');
+    let socket = PathBuf::from(parts.next().unwrap_or_default());
+    if socket.as_os_str().is_empty() {
+        return Err(format!("--via needs a socket path: {usage}"));
+    }
+    let (mut ip, mut mac, mut listen, mut wait) = (None, None, false, false);
+    for opt in parts {
+        match opt.split_once('=') {
+            Some(("ip", v)) => {
+                ip = Some(
+                    v.parse::<Ipv4Addr>()
+                        .map_err(|_| format!("ip={v:?} is not an IPv4 address"))?,
+                )
+            }
+            Some(("mac", v)) => {
+                mac = Some(
+                    v.parse::<EthernetAddress>()
+                        .map_err(|_| format!("mac={v:?} is not a MAC address"))?,
+                )
+            }
+            None if opt == "listen" => listen = true,
+            None if opt == "wait" => wait = true,
+            _ => return Err(format!("unknown --via option {opt:?}: {usage}")),
+        }
+    }
+    let ip = ip.ok_or_else(|| format!("--via needs the endpoint's ip=: {usage}"))?;
+    // A locally administered MAC derived from the IP: stable across runs,
+    // so the switch's FDB and the peer's ARP cache stay valid.
+    let o = ip.octets();
+    let mac = mac.unwrap_or(EthernetAddress([0x02, 0x76, o[0], o[1], o[2], o[3]]));
+    Ok(VhostUserVia {
+        socket,
+        ip,
+        mac,
+        listen,
+        wait,
+    })
+}
+
+impl PathOpener for VhostUserVia {
+    fn open(&self, index: usize, agent: SocketAddr) -> Result<BoxedPath, String> {
+        if index > 0 {
+            return Err("a vhost-user endpoint carries one session (use --sessions 1)".into());
+        }
+        let SocketAddr::V4(agent) = agent else {
+            return Err("the poll-mode endpoint speaks IPv4 only".into());
+        };
+        let mut cfg = EndpointConfig::new(self.mac, self.ip.into());
+        cfg.echo_port = None;
+        cfg.connect_timeout = OPEN_TIMEOUT;
+        let where_ = self.socket.display();
+        let mut ep = if self.listen {
+            Endpoint::listen(&self.socket, cfg, OPEN_TIMEOUT)
+        } else {
+            Endpoint::connect(&self.socket, cfg)
+        }
+        .map_err(|e| format!("vhost-user endpoint on {where_}: {}", error_chain(&e)))?;
+        ep.resolve((*agent.ip()).into(), OPEN_TIMEOUT)
+            .map_err(|e| {
+                format!(
+                    "no ARP answer from {} through {where_} ({}): is the agent on the switch's segment?",
+                    agent.ip(),
+                    error_chain(&e)
+                )
+            })?;
+        Ok(Box::new(EndpointPath {
+            ep,
+            agent,
+            port: SOURCE_PORT + index as u16,
+            wait: self.wait,
+        }))
+    }
+
+    fn source(&self) -> IpAddr {
+        IpAddr::V4(self.ip)
+    }
+
+    fn sessions(&self) -> usize {
+        1
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "vhost-user:{} as {} ({}, {})",
+            self.socket.display(),
+            self.ip,
+            self.mac,
+            if self.wait { "wait" } else { "busy-poll" }
+        )
+    }
+}
+
+/// One session's endpoint.
+struct EndpointPath {
+    ep: Endpoint,
+    agent: SocketAddrV4,
+    port: u16,
+    wait: bool,
+}
+
+impl Datagrams for EndpointPath {
+    fn send(&mut self, payload: &[u8]) -> io::Result<()> {
+        match self.ep.udp_send_to(self.agent, self.port, payload) {
+            Ok(()) => Ok(()),
+            Err(EndpointError::TxFull) => Err(io::ErrorKind::WouldBlock.into()),
+            Err(e) => Err(io::Error::other(error_chain(&e))),
+        }
+    }
+
+    fn recv_wait(&mut self, buf: &mut [u8]) -> io::Result<Option<(usize, Option<u64>)>> {
+        let deadline = now_ns() + RECV_WAIT_NS;
+        loop {
+            // Poll-mode: look at the ring many times per clock read.
+            for _ in 0..64 {
+                if let Some(n) = self.recv_now(buf)? {
+                    return Ok(Some((n, None)));
+                }
+            }
+            let t = now_ns();
+            if t >= deadline {
+                return Ok(None);
+            }
+            if self.wait {
+                self.sleep(deadline - t)?;
+            }
+        }
+    }
+
+    #[inline]
+    fn recv_now(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        while let Some((src, dst_port, n)) = self.ep.udp_recv(buf) {
+            if src == self.agent && dst_port == self.port {
+                return Ok(Some(n));
+            }
+        }
+        Ok(None)
+    }
+
+    fn idle_until(&mut self, next_due: u64) {
+        let t = now_ns();
+        if self.wait && next_due > t + 100_000 {
+            let _ = self.sleep(next_due - t - 50_000);
+        }
+        // Busy-polling: return, the caller polls the ring again.
+    }
+}
+
+impl EndpointPath {
+    fn sleep(&mut self, ns: u64) -> io::Result<()> {
+        let ms = ns.div_ceil(1_000_000).min(50);
+        self.ep
+            .wait(Duration::from_millis(ms))
+            .map(|_| ())
+            .map_err(|e| io::Error::other(error_chain(&e)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_a_full_spec() {
+        let v = parse_via("vhost-user:/run/p1.sock,ip=10.0.0.5,mac=02:00:00:00:00:09,listen,wait")
+            .unwrap();
+        assert_eq!(v.socket, PathBuf::from("/run/p1.sock"));
+        assert_eq!(v.ip, Ipv4Addr::new(10, 0, 0, 5));
+        assert_eq!(v.mac, EthernetAddress([2, 0, 0, 0, 0, 9]));
+        assert!(v.listen && v.wait);
+    }
+
+    #[test]
+    fn derives_a_stable_local_mac_from_the_ip() {
+        let v = parse_via("vhost-user:/s,ip=10.1.2.3").unwrap();
+        assert_eq!(v.mac, EthernetAddress([2, 0x76, 10, 1, 2, 3]));
+        assert!(!v.listen && !v.wait);
+    }
+
+    #[test]
+    fn rejects_what_it_cannot_use() {
+        for (bad, says) in [
+            ("tap:/x", "unknown path"),
+            ("vhost-user:", "socket path"),
+            ("vhost-user:/s", "ip="),
+            ("vhost-user:/s,ip=10.0.0.300", "not an IPv4"),
+            ("vhost-user:/s,ip=10.0.0.1,mac=zz", "not a MAC"),
+            ("vhost-user:/s,ip=10.0.0.1,turbo", "unknown --via option"),
+        ] {
+            let e = parse_via(bad).unwrap_err();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+    }
+}

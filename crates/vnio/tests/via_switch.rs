@@ -1,0 +1,136 @@
+//! `vnio rr --via vhost-user:...`: the switch's poll-mode endpoint as the
+//! client's UDP path, against a real `vnio switch` whose tap port carries
+//! the host stack, where a real `vnio agent` answers. Needs root (tap).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const VNIO: &str = env!("CARGO_BIN_EXE_vnio");
+
+/// Kills and reaps a child when the test ends, however it ends.
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn wait_for(what: &str, mut ok: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !ok() {
+        assert!(t0.elapsed() < Duration::from_secs(10), "{what} never came");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn switch_config(dir: &Path, tap: &str) -> PathBuf {
+    let cfg = dir.join("switch.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[switch]\ncontrol = \"{d}/ctl.sock\"\n\
+             [[port]]\nname = \"ep\"\nkind = \"vhost-user\"\nsocket = \"{d}/ep.sock\"\n\
+             [[port]]\nname = \"host\"\nkind = \"tap\"\nifname = \"{tap}\"\n",
+            d = dir.display()
+        ),
+    )
+    .unwrap();
+    cfg
+}
+
+#[test]
+fn rr_through_the_poll_mode_endpoint() {
+    if !vnio_lab::is_root() {
+        eprintln!("skipped: the switch's tap port needs root");
+        return;
+    }
+    let n = (std::process::id() % 200) as u8 + 20;
+    let dir = std::env::temp_dir().join(format!("vnio-via-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let tap = format!("vniovia{n}");
+    let (host_ip, ep_ip) = (format!("10.232.{n}.1"), format!("10.232.{n}.5"));
+    let _switch = Reaped(
+        Command::new(VNIO)
+            .args(["switch", "--config"])
+            .arg(switch_config(&dir, &tap))
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let mut h = vnio_lab::Handle::root().unwrap();
+    wait_for("the switch's tap", || h.link(&tap).ok().flatten().is_some());
+    h.add_address(&tap, host_ip.parse().unwrap(), 24).unwrap();
+    h.set_up(&tap).unwrap();
+    let listen = format!("{host_ip}:7700");
+    let _agent = Reaped(
+        Command::new(VNIO)
+            .args(["agent", "--listen", &listen])
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for("the agent", || {
+        std::net::TcpStream::connect(&listen).is_ok()
+    });
+    let via = format!("vhost-user:{}/ep.sock,ip={ep_ip}", dir.display());
+    let rr = |extra: &[&str]| {
+        let out = Command::new(VNIO)
+            .args(["rr", "-t", &host_ip, "-p", "udp", "--via", &via])
+            .args(["-d", "1s", "--warmup", "200ms", "--json"])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    // Closed loop: every transaction crossed the switch both ways.
+    let closed = rr(&[]);
+    let m = &closed["iterations"][0]["merged"];
+    assert!(m["ops"].as_u64().unwrap() > 100, "{m}");
+    assert_eq!(m["lost"], 0, "{m}");
+    assert!(m["latency"]["p50_ns"].as_u64().unwrap() > 0, "{m}");
+    assert!(
+        closed["params"]["rr"]["via"]
+            .as_str()
+            .unwrap()
+            .contains("ep.sock"),
+        "the document says which path was used"
+    );
+    // Open loop on a schedule.
+    let open = rr(&["--rate", "500"]);
+    let m = &open["iterations"][0]["merged"];
+    let achieved = m["achieved_rate"].as_f64().unwrap();
+    assert!((achieved - 500.0).abs() < 50.0, "{m}");
+    // The switch counted the endpoint's frames on its port.
+    let stats = Command::new(VNIO)
+        .args(["switch", "port", "stats", "ep", "--json", "--control"])
+        .arg(dir.join("ctl.sock"))
+        .output()
+        .unwrap();
+    let s = String::from_utf8_lossy(&stats.stdout);
+    assert!(stats.status.success() && s.contains("\"packets\""), "{s}");
+    // Failures are one line: nothing on the socket; TCP asked of it.
+    let missing = Command::new(VNIO)
+        .args(["rr", "-t", &host_ip, "-p", "udp", "-d", "200ms", "--via"])
+        .arg(format!("vhost-user:{}/none.sock,ip={ep_ip}", dir.display()))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&missing.stderr);
+    assert_eq!(missing.status.code(), Some(1), "{err}");
+    assert!(err.contains("none.sock"), "{err}");
+    let tcp = Command::new(VNIO)
+        .args(["rr", "-t", &host_ip, "--via", &via])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&tcp.stderr);
+    assert_eq!(tcp.status.code(), Some(1), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
