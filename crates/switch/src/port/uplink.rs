@@ -132,7 +132,10 @@ impl UplinkPort {
 }
 
 /// Computes the checksum a NEEDS_CSUM frame leaves to the device, and clears the flag.
-fn complete_checksum(f: &mut [u8]) {
+pub(crate) fn complete_checksum(f: &mut [u8]) {
+    if f.len() < HDR_LEN {
+        return;
+    }
     let start = HDR_LEN + usize::from(u16::from_le_bytes([f[6], f[7]]));
     let at = start + usize::from(u16::from_le_bytes([f[8], f[9]]));
     if at + 2 > f.len() || start > f.len() {
