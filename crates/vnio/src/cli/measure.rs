@@ -385,17 +385,29 @@ pub fn table(doc: &Document) -> String {
             "{:<22} {:>10} {:>12} {:>10} {:>12} {:>12} {:>8}",
             "target", "Gbit/s", "packets/s", "MB", "sent", "lost", "loss%"
         );
+        // TCP counts no packets sent or lost (the kernel retransmits): say so
+        // instead of printing zeros that read as measurements.
+        let tcp = doc.params.pointer("/stream/transport") == Some(&serde_json::json!("tcp"));
         for m in &rows {
+            let (sent, lost, pct) = if tcp {
+                ("-".to_string(), "-".to_string(), "-".to_string())
+            } else {
+                (
+                    m.sent.to_string(),
+                    m.lost.to_string(),
+                    format!("{:.3}", m.loss_pct),
+                )
+            };
             let _ = writeln!(
                 s,
-                "{:<22} {:>10.3} {:>12.0} {:>10.1} {:>12} {:>12} {:>8.3}",
+                "{:<22} {:>10.3} {:>12.0} {:>10.1} {:>12} {:>12} {:>8}",
                 m.target,
                 m.gbps,
                 m.ops_per_s,
                 m.bytes as f64 / 1e6,
-                m.sent,
-                m.lost,
-                m.loss_pct
+                sent,
+                lost,
+                pct
             );
         }
     }
