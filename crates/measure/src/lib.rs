@@ -10,7 +10,7 @@ pub mod cpu;
 pub mod env;
 pub mod pace;
 pub mod path;
-mod pin;
+pub mod pin;
 pub mod ping;
 pub mod proto;
 pub mod result;

@@ -34,6 +34,10 @@ pub struct Common {
     /// CPUs for the agents' session threads, round-robin.
     pub agent_cpus: Vec<usize>,
     pub busy_poll_us: Option<u32>,
+    /// The targets are plain UDP echo services (RFC 862: the datagram comes
+    /// back as it went), not agents: no control connection, no agent report.
+    #[serde(default)]
+    pub plain_echo: bool,
 }
 
 /// Everything a session thread needs.
@@ -171,9 +175,15 @@ fn iteration(
     };
     let mut controls = Vec::with_capacity(addrs.len());
     for &addr in addrs {
+        if c.plain_echo {
+            // Any key will do: an echo service returns it with the datagram.
+            let key = clock::realtime_ns() ^ (u64::from(std::process::id()) << 40);
+            controls.push((None, key, vec![addr.port()]));
+            continue;
+        }
         let mut ctl = Control::connect(addr, c.token.as_deref())?;
         let (key, ports) = ctl.start(&spec)?;
-        controls.push((ctl, key, ports));
+        controls.push((Some(ctl), key, ports));
     }
     // The agreed instant, mapped onto this host's monotonic clock.
     let start_ns = clock::now_ns() + start_unix.saturating_sub(clock::realtime_ns());
@@ -237,6 +247,10 @@ fn iteration(
     };
     let mut reports = Vec::with_capacity(controls.len());
     for (ctl, _, _) in controls.iter_mut() {
+        let Some(ctl) = ctl else {
+            reports.push(None);
+            continue;
+        };
         match ctl.stop() {
             Ok(r) => reports.push(Some(r)),
             Err(e) => {
@@ -277,7 +291,7 @@ fn iteration(
     if merged.requested_rate.is_some() {
         merged.achieved_rate = Some(merged.ops_per_s);
     }
-    if reports.iter().all(Option::is_some) {
+    if !reports.is_empty() && reports.iter().all(Option::is_some) {
         merged.agent_cost = Some(Cost::new(agent_cpu, ops_total, merged.bytes));
     }
     it.client_cost = Cost::new(cpu1.since(cpu0), ops_total, merged.bytes);

@@ -173,3 +173,36 @@ fn iterations_choose_the_median() {
         doc.iterations.iter().map(|i| i.merged.ops).sum::<u64>()
     );
 }
+
+#[test]
+fn udp_rr_against_a_plain_echo_service() {
+    // An RFC 862 echo loop: no agent, no control connection.
+    let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let addr = sock.local_addr().unwrap();
+    sock.set_read_timeout(Some(std::time::Duration::from_millis(50)))
+        .unwrap();
+    let done = no_stop();
+    let stop = done.clone();
+    let echo = std::thread::spawn(move || {
+        let mut buf = [0u8; 2048];
+        let mut echoed = 0u64;
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            if let Ok((n, from)) = sock.recv_from(&mut buf) {
+                let _ = sock.send_to(&buf[..n], from);
+                echoed += 1;
+            }
+        }
+        echoed
+    });
+    let mut c = common(&[addr], 1, 400);
+    c.plain_echo = true;
+    let doc = run(&c, &job(&c, params(Transport::Udp, 2)), no_stop(), &quiet).unwrap();
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let echoed = echo.join().unwrap();
+    assert!(doc.errors.is_empty(), "{:?}", doc.errors);
+    let m = &doc.chosen().unwrap().merged;
+    assert!(m.ops > 100, "only {} transactions", m.ops);
+    assert!(echoed >= m.ops, "every timed transaction was echoed");
+    assert_eq!(m.latency.as_ref().unwrap().count, m.ops);
+    assert!(m.agent_cost.is_none(), "no agent, no agent figures");
+}

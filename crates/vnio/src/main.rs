@@ -30,6 +30,8 @@ enum Command {
     Tune(cli::tune::Args),
     /// The virtual switch daemon and its control commands.
     Switch(cli::switch::Args),
+    /// A poll-mode endpoint on a switch port answering ARP, ping and UDP echo.
+    Endpoint(cli::endpoint::Args),
 }
 
 fn main() {
@@ -41,6 +43,7 @@ fn main() {
         Command::Stream(args) => cli::measure::stream(args),
         Command::Tune(args) => cli::tune::run(args),
         Command::Switch(args) => cli::switch::run(args),
+        Command::Endpoint(args) => cli::endpoint::run(args),
     };
     match result {
         Ok(code) => std::process::exit(code),

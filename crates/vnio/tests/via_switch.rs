@@ -134,3 +134,82 @@ fn rr_through_the_poll_mode_endpoint() {
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Kernel-bypass on both ends, no root: the rr client's endpoint on one
+/// vhost-user port, `vnio endpoint` echoing on another.
+#[test]
+fn rr_between_two_endpoints() {
+    let dir = std::env::temp_dir().join(format!("vnio-via2-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("switch.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[switch]\ncontrol = \"{d}/ctl.sock\"\n\
+             [[port]]\nname = \"a\"\nkind = \"vhost-user\"\nsocket = \"{d}/a.sock\"\n\
+             [[port]]\nname = \"b\"\nkind = \"vhost-user\"\nsocket = \"{d}/b.sock\"\n",
+            d = dir.display()
+        ),
+    )
+    .unwrap();
+    let _switch = Reaped(
+        Command::new(VNIO)
+            .args(["switch", "--config"])
+            .arg(&cfg)
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    // The responder sleeps on notifications: two busy pollers and the
+    // switch would fight over this machine's two CPUs.
+    let responder = Command::new(VNIO)
+        .arg("endpoint")
+        .arg(format!(
+            "vhost-user:{}/b.sock,ip=10.233.0.9,wait",
+            dir.display()
+        ))
+        .args(["-d", "20s"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = Command::new(VNIO)
+        .args(["rr", "-p", "udp", "--echo-server", "-t", "10.233.0.9:7"])
+        .arg("--via")
+        .arg(format!("vhost-user:{}/a.sock,ip=10.233.0.5", dir.display()))
+        .args(["-d", "1s", "--warmup", "200ms", "--burst", "2", "--json"])
+        .output()
+        .unwrap();
+    let mut responder = Reaped(responder);
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(responder.0.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    let said = {
+        let mut s = String::new();
+        use std::io::Read;
+        let _ = responder.0.stderr.take().unwrap().read_to_string(&mut s);
+        s
+    };
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let m = &doc["iterations"][0]["merged"];
+    let ops = m["ops"].as_u64().unwrap();
+    assert!(ops > 100, "{m}");
+    assert_eq!(m["lost"], 0, "{m}");
+    assert!(m["agent_cost"].is_null(), "no agent: {m}");
+    assert_eq!(doc["params"]["common"]["plain_echo"], true);
+    // The responder answered at least every timed transaction and says so.
+    let answers: u64 = said
+        .split("sent ")
+        .nth(1)
+        .and_then(|s| s.split(" (").nth(1))
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no summary from the endpoint: {said}"));
+    assert!(answers >= ops, "{answers} answers for {ops} transactions");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -69,6 +69,7 @@ pub fn common(targets: &[SocketAddr], sessions: u32, ms: u64) -> Common {
         cpus: vec![],
         agent_cpus: vec![],
         busy_poll_us: None,
+        plain_echo: false,
     }
 }
 

@@ -391,10 +391,15 @@ impl Endpoint {
             return Ok(true);
         }
         let mut evs = [EpollEvent::default(); 1];
-        let n = self
+        let n = match self
             .epoll
             .wait(timeout.as_millis().min(i32::MAX as u128) as i32, &mut evs)
-            .map_err(EndpointError::Wait)?;
+        {
+            Ok(n) => n,
+            // A signal (e.g. the one that asks the caller to stop) is not a failure.
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => return Ok(false),
+            Err(e) => return Err(EndpointError::Wait(e)),
+        };
         if n > 0 {
             let _ = self.call[RXQ].read();
         }

@@ -191,6 +191,7 @@ impl CommonArgs {
             cpus: self.cpu.clone().map(|c| c.0).unwrap_or_default(),
             agent_cpus: self.agent_cpu.clone().map(|c| c.0).unwrap_or_default(),
             busy_poll_us: self.busy_poll,
+            plain_echo: false,
         }
     }
 }
@@ -227,6 +228,10 @@ pub struct RrArgs {
     /// The target is the agent's address on the switch's segment.
     #[arg(long, value_parser = crate::cli::via::parse_via, value_name = "PATH")]
     via: Option<crate::cli::via::VhostUserVia>,
+    /// The targets are plain UDP echo services (RFC 862, e.g. `vnio endpoint`'s
+    /// echo port), not agents: UDP only, no agent-side figures. Give HOST:PORT.
+    #[arg(long)]
+    echo_server: bool,
 }
 
 /// Ctrl-C stops the measurement; what was measured is still printed and saved.
@@ -252,7 +257,11 @@ pub fn rr(a: RrArgs) -> anyhow::Result<i32> {
     if a.proto == Transport::Udp && a.size.0.min(a.size.1) < 16 {
         bail!("UDP rr messages carry a 16-byte header: --size must be at least 16");
     }
-    let common = a.common.common();
+    let mut common = a.common.common();
+    common.plain_echo = a.echo_server;
+    if a.echo_server && a.proto != Transport::Udp {
+        bail!("--echo-server targets answer UDP only: add --proto udp");
+    }
     if a.via.is_some() {
         if a.proto != Transport::Udp {
             bail!("--via carries UDP only: add --proto udp");

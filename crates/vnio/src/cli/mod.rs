@@ -1,5 +1,6 @@
 //! One module per part: each owns its clap arguments and its rendering.
 
+pub mod endpoint;
 pub mod measure;
 pub mod switch;
 pub mod tune;
