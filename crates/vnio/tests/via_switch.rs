@@ -135,11 +135,9 @@ fn rr_through_the_poll_mode_endpoint() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Kernel-bypass on both ends, no root: the rr client's endpoint on one
-/// vhost-user port, `vnio endpoint` echoing on another.
-#[test]
-fn rr_between_two_endpoints() {
-    let dir = std::env::temp_dir().join(format!("vnio-via2-{}", std::process::id()));
+/// A switch with two vhost-user ports, a.sock and b.sock, in a fresh directory.
+fn two_port_switch(tag: &str) -> (PathBuf, Reaped) {
+    let dir = std::env::temp_dir().join(format!("vnio-via-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let cfg = dir.join("switch.toml");
     std::fs::write(
@@ -152,7 +150,7 @@ fn rr_between_two_endpoints() {
         ),
     )
     .unwrap();
-    let _switch = Reaped(
+    let switch = Reaped(
         Command::new(VNIO)
             .args(["switch", "--config"])
             .arg(&cfg)
@@ -160,6 +158,14 @@ fn rr_between_two_endpoints() {
             .spawn()
             .unwrap(),
     );
+    (dir, switch)
+}
+
+/// Kernel-bypass on both ends, no root: the rr client's endpoint on one
+/// vhost-user port, `vnio endpoint` echoing on another.
+#[test]
+fn rr_between_two_endpoints() {
+    let (dir, _switch) = two_port_switch("two");
     // The responder sleeps on notifications: two busy pollers and the
     // switch would fight over this machine's two CPUs.
     let responder = Command::new(VNIO)
@@ -211,5 +217,42 @@ fn rr_between_two_endpoints() {
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| panic!("no summary from the endpoint: {said}"));
     assert!(answers >= ops, "{answers} answers for {ops} transactions");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Both endpoints in the rr thread (`--via-echo`): no second process, no wake-up.
+#[test]
+fn rr_with_the_responder_in_the_same_thread() {
+    let (dir, _switch) = two_port_switch("same");
+    let out = Command::new(VNIO)
+        .args(["rr", "-p", "udp", "--echo-server", "-t", "10.234.0.9:7"])
+        .arg("--via")
+        .arg(format!("vhost-user:{}/a.sock,ip=10.234.0.5", dir.display()))
+        .arg("--via-echo")
+        .arg(format!("vhost-user:{}/b.sock,ip=10.234.0.9", dir.display()))
+        .args(["-d", "1s", "--warmup", "200ms", "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let m = &doc["iterations"][0]["merged"];
+    assert!(m["ops"].as_u64().unwrap() > 100, "{m}");
+    assert_eq!(m["lost"], 0, "{m}");
+    let via = doc["params"]["rr"]["via"].as_str().unwrap();
+    assert!(via.contains("echo responder"), "{via}");
+    // Without --echo-server the responder has nothing to answer: refused.
+    let bad = Command::new(VNIO)
+        .args(["rr", "-p", "udp", "-t", "10.234.0.9:7"])
+        .arg("--via")
+        .arg(format!("vhost-user:{}/a.sock,ip=10.234.0.5", dir.display()))
+        .arg("--via-echo")
+        .arg(format!("vhost-user:{}/b.sock,ip=10.234.0.9", dir.display()))
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(1));
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use vnio_switch::endpoint::{Endpoint, EndpointConfig};
 use vnio_switch::error_chain;
 
 use crate::cli::measure::{parse_cpus, parse_duration, CpuList};
@@ -20,7 +19,7 @@ pub struct Args {
     #[arg(value_parser = parse_via, value_name = "PATH")]
     path: VhostUserVia,
     /// UDP port echoed back (RFC 862).
-    #[arg(long, default_value_t = 7)]
+    #[arg(long, default_value_t = crate::cli::via::ECHO_PORT)]
     echo_port: u16,
     /// Pin the polling thread to this CPU.
     #[arg(long, value_parser = parse_cpus)]
@@ -41,20 +40,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         signal_hook::flag::register(sig, stop.clone()).context("installing signal handler")?;
     }
     let v = &a.path;
-    let mut cfg = EndpointConfig::new(v.mac, v.ip.into());
-    cfg.echo_port = Some(a.echo_port);
-    let opened = if v.listen {
-        Endpoint::listen(&v.socket, cfg, Duration::from_secs(30))
-    } else {
-        Endpoint::connect(&v.socket, cfg)
-    };
-    let mut ep = opened.map_err(|e| {
-        anyhow::anyhow!(
-            "vhost-user endpoint on {}: {}",
-            v.socket.display(),
-            error_chain(&e)
-        )
-    })?;
+    let mut ep = v.endpoint(Some(a.echo_port)).map_err(anyhow::Error::msg)?;
     let placement = vnio_measure::pin::enter("endpoint".into(), cpu);
     if cpu.is_some() && !placement.pinned {
         eprintln!("vnio endpoint: warning: could not pin to CPU {cpu:?}");

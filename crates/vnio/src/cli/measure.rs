@@ -228,6 +228,11 @@ pub struct RrArgs {
     /// The target is the agent's address on the switch's segment.
     #[arg(long, value_parser = crate::cli::via::parse_via, value_name = "PATH")]
     via: Option<crate::cli::via::VhostUserVia>,
+    /// With --via: a second poll-mode endpoint (vhost-user:SOCKET,ip=...) on
+    /// another switch port, served by the same thread as a UDP echo
+    /// responder; target it as IP:7 with --echo-server.
+    #[arg(long, value_parser = crate::cli::via::parse_via, value_name = "PATH", requires = "via")]
+    via_echo: Option<crate::cli::via::VhostUserVia>,
     /// The targets are plain UDP echo services (RFC 862, e.g. `vnio endpoint`'s
     /// echo port), not agents: UDP only, no agent-side figures. Give HOST:PORT.
     #[arg(long)]
@@ -272,6 +277,9 @@ pub fn rr(a: RrArgs) -> anyhow::Result<i32> {
         if a.rx_timestamp {
             bail!("--rx-timestamp needs a kernel socket; the endpoint path has no kernel stamps");
         }
+        if a.via_echo.is_some() && (!a.echo_server || a.via.as_ref().is_some_and(|v| v.wait)) {
+            bail!("--via-echo serves an echo responder from a busy-polling client: add --echo-server, drop ,wait");
+        }
     }
     let rate_per_session = a
         .rate
@@ -286,9 +294,10 @@ pub fn rr(a: RrArgs) -> anyhow::Result<i32> {
         rate_per_session,
         busy_poll_us: common.busy_poll_us,
         rx_timestamp: a.rx_timestamp,
-        via: a
-            .via
-            .map(|v| vnio_measure::path::Via(std::sync::Arc::new(v))),
+        via: a.via.map(|mut v| {
+            v.responder = a.via_echo.map(Box::new);
+            vnio_measure::path::Via(std::sync::Arc::new(v))
+        }),
     };
     let job = vnio_measure::rr::job(&common, params);
     let doc = vnio_measure::run::run(&common, &job, stop_on_signal()?, &progress)?;

@@ -23,6 +23,8 @@ const OPEN_TIMEOUT: Duration = Duration::from_secs(5);
 const RECV_WAIT_NS: u64 = 50_000_000;
 /// UDP source port of session 0 (a fixed port makes captures readable).
 const SOURCE_PORT: u16 = 40_000;
+/// The UDP echo port (RFC 862) a responder answers on.
+pub const ECHO_PORT: u16 = 7;
 
 /// A parsed `--via vhost-user:...`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -34,6 +36,11 @@ pub struct VhostUserVia {
     pub listen: bool,
     /// Sleep on the switch's notifications when idle instead of busy-polling.
     pub wait: bool,
+    /// A second endpoint, on another port, that the same thread serves as a
+    /// UDP echo responder (port 7): the far side of `--echo-server` runs
+    /// without a process or a wake-up of its own, as DPDK's two-port
+    /// ping-pong tools do.
+    pub responder: Option<Box<VhostUserVia>>,
 }
 
 /// Parses `vhost-user:PATH,ip=A.B.C.D[,mac=02:..][,listen][,wait]`.
@@ -79,6 +86,7 @@ pub fn parse_via(s: &str) -> Result<VhostUserVia, String> {
         mac,
         listen,
         wait,
+        responder: None,
     })
 }
 
@@ -90,26 +98,35 @@ impl PathOpener for VhostUserVia {
         let SocketAddr::V4(agent) = agent else {
             return Err("the poll-mode endpoint speaks IPv4 only".into());
         };
-        let mut cfg = EndpointConfig::new(self.mac, self.ip.into());
-        cfg.echo_port = None;
-        cfg.connect_timeout = OPEN_TIMEOUT;
-        let where_ = self.socket.display();
-        let mut ep = if self.listen {
-            Endpoint::listen(&self.socket, cfg, OPEN_TIMEOUT)
-        } else {
-            Endpoint::connect(&self.socket, cfg)
-        }
-        .map_err(|e| format!("vhost-user endpoint on {where_}: {}", error_chain(&e)))?;
-        ep.resolve((*agent.ip()).into(), OPEN_TIMEOUT)
-            .map_err(|e| {
-                format!(
-                    "no ARP answer from {} through {where_} ({}): is the agent on the switch's segment?",
-                    agent.ip(),
-                    error_chain(&e)
-                )
-            })?;
+        // The responder first: the client's ARP request must find it polled.
+        let mut peer = match &self.responder {
+            Some(r) => Some(r.endpoint(Some(ECHO_PORT))?),
+            None => None,
+        };
+        let mut ep = self.endpoint(None)?;
+        let deadline = std::time::Instant::now() + OPEN_TIMEOUT;
+        let target = (*agent.ip()).into();
+        let resolved = loop {
+            if let Some(p) = peer.as_mut() {
+                while p.poll().is_some() {}
+            }
+            match ep.resolve(target, Duration::from_millis(20)) {
+                Ok(_) => break Ok(()),
+                Err(_) if std::time::Instant::now() < deadline => {}
+                Err(e) => break Err(e),
+            }
+        };
+        resolved.map_err(|e| {
+            format!(
+                "no ARP answer from {} through {} ({}): is the agent on the switch's segment?",
+                agent.ip(),
+                self.socket.display(),
+                error_chain(&e)
+            )
+        })?;
         Ok(Box::new(EndpointPath {
             ep,
+            peer,
             agent,
             port: SOURCE_PORT + index as u16,
             wait: self.wait,
@@ -125,19 +142,49 @@ impl PathOpener for VhostUserVia {
     }
 
     fn describe(&self) -> String {
-        format!(
+        let mut d = format!(
             "vhost-user:{} as {} ({}, {})",
             self.socket.display(),
             self.ip,
             self.mac,
             if self.wait { "wait" } else { "busy-poll" }
-        )
+        );
+        if let Some(r) = &self.responder {
+            d.push_str(&format!(
+                ", echo responder vhost-user:{} as {} in the same thread",
+                r.socket.display(),
+                r.ip
+            ));
+        }
+        d
+    }
+}
+
+impl VhostUserVia {
+    /// Connects (or listens for) the endpoint this spec describes.
+    pub fn endpoint(&self, echo_port: Option<u16>) -> Result<Endpoint, String> {
+        let mut cfg = EndpointConfig::new(self.mac, self.ip.into());
+        cfg.echo_port = echo_port;
+        cfg.connect_timeout = OPEN_TIMEOUT;
+        if self.listen {
+            Endpoint::listen(&self.socket, cfg, OPEN_TIMEOUT)
+        } else {
+            Endpoint::connect(&self.socket, cfg)
+        }
+        .map_err(|e| {
+            format!(
+                "vhost-user endpoint on {}: {}",
+                self.socket.display(),
+                error_chain(&e)
+            )
+        })
     }
 }
 
 /// One session's endpoint.
 struct EndpointPath {
     ep: Endpoint,
+    peer: Option<Endpoint>,
     agent: SocketAddrV4,
     port: u16,
     wait: bool,
@@ -173,6 +220,9 @@ impl Datagrams for EndpointPath {
 
     #[inline]
     fn recv_now(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        if let Some(p) = self.peer.as_mut() {
+            while p.poll().is_some() {}
+        }
         while let Some((src, dst_port, n)) = self.ep.udp_recv(buf) {
             if src == self.agent && dst_port == self.port {
                 return Ok(Some(n));
