@@ -2,7 +2,7 @@
 //! client's UDP path, against a real `vnio switch` whose tap port carries
 //! the host stack, where a real `vnio agent` answers. Needs root (tap).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -18,27 +18,22 @@ impl Drop for Reaped {
     }
 }
 
+/// The result document of a run that must have succeeded.
+fn doc_of(out: std::process::Output) -> serde_json::Value {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 fn wait_for(what: &str, mut ok: impl FnMut() -> bool) {
     let t0 = Instant::now();
     while !ok() {
         assert!(t0.elapsed() < Duration::from_secs(10), "{what} never came");
         std::thread::sleep(Duration::from_millis(20));
     }
-}
-
-fn switch_config(dir: &Path, tap: &str) -> PathBuf {
-    let cfg = dir.join("switch.toml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "[switch]\ncontrol = \"{d}/ctl.sock\"\n\
-             [[port]]\nname = \"ep\"\nkind = \"vhost-user\"\nsocket = \"{d}/ep.sock\"\n\
-             [[port]]\nname = \"host\"\nkind = \"tap\"\nifname = \"{tap}\"\n",
-            d = dir.display()
-        ),
-    )
-    .unwrap();
-    cfg
 }
 
 #[test]
@@ -48,17 +43,12 @@ fn rr_through_the_poll_mode_endpoint() {
         return;
     }
     let n = (std::process::id() % 200) as u8 + 20;
-    let dir = std::env::temp_dir().join(format!("vnio-via-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
     let tap = format!("vniovia{n}");
     let (host_ip, ep_ip) = (format!("10.232.{n}.1"), format!("10.232.{n}.5"));
-    let _switch = Reaped(
-        Command::new(VNIO)
-            .args(["switch", "--config"])
-            .arg(switch_config(&dir, &tap))
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
+    let (dir, _switch) = switch_with(
+        "tap",
+        "ep",
+        &format!("name = \"host\"\nkind = \"tap\"\nifname = \"{tap}\""),
     );
     let mut h = vnio_lab::Handle::root().unwrap();
     wait_for("the switch's tap", || h.link(&tap).ok().flatten().is_some());
@@ -83,12 +73,7 @@ fn rr_through_the_poll_mode_endpoint() {
             .args(extra)
             .output()
             .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+        doc_of(out)
     };
     // Closed loop: every transaction crossed the switch both ways.
     let closed = rr(&[]);
@@ -135,18 +120,21 @@ fn rr_through_the_poll_mode_endpoint() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A switch with two vhost-user ports, a.sock and b.sock, in a fresh directory.
-fn two_port_switch(tag: &str) -> (PathBuf, Reaped) {
+/// A running switch with a vhost-user port on `first.sock` and a second
+/// port (`second`, a TOML table body where `{dir}` is the test's
+/// directory), its directory fresh for this test.
+fn switch_with(tag: &str, first: &str, second: &str) -> (PathBuf, Reaped) {
     let dir = std::env::temp_dir().join(format!("vnio-via-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let cfg = dir.join("switch.toml");
+    let d = dir.display();
+    let second = second.replace("{dir}", &d.to_string());
     std::fs::write(
         &cfg,
         format!(
             "[switch]\ncontrol = \"{d}/ctl.sock\"\n\
-             [[port]]\nname = \"a\"\nkind = \"vhost-user\"\nsocket = \"{d}/a.sock\"\n\
-             [[port]]\nname = \"b\"\nkind = \"vhost-user\"\nsocket = \"{d}/b.sock\"\n",
-            d = dir.display()
+             [[port]]\nname = \"{first}\"\nkind = \"vhost-user\"\nsocket = \"{d}/{first}.sock\"\n\
+             [[port]]\n{second}\n"
         ),
     )
     .unwrap();
@@ -159,6 +147,15 @@ fn two_port_switch(tag: &str) -> (PathBuf, Reaped) {
             .unwrap(),
     );
     (dir, switch)
+}
+
+/// A switch with two vhost-user ports, a.sock and b.sock.
+fn two_port_switch(tag: &str) -> (PathBuf, Reaped) {
+    switch_with(
+        tag,
+        "a",
+        "name = \"b\"\nkind = \"vhost-user\"\nsocket = \"{dir}/b.sock\"",
+    )
 }
 
 /// Kernel-bypass on both ends, no root: the rr client's endpoint on one
@@ -196,12 +193,7 @@ fn rr_between_two_endpoints() {
         let _ = responder.0.stderr.take().unwrap().read_to_string(&mut s);
         s
     };
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let doc = doc_of(out);
     let m = &doc["iterations"][0]["merged"];
     let ops = m["ops"].as_u64().unwrap();
     assert!(ops > 100, "{m}");
@@ -233,12 +225,7 @@ fn rr_with_the_responder_in_the_same_thread() {
         .args(["-d", "1s", "--warmup", "200ms", "--json"])
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let doc = doc_of(out);
     let m = &doc["iterations"][0]["merged"];
     assert!(m["ops"].as_u64().unwrap() > 100, "{m}");
     assert_eq!(m["lost"], 0, "{m}");
