@@ -8,6 +8,7 @@
 
 use crate::fdb::Fdb;
 use crate::forward::{decide, Destination, L2Header, PortPolicy};
+use crate::offload::{self, Caps, Reject, Work};
 use crate::port::tap::{self, TapPort};
 use crate::port::uplink::{self, UplinkPort};
 use crate::port::vhost_user::{ResetCause, VhostUserPort};
@@ -44,6 +45,26 @@ pub enum Port {
 }
 
 impl Port {
+    /// The offloads the port takes as a destination.
+    fn rx_caps(&self) -> Caps {
+        match self {
+            Port::VhostUser(p) => Caps::guest_rx(p.device.acked_features()),
+            // tun and AF_PACKET sockets hand any TCP GSO or partially
+            // checksummed frame to the kernel, which completes it as needed.
+            Port::Tap(_) | Port::Uplink(_) => Caps::ALL,
+        }
+    }
+
+    /// The offloads the port may use as a source.
+    fn tx_caps(&self) -> Caps {
+        match self {
+            Port::VhostUser(p) => Caps::guest_tx(p.device.acked_features()),
+            // The kernel sends what TUNSETOFFLOAD (tap) allowed, and a packet
+            // socket passes the stack's own TCP GSO frames.
+            Port::Tap(_) | Port::Uplink(_) => Caps::ALL,
+        }
+    }
+
     fn watched(&self, out: &mut Vec<Watched>) {
         match self {
             Port::VhostUser(p) => p.watched(out),
@@ -88,6 +109,10 @@ pub struct Datapath {
     /// Receive buffers being gathered for one delivery, reused frame after frame.
     rx_chain: Box<Chain>,
     plan: Box<RxPlan>,
+    /// A frame materialized for software offload work (moved out while in use).
+    soft: Option<Box<[u8]>>,
+    /// Where software segmentation builds each segment (moved out while in use).
+    seg: Option<Box<[u8]>>,
 }
 
 impl Datapath {
@@ -108,6 +133,8 @@ impl Datapath {
                 nheads: 0,
                 cap: 0,
             }),
+            soft: Some(vec![0u8; MAX_FRAME as usize].into_boxed_slice()),
+            seg: Some(vec![0u8; MAX_FRAME as usize].into_boxed_slice()),
         }
     }
 
@@ -475,6 +502,18 @@ impl Datapath {
                 return;
             }
         };
+        let src_tag_len: u64 = if l2.tag.is_some() { 4 } else { 0 };
+        let sender = self.slots[i]
+            .as_ref()
+            .map_or(Caps::NONE, |s| s.port.tx_caps());
+        if let Err(r) = offload::check(&vhdr, frame_len as usize, 14 + src_tag_len as usize, sender)
+        {
+            stats.tx.drop(match r {
+                Reject::Malformed => DropReason::Malformed,
+                Reject::Unsupported => DropReason::Offload,
+            });
+            return;
+        }
         stats.tx.frame(frame_len as usize);
         let Datapath { slots, fdb, .. } = self;
         let Some(me) = slots[i].as_ref() else { return };
@@ -493,7 +532,6 @@ impl Datapath {
                 return;
             }
         };
-        let src_tag_len: u64 = if l2.tag.is_some() { 4 } else { 0 };
         let tci_pcp = if l2.tag.is_some() {
             u16::from(pre[hdr_len + 14] & 0xe0) << 8
         } else {
@@ -541,7 +579,100 @@ impl Datapath {
         }
     }
 
+    /// Delivers a frame to slot `j`, doing in software the offload work the
+    /// destination did not negotiate.
     fn deliver_to(&mut self, j: usize, frame: &Frame<'_>, tagging: Tagging, now: Instant) {
+        let Some(caps) = self.slots[j].as_ref().map(|s| s.port.rx_caps()) else {
+            return;
+        };
+        let mut f = *frame;
+        f.vhdr.flags = offload::egress_flags(f.vhdr.flags, caps);
+        match offload::work(&frame.vhdr, caps) {
+            Work::Pass => {
+                self.deliver_one(j, &f, tagging, now);
+            }
+            work => self.deliver_soft(j, frame, work, caps, tagging, now),
+        }
+    }
+
+    /// The software fallback: the frame is copied out once (it is read in
+    /// full anyway to checksum it), completed or cut into segments, and each
+    /// result delivered like a frame from a local port.
+    fn deliver_soft(
+        &mut self,
+        j: usize,
+        frame: &Frame<'_>,
+        work: Work,
+        caps: Caps,
+        tagging: Tagging,
+        now: Instant,
+    ) {
+        let (Some(mut soft), Some(mut seg)) = (self.soft.take(), self.seg.take()) else {
+            return;
+        };
+        let len = frame.frame_len as usize;
+        let got = frame.src.read(frame.hdr_len as u64, &mut soft[..len]);
+        let l3 = 14 + frame.src_tag_len as usize;
+        let local = |bytes, vhdr| Frame {
+            src: Src::Local(bytes),
+            hdr_len: 0,
+            vhdr,
+            ..*frame
+        };
+        let result = if got != len {
+            Err(DropReason::Malformed)
+        } else if work == Work::Checksum {
+            match offload::complete_checksum(&mut soft[..len], &frame.vhdr) {
+                Ok(mut h) => {
+                    h.flags = offload::egress_flags(h.flags, caps);
+                    if self.deliver_one(j, &local(&soft[..len], h), tagging, now) {
+                        if let Some(s) = &self.slots[j] {
+                            crate::stats::bump(&s.stats.rx.sw_checksums, 1);
+                        }
+                    }
+                    Ok(())
+                }
+                Err(_) => Err(DropReason::Malformed),
+            }
+        } else {
+            let mut failed = false;
+            let cut = offload::segment(
+                &soft[..len],
+                &frame.vhdr,
+                l3,
+                caps.csum,
+                &mut seg,
+                |b, h| {
+                    let f = Frame {
+                        src: Src::Local(b),
+                        hdr_len: 0,
+                        vhdr: *h,
+                        frame_len: b.len() as u64,
+                        ..*frame
+                    };
+                    failed = !self.deliver_one(j, &f, tagging, now);
+                    !failed
+                },
+            );
+            match cut {
+                Ok(_) => {
+                    if let (false, Some(s)) = (failed, &self.slots[j]) {
+                        crate::stats::bump(&s.stats.rx.sw_segmented, 1);
+                    }
+                    Ok(())
+                }
+                Err(Reject::Malformed) => Err(DropReason::Malformed),
+                Err(Reject::Unsupported) => Err(DropReason::Offload),
+            }
+        };
+        if let (Err(r), Some(s)) = (result, &self.slots[j]) {
+            s.stats.rx.drop(r);
+        }
+        self.soft = Some(soft);
+        self.seg = Some(seg);
+    }
+
+    fn deliver_one(&mut self, j: usize, frame: &Frame<'_>, tagging: Tagging, now: Instant) -> bool {
         let Datapath {
             slots,
             rx_chain,
@@ -549,7 +680,7 @@ impl Datapath {
             ..
         } = self;
         let Some(dst) = slots[j].as_mut() else {
-            return;
+            return false;
         };
         let result = match &mut dst.port {
             Port::VhostUser(p) => deliver_vhost_user(p, frame, tagging, plan, rx_chain),
@@ -577,11 +708,18 @@ impl Datapath {
             }
         };
         match result {
-            Ok(bytes) => dst.stats.rx.frame(bytes),
-            Err(DeliverError::Drop(r)) => dst.stats.rx.drop(r),
+            Ok(bytes) => {
+                dst.stats.rx.frame(bytes);
+                true
+            }
+            Err(DeliverError::Drop(r)) => {
+                dst.stats.rx.drop(r);
+                false
+            }
             Err(DeliverError::Hostile(e)) => {
                 dst.stats.rx.drop(DropReason::BadDescriptor);
                 self.reset(j, now, &format_args!("receive queue: {e}"));
+                false
             }
         }
     }
@@ -612,6 +750,7 @@ impl Src<'_> {
 }
 
 /// A frame being forwarded: where it is and what its first bytes say.
+#[derive(Clone, Copy)]
 struct Frame<'a> {
     src: Src<'a>,
     hdr_len: usize,

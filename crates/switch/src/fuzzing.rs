@@ -6,6 +6,7 @@
 
 use crate::endpoint::stack::{self, ArpCache, HostConfig};
 use crate::forward::L2Header;
+use crate::offload;
 use crate::vhost_user::chain::{self, ChainError};
 use crate::vhost_user::device::Device;
 use crate::vhost_user::protocol::{parse_request, Header, HEADER_LEN};
@@ -70,12 +71,13 @@ pub fn descriptor_chain(data: &[u8]) {
 
 /// A frame as a port hands it over (a 10-byte virtio-net header first):
 /// the header codec, the forwarding decision's L2 parse, the uplink's
-/// checksum completion, and the endpoint host's whole receive path
+/// offload work (checksum completion, TSO segmentation), and the endpoint host's whole receive path
 /// (Ethernet, ARP, IPv4, ICMP, UDP) with a reply built into a buffer.
 ///
-/// The first byte steers: bit 0 fixes the IPv4 header checksum and bit 1
-/// addresses the host as the frame's destination IP, so inputs reach the
-/// ICMP and UDP parsers instead of stopping at a checksum or address test.
+/// The first byte steers: bit 0 fixes the IPv4 header checksum, bit 1
+/// addresses the host as the frame's destination IP, bit 2 leaves segment
+/// checksums partial; so inputs reach the ICMP, UDP and TCP segmentation
+/// code instead of stopping at a checksum or address test.
 pub fn wire_frame(data: &[u8]) {
     let Some((&steer, data)) = data.split_first() else {
         return;
@@ -84,16 +86,39 @@ pub fn wire_frame(data: &[u8]) {
     let n = data.len().min(f.len());
     f[..n].copy_from_slice(&data[..n]);
     let f = &mut f[..n];
+    let mut vhdr = None;
     if let Ok(h) = VirtioNetHdr::new_checked(&f[..], LEGACY_HEADER_LEN) {
         if let Ok(r) = VirtioNetHdrRepr::parse(&h) {
             let mut out = [0u8; LEGACY_HEADER_LEN];
             assert!(r.emit(&mut out, LEGACY_HEADER_LEN).is_ok());
+            vhdr = Some(r);
         }
     }
-    if f.first().is_some_and(|b| b & FLAG_NEEDS_CSUM != 0) {
-        crate::port::uplink::complete_checksum(f);
-    }
     let frame = &mut f[n.min(LEGACY_HEADER_LEN)..];
+    // The offload path as the data path runs it: metadata checked against
+    // the frame first, then the checksum completed or the frame segmented.
+    if let Some(h) = vhdr {
+        let l3 = if frame.get(12..14) == Some(&[0x81, 0x00]) {
+            18
+        } else {
+            14
+        };
+        if offload::check(&h, frame.len(), l3, offload::Caps::ALL).is_ok() {
+            if h.gso_type == crate::wire::virtio_net::GSO_NONE {
+                if h.flags & FLAG_NEEDS_CSUM != 0 {
+                    assert!(offload::complete_checksum(frame, &h).is_ok());
+                }
+            } else {
+                let mut seg = [0u8; 2048];
+                let mut total = 0;
+                let _ = offload::segment(frame, &h, l3, steer & 4 != 0, &mut seg, |s, _| {
+                    total += s.len();
+                    assert!(s.len() <= 2048);
+                    true
+                });
+            }
+        }
+    }
     let _ = L2Header::parse(frame);
     if frame.len() >= 34 && steer & 1 != 0 {
         let ihl = usize::from(frame[14] & 0x0f) * 4;

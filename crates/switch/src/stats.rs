@@ -27,19 +27,24 @@ pub enum DropReason {
     Vlan,
     /// The source MAC is not the port's (MAC-spoof guard) or is a group address.
     Spoof,
-    /// Too short for an Ethernet header, or longer than the switch carries.
+    /// Too short for an Ethernet header, or longer than the switch carries,
+    /// or offload metadata out of range (or not negotiated).
     Malformed,
+    /// An offload the destination cannot take and the switch cannot complete
+    /// in software (UDP GSO, TSO over IPv6 extension headers).
+    Offload,
 }
 
 impl DropReason {
     /// Every reason, in counter order.
-    pub const ALL: [DropReason; 6] = [
+    pub const ALL: [DropReason; 7] = [
         DropReason::RingFull,
         DropReason::BadDescriptor,
         DropReason::NoRoute,
         DropReason::Vlan,
         DropReason::Spoof,
         DropReason::Malformed,
+        DropReason::Offload,
     ];
 
     /// The label used in JSON and Prometheus output.
@@ -51,6 +56,7 @@ impl DropReason {
             DropReason::Vlan => "vlan",
             DropReason::Spoof => "spoof",
             DropReason::Malformed => "malformed",
+            DropReason::Offload => "offload",
         }
     }
 
@@ -77,7 +83,12 @@ pub struct QueueStats {
     pub notifications_sent: AtomicU64,
     /// Notifications the frontend sent to the switch (kicks handled).
     pub notifications_received: AtomicU64,
-    drops: [AtomicU64; 6],
+    /// Frames whose checksum the switch completed in software for this
+    /// destination (it did not negotiate checksum offload).
+    pub sw_checksums: AtomicU64,
+    /// GSO frames the switch cut into segments in software for this destination.
+    pub sw_segmented: AtomicU64,
+    drops: [AtomicU64; 7],
 }
 
 impl QueueStats {
@@ -106,6 +117,8 @@ impl QueueStats {
             bytes: self.bytes.load(Ordering::Relaxed),
             notifications_sent: self.notifications_sent.load(Ordering::Relaxed),
             notifications_received: self.notifications_received.load(Ordering::Relaxed),
+            sw_checksums: self.sw_checksums.load(Ordering::Relaxed),
+            sw_segmented: self.sw_segmented.load(Ordering::Relaxed),
             drops: DropReason::ALL
                 .iter()
                 .map(|r| (r.name().to_string(), self.drops(*r)))
@@ -150,6 +163,12 @@ pub struct QueueSnapshot {
     pub notifications_sent: u64,
     /// Kicks handled.
     pub notifications_received: u64,
+    /// Checksums completed in software.
+    #[serde(default)]
+    pub sw_checksums: u64,
+    /// GSO frames segmented in software.
+    #[serde(default)]
+    pub sw_segmented: u64,
     /// Drops by reason name.
     pub drops: std::collections::BTreeMap<String, u64>,
 }
@@ -211,6 +230,18 @@ pub fn prometheus(ports: &[(String, PortStatsSnapshot)]) -> String {
         "Kicks from the frontend.",
         "counter",
         &mut dirs(|q| q.notifications_received).into_iter(),
+    );
+    family(
+        "sw_checksums_total",
+        "Checksums the switch completed in software for a destination without checksum offload.",
+        "counter",
+        &mut dirs(|q| q.sw_checksums).into_iter(),
+    );
+    family(
+        "sw_segmented_total",
+        "GSO frames the switch segmented in software for a destination without TSO.",
+        "counter",
+        &mut dirs(|q| q.sw_segmented).into_iter(),
     );
     let drops: Vec<(String, u64)> = ports
         .iter()

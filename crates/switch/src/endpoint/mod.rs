@@ -48,7 +48,7 @@ pub mod stack;
 use crate::sys::memfd;
 use crate::vhost_user::device::feature;
 use crate::wire::icmp::IcmpRepr;
-use crate::wire::virtio_net;
+use crate::wire::virtio_net::{self, VirtioNetHdr, VirtioNetHdrRepr};
 use crate::wire::{EthernetAddress, Ipv4Address};
 use ring::{DriverRing, RingLayout};
 use stack::{ArpCache, Event, HostConfig};
@@ -69,8 +69,10 @@ const WANTED: u64 =
     feature::MRG_RXBUF | feature::EVENT_IDX | feature::PROTOCOL_FEATURES | feature::VERSION_1;
 const RXQ: usize = 0;
 const TXQ: usize = 1;
-/// Largest frame the endpoint sends or receives.
-pub const MAX_FRAME: usize = 9018;
+/// Largest frame the endpoint sends or receives: a 64 KiB GSO frame with
+/// its Ethernet header and a VLAN tag. Frames longer than one 2 KiB buffer
+/// go out as descriptor chains and come in over several mergeable buffers.
+pub const MAX_FRAME: usize = 65535 + 18;
 
 /// Errors of the endpoint.
 #[derive(Debug, thiserror::Error)]
@@ -123,6 +125,11 @@ pub struct EndpointConfig {
     pub queue_size: u16,
     /// How long `connect` retries while the socket is absent or refuses (default 5 s).
     pub connect_timeout: Duration,
+    /// Offload features to negotiate when offered (`feature::CSUM`,
+    /// `GUEST_CSUM`, `HOST_TSO4`, ...; default none): the caller then sends
+    /// and receives their metadata with [`Endpoint::send_frame_with`] and
+    /// [`Endpoint::poll_recv_with`].
+    pub offloads: u64,
 }
 
 impl EndpointConfig {
@@ -134,6 +141,7 @@ impl EndpointConfig {
             echo_port: Some(7),
             queue_size: 256,
             connect_timeout: Duration::from_secs(5),
+            offloads: 0,
         }
     }
 }
@@ -249,7 +257,7 @@ impl Endpoint {
         if offered & feature::VERSION_1 == 0 {
             return Err(EndpointError::Features);
         }
-        let features = offered & WANTED;
+        let features = offered & (WANTED | (cfg.offloads & feature::OFFLOADS));
         fe.set_features(features).map_err(hs("SET_FEATURES"))?;
         if features & feature::PROTOCOL_FEATURES != 0 {
             let pf = fe
@@ -316,6 +324,7 @@ impl Endpoint {
                 tx,
                 kick,
                 hdr_len,
+                features,
                 stats: EndpointStats::default(),
             },
             call,
@@ -346,18 +355,38 @@ impl Endpoint {
         self.q.stats
     }
 
+    /// The virtio features negotiated with the switch.
+    pub fn features(&self) -> u64 {
+        self.q.features
+    }
+
     /// The vhost-user front-end (for requests the endpoint does not wrap).
     pub fn frontend(&mut self) -> &mut Frontend {
         &mut self.frontend
     }
 
-    /// Sends one Ethernet frame (the virtio-net header is added here).
+    /// Sends one Ethernet frame (a zero virtio-net header is added here).
     pub fn send_frame(&mut self, frame: &[u8]) -> Result<(), EndpointError> {
-        self.q.send(frame)
+        self.q.send(&VirtioNetHdrRepr::default(), frame)
+    }
+
+    /// Sends one Ethernet frame with offload metadata (the offloads must
+    /// have been negotiated, see [`EndpointConfig::offloads`]).
+    pub fn send_frame_with(
+        &mut self,
+        hdr: &VirtioNetHdrRepr,
+        frame: &[u8],
+    ) -> Result<(), EndpointError> {
+        self.q.send(hdr, frame)
     }
 
     /// Receives one raw frame into `buf` without running the host; returns its length.
     pub fn poll_recv(&mut self, buf: &mut [u8]) -> Option<usize> {
+        self.q.recv(buf).map(|(_, n)| n)
+    }
+
+    /// Like [`Endpoint::poll_recv`], with the frame's virtio-net header.
+    pub fn poll_recv_with(&mut self, buf: &mut [u8]) -> Option<(VirtioNetHdrRepr, usize)> {
         self.q.recv(buf)
     }
 
@@ -365,7 +394,7 @@ impl Endpoint {
     /// returns what the caller should see. The frame stays in an internal
     /// buffer readable through [`Endpoint::last_frame`].
     pub fn poll(&mut self) -> Option<Event> {
-        let n = self.q.recv(&mut self.frame[..])?;
+        let (_, n) = self.q.recv(&mut self.frame[..])?;
         let (ev, reply) = stack::handle(
             &self.host,
             &mut self.arp,
@@ -373,7 +402,11 @@ impl Endpoint {
             &mut self.reply[..],
         );
         if let Some(m) = reply {
-            if self.q.send(&self.reply[..m]).is_ok() {
+            if self
+                .q
+                .send(&VirtioNetHdrRepr::default(), &self.reply[..m])
+                .is_ok()
+            {
                 self.q.stats.replies += 1;
             }
         }
@@ -551,31 +584,55 @@ struct Queues {
     tx: DriverRing,
     kick: [EventFd; 2],
     hdr_len: usize,
+    features: u64,
     stats: EndpointStats,
 }
 
 impl Queues {
-    fn send(&mut self, frame: &[u8]) -> Result<(), EndpointError> {
+    fn send(&mut self, hdr: &VirtioNetHdrRepr, frame: &[u8]) -> Result<(), EndpointError> {
         let total = self.hdr_len + frame.len();
-        if total > BUF_SIZE as usize {
+        if frame.len() > MAX_FRAME {
             return Err(EndpointError::TooLarge);
         }
         while let Some((id, _)) = self.tx.reap(&self.mem) {
             self.tx.release(id);
         }
-        let id = self.tx.take().ok_or(EndpointError::TxFull)?;
-        let at = self.tx.layout.buffer(id);
-        let hdr = [0u8; virtio_net::HEADER_LEN];
-        let ok = self.mem.write_slice(&hdr[..self.hdr_len], at).is_ok()
-            && self
+        // One 2 KiB buffer per piece; longer frames are a descriptor chain.
+        let nbuf = total.div_ceil(BUF_SIZE as usize);
+        if nbuf > self.tx.available() {
+            return Err(EndpointError::TxFull);
+        }
+        let mut ids = [0u16; MAX_FRAME / BUF_SIZE as usize + 2];
+        for id in &mut ids[..nbuf] {
+            *id = self.tx.take().ok_or(EndpointError::TxFull)?;
+        }
+        let mut h = [0u8; virtio_net::HEADER_LEN];
+        let _ = hdr.emit(&mut h, self.hdr_len);
+        let hl = self.hdr_len;
+        let b = BUF_SIZE as usize;
+        let mut ok = true;
+        // Buffer k holds bytes [k*b, (k+1)*b) of header-then-frame.
+        for (k, &id) in ids[..nbuf].iter().enumerate() {
+            let at = self.tx.layout.buffer(id);
+            let (lo, hi) = (k * b, ((k + 1) * b).min(total));
+            if lo < hl {
+                ok &= self.mem.write_slice(&h[lo..hl], at).is_ok();
+            }
+            let (f_lo, f_hi) = (lo.max(hl) - hl, hi - hl);
+            let skip = (lo.max(hl) - lo) as u64;
+            ok &= self
                 .mem
-                .write_slice(frame, at.unchecked_add(self.hdr_len as u64))
+                .write_slice(&frame[f_lo..f_hi], at.unchecked_add(skip))
                 .is_ok();
+        }
+        let last = (total - (nbuf - 1) * BUF_SIZE as usize) as u32;
         if !ok {
-            self.tx.release(id);
+            for &id in &ids[..nbuf] {
+                self.tx.release(id);
+            }
             return Err(EndpointError::TooLarge);
         }
-        self.tx.publish(&self.mem, id, total as u32, false);
+        self.tx.publish_chain(&self.mem, &ids[..nbuf], last, false);
         self.stats.tx_frames += 1;
         if self.tx.needs_kick(&self.mem) {
             let _ = self.kick[TXQ].write(1);
@@ -584,15 +641,18 @@ impl Queues {
         Ok(())
     }
 
-    fn recv(&mut self, buf: &mut [u8]) -> Option<usize> {
+    fn recv(&mut self, buf: &mut [u8]) -> Option<(VirtioNetHdrRepr, usize)> {
         let (id, len) = self.rx.reap(&self.mem)?;
-        let mut total = self.copy_out(id, len, buf, 0);
-        // With mergeable buffers the frame may continue in further buffers.
-        let mut h = [0u8; 2];
+        let mut h = [0u8; virtio_net::HEADER_LEN];
         let _ = self
             .mem
-            .read_slice(&mut h, self.rx.layout.buffer(id).unchecked_add(10));
-        let nbuf = u16::from_le_bytes(h).max(1);
+            .read_slice(&mut h[..self.hdr_len], self.rx.layout.buffer(id));
+        let hdr = VirtioNetHdr::new_checked(&h[..], self.hdr_len)
+            .and_then(|v| VirtioNetHdrRepr::parse(&v))
+            .unwrap_or_default();
+        let mut total = self.copy_out(id, len, buf, 0);
+        // With mergeable buffers the frame may continue in further buffers.
+        let nbuf = hdr.num_buffers.max(1);
         self.repost(id);
         for _ in 1..nbuf {
             let Some((id, len)) = self.rx.reap(&self.mem) else {
@@ -602,7 +662,7 @@ impl Queues {
             self.repost(id);
         }
         self.stats.rx_frames += 1;
-        Some(total)
+        Some((hdr, total))
     }
 
     fn copy_out(&self, id: u16, len: u32, buf: &mut [u8], at: usize) -> usize {

@@ -6,6 +6,9 @@ use std::sync::atomic::{fence, Ordering};
 use vm_memory::{Address, Bytes, GuestAddress, GuestMemoryMmap};
 
 const F_WRITE: u16 = virtio_bindings::virtio_ring::VRING_DESC_F_WRITE as u16;
+const F_NEXT: u16 = virtio_bindings::virtio_ring::VRING_DESC_F_NEXT as u16;
+/// No next descriptor in [`DriverRing`]'s chain table.
+const END: u16 = u16::MAX;
 const VRING_USED_F_NO_NOTIFY: u16 = virtio_bindings::virtio_ring::VRING_USED_F_NO_NOTIFY as u16;
 
 /// Where a queue and its buffers live in the endpoint's memory.
@@ -70,6 +73,8 @@ pub struct DriverRing {
     avail_idx: u16,
     last_used: u16,
     free: Vec<u16>,
+    /// For each descriptor published in a chain, the next one (or [`END`]).
+    next: Vec<u16>,
     event_idx: bool,
     kicked_at: u16,
 }
@@ -88,17 +93,18 @@ impl DriverRing {
             avail_idx: 0,
             last_used: 0,
             free: (0..layout.size).rev().collect(),
+            next: vec![END; usize::from(layout.size)],
             event_idx,
             kicked_at: 0,
         }
     }
 
-    fn set_desc(&self, mem: &GuestMemoryMmap, id: u16, len: u32, flags: u16) {
+    fn set_desc(&self, mem: &GuestMemoryMmap, id: u16, len: u32, flags: u16, next: u16) {
         let d = GuestAddress(self.layout.desc + 16 * u64::from(id));
         let _ = mem.write_obj(self.layout.buffer(id).raw_value().to_le(), d);
         let _ = mem.write_obj(len.to_le(), d.unchecked_add(8));
         let _ = mem.write_obj(flags.to_le(), d.unchecked_add(12));
-        let _ = mem.write_obj(0u16, d.unchecked_add(14));
+        let _ = mem.write_obj(next.to_le(), d.unchecked_add(14));
     }
 
     /// Takes a free descriptor (its buffer is `layout.buffer(id)`).
@@ -106,9 +112,42 @@ impl DriverRing {
         self.free.pop()
     }
 
+    /// Descriptors free to take.
+    pub fn available(&self) -> usize {
+        self.free.len()
+    }
+
     /// Publishes descriptor `id` with `len` bytes (device-writable when `writable`).
     pub fn publish(&mut self, mem: &GuestMemoryMmap, id: u16, len: u32, writable: bool) {
-        self.set_desc(mem, id, len, if writable { F_WRITE } else { 0 });
+        self.publish_chain(mem, &[id], len, writable);
+    }
+
+    /// Publishes descriptors `ids` as one chain: every buffer full except the
+    /// last, which holds `last_len` bytes. [`DriverRing::release`] of the
+    /// head frees them all.
+    pub fn publish_chain(
+        &mut self,
+        mem: &GuestMemoryMmap,
+        ids: &[u16],
+        last_len: u32,
+        writable: bool,
+    ) {
+        let Some((&id, _)) = ids.split_first() else {
+            return;
+        };
+        let dir = if writable { F_WRITE } else { 0 };
+        for (k, &d) in ids.iter().enumerate() {
+            match ids.get(k + 1) {
+                Some(&n) => {
+                    self.set_desc(mem, d, self.layout.buf_size, dir | F_NEXT, n);
+                    self.next[usize::from(d)] = n;
+                }
+                None => {
+                    self.set_desc(mem, d, last_len, dir, 0);
+                    self.next[usize::from(d)] = END;
+                }
+            }
+        }
         let slot = self.layout.avail + 4 + 2 * u64::from(self.avail_idx % self.layout.size);
         let _ = mem.write_obj(id.to_le(), GuestAddress(slot));
         self.avail_idx = self.avail_idx.wrapping_add(1);
@@ -168,9 +207,18 @@ impl DriverRing {
         Some((id as u16 % self.layout.size, len))
     }
 
-    /// Returns a reaped descriptor to the free list.
+    /// Returns a reaped descriptor (and the rest of its chain) to the free list.
     pub fn release(&mut self, id: u16) {
-        self.free.push(id);
+        let mut d = id;
+        // Bounded by the ring size even if the table were corrupted.
+        for _ in 0..self.layout.size {
+            self.free.push(d);
+            let n = std::mem::replace(&mut self.next[usize::from(d)], END);
+            if n == END || n >= self.layout.size {
+                break;
+            }
+            d = n;
+        }
     }
 
     /// Asks the device for a call once the used index passes the current

@@ -1,13 +1,13 @@
 //! An uplink port: a host interface through an AF_PACKET socket (one
 //! recvmsg or send per frame; a TPACKET ring or AF_XDP can replace the
 //! socket behind the same shape). VLAN tags the interface's driver stripped
-//! are put back in the frame, so a trunk uplink sees its tags; partially
-//! checksummed frames from the host stack are completed here, since no port
-//! negotiates checksum offload yet.
+//! are put back in the frame, so a trunk uplink sees its tags. Partially
+//! checksummed and TCP GSO frames from the host stack keep their virtio-net
+//! header; the data path completes or segments them for destinations that
+//! did not negotiate those offloads.
 
 use super::{Watch, Watched};
 use crate::sys::packet::PacketSocket;
-use crate::wire::checksum;
 use std::io;
 use std::os::fd::AsRawFd;
 
@@ -37,7 +37,7 @@ pub enum Read {
         /// Length.
         len: usize,
     },
-    /// A frame this port cannot carry yet (GSO from the host stack).
+    /// A frame larger than the buffer (truncated by the kernel).
     Unsupported,
 }
 
@@ -98,19 +98,13 @@ impl UplinkPort {
         if n < HDR_LEN + 14 {
             return Some(Read::Frame { start: 4, len: n });
         }
-        let (flags, gso_type) = (buf[4], buf[5]);
-        if gso_type != crate::wire::virtio_net::GSO_NONE {
-            return Some(Read::Unsupported);
-        }
-        if flags & crate::wire::virtio_net::FLAG_NEEDS_CSUM != 0 {
-            complete_checksum(&mut buf[4..4 + n]);
-        }
         match tci {
             Some(tci) => {
                 // [hdr][dst src] moves 4 bytes forward; the tag goes after the MACs.
                 buf.copy_within(4..4 + HDR_LEN + 12, 0);
                 buf[HDR_LEN + 12..HDR_LEN + 14].copy_from_slice(&[0x81, 0x00]);
                 buf[HDR_LEN + 14..HDR_LEN + 16].copy_from_slice(&tci.to_be_bytes());
+                shift_offload_offsets(&mut buf[..HDR_LEN], 4);
                 Some(Read::Frame {
                     start: 0,
                     len: n + 4,
@@ -131,53 +125,34 @@ impl UplinkPort {
     }
 }
 
-/// Computes the checksum a NEEDS_CSUM frame leaves to the device, and clears the flag.
-pub(crate) fn complete_checksum(f: &mut [u8]) {
-    if f.len() < HDR_LEN {
-        return;
+/// Moves a virtio-net header's offsets (checksum start, GSO header length)
+/// by `by` bytes: the kernel counts them in the frame without the tag the
+/// driver stripped, and the tag goes back in before them.
+fn shift_offload_offsets(h: &mut [u8], by: u16) {
+    use crate::wire::virtio_net::{FLAG_NEEDS_CSUM, GSO_NONE};
+    let bump = |h: &mut [u8], at: usize| {
+        let v = u16::from_le_bytes([h[at], h[at + 1]]).wrapping_add(by);
+        h[at..at + 2].copy_from_slice(&v.to_le_bytes());
+    };
+    if h[0] & FLAG_NEEDS_CSUM != 0 {
+        bump(h, 6);
     }
-    let start = HDR_LEN + usize::from(u16::from_le_bytes([f[6], f[7]]));
-    let at = start + usize::from(u16::from_le_bytes([f[8], f[9]]));
-    if at + 2 > f.len() || start > f.len() {
-        return;
+    if h[1] != GSO_NONE {
+        bump(h, 2);
     }
-    let c = checksum::fold(checksum::sum(&f[start..]));
-    // The pseudo-header sum the stack left in the field is part of the sum above.
-    f[at..at + 2].copy_from_slice(&(if c == 0 { 0xffff } else { c }).to_be_bytes());
-    f[0] &= !crate::wire::virtio_net::FLAG_NEEDS_CSUM;
-    f[0] |= crate::wire::virtio_net::FLAG_DATA_VALID;
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::{udp::UdpPacket, Ipv4Address};
 
     #[test]
-    fn completes_a_partial_udp_checksum() {
-        // A UDP datagram as the stack hands it over with CHECKSUM_PARTIAL:
-        // the checksum field holds the folded pseudo-header sum, not complemented.
-        let (src, dst) = (Ipv4Address([10, 0, 0, 1]), Ipv4Address([10, 0, 0, 2]));
-        let payload = b"partial";
-        let udp_len = 8 + payload.len();
-        let mut f = vec![0u8; HDR_LEN + 14 + 20 + udp_len];
-        let l4 = HDR_LEN + 14 + 20;
-        f[l4..l4 + 2].copy_from_slice(&1000u16.to_be_bytes());
-        f[l4 + 2..l4 + 4].copy_from_slice(&2000u16.to_be_bytes());
-        f[l4 + 4..l4 + 6].copy_from_slice(&(udp_len as u16).to_be_bytes());
-        f[l4 + 8..].copy_from_slice(payload);
-        let pseudo = checksum::pseudo_header(src.0, dst.0, 17, udp_len as u16);
-        let mut p = pseudo;
-        while p > 0xffff {
-            p = (p & 0xffff) + (p >> 16);
-        }
-        f[l4 + 6..l4 + 8].copy_from_slice(&(p as u16).to_be_bytes());
-        f[0] = crate::wire::virtio_net::FLAG_NEEDS_CSUM;
-        f[6..8].copy_from_slice(&((14 + 20) as u16).to_le_bytes());
-        f[8..10].copy_from_slice(&6u16.to_le_bytes());
-        complete_checksum(&mut f);
-        let u = UdpPacket::new_checked(&f[l4..]).unwrap();
-        assert!(u.verify_checksum(src, dst));
-        assert_eq!(f[0], crate::wire::virtio_net::FLAG_DATA_VALID);
+    fn offsets_follow_a_reinserted_tag() {
+        let mut h = [1u8, 1, 54, 0, 0xa8, 5, 34, 0, 16, 0];
+        shift_offload_offsets(&mut h, 4);
+        assert_eq!(h, [1, 1, 58, 0, 0xa8, 5, 38, 0, 16, 0]);
+        let mut plain = [0u8, 0, 54, 0, 0, 0, 34, 0, 16, 0];
+        shift_offload_offsets(&mut plain, 4);
+        assert_eq!(plain, [0, 0, 54, 0, 0, 0, 34, 0, 16, 0]);
     }
 }

@@ -1,5 +1,6 @@
-//! tap devices: /dev/net/tun with IFF_TAP | IFF_NO_PI | IFF_VNET_HDR and a
-//! 12-byte virtio-net header (the same header virtio ports carry).
+//! tap devices: /dev/net/tun with IFF_TAP | IFF_NO_PI | IFF_VNET_HDR, a
+//! 12-byte virtio-net header (the same header virtio ports carry), and
+//! checksum and TCP segmentation offloads on (TUNSETOFFLOAD).
 
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -8,6 +9,11 @@ use std::os::unix::fs::OpenOptionsExt;
 
 const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
 const TUNSETVNETHDRSZ: libc::c_ulong = 0x4004_54d8;
+const TUNSETOFFLOAD: libc::c_ulong = 0x4004_54d0;
+const TUN_F_CSUM: libc::c_uint = 0x01;
+const TUN_F_TSO4: libc::c_uint = 0x02;
+const TUN_F_TSO6: libc::c_uint = 0x04;
+const TUN_F_TSO_ECN: libc::c_uint = 0x08;
 const IFF_TAP: libc::c_short = 0x0002;
 const IFF_NO_PI: libc::c_short = 0x1000;
 const IFF_VNET_HDR: libc::c_short = 0x4000;
@@ -48,6 +54,15 @@ pub fn open_tap(name: &str, vnet_hdr_len: i32) -> io::Result<(File, String)> {
     let mut len = vnet_hdr_len;
     // SAFETY: TUNSETVNETHDRSZ reads one int from the pointer, valid for the call.
     if unsafe { libc::ioctl(file.as_raw_fd(), TUNSETVNETHDRSZ, &mut len as *mut i32) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // The host stack may hand over partially checksummed and TCP GSO frames
+    // (the switch passes them to ports that negotiated the same, and
+    // completes or segments them for the others); without this every frame
+    // would be checksummed and cut to the MTU by the kernel first.
+    let offloads = TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6 | TUN_F_TSO_ECN;
+    // SAFETY: TUNSETOFFLOAD takes its argument by value; no memory is passed.
+    if unsafe { libc::ioctl(file.as_raw_fd(), TUNSETOFFLOAD, offloads as libc::c_ulong) } < 0 {
         return Err(io::Error::last_os_error());
     }
     let end = req

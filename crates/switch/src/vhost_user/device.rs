@@ -33,8 +33,27 @@ pub mod feature {
     pub const PROTOCOL_FEATURES: u64 = 1 << 30;
     /// VIRTIO_F_VERSION_1.
     pub const VERSION_1: u64 = 1 << virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
+    /// VIRTIO_NET_F_CSUM: the driver may send partially checksummed frames.
+    pub const CSUM: u64 = 1 << virtio_bindings::virtio_net::VIRTIO_NET_F_CSUM;
+    /// VIRTIO_NET_F_GUEST_CSUM: the driver takes partially checksummed frames.
+    pub const GUEST_CSUM: u64 = 1 << virtio_bindings::virtio_net::VIRTIO_NET_F_GUEST_CSUM;
+    /// VIRTIO_NET_F_GUEST_TSO4: the driver takes TCP/IPv4 GSO frames.
+    pub const GUEST_TSO4: u64 = 1 << virtio_bindings::virtio_net::VIRTIO_NET_F_GUEST_TSO4;
+    /// VIRTIO_NET_F_GUEST_TSO6: the driver takes TCP/IPv6 GSO frames.
+    pub const GUEST_TSO6: u64 = 1 << virtio_bindings::virtio_net::VIRTIO_NET_F_GUEST_TSO6;
+    /// VIRTIO_NET_F_GUEST_ECN: the driver takes GSO frames with the ECN bit.
+    pub const GUEST_ECN: u64 = 1 << virtio_bindings::virtio_net::VIRTIO_NET_F_GUEST_ECN;
+    /// VIRTIO_NET_F_HOST_TSO4: the driver may send TCP/IPv4 GSO frames.
+    pub const HOST_TSO4: u64 = 1 << virtio_bindings::virtio_net::VIRTIO_NET_F_HOST_TSO4;
+    /// VIRTIO_NET_F_HOST_TSO6: the driver may send TCP/IPv6 GSO frames.
+    pub const HOST_TSO6: u64 = 1 << virtio_bindings::virtio_net::VIRTIO_NET_F_HOST_TSO6;
+    /// VIRTIO_NET_F_HOST_ECN: the driver may send GSO frames with the ECN bit.
+    pub const HOST_ECN: u64 = 1 << virtio_bindings::virtio_net::VIRTIO_NET_F_HOST_ECN;
+    /// Checksum and TCP segmentation offloads, both directions.
+    pub const OFFLOADS: u64 =
+        CSUM | GUEST_CSUM | GUEST_TSO4 | GUEST_TSO6 | GUEST_ECN | HOST_TSO4 | HOST_TSO6 | HOST_ECN;
     /// What this device offers.
-    pub const OFFERED: u64 = MRG_RXBUF | EVENT_IDX | PROTOCOL_FEATURES | VERSION_1;
+    pub const OFFERED: u64 = MRG_RXBUF | EVENT_IDX | PROTOCOL_FEATURES | VERSION_1 | OFFLOADS;
 }
 
 /// Protocol feature bits.

@@ -15,7 +15,15 @@ pub const FLAG_NEEDS_CSUM: u8 = 1;
 /// `flags`: checksum already validated.
 pub const FLAG_DATA_VALID: u8 = 2;
 /// `gso_type`: not a GSO frame.
-pub const GSO_NONE: u8 = 0;
+pub const GSO_NONE: u8 = virtio_bindings::virtio_net::VIRTIO_NET_HDR_GSO_NONE as u8;
+/// `gso_type`: TCP over IPv4 (TSO).
+pub const GSO_TCPV4: u8 = virtio_bindings::virtio_net::VIRTIO_NET_HDR_GSO_TCPV4 as u8;
+/// `gso_type`: UDP fragmentation offload (not offered).
+pub const GSO_UDP: u8 = virtio_bindings::virtio_net::VIRTIO_NET_HDR_GSO_UDP as u8;
+/// `gso_type`: TCP over IPv6 (TSO).
+pub const GSO_TCPV6: u8 = virtio_bindings::virtio_net::VIRTIO_NET_HDR_GSO_TCPV6 as u8;
+/// `gso_type` bit: the frame has CWR set and segments must keep ECN semantics.
+pub const GSO_ECN: u8 = virtio_bindings::virtio_net::VIRTIO_NET_HDR_GSO_ECN as u8;
 
 /// A checked view of a virtio-net header of `len` bytes (10 or 12).
 #[derive(Debug, Clone)]

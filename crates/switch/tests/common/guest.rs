@@ -191,6 +191,19 @@ pub struct Guest {
 
 impl Guest {
     pub fn start(kit: &GuestKit, initrd: &Path, sock: &Path, mac: &str, console: &Path) -> Self {
+        Self::start_with(kit, initrd, sock, mac, console, "")
+    }
+
+    /// Like [`Guest::start`], with extra virtio-net-pci properties
+    /// (`device_opts`, e.g. ",guest_tso4=off").
+    pub fn start_with(
+        kit: &GuestKit,
+        initrd: &Path,
+        sock: &Path,
+        mac: &str,
+        console: &Path,
+        device_opts: &str,
+    ) -> Self {
         // `timeout` bounds QEMU's life even if the test process dies without killing it.
         let child = Command::new("timeout")
             .args(["300", "qemu-system-x86_64"])
@@ -224,7 +237,7 @@ impl Guest {
             .args(["-netdev", "vhost-user,id=n0,chardev=c0"])
             .args([
                 "-device",
-                &format!("virtio-net-pci,netdev=n0,mac={mac},vectors=0"),
+                &format!("virtio-net-pci,netdev=n0,mac={mac},vectors=0{device_opts}"),
             ])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
