@@ -7,6 +7,7 @@
 //! netns vnio-3kx0-a 4711
 //! link vnio3kx1r 4711
 //! process 4712:98231 4711
+//! dir /run/vnio/lab/vnio-lab-3kx2 4711
 //! ```
 //!
 //! A process is recorded as `PID:STARTTIME` (field 22 of `/proc/PID/stat`) so
@@ -29,6 +30,20 @@ pub const DEFAULT_JOURNAL: &str = "/run/vnio/lab-journal";
 /// Environment variable overriding [`DEFAULT_JOURNAL`].
 pub const JOURNAL_ENV: &str = "VNIO_LAB_JOURNAL";
 
+/// Name prefix a journaled directory must have to be removed by `clean`
+/// (a guard against ever removing anything else).
+pub const SCRATCH_PREFIX: &str = "vnio-lab-";
+
+/// The owner pid of a journal line (its last word).
+fn owner_of(line: &str) -> Option<i32> {
+    line.split_whitespace().nth(2)?.parse().ok()
+}
+
+/// True when a process with this pid exists.
+fn alive(pid: i32) -> bool {
+    pid > 0 && Path::new(&format!("/proc/{pid}")).exists()
+}
+
 /// One object the lab created (or was about to create).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Entry {
@@ -36,6 +51,10 @@ pub enum Entry {
     Netns(String),
     /// An interface in the root namespace.
     Link(String),
+    /// A scratch directory (sockets, configuration files) of a lab run,
+    /// removed with its contents. Only directories whose name starts with
+    /// [`SCRATCH_PREFIX`] are ever removed.
+    Dir(PathBuf),
     /// A process, by pid and start time (clock ticks since boot).
     Process {
         /// Process id.
@@ -50,6 +69,7 @@ impl Entry {
         match self {
             Entry::Netns(name) => ("netns", name.clone()),
             Entry::Link(name) => ("link", name.clone()),
+            Entry::Dir(path) => ("dir", path.display().to_string()),
             Entry::Process { pid, start_time } => ("process", format!("{pid}:{start_time}")),
         }
     }
@@ -66,6 +86,7 @@ impl Entry {
         match kind {
             "netns" => Some(Entry::Netns(name)),
             "link" => Some(Entry::Link(name)),
+            "dir" => Some(Entry::Dir(PathBuf::from(name))),
             "process" => {
                 let (pid, start) = name.split_once(':')?;
                 Some(Entry::Process {
@@ -188,32 +209,50 @@ impl Journal {
     /// Only run it when no other lab run is using the same journal: it does
     /// not check whether the owner of an entry is still alive.
     pub fn clean(&self) -> Result<CleanReport> {
+        self.clean_where(|_| true)
+    }
+
+    /// Like [`Journal::clean`], but only for entries whose owner process is
+    /// gone (a crashed or killed run): safe while other runs share the
+    /// journal. Entries of live owners stay untouched.
+    pub fn clean_orphans(&self) -> Result<CleanReport> {
+        let me = std::process::id() as i32;
+        self.clean_where(|owner| owner.is_some_and(|pid| pid != me && !alive(pid)))
+    }
+
+    fn clean_where(&self, take: impl Fn(Option<i32>) -> bool) -> Result<CleanReport> {
         let mut report = CleanReport::default();
         if !self.path.exists() {
             return Ok(report);
         }
         let mut file = self.open_locked()?;
         let lines = read_lines(&mut file).what(|| self.what_reading())?;
+        let (taken, untouched): (Vec<&String>, Vec<&String>) =
+            lines.iter().partition(|l| take(owner_of(l)));
         let mut seen = std::collections::HashSet::new();
-        let mut entries: Vec<Entry> = lines
+        let mut entries: Vec<(Entry, String)> = taken
             .iter()
-            .filter_map(|l| Entry::parse(l))
-            .filter(|e| seen.insert(e.clone()))
+            .filter_map(|l| Entry::parse(l).map(|e| (e, l.to_string())))
+            .filter(|(e, _)| seen.insert(e.clone()))
             .collect();
         let order = |e: &Entry| match e {
             Entry::Process { .. } => 0,
             Entry::Netns(_) => 1,
             Entry::Link(_) => 2,
+            Entry::Dir(_) => 3,
         };
-        entries.sort_by_key(order);
-        for entry in entries {
+        entries.sort_by_key(|(e, _)| order(e));
+        let mut kept: Vec<String> = untouched.into_iter().cloned().collect();
+        for (entry, line) in entries {
             match remove(&entry) {
                 Ok(true) => report.removed.push(entry),
                 Ok(false) => {}
-                Err(e) => report.failed.push((entry, e)),
+                Err(e) => {
+                    kept.push(line);
+                    report.failed.push((entry, e));
+                }
             }
         }
-        let kept: Vec<String> = report.failed.iter().map(|(e, _)| e.line()).collect();
         rewrite(&mut file, &kept).what(|| format!("rewriting journal {}", self.path.display()))?;
         Ok(report)
     }
@@ -228,6 +267,7 @@ fn remove(entry: &Entry) -> Result<bool> {
     match entry {
         Entry::Netns(name) => crate::netns::remove_named(name),
         Entry::Link(name) => crate::link::remove_root_link(name),
+        Entry::Dir(path) => remove_scratch_dir(path),
         Entry::Process { pid, start_time } => {
             if process_start_time(*pid) != Some(*start_time) {
                 return Ok(false);
@@ -238,6 +278,28 @@ fn remove(entry: &Entry) -> Result<bool> {
                 Err(e) => Err(e).what(|| format!("killing process {pid}")),
             }
         }
+    }
+}
+
+/// Remove a scratch directory and its contents; `Ok(false)` if gone.
+fn remove_scratch_dir(path: &Path) -> Result<bool> {
+    let what = || format!("removing directory {}", path.display());
+    let named_ours = path
+        .file_name()
+        .is_some_and(|n| n.to_string_lossy().starts_with(SCRATCH_PREFIX));
+    if !named_ours || !path.is_absolute() {
+        return Err(Error::os(
+            what(),
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("not a lab scratch directory (name must start with {SCRATCH_PREFIX})"),
+            ),
+        ));
+    }
+    match std::fs::remove_dir_all(path) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e).what(what),
     }
 }
 
@@ -316,6 +378,50 @@ mod tests {
     fn own_start_time_is_readable() {
         assert!(process_start_time(std::process::id() as i32).is_some());
         assert_eq!(process_start_time(-1), None);
+    }
+
+    #[test]
+    fn scratch_dirs_are_removed_only_when_named_ours() {
+        let j = temp_journal("dirs");
+        let base = j.path().parent().unwrap().to_path_buf();
+        let ours = base.join(format!("{SCRATCH_PREFIX}t"));
+        let other = base.join("precious");
+        std::fs::create_dir_all(ours.join("sub")).unwrap();
+        std::fs::create_dir_all(&other).unwrap();
+        j.record(&Entry::Dir(ours.clone())).unwrap();
+        j.record(&Entry::Dir(other.clone())).unwrap();
+        assert_eq!(
+            Entry::parse(&Entry::Dir(ours.clone()).line()),
+            Some(Entry::Dir(ours.clone()))
+        );
+        let report = j.clean().unwrap();
+        assert_eq!(report.removed, vec![Entry::Dir(ours.clone())]);
+        assert_eq!(report.failed.len(), 1);
+        assert!(!ours.exists() && other.exists());
+        let _ = std::fs::remove_dir_all(&base);
+    }
+
+    #[test]
+    fn clean_orphans_leaves_live_owners_alone() {
+        let j = temp_journal("orphans");
+        let base = j.path().parent().unwrap().to_path_buf();
+        std::fs::create_dir_all(&base).unwrap();
+        let mine = base.join(format!("{SCRATCH_PREFIX}mine"));
+        let dead = base.join(format!("{SCRATCH_PREFIX}dead"));
+        std::fs::create_dir_all(&mine).unwrap();
+        std::fs::create_dir_all(&dead).unwrap();
+        // pid 1 is alive; a pid above pid_max never is.
+        let lines = format!(
+            "dir {} 1\ndir {} 99999999\n",
+            mine.display(),
+            dead.display()
+        );
+        std::fs::write(j.path(), lines).unwrap();
+        let report = j.clean_orphans().unwrap();
+        assert_eq!(report.removed, vec![Entry::Dir(dead.clone())]);
+        assert!(mine.exists() && !dead.exists());
+        assert_eq!(j.entries().unwrap(), vec![Entry::Dir(mine.clone())]);
+        let _ = std::fs::remove_dir_all(&base);
     }
 
     #[test]

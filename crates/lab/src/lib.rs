@@ -48,6 +48,7 @@
 
 mod addr;
 mod bridged;
+pub mod contention;
 mod error;
 mod handle;
 mod journal;
@@ -56,17 +57,22 @@ mod names;
 mod netns;
 mod pair;
 mod process;
+pub mod report;
 mod route;
 mod rtnl;
+pub mod runner;
+pub mod scenario;
+pub mod store;
 #[allow(unsafe_code)]
 mod sys;
 mod tc;
+pub mod testbed;
 
 pub use addr::Cidr;
 pub use bridged::{Bridged, BRIDGED_MAX_HOSTS};
 pub use error::{Error, Result};
 pub use handle::Handle;
-pub use journal::{CleanReport, Entry, Journal, DEFAULT_JOURNAL, JOURNAL_ENV};
+pub use journal::{CleanReport, Entry, Journal, DEFAULT_JOURNAL, JOURNAL_ENV, SCRATCH_PREFIX};
 pub use link::{IpvlanMode, Link, LinkState, MacvlanMode};
 pub use names::{check_ifname, unique_id, IFNAME_MAX};
 pub use netns::{exists as netns_exists, Netns, NETNS_RUN_DIR};

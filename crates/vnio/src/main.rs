@@ -32,6 +32,8 @@ enum Command {
     Switch(cli::switch::Args),
     /// A poll-mode endpoint on a switch port answering ARP, ping and UDP echo.
     Endpoint(cli::endpoint::Args),
+    /// Scenarios of the studies' experiments: run, store, report, compare.
+    Lab(cli::lab::Args),
 }
 
 fn main() {
@@ -44,6 +46,7 @@ fn main() {
         Command::Tune(args) => cli::tune::run(args),
         Command::Switch(args) => cli::switch::run(args),
         Command::Endpoint(args) => cli::endpoint::run(args),
+        Command::Lab(args) => cli::lab::run(args),
     };
     match result {
         Ok(code) => std::process::exit(code),

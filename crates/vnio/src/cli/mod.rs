@@ -1,6 +1,7 @@
 //! One module per part: each owns its clap arguments and its rendering.
 
 pub mod endpoint;
+pub mod lab;
 pub mod measure;
 pub mod switch;
 pub mod tune;

@@ -1,0 +1,406 @@
+//! Running a scenario's plan: for each configuration build the testbed,
+//! for each point start the contention, run the workload from the client's
+//! namespace through the measurement library (every session of every
+//! target starts at one agreed instant, iterations with the median chosen),
+//! stop the contention, hand the outcome to the caller (who stores it at
+//! once), and always tear the testbed down.
+//!
+//! The stop flag (set by SIGINT in the CLI) ends the current iteration
+//! early; what was measured is kept, no further point starts, and the
+//! testbed is torn down as usual.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use vnio_measure::result::Document;
+
+use crate::contention::{ContentionReport, Running};
+use crate::journal::Journal;
+use crate::scenario::{Plan, Point, Protocol, Resolved, RunSpec, Scenario, WorkloadKind};
+use crate::testbed::{BedContext, BedDescription, Testbed};
+
+/// What the caller sees while a run goes on.
+#[derive(Debug)]
+pub enum Event<'a> {
+    /// A configuration's testbed is being built.
+    Building {
+        /// Configuration name.
+        configuration: &'a str,
+    },
+    /// A point starts (index counts from 0 over the whole plan).
+    PointStarted {
+        /// The point.
+        point: &'a Point,
+    },
+    /// Progress inside a point ("iteration 2/3").
+    Progress(&'a str),
+    /// A point ended (measured, failed or skipped).
+    PointFinished {
+        /// What came of it.
+        outcome: &'a PointOutcome,
+    },
+    /// A configuration's testbed is being removed.
+    TearingDown {
+        /// Configuration name.
+        configuration: &'a str,
+    },
+}
+
+/// The runner reports through this; the CLI draws progress bars with it.
+pub trait Observer: Sync {
+    /// Something happened.
+    fn event(&self, event: Event<'_>);
+}
+
+/// An observer that ignores everything.
+pub struct Silent;
+
+impl Observer for Silent {
+    fn event(&self, _: Event<'_>) {}
+}
+
+/// How a point ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    /// Measured.
+    Ok,
+    /// Measured in part: the run was stopped during it.
+    Interrupted,
+    /// Not measured: setup or the workload failed.
+    Failed,
+    /// Not measured: this build cannot (the reason is in `error`).
+    Skipped,
+}
+
+impl Status {
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Ok => "ok",
+            Status::Interrupted => "interrupted",
+            Status::Failed => "failed",
+            Status::Skipped => "skipped",
+        }
+    }
+}
+
+/// Everything known about one point after it ran.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PointOutcome {
+    /// The point as planned.
+    pub point: Point,
+    /// How it ended.
+    pub status: Status,
+    /// Why it failed or was skipped, or errors during measurement.
+    pub error: Option<String>,
+    /// The measurement engine's result (`vnio.result/1`).
+    pub document: Option<Document>,
+    /// What the contention achieved.
+    pub contention: Option<ContentionReport>,
+}
+
+/// What a whole scenario run did.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct RunSummary {
+    /// Points by status.
+    pub ok: usize,
+    /// Stopped during measurement.
+    pub interrupted: usize,
+    /// Failed.
+    pub failed: usize,
+    /// Skipped by this build.
+    pub skipped: usize,
+    /// True when the stop flag ended the run early.
+    pub stopped: bool,
+    /// The testbeds as built, per configuration.
+    pub testbeds: Vec<BedDescription>,
+}
+
+/// Runner settings.
+#[derive(Debug, Clone)]
+pub struct RunnerOptions {
+    /// The `vnio` binary run in the hosts (agents, switch, generators).
+    pub vnio: PathBuf,
+    /// Journal for everything created.
+    pub journal: Journal,
+}
+
+/// Why a run could not start. (Failures of single configurations or points
+/// are recorded in their outcomes instead: the rest of the run goes on.)
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// Not root.
+    #[error("vnio lab run builds network namespaces and needs root: run it as root (sudo)")]
+    NotRoot,
+    /// A configuration this build cannot run.
+    #[error("this build cannot run {0}")]
+    Unsupported(String),
+    /// The caller's sink refused an outcome (e.g. the store failed).
+    #[error("{0}")]
+    Sink(String),
+}
+
+/// Run `plan` (made from `scenario`). Every outcome goes to `sink` as soon
+/// as it is known, so a crash loses only the point in progress.
+pub fn run(
+    scenario: &Scenario,
+    plan: &Plan,
+    opts: &RunnerOptions,
+    stop: &Arc<AtomicBool>,
+    observer: &dyn Observer,
+    sink: &mut dyn FnMut(&PointOutcome) -> Result<(), String>,
+) -> Result<RunSummary, RunError> {
+    if !crate::is_root() {
+        return Err(RunError::NotRoot);
+    }
+    if !plan.missing.is_empty() {
+        let list: Vec<String> = plan
+            .missing
+            .iter()
+            .map(|(cfg, why)| format!("configuration `{cfg}` ({})", why.join("; ")))
+            .collect();
+        return Err(RunError::Unsupported(list.join(", ")));
+    }
+    // What a crashed earlier run left (its owner is dead) goes first.
+    let _ = opts.journal.clean_orphans();
+    let ctx = BedContext {
+        vnio: opts.vnio.clone(),
+        journal: opts.journal.clone(),
+    };
+    let mut summary = RunSummary::default();
+    let mut record = |o: PointOutcome, summary: &mut RunSummary| -> Result<(), RunError> {
+        match o.status {
+            Status::Ok => summary.ok += 1,
+            Status::Interrupted => summary.interrupted += 1,
+            Status::Failed => summary.failed += 1,
+            Status::Skipped => summary.skipped += 1,
+        }
+        observer.event(Event::PointFinished { outcome: &o });
+        sink(&o).map_err(RunError::Sink)
+    };
+    for cfg in &plan.configurations {
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
+        let points: Vec<&Point> = plan
+            .points
+            .iter()
+            .filter(|p| p.configuration == cfg.name)
+            .collect();
+        // A configuration whose points are all skipped is not built.
+        if points.iter().all(|p| p.skip.is_some()) {
+            for p in points {
+                record(skipped(p), &mut summary)?;
+            }
+            continue;
+        }
+        observer.event(Event::Building {
+            configuration: &cfg.name,
+        });
+        let bed = match Testbed::build(scenario, cfg, &ctx) {
+            Ok(bed) => bed,
+            Err(e) => {
+                let why = format!("building configuration {}: {e}", cfg.name);
+                for p in points {
+                    let o = if p.skip.is_some() {
+                        skipped(p)
+                    } else {
+                        failed(p, why.clone(), None)
+                    };
+                    record(o, &mut summary)?;
+                }
+                continue;
+            }
+        };
+        summary.testbeds.push(bed.description().clone());
+        let mut result = Ok(());
+        for p in points {
+            if stop.load(Ordering::Relaxed) {
+                break;
+            }
+            if p.skip.is_some() {
+                result = record(skipped(p), &mut summary);
+            } else {
+                observer.event(Event::PointStarted { point: p });
+                let o = measure_point(&bed, p, &plan.run, opts, stop, observer);
+                result = record(o, &mut summary);
+            }
+            if result.is_err() {
+                break;
+            }
+        }
+        observer.event(Event::TearingDown {
+            configuration: &cfg.name,
+        });
+        // Errors here leave entries in the journal for `vnio lab clean`.
+        let _ = bed.teardown();
+        result?;
+    }
+    summary.stopped = stop.load(Ordering::Relaxed);
+    Ok(summary)
+}
+
+fn skipped(p: &Point) -> PointOutcome {
+    PointOutcome {
+        point: p.clone(),
+        status: Status::Skipped,
+        error: p.skip.clone(),
+        document: None,
+        contention: None,
+    }
+}
+
+fn failed(p: &Point, why: String, contention: Option<ContentionReport>) -> PointOutcome {
+    PointOutcome {
+        point: p.clone(),
+        status: Status::Failed,
+        error: Some(why),
+        document: None,
+        contention,
+    }
+}
+
+fn measure_point(
+    bed: &Testbed,
+    p: &Point,
+    run: &RunSpec,
+    opts: &RunnerOptions,
+    stop: &Arc<AtomicBool>,
+    observer: &dyn Observer,
+) -> PointOutcome {
+    let running = match Running::start(bed, &p.contention, &opts.vnio, &opts.journal) {
+        Ok(r) => r,
+        Err(e) => return failed(p, format!("starting contention: {e}"), None),
+    };
+    let measured = workload(
+        bed,
+        &p.workload,
+        run,
+        &bed.description().knobs,
+        stop,
+        observer,
+    );
+    let contention = running.stop();
+    let contention =
+        (!p.contention.is_idle() || !contention.errors.is_empty()).then_some(contention);
+    match measured {
+        Err(e) => failed(p, e, contention),
+        Ok(doc) => {
+            let status = if doc.interrupted {
+                Status::Interrupted
+            } else if doc.iterations.is_empty() {
+                Status::Failed
+            } else {
+                Status::Ok
+            };
+            PointOutcome {
+                point: p.clone(),
+                status,
+                error: (!doc.errors.is_empty()).then(|| doc.errors.join("; ")),
+                document: Some(doc),
+                contention,
+            }
+        }
+    }
+}
+
+/// Run one workload from its client's namespace.
+fn workload(
+    bed: &Testbed,
+    w: &Resolved,
+    run: &RunSpec,
+    knobs: &crate::scenario::Knobs,
+    stop: &Arc<AtomicBool>,
+    observer: &dyn Observer,
+) -> Result<Document, String> {
+    use vnio_measure::proto::Transport;
+    let client = bed
+        .host(&w.from)
+        .and_then(|h| h.netns())
+        .ok_or_else(|| format!("client {} is not a namespace host", w.from))?;
+    let mut targets = Vec::new();
+    for t in &w.to {
+        let h = bed.host(t).ok_or_else(|| format!("no host {t}"))?;
+        targets.push(h);
+    }
+    let progress = |msg: &str| observer.event(Event::Progress(msg));
+    let transport = match w.protocol {
+        Protocol::Tcp => Transport::Tcp,
+        Protocol::Udp => Transport::Udp,
+    };
+    let common = vnio_measure::run::Common {
+        targets: targets.iter().map(|h| h.agent_addr().to_string()).collect(),
+        token: None,
+        sessions: w.sessions,
+        duration: run.duration,
+        warmup: run.warmup,
+        iterations: run.iterations,
+        cpus: knobs.client_cpus.clone().unwrap_or_default(),
+        agent_cpus: knobs.agent_cpus.clone().unwrap_or_default(),
+        busy_poll_us: knobs.busy_poll_us,
+    };
+    let stop = stop.clone();
+    // The client's threads run in its namespace: threads started from a
+    // thread that joined a namespace are in it too, so every session socket
+    // the measurement library opens belongs there.
+    match w.kind {
+        WorkloadKind::Rr => {
+            let params = vnio_measure::rr::RrParams {
+                transport,
+                request: w.size,
+                response: w.response_size,
+                burst: w.burst,
+                nodelay: w.nodelay,
+                dirty: w.dirty,
+                rate_per_session: w.rate.map(|r| (r / u64::from(w.sessions.max(1))).max(1)),
+                busy_poll_us: knobs.busy_poll_us,
+                rx_timestamp: knobs.rx_timestamp.unwrap_or(false),
+            };
+            let job = vnio_measure::rr::job(&common, params);
+            client
+                .run(|| vnio_measure::run::run(&common, &job, stop, &progress))
+                .map_err(|e| e.to_string())?
+                .map_err(|e| e.to_string())
+        }
+        WorkloadKind::Stream => {
+            use vnio_measure::stream::{Direction, StreamParams};
+            let params = StreamParams {
+                transport,
+                direction: if w.reverse {
+                    Direction::Receive
+                } else {
+                    Direction::Send
+                },
+                size: w.size,
+                rate_per_session: w.rate.map(|r| (r / u64::from(w.sessions.max(1))).max(1)),
+                burst: w.burst.max(1),
+                busy_poll_us: knobs.busy_poll_us,
+            };
+            let job = vnio_measure::stream::job(&common, params);
+            client
+                .run(|| vnio_measure::run::run(&common, &job, stop, &progress))
+                .map_err(|e| e.to_string())?
+                .map_err(|e| e.to_string())
+        }
+        WorkloadKind::Ping => {
+            let params = vnio_measure::ping::PingParams {
+                targets: targets.iter().map(|h| h.addr.to_string()).collect(),
+                interval: w.interval,
+                sessions: w.sessions,
+                size: w.size as usize,
+                duration: run.duration,
+                warmup: run.warmup,
+                iterations: run.iterations,
+                cpus: knobs.client_cpus.clone().unwrap_or_default(),
+                rx_timestamp: knobs.rx_timestamp.unwrap_or(false),
+            };
+            client
+                .run(|| vnio_measure::ping::run(&params, stop, &progress))
+                .map_err(|e| e.to_string())?
+                .map_err(|e| e.to_string())
+        }
+    }
+}

@@ -1,0 +1,549 @@
+//! The scenario file's shape: what a user writes, field by field.
+//!
+//! Every struct denies unknown fields, so a typo is an error that names the
+//! field and its line instead of a silently ignored setting.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// One scenario: hosts, the configurations compared side by side, knobs,
+/// contention, workloads, an optional sweep, and how long to measure.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    /// One line shown in lists and as the report's heading.
+    pub title: String,
+    /// The study experiment this scenario reproduces.
+    pub maps_to: String,
+    /// What this machine cannot reproduce of that experiment.
+    #[serde(default)]
+    pub cannot: Option<String>,
+    /// Measurement length and repetitions.
+    #[serde(default)]
+    pub run: RunSpec,
+    /// The endpoints.
+    #[serde(rename = "host")]
+    pub hosts: Vec<HostSpec>,
+    /// The set-ups compared (at least one).
+    #[serde(rename = "configuration")]
+    pub configurations: Vec<Configuration>,
+    /// Knobs for every configuration (a configuration's own knobs win).
+    #[serde(default)]
+    pub knobs: Knobs,
+    /// Background load and neighbour traffic.
+    #[serde(default)]
+    pub contention: Contention,
+    /// What is measured (at least one).
+    #[serde(rename = "workload")]
+    pub workloads: Vec<WorkloadSpec>,
+    /// One parameter varied over a list of values.
+    #[serde(default)]
+    pub sweep: Option<Sweep>,
+}
+
+/// Measurement length: the studies ran 5 minutes, 3 iterations, and reported
+/// the median iteration by mean round trip.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct RunSpec {
+    /// Measured time per iteration.
+    #[serde(with = "humantime")]
+    pub duration: Duration,
+    /// Time run but not recorded before each iteration.
+    #[serde(with = "humantime")]
+    pub warmup: Duration,
+    /// Iterations per point; the median one (by mean) is reported.
+    pub iterations: u32,
+}
+
+impl Default for RunSpec {
+    fn default() -> Self {
+        RunSpec {
+            duration: Duration::from_secs(10),
+            warmup: Duration::from_secs(1),
+            iterations: 3,
+        }
+    }
+}
+
+/// What kind of endpoint a host is.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Hash)]
+#[serde(rename_all = "kebab-case")]
+pub enum HostKind {
+    /// A network namespace: the kernel's stack, a `vnio agent` inside.
+    Namespace,
+    /// A poll-mode endpoint (user-space virtio driver) on a vhost-user port
+    /// of the vnio switch: answers ARP, ping and UDP echo without a kernel.
+    PollMode,
+    /// A virtual machine (not available yet: `vnio vm run` has not landed).
+    Vm,
+}
+
+impl HostKind {
+    /// The name used in files and messages.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HostKind::Namespace => "namespace",
+            HostKind::PollMode => "poll-mode",
+            HostKind::Vm => "vm",
+        }
+    }
+}
+
+/// One endpoint.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct HostSpec {
+    /// Lower-case letters and digits, at most 12 characters.
+    pub name: String,
+    /// Endpoint kind (default: namespace); configurations may override it.
+    #[serde(default = "default_host_kind")]
+    pub kind: HostKind,
+}
+
+fn default_host_kind() -> HostKind {
+    HostKind::Namespace
+}
+
+/// What joins the hosts: one L2 segment.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Hash)]
+#[serde(rename_all = "kebab-case")]
+pub enum WireKind {
+    /// A veth pair straight between two namespaces (the studies' native path).
+    Veth,
+    /// A Linux bridge in its own namespace, a veth to each host.
+    Bridge,
+    /// The vnio switch: a tap port per namespace host, a vhost-user port per
+    /// poll-mode host.
+    Switch,
+}
+
+impl WireKind {
+    /// The name used in files and messages.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WireKind::Veth => "veth",
+            WireKind::Bridge => "bridge",
+            WireKind::Switch => "switch",
+        }
+    }
+}
+
+/// One set-up compared with the others.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Configuration {
+    /// Lower-case letters, digits and '-', at most 24 characters.
+    pub name: String,
+    /// One line for the report.
+    #[serde(default)]
+    pub description: Option<String>,
+    /// The wire joining every host.
+    pub wire: WireKind,
+    /// Host kinds that differ from the hosts' own, by host name.
+    #[serde(default)]
+    pub hosts: BTreeMap<String, HostKind>,
+    /// Knobs for this configuration only (over the scenario's).
+    #[serde(default)]
+    pub knobs: Knobs,
+}
+
+/// Port policy of the vnio switch (DESIGN: switch latency features).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Hash, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum PortPolicy {
+    /// Adaptive coalescing, the switch's shared worker.
+    #[default]
+    Default,
+    /// Latency-Sensitivity=High: a dedicated busy-polling worker, coalescing
+    /// and LRO off.
+    LatencyHigh,
+    /// The port bound straight to an uplink queue, no switching.
+    Direct,
+}
+
+impl PortPolicy {
+    /// The name used in files and messages.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PortPolicy::Default => "default",
+            PortPolicy::LatencyHigh => "latency-high",
+            PortPolicy::Direct => "direct",
+        }
+    }
+}
+
+/// Settings of the set-up. Every field is optional so scenario-wide knobs
+/// and a configuration's knobs can be layered.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct Knobs {
+    /// SO_BUSY_POLL on the workload's data sockets, in microseconds.
+    pub busy_poll_us: Option<u32>,
+    /// CPUs for the client's session threads (round-robin).
+    pub client_cpus: Option<Vec<usize>>,
+    /// CPUs for the agents' session threads.
+    pub agent_cpus: Option<Vec<usize>>,
+    /// CPUs for every thread of the vnio switch process.
+    pub switch_cpus: Option<Vec<usize>>,
+    /// Egress rate limit (htb) on every host interface, in Mbit/s.
+    pub rate_limit_mbit: Option<u64>,
+    /// Egress delay (netem) on every host interface, in microseconds.
+    /// This kernel has no netem: a run with it says so and stops.
+    pub netem_delay_us: Option<u64>,
+    /// vnio switch port policy for every host port.
+    pub port_policy: Option<PortPolicy>,
+    /// Kernel timestamps for receive instants (SO_TIMESTAMPING).
+    pub rx_timestamp: Option<bool>,
+}
+
+impl Knobs {
+    /// `self` with every field `over` sets replaced by `over`'s.
+    pub fn layered(&self, over: &Knobs) -> Knobs {
+        Knobs {
+            busy_poll_us: over.busy_poll_us.or(self.busy_poll_us),
+            client_cpus: over
+                .client_cpus
+                .clone()
+                .or_else(|| self.client_cpus.clone()),
+            agent_cpus: over.agent_cpus.clone().or_else(|| self.agent_cpus.clone()),
+            switch_cpus: over
+                .switch_cpus
+                .clone()
+                .or_else(|| self.switch_cpus.clone()),
+            rate_limit_mbit: over.rate_limit_mbit.or(self.rate_limit_mbit),
+            netem_delay_us: over.netem_delay_us.or(self.netem_delay_us),
+            port_policy: over.port_policy.or(self.port_policy),
+            rx_timestamp: over.rx_timestamp.or(self.rx_timestamp),
+        }
+    }
+}
+
+/// Contention added around the measured workload.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct Contention {
+    /// CPU background loads: servers that answer TCP requests at a set rate
+    /// with a set CPU cost each (the studies' background VMs).
+    #[serde(default)]
+    pub loads: Option<Loads>,
+    /// A UDP flood toward a neighbour (the studies' bandwidth contention).
+    #[serde(default)]
+    pub flood: Option<Flood>,
+}
+
+/// CPU background loads.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Loads {
+    /// Number of load servers, each its own process (a "1-vCPU VM").
+    pub count: u32,
+    /// Host the servers run in.
+    pub on: String,
+    /// Host their request generator runs in.
+    pub from: String,
+    /// Requests per second per server.
+    pub rate: u64,
+    /// CPU time spent per request, in microseconds (5K req/s x 40 us = 20 %
+    /// of a core).
+    pub work_us: u64,
+    /// CPUs the servers are pinned to (round-robin); none: unpinned.
+    #[serde(default)]
+    pub cpus: Vec<usize>,
+}
+
+/// A paced UDP flood toward a neighbour.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Flood {
+    /// Host the flood leaves from.
+    pub from: String,
+    /// Host it is sent to (a sink counts it there).
+    pub to: String,
+    /// Packets per second (0: no flood).
+    pub rate: u64,
+    /// UDP payload bytes per packet.
+    #[serde(default = "default_flood_size")]
+    pub size: u32,
+    /// Packets sent back to back at each scheduled instant.
+    #[serde(default = "one")]
+    pub burst: u32,
+    /// CPUs for the sender and the sink (round-robin); none: unpinned.
+    #[serde(default)]
+    pub cpus: Vec<usize>,
+}
+
+fn default_flood_size() -> u32 {
+    256
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// Workload kinds, with the measurement engine's parameters.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Hash)]
+#[serde(rename_all = "kebab-case")]
+pub enum WorkloadKind {
+    /// Request-response (netperf TCP_RR/UDP_RR).
+    Rr,
+    /// ICMP echo answered by the target's kernel (or endpoint).
+    Ping,
+    /// Bulk transfer (netperf TCP_STREAM/UDP_STREAM).
+    Stream,
+}
+
+impl WorkloadKind {
+    /// The name used in files and messages.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkloadKind::Rr => "rr",
+            WorkloadKind::Ping => "ping",
+            WorkloadKind::Stream => "stream",
+        }
+    }
+}
+
+/// Transport of rr and stream.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Hash, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Protocol {
+    /// TCP.
+    #[default]
+    Tcp,
+    /// UDP.
+    Udp,
+}
+
+/// One measured workload. Fields that do not apply to the kind are refused
+/// by validation (e.g. `burst` on ping).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct WorkloadSpec {
+    /// Lower-case letters, digits and '-'.
+    pub name: String,
+    /// rr, ping or stream.
+    pub kind: WorkloadKind,
+    /// The host the client runs in.
+    pub from: String,
+    /// The hosts served (agents, or ping targets); sessions to all of them
+    /// start together.
+    #[serde(deserialize_with = "one_or_many")]
+    pub to: Vec<String>,
+    /// rr, stream: tcp or udp.
+    pub protocol: Option<Protocol>,
+    /// Message bytes (rr request, stream write/datagram, ping payload).
+    pub size: Option<u32>,
+    /// rr: response bytes (default: `size`).
+    pub response_size: Option<u32>,
+    /// rr: requests in flight per session; stream: packets per paced instant.
+    pub burst: Option<u32>,
+    /// Sessions per target, run in parallel.
+    pub sessions: Option<u32>,
+    /// rr: TCP_NODELAY (default true, as in the studies).
+    pub nodelay: Option<bool>,
+    /// rr: touch the data before sending and after receiving (default true).
+    pub dirty: Option<bool>,
+    /// rr: open loop, transactions per second per target; stream (UDP):
+    /// packets per second per target.
+    pub rate: Option<u64>,
+    /// ping: time between echo requests of one session.
+    #[serde(
+        default,
+        with = "humantime_opt",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub interval: Option<Duration>,
+    /// stream: the agent sends, the client receives.
+    pub reverse: Option<bool>,
+}
+
+fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(String),
+        Many(Vec<String>),
+    }
+    Ok(match OneOrMany::deserialize(d)? {
+        OneOrMany::One(s) => vec![s],
+        OneOrMany::Many(v) => v,
+    })
+}
+
+/// A parameter a sweep can vary.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Hash)]
+#[serde(rename_all = "kebab-case")]
+pub enum SweepParam {
+    /// Message size in bytes (rr, stream, ping).
+    Size,
+    /// Requests in flight per session (rr) or packets per instant (stream).
+    Burst,
+    /// Sessions per target.
+    Sessions,
+    /// Open-loop or paced rate of the workload.
+    Rate,
+    /// Packets per second of the neighbour flood.
+    FloodRate,
+    /// Number of CPU background loads.
+    Loads,
+}
+
+impl SweepParam {
+    /// The name used in files and messages.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SweepParam::Size => "size",
+            SweepParam::Burst => "burst",
+            SweepParam::Sessions => "sessions",
+            SweepParam::Rate => "rate",
+            SweepParam::FloodRate => "flood-rate",
+            SweepParam::Loads => "loads",
+        }
+    }
+
+    /// Axis label with the unit, for figures and tables.
+    pub fn label(self) -> &'static str {
+        match self {
+            SweepParam::Size => "message size (bytes)",
+            SweepParam::Burst => "requests in flight per session",
+            SweepParam::Sessions => "sessions",
+            SweepParam::Rate => "workload rate (per second)",
+            SweepParam::FloodRate => "neighbour flood (packets/s)",
+            SweepParam::Loads => "background loads",
+        }
+    }
+
+    /// True when the parameter is contention (same for every workload).
+    pub fn is_contention(self) -> bool {
+        matches!(self, SweepParam::FloodRate | SweepParam::Loads)
+    }
+}
+
+/// One parameter over a list of values; every point of the scenario runs at
+/// each value.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Sweep {
+    /// What varies.
+    pub parameter: SweepParam,
+    /// The values, in the order they run.
+    pub values: Vec<u64>,
+}
+
+/// A file naming several scenarios to run in one go (e.g. `quick`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SetFile {
+    /// The set.
+    pub set: SetSpec,
+}
+
+/// Scenarios run together, with length overrides.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SetSpec {
+    /// One line for lists and the report.
+    pub title: String,
+    /// Shipped scenario names, in order.
+    pub scenarios: Vec<String>,
+    /// Measured time per iteration for every scenario of the set.
+    #[serde(
+        default,
+        with = "humantime_opt",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub duration: Option<Duration>,
+    /// Warm-up per iteration.
+    #[serde(
+        default,
+        with = "humantime_opt",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub warmup: Option<Duration>,
+    /// Iterations per point.
+    #[serde(default)]
+    pub iterations: Option<u32>,
+}
+
+/// Durations written as "10s", "500ms", "100us", "2m".
+pub mod humantime {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    /// Serialize as a string the parser reads back.
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&format(*d))
+    }
+
+    /// Deserialize from "10s"-style strings.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let s = String::deserialize(d)?;
+        parse(&s).map_err(serde::de::Error::custom)
+    }
+
+    /// Parses "10s", "500ms", "100us", "2m" or a bare number of seconds.
+    pub fn parse(s: &str) -> Result<Duration, String> {
+        let t = s.trim();
+        let split = t
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(t.len());
+        let (num, unit) = t.split_at(split);
+        let v: f64 = num
+            .parse()
+            .map_err(|_| format!("not a duration: {s:?} (try 10s, 500ms, 100us)"))?;
+        let secs = match unit.trim() {
+            "" | "s" => v,
+            "ms" => v / 1e3,
+            "us" | "µs" => v / 1e6,
+            "m" | "min" => v * 60.0,
+            other => {
+                return Err(format!(
+                    "unknown unit {other:?} in {s:?} (use us, ms, s, m)"
+                ))
+            }
+        };
+        if !secs.is_finite() || !(0.0..=86_400.0).contains(&secs) {
+            return Err(format!("not a duration: {s:?}"));
+        }
+        Ok(Duration::from_secs_f64(secs))
+    }
+
+    /// The shortest exact form among us, ms and s.
+    pub fn format(d: Duration) -> String {
+        let us = d.as_micros();
+        if us.is_multiple_of(1_000_000) {
+            format!("{}s", us / 1_000_000)
+        } else if us.is_multiple_of(1000) {
+            format!("{}ms", us / 1000)
+        } else {
+            format!("{us}us")
+        }
+    }
+}
+
+/// Optional durations.
+pub mod humantime_opt {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    /// Serialize as a string (None is skipped by the caller's default).
+    pub fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => s.serialize_str(&super::humantime::format(*d)),
+            None => s.serialize_none(),
+        }
+    }
+
+    /// Deserialize from "10s"-style strings.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+        let s = String::deserialize(d)?;
+        super::humantime::parse(&s)
+            .map(Some)
+            .map_err(serde::de::Error::custom)
+    }
+}

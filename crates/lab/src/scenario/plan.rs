@@ -1,0 +1,308 @@
+//! From a scenario to the list of points a run measures: every
+//! configuration, at every sweep value, every workload, with defaults and
+//! the swept value filled in.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::model::*;
+use super::validate::Capabilities;
+
+/// Changes to a scenario's length from the command line or a set.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Overrides {
+    /// Measured time per iteration.
+    pub duration: Option<Duration>,
+    /// Warm-up per iteration.
+    pub warmup: Option<Duration>,
+    /// Iterations per point.
+    pub iterations: Option<u32>,
+    /// CI-sized: 1 s, 200 ms warm-up, 1 iteration, and only the first and
+    /// last value of a sweep (explicit values above still win).
+    pub quick: bool,
+    /// Run only these configurations (empty: all).
+    pub configurations: Vec<String>,
+}
+
+impl Overrides {
+    /// `self` completed by `under` where `self` says nothing.
+    pub fn or(&self, under: &Overrides) -> Overrides {
+        Overrides {
+            duration: self.duration.or(under.duration),
+            warmup: self.warmup.or(under.warmup),
+            iterations: self.iterations.or(under.iterations),
+            quick: self.quick || under.quick,
+            configurations: if self.configurations.is_empty() {
+                under.configurations.clone()
+            } else {
+                self.configurations.clone()
+            },
+        }
+    }
+}
+
+/// Contention at one point.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ResolvedContention {
+    /// Background loads (count may be 0).
+    pub loads: Option<Loads>,
+    /// Neighbour flood (rate may be 0).
+    pub flood: Option<Flood>,
+}
+
+impl ResolvedContention {
+    /// True when nothing runs in the background.
+    pub fn is_idle(&self) -> bool {
+        self.loads.as_ref().is_none_or(|l| l.count == 0)
+            && self.flood.as_ref().is_none_or(|f| f.rate == 0)
+    }
+}
+
+/// A workload with every default and the sweep value applied.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Resolved {
+    /// Workload name.
+    pub name: String,
+    /// Kind.
+    pub kind: WorkloadKind,
+    /// Client host.
+    pub from: String,
+    /// Served hosts.
+    pub to: Vec<String>,
+    /// rr/stream transport.
+    pub protocol: Protocol,
+    /// Message / datagram / write / ping payload bytes.
+    pub size: u32,
+    /// rr response bytes.
+    pub response_size: u32,
+    /// rr requests in flight, stream packets per instant.
+    pub burst: u32,
+    /// Sessions per target.
+    pub sessions: u32,
+    /// rr TCP_NODELAY.
+    pub nodelay: bool,
+    /// rr dirty buffers.
+    pub dirty: bool,
+    /// Open-loop / paced rate per target.
+    pub rate: Option<u64>,
+    /// Ping interval.
+    #[serde(with = "humantime")]
+    pub interval: Duration,
+    /// Stream from agent to client.
+    pub reverse: bool,
+}
+
+impl Resolved {
+    fn new(w: &WorkloadSpec, sweep: Option<(SweepParam, u64)>) -> Resolved {
+        let at = |p: SweepParam| sweep.filter(|(q, _)| *q == p).map(|(_, v)| v);
+        let protocol = w.protocol.unwrap_or_default();
+        let default_size = match (w.kind, protocol) {
+            (WorkloadKind::Ping, _) => 56,
+            (WorkloadKind::Rr, _) => 256,
+            (WorkloadKind::Stream, Protocol::Tcp) => 128 * 1024,
+            (WorkloadKind::Stream, Protocol::Udp) => 1472,
+        };
+        let size = at(SweepParam::Size)
+            .map(|v| v as u32)
+            .or(w.size)
+            .unwrap_or(default_size);
+        Resolved {
+            name: w.name.clone(),
+            kind: w.kind,
+            from: w.from.clone(),
+            to: w.to.clone(),
+            protocol,
+            size,
+            // A swept size sets both directions unless the response is fixed.
+            response_size: w.response_size.unwrap_or(size),
+            burst: at(SweepParam::Burst)
+                .map(|v| v as u32)
+                .or(w.burst)
+                .unwrap_or(1),
+            sessions: at(SweepParam::Sessions)
+                .map(|v| v as u32)
+                .or(w.sessions)
+                .unwrap_or(1),
+            nodelay: w.nodelay.unwrap_or(true),
+            dirty: w.dirty.unwrap_or(true),
+            rate: at(SweepParam::Rate).or(w.rate),
+            interval: w.interval.unwrap_or(Duration::from_millis(1)),
+            reverse: w.reverse.unwrap_or(false),
+        }
+    }
+
+    /// One line of the workload's parameters, for tables.
+    pub fn describe(&self) -> String {
+        let proto = match self.protocol {
+            Protocol::Tcp => "tcp",
+            Protocol::Udp => "udp",
+        };
+        match self.kind {
+            WorkloadKind::Ping => format!(
+                "ping {} B every {} x {} session(s)",
+                self.size,
+                humantime::format(self.interval),
+                self.sessions
+            ),
+            WorkloadKind::Rr => {
+                let mut s = format!(
+                    "rr {proto} {}/{} B burst {} x {} session(s)",
+                    self.size, self.response_size, self.burst, self.sessions
+                );
+                if let Some(r) = self.rate {
+                    s.push_str(&format!(" open loop {r}/s"));
+                }
+                s
+            }
+            WorkloadKind::Stream => {
+                let mut s = format!(
+                    "stream {proto} {} B x {} session(s){}",
+                    self.size,
+                    self.sessions,
+                    if self.reverse { " reverse" } else { "" }
+                );
+                if let Some(r) = self.rate {
+                    s.push_str(&format!(" paced {r} pps burst {}", self.burst));
+                }
+                s
+            }
+        }
+    }
+}
+
+/// One measurement of a run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Point {
+    /// Position in the plan (0-based).
+    pub seq: usize,
+    /// Configuration name.
+    pub configuration: String,
+    /// Swept parameter and its value here.
+    pub sweep: Option<(SweepParam, u64)>,
+    /// The workload, resolved.
+    pub workload: Resolved,
+    /// Background work during this point.
+    pub contention: ResolvedContention,
+    /// Why this point is not measured in this build (shown in the report).
+    pub skip: Option<String>,
+}
+
+/// Everything a run of one scenario measures, in order: configurations
+/// outermost (each is built once), then sweep values, then workloads.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    /// Length per iteration after overrides.
+    pub run: RunSpec,
+    /// Configurations run, in order (after the --configuration filter).
+    pub configurations: Vec<Configuration>,
+    /// The points.
+    pub points: Vec<Point>,
+    /// Configurations this build cannot run, with the reasons. A run with
+    /// any is refused.
+    pub missing: Vec<(String, Vec<String>)>,
+}
+
+impl Plan {
+    /// Expand `s` with `o` applied.
+    pub fn new(s: &Scenario, o: &Overrides, caps: &Capabilities) -> Result<Plan, String> {
+        let mut run = s.run.clone();
+        if o.quick {
+            run.duration = Duration::from_secs(1);
+            run.warmup = Duration::from_millis(200);
+            run.iterations = 1;
+        }
+        if let Some(d) = o.duration {
+            run.duration = d;
+        }
+        if let Some(w) = o.warmup {
+            run.warmup = w;
+        }
+        if let Some(i) = o.iterations {
+            run.iterations = i.max(1);
+        }
+        for name in &o.configurations {
+            if !s.configurations.iter().any(|c| &c.name == name) {
+                let known: Vec<&str> = s.configurations.iter().map(|c| c.name.as_str()).collect();
+                return Err(format!(
+                    "no configuration {name:?} in this scenario (it has {})",
+                    known.join(", ")
+                ));
+            }
+        }
+        let configurations: Vec<Configuration> = s
+            .configurations
+            .iter()
+            .filter(|c| o.configurations.is_empty() || o.configurations.contains(&c.name))
+            .cloned()
+            .collect();
+        let values: Vec<Option<(SweepParam, u64)>> = match &s.sweep {
+            None => vec![None],
+            Some(sw) => {
+                let mut v = sw.values.clone();
+                if o.quick && v.len() > 2 {
+                    v = vec![v[0], v[v.len() - 1]];
+                }
+                v.into_iter().map(|x| Some((sw.parameter, x))).collect()
+            }
+        };
+        let mut points = Vec::new();
+        let mut missing = Vec::new();
+        for cfg in &configurations {
+            let gaps = caps.missing(s, cfg);
+            if !gaps.is_empty() {
+                missing.push((cfg.name.clone(), gaps));
+            }
+            for &sweep in &values {
+                let contention = contention_at(&s.contention, sweep);
+                for w in &s.workloads {
+                    points.push(Point {
+                        seq: points.len(),
+                        configuration: cfg.name.clone(),
+                        sweep,
+                        workload: Resolved::new(w, sweep),
+                        contention: contention.clone(),
+                        skip: caps.skip_reason(s, cfg, w),
+                    });
+                }
+            }
+        }
+        Ok(Plan {
+            run,
+            configurations,
+            points,
+            missing,
+        })
+    }
+
+    /// Rough wall time: each measured point costs its iterations plus about
+    /// a second of set-up, each configuration a few seconds to build.
+    pub fn estimate(&self) -> Duration {
+        let per_iteration = self.run.duration + self.run.warmup + Duration::from_millis(700);
+        let measured = self.points.iter().filter(|p| p.skip.is_none()).count() as u32;
+        per_iteration * self.run.iterations * measured
+            + Duration::from_secs(1) * measured
+            + Duration::from_secs(3) * self.configurations.len() as u32
+    }
+}
+
+fn contention_at(c: &Contention, sweep: Option<(SweepParam, u64)>) -> ResolvedContention {
+    let mut out = ResolvedContention {
+        loads: c.loads.clone(),
+        flood: c.flood.clone(),
+    };
+    match sweep {
+        Some((SweepParam::Loads, v)) => {
+            if let Some(l) = &mut out.loads {
+                l.count = v as u32;
+            }
+        }
+        Some((SweepParam::FloodRate, v)) => {
+            if let Some(f) = &mut out.flood {
+                f.rate = v;
+            }
+        }
+        _ => {}
+    }
+    out
+}

@@ -1,0 +1,482 @@
+//! What a scenario may say: names, references between hosts, configurations
+//! and workloads, parameters that apply to each workload kind, and what this
+//! build of vnio can run.
+
+use std::collections::HashSet;
+
+use super::model::*;
+use super::ScenarioError;
+
+/// Longest host name: it becomes part of namespace names.
+const HOST_NAME_MAX: usize = 12;
+/// Longest configuration or workload name.
+const NAME_MAX: usize = 24;
+/// Sessions per target the agent accepts by default.
+const SESSIONS_MAX: u32 = 64;
+
+struct Check<'a> {
+    origin: &'a str,
+}
+
+impl Check<'_> {
+    fn fail<T>(
+        &self,
+        field: impl Into<String>,
+        message: impl Into<String>,
+    ) -> Result<T, ScenarioError> {
+        Err(ScenarioError::Invalid {
+            origin: self.origin.to_owned(),
+            field: field.into(),
+            message: message.into(),
+        })
+    }
+
+    fn name(&self, field: &str, name: &str, max: usize, dash: bool) -> Result<(), ScenarioError> {
+        let ok_char = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || (dash && c == '-');
+        if name.is_empty() || name.len() > max || !name.chars().all(ok_char) {
+            let allowed = if dash {
+                "lower-case letters, digits and '-'"
+            } else {
+                "lower-case letters and digits"
+            };
+            return self.fail(field, format!("{name:?} must be 1 to {max} {allowed}"));
+        }
+        Ok(())
+    }
+}
+
+/// Validate a set file: known scenarios, sane overrides.
+pub(super) fn set(origin: &str, s: &SetSpec) -> Result<(), ScenarioError> {
+    let c = Check { origin };
+    if s.scenarios.is_empty() {
+        return c.fail("set.scenarios", "names no scenario");
+    }
+    for name in &s.scenarios {
+        match super::shipped(name) {
+            None => {
+                return c.fail(
+                    "set.scenarios",
+                    format!("{name:?} is not a shipped scenario"),
+                )
+            }
+            Some(sh) if sh.is_set() => {
+                return c.fail("set.scenarios", format!("{name:?} is itself a set"))
+            }
+            Some(_) => {}
+        }
+    }
+    if s.iterations == Some(0) {
+        return c.fail("set.iterations", "must be at least 1");
+    }
+    if s.duration.is_some_and(|d| d.is_zero()) {
+        return c.fail("set.duration", "must be more than 0");
+    }
+    Ok(())
+}
+
+/// Validate a scenario completely (everything but what this build can run).
+pub(super) fn scenario(origin: &str, s: &Scenario) -> Result<(), ScenarioError> {
+    let c = Check { origin };
+    if s.title.trim().is_empty() {
+        return c.fail("title", "is empty");
+    }
+    if s.run.duration.is_zero() {
+        return c.fail("run.duration", "must be more than 0");
+    }
+    if s.run.iterations == 0 || s.run.iterations > 100 {
+        return c.fail("run.iterations", "must be 1 to 100");
+    }
+
+    // Hosts.
+    if s.hosts.len() < 2 {
+        return c.fail("host", "a scenario needs at least two hosts");
+    }
+    let mut hosts = HashSet::new();
+    for h in &s.hosts {
+        c.name("host.name", &h.name, HOST_NAME_MAX, false)?;
+        if !hosts.insert(h.name.as_str()) {
+            return c.fail("host.name", format!("{:?} appears twice", h.name));
+        }
+    }
+    let host_list = s
+        .hosts
+        .iter()
+        .map(|h| h.name.as_str())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let known_host = |field: String, name: &str| -> Result<(), ScenarioError> {
+        if hosts.contains(name) {
+            Ok(())
+        } else {
+            c.fail(
+                field,
+                format!("no host named {name:?} (hosts: {host_list})"),
+            )
+        }
+    };
+
+    // Configurations.
+    if s.configurations.is_empty() {
+        return c.fail(
+            "configuration",
+            "a scenario needs at least one configuration",
+        );
+    }
+    let mut names = HashSet::new();
+    for cfg in &s.configurations {
+        c.name("configuration.name", &cfg.name, NAME_MAX, true)?;
+        let at = format!("configuration `{}`", cfg.name);
+        if !names.insert(cfg.name.as_str()) {
+            return c.fail(&at, "name appears twice");
+        }
+        for host in cfg.hosts.keys() {
+            known_host(format!("{at}: hosts"), host)?;
+        }
+        for h in &s.hosts {
+            let kind = kind_in(s, cfg, &h.name);
+            if kind == HostKind::PollMode && cfg.wire != WireKind::Switch {
+                return c.fail(
+                    format!("{at}: host `{}`", h.name),
+                    format!(
+                        "a poll-mode endpoint needs wire = \"switch\" (a vhost-user port), not {:?}",
+                        cfg.wire.as_str()
+                    ),
+                );
+            }
+        }
+        if cfg.wire == WireKind::Veth && s.hosts.len() != 2 {
+            return c.fail(
+                format!("{at}: wire"),
+                format!(
+                    "a veth joins exactly two hosts, this scenario has {} (use bridge or switch)",
+                    s.hosts.len()
+                ),
+            );
+        }
+        let knobs = s.knobs.layered(&cfg.knobs);
+        check_knobs(&c, &format!("{at}: knobs"), &knobs, cfg.wire)?;
+    }
+    check_knobs(&c, "knobs", &s.knobs, WireKind::Switch)?;
+
+    // Workloads.
+    if s.workloads.is_empty() {
+        return c.fail("workload", "a scenario needs at least one workload");
+    }
+    let mut names = HashSet::new();
+    for w in &s.workloads {
+        c.name("workload.name", &w.name, NAME_MAX, true)?;
+        let at = format!("workload `{}`", w.name);
+        if !names.insert(w.name.as_str()) {
+            return c.fail(&at, "name appears twice");
+        }
+        known_host(format!("{at}: from"), &w.from)?;
+        if w.to.is_empty() {
+            return c.fail(format!("{at}: to"), "names no host");
+        }
+        for t in &w.to {
+            known_host(format!("{at}: to"), t)?;
+            if *t == w.from {
+                return c.fail(format!("{at}: to"), format!("{t:?} is also the client"));
+            }
+        }
+        check_workload(&c, &at, w, None)?;
+    }
+
+    // Contention.
+    if let Some(l) = &s.contention.loads {
+        known_host("contention.loads.on".into(), &l.on)?;
+        known_host("contention.loads.from".into(), &l.from)?;
+        if l.on == l.from {
+            return c.fail(
+                "contention.loads.from",
+                "requests must cross the wire: use a host other than `on`",
+            );
+        }
+        if l.count > 64 {
+            return c.fail("contention.loads.count", "at most 64 loads");
+        }
+        if l.count > 0 && l.rate == 0 {
+            return c.fail("contention.loads.rate", "must be more than 0");
+        }
+        if l.rate > 1_000_000 {
+            return c.fail(
+                "contention.loads.rate",
+                "at most 1000000 requests/s per load",
+            );
+        }
+        if l.work_us > 100_000 {
+            return c.fail("contention.loads.work_us", "at most 100000 us per request");
+        }
+    }
+    if let Some(f) = &s.contention.flood {
+        known_host("contention.flood.from".into(), &f.from)?;
+        known_host("contention.flood.to".into(), &f.to)?;
+        if f.from == f.to {
+            return c.fail("contention.flood.to", "the flood must cross the wire");
+        }
+        if !(16..=1472).contains(&f.size) {
+            return c.fail("contention.flood.size", "must be 16 to 1472 bytes");
+        }
+        if f.burst == 0 {
+            return c.fail("contention.flood.burst", "must be at least 1");
+        }
+        if f.rate > 5_000_000 {
+            return c.fail("contention.flood.rate", "at most 5000000 packets/s");
+        }
+    }
+    for (field, cpus) in [
+        (
+            "contention.loads.cpus",
+            s.contention.loads.as_ref().map(|l| &l.cpus),
+        ),
+        (
+            "contention.flood.cpus",
+            s.contention.flood.as_ref().map(|f| &f.cpus),
+        ),
+    ] {
+        if let Some(cpus) = cpus {
+            check_cpus(&c, field, cpus)?;
+        }
+    }
+
+    // Sweep.
+    if let Some(sw) = &s.sweep {
+        let at = format!("sweep ({})", sw.parameter.as_str());
+        if sw.values.is_empty() {
+            return c.fail(format!("{at}: values"), "is empty");
+        }
+        match sw.parameter {
+            SweepParam::FloodRate if s.contention.flood.is_none() => {
+                return c.fail(&at, "needs a [contention.flood] to vary")
+            }
+            SweepParam::Loads if s.contention.loads.is_none() => {
+                return c.fail(&at, "needs a [contention.loads] to vary")
+            }
+            _ => {}
+        }
+        for &v in &sw.values {
+            for w in &s.workloads {
+                check_workload(
+                    &c,
+                    &format!("{at}: value {v}: workload `{}`", w.name),
+                    w,
+                    Some((sw.parameter, v)),
+                )?;
+            }
+            match sw.parameter {
+                SweepParam::Loads if v > 64 => return c.fail(&at, "at most 64 loads"),
+                SweepParam::FloodRate if v > 5_000_000 => {
+                    return c.fail(&at, "at most 5000000 packets/s")
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The kind host `name` has in `cfg`.
+pub(super) fn kind_in(s: &Scenario, cfg: &Configuration, name: &str) -> HostKind {
+    cfg.hosts.get(name).copied().unwrap_or_else(|| {
+        s.hosts
+            .iter()
+            .find(|h| h.name == name)
+            .map_or(HostKind::Namespace, |h| h.kind)
+    })
+}
+
+fn check_cpus(c: &Check, field: &str, cpus: &[usize]) -> Result<(), ScenarioError> {
+    if cpus.iter().any(|&cpu| cpu >= 4096) {
+        return c.fail(field, "CPU numbers must be below 4096");
+    }
+    Ok(())
+}
+
+fn check_knobs(c: &Check, at: &str, k: &Knobs, wire: WireKind) -> Result<(), ScenarioError> {
+    for (name, cpus) in [
+        ("client_cpus", &k.client_cpus),
+        ("agent_cpus", &k.agent_cpus),
+        ("switch_cpus", &k.switch_cpus),
+    ] {
+        if let Some(cpus) = cpus {
+            check_cpus(c, &format!("{at}.{name}"), cpus)?;
+        }
+    }
+    if k.rate_limit_mbit == Some(0) {
+        return c.fail(format!("{at}.rate_limit_mbit"), "must be more than 0");
+    }
+    if wire != WireKind::Switch {
+        if k.port_policy.is_some_and(|p| p != PortPolicy::Default) {
+            return c.fail(
+                format!("{at}.port_policy"),
+                "a port policy needs wire = \"switch\"",
+            );
+        }
+        if k.switch_cpus.is_some() {
+            return c.fail(format!("{at}.switch_cpus"), "needs wire = \"switch\"");
+        }
+    }
+    Ok(())
+}
+
+/// Which fields apply to which kind, and their ranges; `sweep` is the swept
+/// parameter and the value it takes.
+fn check_workload(
+    c: &Check,
+    at: &str,
+    w: &WorkloadSpec,
+    sweep: Option<(SweepParam, u64)>,
+) -> Result<(), ScenarioError> {
+    use WorkloadKind::*;
+    let not_for = |field: &str| -> Result<(), ScenarioError> {
+        c.fail(
+            format!("{at}: {field}"),
+            format!("does not apply to {} workloads", w.kind.as_str()),
+        )
+    };
+    let set = |present: bool, field: &str, allowed: &[WorkloadKind]| -> Result<(), ScenarioError> {
+        if present && !allowed.contains(&w.kind) {
+            not_for(field)
+        } else {
+            Ok(())
+        }
+    };
+    set(w.protocol.is_some(), "protocol", &[Rr, Stream])?;
+    set(w.response_size.is_some(), "response_size", &[Rr])?;
+    set(w.burst.is_some(), "burst", &[Rr, Stream])?;
+    set(w.nodelay.is_some(), "nodelay", &[Rr])?;
+    set(w.dirty.is_some(), "dirty", &[Rr])?;
+    set(w.rate.is_some(), "rate", &[Rr, Stream])?;
+    set(w.interval.is_some(), "interval", &[Ping])?;
+    set(w.reverse.is_some(), "reverse", &[Stream])?;
+    if let Some((p, _)) = sweep {
+        match p {
+            SweepParam::Burst | SweepParam::Rate if w.kind == Ping => {
+                return not_for(p.as_str());
+            }
+            _ => {}
+        }
+    }
+    let value = |p: SweepParam, v: Option<u64>| -> Option<u64> {
+        match sweep {
+            Some((q, x)) if q == p => Some(x),
+            _ => v,
+        }
+    };
+    let proto = w.protocol.unwrap_or_default();
+    if let Some(size) = value(SweepParam::Size, w.size.map(u64::from)) {
+        let ok = match (w.kind, proto) {
+            (Ping, _) => size <= 65_000,
+            (_, Protocol::Udp) => (16..=65_507).contains(&size),
+            (_, Protocol::Tcp) => (1..=16 << 20).contains(&size),
+        };
+        if !ok {
+            return c.fail(
+                format!("{at}: size"),
+                format!("{size} bytes is out of range (UDP carries a 16-byte header, at most 65507; ping at most 65000)"),
+            );
+        }
+    }
+    if w.kind == Rr && proto == Protocol::Udp && w.response_size.is_some_and(|r| r < 16) {
+        return c.fail(
+            format!("{at}: response_size"),
+            "UDP messages are at least 16 bytes",
+        );
+    }
+    if value(SweepParam::Burst, w.burst.map(u64::from)) == Some(0) {
+        return c.fail(format!("{at}: burst"), "must be at least 1");
+    }
+    if let Some(n) = value(SweepParam::Sessions, w.sessions.map(u64::from)) {
+        if n == 0 || n > u64::from(SESSIONS_MAX) {
+            return c.fail(
+                format!("{at}: sessions"),
+                format!("must be 1 to {SESSIONS_MAX}"),
+            );
+        }
+    }
+    if value(SweepParam::Rate, w.rate) == Some(0) {
+        return c.fail(format!("{at}: rate"), "must be more than 0");
+    }
+    if w.kind == Stream && proto == Protocol::Tcp && value(SweepParam::Rate, w.rate).is_some() {
+        return c.fail(
+            format!("{at}: rate"),
+            "paces UDP streams only; TCP streams run as fast as TCP allows",
+        );
+    }
+    if w.interval.is_some_and(|i| i.is_zero()) {
+        return c.fail(format!("{at}: interval"), "must be more than 0");
+    }
+    Ok(())
+}
+
+/// What this build of vnio can run. A scenario asking for more is refused
+/// by `run` with the list of what is missing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capabilities {
+    /// `vnio vm run` exists (VM hosts).
+    pub vm: bool,
+    /// The measurement engine can drive a vhost-user port as a client
+    /// (`vnio rr --via vhost-user:SOCK`).
+    pub poll_mode_client: bool,
+    /// The switch has per-port latency policies (latency-high, direct).
+    pub port_policies: bool,
+}
+
+impl Capabilities {
+    /// This build.
+    pub fn current() -> Capabilities {
+        Capabilities {
+            vm: false,
+            poll_mode_client: false,
+            port_policies: false,
+        }
+    }
+
+    /// Why configuration `cfg` of `s` cannot run here (empty: it can).
+    pub fn missing(&self, s: &Scenario, cfg: &Configuration) -> Vec<String> {
+        let mut out = Vec::new();
+        for h in &s.hosts {
+            if kind_in(s, cfg, &h.name) == HostKind::Vm && !self.vm {
+                out.push(format!(
+                    "host `{}` is a VM: VM endpoints need `vnio vm run`, which has not landed",
+                    h.name
+                ));
+            }
+        }
+        let knobs = s.knobs.layered(&cfg.knobs);
+        if let Some(p) = knobs.port_policy.filter(|p| *p != PortPolicy::Default) {
+            if !self.port_policies {
+                out.push(format!(
+                    "port_policy = {:?}: this build's vnio switch has no per-port latency policies yet",
+                    p.as_str()
+                ));
+            }
+        }
+        out
+    }
+
+    /// Why workload `w` cannot run in configuration `cfg` (None: it can).
+    /// These points are skipped and marked in the report; the others run.
+    pub fn skip_reason(
+        &self,
+        s: &Scenario,
+        cfg: &Configuration,
+        w: &WorkloadSpec,
+    ) -> Option<String> {
+        if kind_in(s, cfg, &w.from) == HostKind::PollMode && !self.poll_mode_client {
+            return Some(format!(
+                "client `{}` is a poll-mode endpoint: driving one needs `vnio rr --via vhost-user`, not in this build",
+                w.from
+            ));
+        }
+        for t in &w.to {
+            if kind_in(s, cfg, t) == HostKind::PollMode && w.kind != WorkloadKind::Ping {
+                return Some(format!(
+                    "`{t}` is a poll-mode endpoint: it answers ARP, ping and UDP echo, not the agent's {} protocol",
+                    w.kind.as_str()
+                ));
+            }
+        }
+        None
+    }
+}

@@ -1,0 +1,373 @@
+//! Scenario files: parsing, validation messages, the shipped library, and
+//! sweep expansion into a plan. No root needed.
+
+use std::time::Duration;
+
+use vnio_lab::scenario::{
+    self, humantime, Capabilities, LabFile, Overrides, Plan, Scenario, SweepParam, WorkloadKind,
+    SHIPPED,
+};
+
+const MINIMAL: &str = r#"
+title = "t"
+maps_to = "m"
+
+[[host]]
+name = "client"
+
+[[host]]
+name = "server"
+
+[[configuration]]
+name = "native"
+wire = "veth"
+
+[[workload]]
+name = "rr"
+kind = "rr"
+from = "client"
+to = "server"
+"#;
+
+fn scenario(text: &str) -> Scenario {
+    match scenario::parse("test.toml", text).unwrap() {
+        LabFile::Scenario(s) => *s,
+        LabFile::Set(_) => panic!("a set"),
+    }
+}
+
+fn error(text: &str) -> String {
+    scenario::parse("test.toml", text).unwrap_err().to_string()
+}
+
+#[test]
+fn every_shipped_scenario_parses_and_plans() {
+    assert!(SHIPPED.len() >= 8);
+    let caps = Capabilities::current();
+    for s in SHIPPED {
+        let source = scenario::load(s.name).unwrap_or_else(|e| panic!("{}: {e}", s.name));
+        assert_eq!(source.name, s.name);
+        match source.file {
+            LabFile::Set(set) => {
+                assert!(s.is_set());
+                for name in &set.scenarios {
+                    assert!(scenario::shipped(name).is_some(), "{name}");
+                }
+            }
+            LabFile::Scenario(sc) => {
+                assert!(!s.is_set());
+                // Every shipped scenario says what it maps to and what this
+                // machine cannot do, in its header comment and its fields.
+                assert!(s.text.starts_with("# "), "{} has a header comment", s.name);
+                assert!(sc.cannot.is_some(), "{}", s.name);
+                let plan = Plan::new(&sc, &Overrides::default(), &caps).unwrap();
+                assert!(!plan.points.is_empty());
+                assert!(plan.estimate() > Duration::ZERO);
+            }
+        }
+    }
+}
+
+#[test]
+fn the_quick_set_runs_only_runnable_scenarios() {
+    let caps = Capabilities::current();
+    let LabFile::Set(set) = scenario::load("quick").unwrap().file else {
+        panic!("quick is a set");
+    };
+    for name in &set.scenarios {
+        let LabFile::Scenario(s) = scenario::load(name).unwrap().file else {
+            panic!("{name} is a scenario");
+        };
+        let plan = Plan::new(&s, &Overrides::default(), &caps).unwrap();
+        assert!(plan.missing.is_empty(), "{name}: {:?}", plan.missing);
+    }
+}
+
+#[test]
+fn latency_modes_is_refused_with_reasons_until_the_switch_has_policies() {
+    let LabFile::Scenario(s) = scenario::load("latency-modes").unwrap().file else {
+        panic!()
+    };
+    let plan = Plan::new(&s, &Overrides::default(), &Capabilities::current()).unwrap();
+    let names: Vec<&str> = plan.missing.iter().map(|(c, _)| c.as_str()).collect();
+    assert_eq!(names, ["latency-high", "direct"]);
+    assert!(plan.missing[0].1[0].contains("latency-high"));
+    // The default configuration alone is runnable.
+    let only = Overrides {
+        configurations: vec!["default".into()],
+        ..Default::default()
+    };
+    let plan = Plan::new(&s, &only, &Capabilities::current()).unwrap();
+    assert!(plan.missing.is_empty());
+    let all = Capabilities {
+        port_policies: true,
+        ..Capabilities::current()
+    };
+    assert!(Plan::new(&s, &Overrides::default(), &all)
+        .unwrap()
+        .missing
+        .is_empty());
+}
+
+#[test]
+fn poll_mode_server_points_other_than_ping_are_skipped_with_a_reason() {
+    let LabFile::Scenario(s) = scenario::load("native-bridge-switch").unwrap().file else {
+        panic!()
+    };
+    let plan = Plan::new(&s, &Overrides::default(), &Capabilities::current()).unwrap();
+    let poll: Vec<_> = plan
+        .points
+        .iter()
+        .filter(|p| p.configuration == "switch-poll")
+        .collect();
+    assert_eq!(poll.len(), 3);
+    for p in poll {
+        match p.workload.kind {
+            WorkloadKind::Ping => assert!(p.skip.is_none()),
+            _ => assert!(p.skip.as_ref().unwrap().contains("poll-mode")),
+        }
+    }
+    assert!(plan
+        .points
+        .iter()
+        .filter(|p| p.configuration != "switch-poll")
+        .all(|p| p.skip.is_none()));
+}
+
+#[test]
+fn minimal_scenario_gets_the_studies_defaults() {
+    let s = scenario(MINIMAL);
+    assert_eq!(s.run.iterations, 3);
+    assert_eq!(s.run.duration, Duration::from_secs(10));
+    let plan = Plan::new(&s, &Overrides::default(), &Capabilities::current()).unwrap();
+    assert_eq!(plan.points.len(), 1);
+    let w = &plan.points[0].workload;
+    assert_eq!(
+        (w.size, w.response_size, w.burst, w.sessions),
+        (256, 256, 1, 1)
+    );
+    assert!(w.nodelay && w.dirty);
+    assert!(plan.points[0].contention.is_idle());
+}
+
+#[test]
+fn syntax_errors_name_file_line_and_field() {
+    let text = MINIMAL.replace("to = \"server\"", "to = \"server\"\nsesions = 2");
+    let e = error(&text);
+    assert!(e.starts_with("test.toml:"), "{e}");
+    assert!(e.contains("unknown field `sesions`"), "{e}");
+    let line = text.lines().position(|l| l.starts_with("sesions")).unwrap() + 1;
+    assert!(e.starts_with(&format!("test.toml:{line}:")), "{e}");
+    assert_eq!(e.lines().count(), 1, "one line: {e}");
+
+    let e = error(&MINIMAL.replace("wire = \"veth\"", "wire = \"ethernet\""));
+    assert!(e.contains("unknown variant `ethernet`"), "{e}");
+    let e = error("title = ");
+    assert!(e.starts_with("test.toml:1:"), "{e}");
+    let e = error(&MINIMAL.replace("[run]", "").replace(
+        "title = \"t\"",
+        "title = \"t\"\n[run]\nduration = \"10 fortnights\"",
+    ));
+    assert!(e.contains("unknown unit"), "{e}");
+}
+
+#[test]
+fn validation_errors_name_the_field() {
+    let cases: &[(&str, &str, &str)] = &[
+        (
+            "from = \"client\"",
+            "from = \"clint\"",
+            "workload `rr`: from: no host named \"clint\" (hosts: client, server)",
+        ),
+        (
+            "to = \"server\"",
+            "to = \"client\"",
+            "workload `rr`: to: \"client\" is also the client",
+        ),
+        (
+            "name = \"client\"",
+            "name = \"Client\"",
+            "host.name: \"Client\" must be 1 to 12 lower-case letters and digits",
+        ),
+        (
+            "kind = \"rr\"",
+            "kind = \"ping\"\nburst = 2",
+            "workload `rr`: burst: does not apply to ping workloads",
+        ),
+        (
+            "kind = \"rr\"",
+            "kind = \"rr\"\nprotocol = \"udp\"\nsize = 8",
+            "workload `rr`: size: 8 bytes is out of range",
+        ),
+        (
+            "kind = \"rr\"",
+            "kind = \"rr\"\nsessions = 0",
+            "workload `rr`: sessions: must be 1 to 64",
+        ),
+        (
+            "kind = \"rr\"",
+            "kind = \"stream\"\nrate = 1000",
+            "workload `rr`: rate: paces UDP streams only",
+        ),
+    ];
+    for (from, to, want) in cases {
+        let e = error(&MINIMAL.replacen(from, to, 1));
+        assert!(e.starts_with("test.toml: "), "{e}");
+        assert!(e.contains(want), "want {want:?} in {e:?}");
+    }
+    // A veth joins two hosts only.
+    let three = MINIMAL.replace(
+        "[[configuration]]",
+        "[[host]]\nname = \"third\"\n\n[[configuration]]",
+    );
+    assert!(error(&three).contains("a veth joins exactly two hosts"));
+    // A poll-mode host needs the switch.
+    let poll = MINIMAL.replace(
+        "wire = \"veth\"",
+        "wire = \"bridge\"\nhosts = { server = \"poll-mode\" }",
+    );
+    assert!(error(&poll).contains("needs wire = \"switch\""));
+    // Sweeping contention that is not declared.
+    let sweep = format!("{MINIMAL}\n[sweep]\nparameter = \"loads\"\nvalues = [0, 1]\n");
+    assert!(error(&sweep).contains("needs a [contention.loads]"));
+    // A swept value out of range names the value.
+    let sweep = format!("{MINIMAL}\n[sweep]\nparameter = \"burst\"\nvalues = [1, 0]\n");
+    let e = error(&sweep);
+    assert!(
+        e.contains("value 0") && e.contains("burst: must be at least 1"),
+        "{e}"
+    );
+}
+
+#[test]
+fn unknown_names_and_missing_files_are_one_line() {
+    let e = scenario::load("no-such-scenario").unwrap_err().to_string();
+    assert!(
+        e.contains("no scenario named \"no-such-scenario\"") && e.contains("quick"),
+        "{e}"
+    );
+    let e = scenario::load("/nonexistent/x.toml")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.starts_with("cannot read scenario /nonexistent/x.toml"),
+        "{e}"
+    );
+    let e = scenario::parse("s.toml", "[set]\ntitle = \"x\"\nscenarios = [\"nope\"]\n")
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        e,
+        "s.toml: set.scenarios: \"nope\" is not a shipped scenario"
+    );
+}
+
+#[test]
+fn sweep_expands_configurations_then_values_then_workloads() {
+    let text = MINIMAL.replace(
+        "[[configuration]]\nname = \"native\"\nwire = \"veth\"",
+        "[[configuration]]\nname = \"native\"\nwire = \"veth\"\n\n[[configuration]]\nname = \"bridge\"\nwire = \"bridge\"",
+    ) + "\n[[workload]]\nname = \"p\"\nkind = \"ping\"\nfrom = \"client\"\nto = [\"server\"]\n\n[sweep]\nparameter = \"size\"\nvalues = [64, 512, 1024]\n";
+    let s = scenario(&text);
+    let plan = Plan::new(&s, &Overrides::default(), &Capabilities::current()).unwrap();
+    assert_eq!(plan.points.len(), 2 * 3 * 2);
+    let order: Vec<(String, u64, String)> = plan
+        .points
+        .iter()
+        .map(|p| {
+            (
+                p.configuration.clone(),
+                p.sweep.unwrap().1,
+                p.workload.name.clone(),
+            )
+        })
+        .collect();
+    assert_eq!(order[0], ("native".into(), 64, "rr".into()));
+    assert_eq!(order[1], ("native".into(), 64, "p".into()));
+    assert_eq!(order[2], ("native".into(), 512, "rr".into()));
+    assert_eq!(order[6], ("bridge".into(), 64, "rr".into()));
+    assert!(plan.points.iter().enumerate().all(|(i, p)| p.seq == i));
+    // The swept size lands in both directions of rr and in ping's payload.
+    let p = &plan.points[3];
+    assert_eq!(p.sweep, Some((SweepParam::Size, 512)));
+    assert_eq!(p.workload.size, 512);
+    let rr = &plan.points[2].workload;
+    assert_eq!((rr.size, rr.response_size), (512, 512));
+
+    // --quick: short, one iteration, first and last values only.
+    let quick = Overrides {
+        quick: true,
+        ..Default::default()
+    };
+    let plan = Plan::new(&s, &quick, &Capabilities::current()).unwrap();
+    assert_eq!(plan.points.len(), 2 * 2 * 2);
+    assert_eq!(plan.run.iterations, 1);
+    assert_eq!(plan.run.duration, Duration::from_secs(1));
+    // Explicit values win over --quick; a configuration filter applies.
+    let o = Overrides {
+        quick: true,
+        duration: Some(Duration::from_millis(300)),
+        configurations: vec!["bridge".into()],
+        ..Default::default()
+    };
+    let plan = Plan::new(&s, &o, &Capabilities::current()).unwrap();
+    assert_eq!(plan.run.duration, Duration::from_millis(300));
+    assert!(plan.points.iter().all(|p| p.configuration == "bridge"));
+    let bad = Overrides {
+        configurations: vec!["nope".into()],
+        ..Default::default()
+    };
+    let e = Plan::new(&s, &bad, &Capabilities::current()).unwrap_err();
+    assert_eq!(
+        e,
+        "no configuration \"nope\" in this scenario (it has native, bridge)"
+    );
+}
+
+#[test]
+fn contention_sweeps_set_the_count_and_rate() {
+    let LabFile::Scenario(s) = scenario::load("cpu-contention").unwrap().file else {
+        panic!()
+    };
+    let plan = Plan::new(&s, &Overrides::default(), &Capabilities::current()).unwrap();
+    let counts: Vec<u32> = plan
+        .points
+        .iter()
+        .filter(|p| p.configuration == "bridge" && p.workload.name == "ping")
+        .map(|p| p.contention.loads.as_ref().unwrap().count)
+        .collect();
+    assert_eq!(counts, [0, 2, 4, 8]);
+    assert!(plan.points[0].contention.is_idle());
+    assert!(!plan.points.last().unwrap().contention.is_idle());
+
+    let LabFile::Scenario(s) = scenario::load("bandwidth-contention").unwrap().file else {
+        panic!()
+    };
+    let plan = Plan::new(&s, &Overrides::default(), &Capabilities::current()).unwrap();
+    let rates: Vec<u64> = plan
+        .points
+        .iter()
+        .filter(|p| p.configuration == "switch")
+        .map(|p| p.contention.flood.as_ref().unwrap().rate)
+        .collect();
+    assert_eq!(rates, [0, 50_000, 100_000, 200_000, 400_000]);
+}
+
+#[test]
+fn durations_parse_and_format() {
+    assert_eq!(humantime::parse("10s").unwrap(), Duration::from_secs(10));
+    assert_eq!(
+        humantime::parse("250ms").unwrap(),
+        Duration::from_millis(250)
+    );
+    assert_eq!(humantime::parse("5m").unwrap(), Duration::from_secs(300));
+    assert_eq!(
+        humantime::parse("100us").unwrap(),
+        Duration::from_micros(100)
+    );
+    assert!(humantime::parse("soon").is_err());
+    assert!(humantime::parse("2d").is_err());
+    for d in ["10s", "250ms", "100us"] {
+        assert_eq!(humantime::format(humantime::parse(d).unwrap()), d);
+    }
+}
