@@ -341,6 +341,7 @@ fn workload(
         cpus: knobs.client_cpus.clone().unwrap_or_default(),
         agent_cpus: knobs.agent_cpus.clone().unwrap_or_default(),
         busy_poll_us: knobs.busy_poll_us,
+        plain_echo: false,
     };
     let stop = stop.clone();
     // The client's threads run in its namespace: threads started from a
@@ -358,6 +359,7 @@ fn workload(
                 rate_per_session: w.rate.map(|r| (r / u64::from(w.sessions.max(1))).max(1)),
                 busy_poll_us: knobs.busy_poll_us,
                 rx_timestamp: knobs.rx_timestamp.unwrap_or(false),
+                via: None,
             };
             let job = vnio_measure::rr::job(&common, params);
             client
