@@ -18,7 +18,9 @@ use vnio_measure::result::Document;
 
 use crate::contention::{ContentionReport, Running};
 use crate::journal::Journal;
-use crate::scenario::{Plan, Point, Protocol, Resolved, RunSpec, Scenario, WorkloadKind};
+use std::net::SocketAddr;
+
+use crate::scenario::{HostKind, Plan, Point, Protocol, RunSpec, Scenario, WorkloadKind};
 use crate::testbed::{BedContext, BedDescription, Testbed};
 
 /// What the caller sees while a run goes on.
@@ -275,14 +277,7 @@ fn measure_point(
         Ok(r) => r,
         Err(e) => return failed(p, format!("starting contention: {e}"), None),
     };
-    let measured = workload(
-        bed,
-        &p.workload,
-        run,
-        &bed.description().knobs,
-        stop,
-        observer,
-    );
+    let measured = workload(bed, p, run, opts, stop, observer);
     let contention = running.stop();
     let contention =
         (!p.contention.is_idle() || !contention.errors.is_empty()).then_some(contention);
@@ -307,32 +302,51 @@ fn measure_point(
     }
 }
 
-/// Run one workload from its client's namespace.
+/// Run one workload from its client's namespace (or, for a poll-mode
+/// client, through `vnio rr --via`).
 fn workload(
     bed: &Testbed,
-    w: &Resolved,
+    p: &Point,
     run: &RunSpec,
-    knobs: &crate::scenario::Knobs,
+    opts: &RunnerOptions,
     stop: &Arc<AtomicBool>,
     observer: &dyn Observer,
 ) -> Result<Document, String> {
     use vnio_measure::proto::Transport;
-    let client = bed
+    let w = &p.workload;
+    let knobs = &bed.description().knobs;
+    let from = bed
         .host(&w.from)
-        .and_then(|h| h.netns())
-        .ok_or_else(|| format!("client {} is not a namespace host", w.from))?;
+        .ok_or_else(|| format!("no host {}", w.from))?;
     let mut targets = Vec::new();
     for t in &w.to {
         let h = bed.host(t).ok_or_else(|| format!("no host {t}"))?;
         targets.push(h);
     }
+    if from.kind == HostKind::PollMode {
+        return rr_via(bed, p, from, targets[0], run, opts, stop);
+    }
+    let client = from
+        .netns()
+        .ok_or_else(|| format!("client {} is not a namespace host", w.from))?;
+    // Poll-mode targets answer UDP echo (RFC 862), not the agent protocol.
+    let echo = targets.iter().all(|h| h.kind == HostKind::PollMode);
     let progress = |msg: &str| observer.event(Event::Progress(msg));
     let transport = match w.protocol {
         Protocol::Tcp => Transport::Tcp,
         Protocol::Udp => Transport::Udp,
     };
     let common = vnio_measure::run::Common {
-        targets: targets.iter().map(|h| h.agent_addr().to_string()).collect(),
+        targets: targets
+            .iter()
+            .map(|h| {
+                if echo {
+                    SocketAddr::from((h.addr, ECHO_PORT)).to_string()
+                } else {
+                    h.agent_addr().to_string()
+                }
+            })
+            .collect(),
         token: None,
         sessions: w.sessions,
         duration: run.duration,
@@ -341,7 +355,7 @@ fn workload(
         cpus: knobs.client_cpus.clone().unwrap_or_default(),
         agent_cpus: knobs.agent_cpus.clone().unwrap_or_default(),
         busy_poll_us: knobs.busy_poll_us,
-        plain_echo: false,
+        plain_echo: echo && w.kind == WorkloadKind::Rr,
     };
     let stop = stop.clone();
     // The client's threads run in its namespace: threads started from a
@@ -405,4 +419,90 @@ fn workload(
                 .map_err(|e| e.to_string())
         }
     }
+}
+
+/// UDP echo port of the poll-mode endpoint's responder.
+const ECHO_PORT: u16 = 7;
+
+/// A poll-mode client: `vnio rr --via vhost-user:...` drives the switch
+/// port's endpoint. It runs as its own process (the path opener lives in
+/// the CLI), in the target's namespace, where its control connection
+/// reaches the agent over the kernel; the measured datagrams take the
+/// endpoint, the switch and the target's tap.
+fn rr_via(
+    bed: &Testbed,
+    p: &Point,
+    from: &crate::testbed::BedHost,
+    to: &crate::testbed::BedHost,
+    run: &RunSpec,
+    opts: &RunnerOptions,
+    stop: &Arc<AtomicBool>,
+) -> Result<Document, String> {
+    let w = &p.workload;
+    let (sock, mac) = from
+        .vhost_user
+        .as_ref()
+        .ok_or_else(|| format!("{} has no vhost-user port", from.name))?;
+    let ns = to
+        .netns()
+        .ok_or_else(|| format!("target {} is not a namespace host", to.name))?;
+    let out = bed.scratch().join(format!("rr-via-{}.json", p.seq));
+    let log = bed.scratch().join(format!("rr-via-{}.log", p.seq));
+    let fmt = crate::scenario::humantime::format;
+    let mut cmd = ns.command(&opts.vnio);
+    cmd.args(["rr", "-p", "udp", "-t", &to.agent_addr().to_string()])
+        .args(["-s", &format!("{},{}", w.size, w.response_size)])
+        .args(["-b", &w.burst.to_string()])
+        .args(["-d", &fmt(run.duration), "--warmup", &fmt(run.warmup)])
+        .args(["--iterations", &run.iterations.to_string()])
+        .arg("--via")
+        .arg(format!(
+            "vhost-user:{},ip={},mac={mac}",
+            sock.display(),
+            from.addr
+        ))
+        .arg("-o")
+        .arg(&out)
+        .stdout(std::process::Stdio::null());
+    if w.dirty {
+        cmd.arg("--dirty");
+    }
+    if let Some(r) = w.rate {
+        cmd.args(["--rate", &r.to_string()]);
+    }
+    let knobs = &bed.description().knobs;
+    for (flag, cpus) in [
+        ("--cpu", &knobs.client_cpus),
+        ("--agent-cpu", &knobs.agent_cpus),
+    ] {
+        if let Some(c) = cpus {
+            let list: Vec<String> = c.iter().map(|c| c.to_string()).collect();
+            cmd.args([flag, &list.join(",")]);
+        }
+    }
+    let mut child =
+        crate::testbed::spawn(&mut cmd, &opts.journal, &log).map_err(|e| e.to_string())?;
+    let mut signalled = false;
+    loop {
+        match child.child_mut().try_wait() {
+            Ok(Some(_)) => break,
+            Ok(None) => {}
+            Err(e) => return Err(format!("waiting for vnio rr --via: {e}")),
+        }
+        if stop.load(Ordering::Relaxed) && !signalled {
+            // Stops the measurement; the document is still written.
+            let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
+            signalled = true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let _ = child.wait();
+    let text = std::fs::read_to_string(&out).map_err(|_| {
+        format!(
+            "vnio rr --via wrote no result: {}",
+            crate::testbed::log_tail(&log)
+        )
+    })?;
+    serde_json::from_str(&text).map_err(|e| format!("vnio rr --via result {}: {e}", out.display()))
 }

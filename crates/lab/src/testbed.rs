@@ -125,6 +125,9 @@ pub struct BedHost {
     pub addr: Ipv4Addr,
     /// Its interface inside its namespace (namespace hosts).
     pub ifname: Option<String>,
+    /// Poll-mode hosts: the switch port's vhost-user socket and the
+    /// endpoint's MAC, for `vnio rr --via` when the host is a client.
+    pub vhost_user: Option<(PathBuf, String)>,
     // Processes before the namespace: fields drop in order, and a namespace
     // goes away only once nothing runs in it.
     agent: Option<Process>,
@@ -243,6 +246,7 @@ impl Testbed {
                 // Hosts are numbered from 1 in scenario order.
                 addr: Ipv4Addr::new(10, 77, octet, i as u8 + 1),
                 ifname: None,
+                vhost_user: None,
                 agent: None,
                 endpoint: None,
                 netns,
@@ -251,7 +255,13 @@ impl Testbed {
         match cfg.wire {
             WireKind::Veth => bed.wire_veth()?,
             WireKind::Bridge => bed.wire_bridge(&id, &ctx.journal)?,
-            WireKind::Switch => bed.wire_switch(&id, octet, ctx, &knobs)?,
+            WireKind::Switch => {
+                // A poll-mode host that is some workload's client is driven
+                // by that workload's `vnio rr --via`; the others answer as
+                // responders for the whole configuration.
+                let clients: Vec<&str> = s.workloads.iter().map(|w| w.from.as_str()).collect();
+                bed.wire_switch(&id, octet, ctx, &knobs, &clients)?
+            }
         }
         bed.apply_knobs(&knobs)?;
         bed.start_agents(ctx)?;
@@ -362,6 +372,7 @@ impl Testbed {
         octet: u8,
         ctx: &BedContext,
         knobs: &Knobs,
+        clients: &[&str],
     ) -> Result<(), BedError> {
         use vnio_switch::config::{Config, PortSpec, SwitchConfig};
         use vnio_switch::port::SocketMode;
@@ -430,14 +441,27 @@ impl Testbed {
                 _ => {
                     let sock = dir.join(format!("h{}.sock", i + 1));
                     let mac = format!("52:54:00:77:{octet:02x}:{:02x}", i + 1);
+                    host.vhost_user = Some((sock.clone(), mac.clone()));
+                    if clients.contains(&host.name.as_str()) {
+                        continue;
+                    }
                     let log = dir.join(format!("endpoint-{}.log", host.name));
                     let mut cmd = wire.command(&ctx.vnio);
-                    cmd.args(["lab", "endpoint", "--socket"])
-                        .arg(&sock)
-                        .args(["--ip", &host.addr.to_string(), "--mac", &mac])
-                        .stdout(Stdio::piped());
+                    cmd.arg("endpoint")
+                        .arg(format!(
+                            "vhost-user:{},ip={},mac={mac}",
+                            sock.display(),
+                            host.addr
+                        ))
+                        .stdout(Stdio::null());
                     let mut p = spawn(&mut cmd, &ctx.journal, &log)?;
-                    wait_ready(&mut p, &format!("poll-mode endpoint {}", host.name), &log)?;
+                    // `vnio endpoint` says it is up on stderr once connected.
+                    wait_log(
+                        &mut p,
+                        &format!("poll-mode endpoint {}", host.name),
+                        &log,
+                        "vnio endpoint: ",
+                    )?;
                     host.endpoint = Some(p);
                 }
             }
@@ -571,6 +595,29 @@ pub fn wait_ready(p: &mut Process, what: &str, log: &Path) -> Result<(), BedErro
             what,
             format!("not ready after {READY:?}: {}", log_tail(log)),
         )),
+    }
+}
+
+/// Wait until a child's log (its stderr) contains `needle`.
+pub fn wait_log(p: &mut Process, what: &str, log: &Path, needle: &str) -> Result<(), BedError> {
+    let deadline = Instant::now() + READY;
+    loop {
+        if std::fs::read_to_string(log).is_ok_and(|t| t.contains(needle)) {
+            return Ok(());
+        }
+        if let Ok(Some(status)) = p.child_mut().try_wait() {
+            return Err(setup(
+                what,
+                format!("it exited ({status}): {}", log_tail(log)),
+            ));
+        }
+        if Instant::now() > deadline {
+            return Err(setup(
+                what,
+                format!("not ready after {READY:?}: {}", log_tail(log)),
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 

@@ -4,8 +4,7 @@
 use std::time::Duration;
 
 use vnio_lab::scenario::{
-    self, humantime, Capabilities, LabFile, Overrides, Plan, Scenario, SweepParam, WorkloadKind,
-    SHIPPED,
+    self, humantime, Capabilities, LabFile, Overrides, Plan, Scenario, SweepParam, SHIPPED,
 };
 
 const MINIMAL: &str = r#"
@@ -110,28 +109,69 @@ fn latency_modes_is_refused_with_reasons_until_the_switch_has_policies() {
 }
 
 #[test]
-fn poll_mode_server_points_other_than_ping_are_skipped_with_a_reason() {
+fn poll_mode_points_run_udp_and_icmp_only_and_say_why_not_the_rest() {
     let LabFile::Scenario(s) = scenario::load("native-bridge-switch").unwrap().file else {
         panic!()
     };
     let plan = Plan::new(&s, &Overrides::default(), &Capabilities::current()).unwrap();
-    let poll: Vec<_> = plan
-        .points
-        .iter()
-        .filter(|p| p.configuration == "switch-poll")
-        .collect();
-    assert_eq!(poll.len(), 3);
-    for p in poll {
-        match p.workload.kind {
-            WorkloadKind::Ping => assert!(p.skip.is_none()),
-            _ => assert!(p.skip.as_ref().unwrap().contains("poll-mode")),
-        }
+    let runs = |cfg: &str| -> Vec<(String, bool)> {
+        plan.points
+            .iter()
+            .filter(|p| p.configuration == cfg)
+            .map(|p| (p.workload.name.clone(), p.skip.is_none()))
+            .collect()
+    };
+    let named = |v: &[(&str, bool)]| -> Vec<(String, bool)> {
+        v.iter().map(|(n, b)| (n.to_string(), *b)).collect()
+    };
+    // As the server: ping and UDP echo.
+    assert_eq!(
+        runs("switch-poll-server"),
+        named(&[("ping", true), ("rr-tcp", false), ("rr-udp", true)])
+    );
+    // As the client: UDP request-response through `vnio rr --via`.
+    assert_eq!(
+        runs("switch-poll-client"),
+        named(&[("ping", false), ("rr-tcp", false), ("rr-udp", true)])
+    );
+    for p in plan.points.iter().filter(|p| p.skip.is_some()) {
+        assert!(p.skip.as_ref().unwrap().contains("poll-mode"), "{p:?}");
     }
     assert!(plan
         .points
         .iter()
-        .filter(|p| p.configuration != "switch-poll")
+        .filter(|p| !p.configuration.starts_with("switch-poll"))
         .all(|p| p.skip.is_none()));
+    // Without the --via client in a build, the client points say so.
+    let old = Capabilities {
+        poll_mode_client: false,
+        ..Capabilities::current()
+    };
+    let plan = Plan::new(&s, &Overrides::default(), &old).unwrap();
+    let p = plan
+        .points
+        .iter()
+        .find(|p| p.configuration == "switch-poll-client" && p.workload.name == "rr-udp")
+        .unwrap();
+    assert!(p.skip.as_ref().unwrap().contains("--via"));
+}
+
+#[test]
+fn contention_generators_need_namespace_hosts() {
+    let LabFile::Scenario(_) = scenario::load("cpu-contention").unwrap().file else {
+        panic!()
+    };
+    let text = scenario::shipped("cpu-contention").unwrap().text.replace(
+        "name = \"switch\"\nwire = \"switch\"",
+        "name = \"switch\"\nwire = \"switch\"\nhosts = { neighbour = \"poll-mode\" }",
+    );
+    let e = error(&text);
+    assert!(
+        e.contains(
+            "contention.loads.on: host `neighbour` is a poll-mode in configuration `switch`"
+        ),
+        "{e}"
+    );
 }
 
 #[test]

@@ -239,6 +239,36 @@ pub(super) fn scenario(origin: &str, s: &Scenario) -> Result<(), ScenarioError> 
         }
     }
 
+    // Generators are processes in namespaces.
+    let mut generator_hosts: Vec<(&str, &str)> = Vec::new();
+    if let Some(l) = &s.contention.loads {
+        generator_hosts.extend([
+            ("contention.loads.on", l.on.as_str()),
+            ("contention.loads.from", l.from.as_str()),
+        ]);
+    }
+    if let Some(f) = &s.contention.flood {
+        generator_hosts.extend([
+            ("contention.flood.from", f.from.as_str()),
+            ("contention.flood.to", f.to.as_str()),
+        ]);
+    }
+    for cfg in &s.configurations {
+        for (field, host) in &generator_hosts {
+            let kind = kind_in(s, cfg, host);
+            if kind != HostKind::Namespace {
+                return c.fail(
+                    *field,
+                    format!(
+                        "host `{host}` is a {} in configuration `{}`: contention generators run in namespace hosts",
+                        kind.as_str(),
+                        cfg.name
+                    ),
+                );
+            }
+        }
+    }
+
     // Sweep.
     if let Some(sw) = &s.sweep {
         let at = format!("sweep ({})", sw.parameter.as_str());
@@ -427,7 +457,7 @@ impl Capabilities {
     pub fn current() -> Capabilities {
         Capabilities {
             vm: false,
-            poll_mode_client: false,
+            poll_mode_client: true,
             port_policies: false,
         }
     }
@@ -457,26 +487,69 @@ impl Capabilities {
 
     /// Why workload `w` cannot run in configuration `cfg` (None: it can).
     /// These points are skipped and marked in the report; the others run.
+    ///
+    /// A poll-mode endpoint speaks UDP and ICMP only: as a client it drives
+    /// one UDP rr session to an agent (`vnio rr --via`); as a target it
+    /// answers ping and UDP echo (rr with `--echo-server`).
     pub fn skip_reason(
         &self,
         s: &Scenario,
         cfg: &Configuration,
         w: &WorkloadSpec,
     ) -> Option<String> {
-        if kind_in(s, cfg, &w.from) == HostKind::PollMode && !self.poll_mode_client {
-            return Some(format!(
-                "client `{}` is a poll-mode endpoint: driving one needs `vnio rr --via vhost-user`, not in this build",
-                w.from
-            ));
-        }
-        for t in &w.to {
-            if kind_in(s, cfg, t) == HostKind::PollMode && w.kind != WorkloadKind::Ping {
+        let poll = |h: &str| kind_in(s, cfg, h) == HostKind::PollMode;
+        let udp_rr = w.kind == WorkloadKind::Rr && w.protocol == Some(Protocol::Udp);
+        if poll(&w.from) {
+            if !self.poll_mode_client {
                 return Some(format!(
-                    "`{t}` is a poll-mode endpoint: it answers ARP, ping and UDP echo, not the agent's {} protocol",
-                    w.kind.as_str()
+                    "client `{}` is a poll-mode endpoint: driving one needs `vnio rr --via vhost-user`, not in this build",
+                    w.from
                 ));
             }
+            if s.workloads.iter().any(|o| o.to.contains(&w.from)) {
+                return Some(format!(
+                    "`{}` is a poll-mode endpoint that is both a client and a target here: one endpoint per port",
+                    w.from
+                ));
+            }
+            if !udp_rr {
+                return Some(format!(
+                    "client `{}` is a poll-mode endpoint: it drives UDP request-response only (protocol = \"udp\"), not {} {}",
+                    w.from,
+                    w.kind.as_str(),
+                    if w.kind == WorkloadKind::Ping { "" } else { "over TCP" }
+                ));
+            }
+            if w.to.len() != 1 || w.sessions.unwrap_or(1) != 1 {
+                return Some(format!(
+                    "client `{}` is a poll-mode endpoint: one session to one target per vhost-user port",
+                    w.from
+                ));
+            }
+            if poll(&w.to[0]) {
+                return Some(format!(
+                    "`{}` and `{}` are both poll-mode endpoints: the client needs an agent to talk to",
+                    w.from, w.to[0]
+                ));
+            }
+            return None;
         }
-        None
+        let polled: Vec<&String> = w.to.iter().filter(|t| poll(t)).collect();
+        if polled.is_empty() {
+            return None;
+        }
+        match w.kind {
+            WorkloadKind::Ping => None,
+            WorkloadKind::Rr if udp_rr && polled.len() == w.to.len() => None,
+            WorkloadKind::Rr if udp_rr => Some(
+                "targets mix poll-mode endpoints (UDP echo) and agents: give them separate workloads".into(),
+            ),
+            _ => Some(format!(
+                "`{}` is a poll-mode endpoint: it answers ping and UDP echo only, not {} over {}",
+                polled[0],
+                w.kind.as_str(),
+                if w.protocol == Some(Protocol::Udp) { "UDP streams" } else { "TCP" }
+            )),
+        }
     }
 }

@@ -1,6 +1,5 @@
 //! `vnio lab`: list, show, run, report, compare and clean scenarios; and
-//! the hidden helpers the runner starts inside the hosts (contention
-//! generators, the poll-mode endpoint).
+//! the hidden contention generators the runner starts inside the hosts.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -94,16 +93,6 @@ enum Cmd {
     Load {
         #[command(subcommand)]
         cmd: LoadCmd,
-    },
-    /// A poll-mode endpoint answering ARP, ping and UDP echo on a switch port (started by the runner).
-    #[command(hide = true)]
-    Endpoint {
-        #[arg(long)]
-        socket: PathBuf,
-        #[arg(long)]
-        ip: std::net::Ipv4Addr,
-        #[arg(long)]
-        mac: String,
     },
 }
 
@@ -199,7 +188,6 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         Cmd::Compare { a, b, db, out } => compare(&a, &b, &db.db, out),
         Cmd::Clean { all } => clean(all),
         Cmd::Load { cmd } => load(cmd),
-        Cmd::Endpoint { socket, ip, mac } => endpoint(&socket, ip, &mac),
     }
 }
 
@@ -601,7 +589,7 @@ fn text_table(name: &str, title: &str, points: &[runner::PointOutcome]) -> Strin
     let mut s = format!("\n== {name}: {title}\n");
     let _ = writeln!(
         s,
-        "{:<14} {:<10} {:<16} {:>9} {:>8} {:>8} {:>8} {:>9} {:>9}  notes",
+        "{:<20} {:<10} {:<16} {:>9} {:>8} {:>8} {:>8} {:>9} {:>9}  notes",
         "configuration", "workload", "point", "trans/s", "p50", "p99", "p99.9", "p99.99", "Gbit/s"
     );
     for o in points {
@@ -626,7 +614,7 @@ fn text_table(name: &str, title: &str, points: &[runner::PointOutcome]) -> Strin
         notes.extend(r.error.clone());
         let _ = writeln!(
             s,
-            "{:<14} {:<10} {:<16} {:>9.0} {:>8} {:>8} {:>8} {:>9} {:>9}  {}",
+            "{:<20} {:<10} {:<16} {:>9.0} {:>8} {:>8} {:>8} {:>9} {:>9}  {}",
             r.configuration,
             r.workload,
             point,
@@ -800,28 +788,5 @@ fn load(cmd: LoadCmd) -> anyhow::Result<i32> {
         }
     };
     println!("{json}");
-    Ok(0)
-}
-
-fn endpoint(socket: &Path, ip: std::net::Ipv4Addr, mac: &str) -> anyhow::Result<i32> {
-    use vnio_switch::endpoint::{Endpoint, EndpointConfig};
-    use vnio_switch::wire::{EthernetAddress, Ipv4Address};
-    let mac: EthernetAddress = mac
-        .parse()
-        .map_err(|_| anyhow::anyhow!("--mac {mac:?} is not a MAC address"))?;
-    let stop = stop_flag()?;
-    let mut ep = Endpoint::connect(socket, EndpointConfig::new(mac, Ipv4Address(ip.octets())))
-        .map_err(|e| {
-            anyhow::anyhow!(
-                "connecting to {}: {}",
-                socket.display(),
-                vnio_switch::error_chain(&e)
-            )
-        })?;
-    println!("ready");
-    while !stop.load(Ordering::Relaxed) {
-        ep.serve(Duration::from_millis(200), &|| stop.load(Ordering::Relaxed))
-            .map_err(|e| anyhow::anyhow!("endpoint: {}", vnio_switch::error_chain(&e)))?;
-    }
     Ok(0)
 }
