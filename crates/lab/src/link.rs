@@ -1,12 +1,12 @@
-//! Network interfaces: veth pairs, bridges, macvlans; up/down, MTU,
+//! Network interfaces: veth pairs, bridges, macvlans, macvtaps; up/down, MTU,
 //! namespace moves, deletion; and the [`Link`] guard that deletes on drop.
 
 use std::os::fd::AsRawFd;
 
 use netlink_packet_core::{NLM_F_CREATE, NLM_F_EXCL};
 use netlink_packet_route::link::{
-    InfoData, InfoIpVlan, InfoKind, InfoMacVlan, InfoVeth, IpVlanMode, LinkAttribute, LinkFlags,
-    LinkInfo, LinkMessage, MacVlanMode,
+    InfoData, InfoIpVlan, InfoKind, InfoMacVlan, InfoMacVtap, InfoVeth, IpVlanMode, LinkAttribute,
+    LinkFlags, LinkInfo, LinkMessage, MacVlanMode,
 };
 use netlink_packet_route::RouteNetlinkMessage;
 
@@ -336,6 +336,37 @@ impl Handle {
             LinkInfo::Data(InfoData::MacVlan(vec![InfoMacVlan::Mode(mode.into())])),
         ]));
         let what = format!("creating macvlan {name} on {parent} in {}", self.place);
+        self.create_link(what, message, &[name])?;
+        Ok(self.guard(name))
+    }
+
+    /// Create a macvtap `name` on `parent` (both in this namespace) with
+    /// MAC `mac` (the guest's: in bridge mode macvtap only takes frames for
+    /// its own address). Its character device is `/dev/tapIFINDEX`.
+    pub fn add_macvtap(
+        &mut self,
+        name: &str,
+        parent: &str,
+        mode: MacvlanMode,
+        mac: Option<[u8; 6]>,
+    ) -> Result<Link> {
+        check_ifname(name)?;
+        let parent_index = self.index(parent)?;
+        let mut message = LinkMessage::default();
+        message
+            .attributes
+            .push(LinkAttribute::IfName(name.to_owned()));
+        message.attributes.push(LinkAttribute::Link(parent_index));
+        if let Some(mac) = mac {
+            message
+                .attributes
+                .push(LinkAttribute::Address(mac.to_vec()));
+        }
+        message.attributes.push(LinkAttribute::LinkInfo(vec![
+            LinkInfo::Kind(InfoKind::MacVtap),
+            LinkInfo::Data(InfoData::MacVtap(vec![InfoMacVtap::Mode(mode.into())])),
+        ]));
+        let what = format!("creating macvtap {name} on {parent} in {}", self.place);
         self.create_link(what, message, &[name])?;
         Ok(self.guard(name))
     }

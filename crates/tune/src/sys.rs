@@ -8,7 +8,8 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 /// `SIOCETHTOOL` from `<linux/sockios.h>`.
-const SIOCETHTOOL: libc::c_ulong = 0x8946;
+// `libc::Ioctl`: the request type differs between glibc (c_ulong) and musl (c_int).
+const SIOCETHTOOL: libc::Ioctl = 0x8946;
 /// `ETHTOOL_GCOALESCE` from `<linux/ethtool.h>`.
 const ETHTOOL_GCOALESCE: u32 = 0x0e;
 /// `ETHTOOL_GFLAGS`: legacy feature flags, includes LRO.
@@ -321,9 +322,15 @@ pub struct SchedPolicy {
     pub priority: libc::c_int,
 }
 
+/// A `sched_param` with every field zero (glibc has one field, musl more).
+fn zeroed_sched_param() -> libc::sched_param {
+    // SAFETY: sched_param holds only integers, for which all-zero is valid.
+    unsafe { std::mem::zeroed() }
+}
+
 /// The calling thread's scheduling policy.
 pub fn sched_policy() -> io::Result<SchedPolicy> {
-    let mut param = libc::sched_param { sched_priority: 0 };
+    let mut param = zeroed_sched_param();
     // SAFETY: pid 0 is the calling thread; param is a live, writable sched_param.
     let rc = unsafe { libc::sched_getparam(0, &mut param) };
     if rc < 0 {
@@ -343,9 +350,8 @@ pub fn sched_policy() -> io::Result<SchedPolicy> {
 /// Sets the calling thread's scheduling policy (`SCHED_FIFO` needs
 /// `CAP_SYS_NICE`).
 pub fn set_sched_policy(p: SchedPolicy) -> io::Result<()> {
-    let param = libc::sched_param {
-        sched_priority: p.priority,
-    };
+    let mut param = zeroed_sched_param();
+    param.sched_priority = p.priority;
     // SAFETY: pid 0 is the calling thread; param is a valid sched_param read
     // by the kernel only during the call.
     let rc = unsafe { libc::sched_setscheduler(0, p.policy, &param) };

@@ -34,6 +34,8 @@ enum Command {
     Endpoint(cli::endpoint::Args),
     /// Scenarios of the studies' experiments: run, store, report, compare.
     Lab(cli::lab::Args),
+    /// Guests: build the image, launch and manage QEMU VMs.
+    Vm(cli::vm::Args),
 }
 
 fn main() {
@@ -47,6 +49,7 @@ fn main() {
         Command::Switch(args) => cli::switch::run(args),
         Command::Endpoint(args) => cli::endpoint::run(args),
         Command::Lab(args) => cli::lab::run(args),
+        Command::Vm(args) => cli::vm::run(args),
     };
     match result {
         Ok(code) => std::process::exit(code),

@@ -7,9 +7,10 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 
-const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
-const TUNSETVNETHDRSZ: libc::c_ulong = 0x4004_54d8;
-const TUNSETOFFLOAD: libc::c_ulong = 0x4004_54d0;
+// `libc::Ioctl`: the request type differs between glibc (c_ulong) and musl (c_int).
+const TUNSETIFF: libc::Ioctl = 0x4004_54ca;
+const TUNSETVNETHDRSZ: libc::Ioctl = 0x4004_54d8;
+const TUNSETOFFLOAD: libc::Ioctl = 0x4004_54d0;
 const TUN_F_CSUM: libc::c_uint = 0x01;
 const TUN_F_TSO4: libc::c_uint = 0x02;
 const TUN_F_TSO6: libc::c_uint = 0x04;

@@ -1,0 +1,223 @@
+//! The libvirt domain XML equivalent of a plan, so the same guest and
+//! latency settings can be brought to a libvirt stack: `<cputune>` for
+//! pinning, `<memoryBacking>` for shared, preallocated, locked and huge
+//! memory, interface types for each NIC kind, and `<qemu:commandline>`
+//! for what libvirt has no element for (cpu-pm).
+
+use std::fmt::Write;
+use std::path::Path;
+
+use crate::accel::Accel;
+use crate::exec::PORT_NAME;
+use crate::host::format_cpu_list;
+use crate::plan::{Plan, Status};
+use crate::spec::{Backend, Latency, Model, VmSpec};
+use crate::state::VmDir;
+
+/// Escapes text for XML attributes and content.
+pub fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&apos;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn p(path: &Path) -> String {
+    escape(&path.display().to_string())
+}
+
+/// The domain XML for `spec` as planned.
+pub fn domain_xml(
+    spec: &VmSpec,
+    plan: &Plan,
+    accel: Accel,
+    kernel: &Path,
+    initrd: &Path,
+    dir: &VmDir,
+) -> String {
+    let high = spec.latency == Latency::High;
+    let kvm = accel == Accel::Kvm;
+    let argv_has = |a: &str| plan.argv.iter().any(|x| x.contains(a));
+    let hugepages = argv_has("memory-backend-file");
+    let locked = argv_has("mem-lock=on");
+    let mut x = String::new();
+    let w = &mut x;
+    let _ = writeln!(
+        w,
+        "<domain type='{}' xmlns:qemu='http://libvirt.org/schemas/domain/qemu/1.0'>",
+        if kvm { "kvm" } else { "qemu" }
+    );
+    let _ = writeln!(w, "  <name>{}</name>", escape(&spec.name));
+    let _ = writeln!(w, "  <memory unit='MiB'>{}</memory>", spec.mem_mib);
+    let _ = writeln!(w, "  <vcpu placement='static'>{}</vcpu>", spec.vcpus);
+    if let Some(pin) = &plan.pinning {
+        let _ = writeln!(w, "  <cputune>");
+        for (i, c) in pin.vcpus.iter().enumerate() {
+            let _ = writeln!(w, "    <vcpupin vcpu='{i}' cpuset='{c}'/>");
+        }
+        let _ = writeln!(
+            w,
+            "    <emulatorpin cpuset='{}'/>",
+            format_cpu_list(&pin.housekeeping)
+        );
+        let _ = writeln!(w, "  </cputune>");
+    }
+    let _ = writeln!(w, "  <memoryBacking>");
+    if hugepages {
+        let _ = writeln!(w, "    <hugepages/>");
+    } else {
+        let _ = writeln!(w, "    <source type='memfd'/>");
+    }
+    // Shared: a vhost-user backend maps guest memory.
+    let _ = writeln!(w, "    <access mode='shared'/>");
+    if high {
+        let _ = writeln!(w, "    <allocation mode='immediate'/>");
+    }
+    if locked {
+        let _ = writeln!(w, "    <locked/>");
+    }
+    let _ = writeln!(w, "  </memoryBacking>");
+    let _ = writeln!(w, "  <os>");
+    let _ = writeln!(w, "    <type arch='x86_64' machine='q35'>hvm</type>");
+    let _ = writeln!(w, "    <kernel>{}</kernel>", p(kernel));
+    let _ = writeln!(w, "    <initrd>{}</initrd>", p(initrd));
+    let _ = writeln!(
+        w,
+        "    <cmdline>{}</cmdline>",
+        escape(&plan.guest.kernel_cmdline())
+    );
+    let _ = writeln!(w, "  </os>");
+    let _ = writeln!(w, "  <features>");
+    let _ = writeln!(w, "    <acpi/>");
+    if kvm && plan.pinning.is_some() {
+        // Tells the guest its vCPUs are not shared (no paravirt spinlock yielding).
+        let _ = writeln!(w, "    <kvm>");
+        let _ = writeln!(w, "      <hint-dedicated state='on'/>");
+        let _ = writeln!(w, "    </kvm>");
+    }
+    let _ = writeln!(w, "  </features>");
+    let _ = writeln!(
+        w,
+        "  <cpu mode='{}'/>",
+        if kvm { "host-passthrough" } else { "maximum" }
+    );
+    let _ = writeln!(w, "  <on_poweroff>destroy</on_poweroff>");
+    let _ = writeln!(w, "  <on_reboot>destroy</on_reboot>");
+    let _ = writeln!(w, "  <on_crash>destroy</on_crash>");
+    let _ = writeln!(w, "  <devices>");
+    let _ = writeln!(
+        w,
+        "    <emulator>/usr/bin/{}</emulator>",
+        crate::accel::QEMU
+    );
+    let _ = writeln!(w, "    <serial type='unix'>");
+    let _ = writeln!(
+        w,
+        "      <source mode='bind' path='{}'/>",
+        p(&dir.console())
+    );
+    let _ = writeln!(w, "      <log file='{}'/>", p(&dir.serial_log()));
+    let _ = writeln!(w, "      <target port='0'/>");
+    let _ = writeln!(w, "    </serial>");
+    let _ = writeln!(w, "    <channel type='unix'>");
+    let _ = writeln!(w, "      <source mode='bind' path='{}'/>", p(&dir.exec()));
+    let _ = writeln!(w, "      <target type='virtio' name='{PORT_NAME}'/>");
+    let _ = writeln!(w, "    </channel>");
+    let mut overrides = Vec::new();
+    for n in &plan.nics {
+        let model = match n.model {
+            Model::Virtio => "virtio",
+            Model::E1000 => "e1000",
+        };
+        let vhost_net = plan
+            .argv
+            .iter()
+            .any(|a| a.contains(&format!("id={},", n.id)) && a.contains("vhost=on"));
+        match &n.backend {
+            Backend::VhostUser { socket, server, .. } => {
+                let _ = writeln!(w, "    <interface type='vhostuser'>");
+                let _ = writeln!(
+                    w,
+                    "      <source type='unix' path='{}' mode='{}'/>",
+                    p(socket),
+                    if *server { "server" } else { "client" }
+                );
+            }
+            Backend::Tap {
+                bridge: Some(b), ..
+            } => {
+                let _ = writeln!(w, "    <interface type='bridge'>");
+                let _ = writeln!(w, "      <source bridge='{}'/>", escape(b));
+            }
+            Backend::Tap { bridge: None, .. } => {
+                let _ = writeln!(w, "    <interface type='ethernet'>");
+            }
+            Backend::Macvtap { parent, mode } => {
+                let _ = writeln!(w, "    <interface type='direct'>");
+                let _ = writeln!(w, "      <source dev='{}' mode='{mode}'/>", escape(parent));
+            }
+        }
+        let _ = writeln!(w, "      <mac address='{}'/>", n.mac);
+        if let (Backend::Tap { .. }, Some(dev)) = (&n.backend, &n.host_ifname) {
+            let _ = writeln!(w, "      <target dev='{}' managed='yes'/>", escape(dev));
+        }
+        let _ = writeln!(w, "      <model type='{model}'/>");
+        if vhost_net {
+            let _ = writeln!(w, "      <driver name='vhost'/>");
+        }
+        let _ = writeln!(w, "      <alias name='ua-{}'/>", n.id);
+        let _ = writeln!(w, "    </interface>");
+        if plan
+            .argv
+            .iter()
+            .any(|a| a.contains(&format!("netdev={},", n.id)) && a.contains("vectors=0"))
+        {
+            overrides.push(n.id.clone());
+        }
+    }
+    let _ = writeln!(w, "    <memballoon model='none'/>");
+    let _ = writeln!(w, "  </devices>");
+    let cpu_pm = argv_has("cpu-pm=on");
+    if cpu_pm {
+        // libvirt has no element for it.
+        let _ = writeln!(w, "  <qemu:commandline>");
+        let _ = writeln!(w, "    <qemu:arg value='-overcommit'/>");
+        let _ = writeln!(w, "    <qemu:arg value='cpu-pm=on'/>");
+        let _ = writeln!(w, "  </qemu:commandline>");
+    }
+    if !overrides.is_empty() {
+        // QEMU 7.2 + TCG + vhost-user: INTx instead of MSI-X (libvirt >= 8.2).
+        let _ = writeln!(w, "  <qemu:override>");
+        for id in overrides {
+            let _ = writeln!(w, "    <qemu:device alias='ua-{id}'>");
+            let _ = writeln!(w, "      <qemu:frontend>");
+            let _ = writeln!(
+                w,
+                "        <qemu:property name='vectors' type='unsigned' value='0'/>"
+            );
+            let _ = writeln!(w, "      </qemu:frontend>");
+            let _ = writeln!(w, "    </qemu:device>");
+        }
+        let _ = writeln!(w, "  </qemu:override>");
+    }
+    for s in &plan.settings {
+        if s.status != Status::Honoured {
+            let _ = writeln!(
+                w,
+                "  <!-- not honoured here: {}: {} -->",
+                escape(&s.name),
+                escape(&s.detail).replace("--", "- -")
+            );
+        }
+    }
+    let _ = writeln!(w, "</domain>");
+    x
+}

@@ -1,0 +1,554 @@
+//! What the user asks for: a VM's size, NICs, latency level and
+//! accelerator ([`VmSpec`]), parsed and checked before anything touches
+//! the host.
+
+use std::fmt;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::addr::{Cidr, Mac};
+use crate::error::{Error, Result};
+
+/// Latency-sensitivity level (the studies' Default vs Latency Sensitivity High).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Latency {
+    /// Shared cores, memory on demand, the switch's default port policy.
+    Normal,
+    /// Dedicated pinned cores, preallocated locked memory (hugepages where
+    /// available), guest idle without exits, the switch port latency-high.
+    High,
+}
+
+impl FromStr for Latency {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "normal" => Ok(Latency::Normal),
+            "high" => Ok(Latency::High),
+            _ => Err(format!("unknown latency level {s:?}: normal or high")),
+        }
+    }
+}
+
+impl fmt::Display for Latency {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Latency::Normal => "normal",
+            Latency::High => "high",
+        })
+    }
+}
+
+/// Which accelerator the user asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AccelChoice {
+    /// KVM if a probe boot shows it can run a stock guest, else TCG.
+    Auto,
+    /// KVM, no questions asked.
+    Kvm,
+    /// QEMU's binary translator.
+    Tcg,
+}
+
+impl FromStr for AccelChoice {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "auto" => Ok(AccelChoice::Auto),
+            "kvm" => Ok(AccelChoice::Kvm),
+            "tcg" => Ok(AccelChoice::Tcg),
+            _ => Err(format!("unknown accelerator {s:?}: auto, kvm or tcg")),
+        }
+    }
+}
+
+/// The device model the guest sees.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Model {
+    /// virtio-net-pci (paravirtual).
+    Virtio,
+    /// QEMU's emulated Intel e1000, for comparison.
+    E1000,
+}
+
+impl FromStr for Model {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "virtio" => Ok(Model::Virtio),
+            "e1000" => Ok(Model::E1000),
+            _ => Err(format!("unknown NIC model {s:?}: virtio or e1000")),
+        }
+    }
+}
+
+/// macvtap modes (how macvtaps on one parent reach each other).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MacvtapMode {
+    /// Switch between macvtaps on the parent.
+    Bridge,
+    /// Hairpin through the adjacent switch.
+    Vepa,
+    /// Isolated.
+    Private,
+    /// The VM takes the parent over.
+    Passthru,
+}
+
+impl FromStr for MacvtapMode {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "bridge" => Ok(Self::Bridge),
+            "vepa" => Ok(Self::Vepa),
+            "private" => Ok(Self::Private),
+            "passthru" | "passthrough" => Ok(Self::Passthru),
+            _ => Err(format!(
+                "unknown macvtap mode {s:?}: bridge, vepa, private or passthru"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for MacvtapMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Bridge => "bridge",
+            Self::Vepa => "vepa",
+            Self::Private => "private",
+            Self::Passthru => "passthrough",
+        })
+    }
+}
+
+/// Where a NIC's frames go on the host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum Backend {
+    /// A vnio switch port (vhost-user): QEMU connects to `socket`, or
+    /// listens on it with `server`.
+    VhostUser {
+        /// The port's socket.
+        socket: PathBuf,
+        /// QEMU listens (the switch port is in client mode).
+        server: bool,
+        /// The switch's control socket, to find the port and set its policy.
+        control: Option<PathBuf>,
+    },
+    /// A tap interface QEMU creates (and the kernel removes with it),
+    /// optionally enslaved to a Linux bridge.
+    Tap {
+        /// Interface name (default derived from the VM name).
+        ifname: Option<String>,
+        /// Bridge to enslave it to (created if missing, removed with the VM
+        /// if the launcher created it).
+        bridge: Option<String>,
+    },
+    /// A macvtap on a host interface, created by the launcher.
+    Macvtap {
+        /// The host interface.
+        parent: String,
+        /// Mode.
+        mode: MacvtapMode,
+    },
+}
+
+/// One NIC.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Nic {
+    /// Host side.
+    pub backend: Backend,
+    /// Guest side.
+    pub model: Model,
+    /// MAC (default stable per VM name and NIC index).
+    pub mac: Option<Mac>,
+    /// Address configured by the guest's init.
+    pub ip: Option<Cidr>,
+}
+
+fn check_ifname(what: &str, name: &str) -> std::result::Result<(), String> {
+    vnio_lab::check_ifname(name).map_err(|e| format!("{what}: {e}"))
+}
+
+impl FromStr for Nic {
+    type Err = String;
+    /// `KIND[:ARG][,key=value...]`:
+    /// `vhost-user:SOCK[,server][,control=CTL]`,
+    /// `tap[:IFNAME][,bridge=BR]`, `macvtap:PARENT[,mode=bridge]`,
+    /// `e1000[:IFNAME][,bridge=BR]` (a tap with QEMU's emulated e1000);
+    /// every kind takes `mac=`, `ip=ADDR/PREFIX`, and tap kinds `model=`.
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        let mut parts = s.split(',');
+        let head = parts.next().unwrap_or("");
+        let (kind, arg) = match head.split_once(':') {
+            Some((k, a)) => (k, Some(a)),
+            None => (head, None),
+        };
+        let mut opts: Vec<(&str, Option<&str>)> = parts
+            .map(|p| match p.split_once('=') {
+                Some((k, v)) => (k, Some(v)),
+                None => (p, None),
+            })
+            .collect();
+        let mut take = |key: &str| -> Option<Option<String>> {
+            let i = opts.iter().position(|(k, _)| *k == key)?;
+            Some(opts.remove(i).1.map(str::to_string))
+        };
+        let value =
+            |key: &str, v: Option<Option<String>>| -> std::result::Result<Option<String>, String> {
+                match v {
+                    None => Ok(None),
+                    Some(Some(v)) if !v.is_empty() => Ok(Some(v)),
+                    Some(_) => Err(format!("--nic {s}: {key}= needs a value")),
+                }
+            };
+        let mac = value("mac", take("mac"))?
+            .map(|m| m.parse::<Mac>())
+            .transpose()?;
+        let ip = value("ip", take("ip"))?
+            .map(|c| c.parse::<Cidr>())
+            .transpose()?;
+        let model_opt = value("model", take("model"))?
+            .map(|m| m.parse::<Model>())
+            .transpose()?;
+        let (backend, model) = match kind {
+            "vhost-user" => {
+                let socket = arg
+                    .filter(|a| !a.is_empty())
+                    .ok_or_else(|| format!("--nic {s}: vhost-user needs a socket: vhost-user:PATH"))?;
+                let server = match take("server") {
+                    None => false,
+                    Some(None) => true,
+                    Some(Some(v)) => match v.as_str() {
+                        "on" | "yes" | "true" => true,
+                        "off" | "no" | "false" => false,
+                        _ => return Err(format!("--nic {s}: server=on|off")),
+                    },
+                };
+                let control = value("control", take("control"))?.map(PathBuf::from);
+                if model_opt.is_some_and(|m| m != Model::Virtio) {
+                    return Err(format!("--nic {s}: vhost-user NICs are virtio-net"));
+                }
+                (
+                    Backend::VhostUser {
+                        socket: PathBuf::from(socket),
+                        server,
+                        control,
+                    },
+                    Model::Virtio,
+                )
+            }
+            "tap" | "e1000" => {
+                let ifname = arg.filter(|a| !a.is_empty()).map(str::to_string);
+                if let Some(i) = &ifname {
+                    check_ifname("--nic tap", i)?;
+                }
+                let bridge = value("bridge", take("bridge"))?;
+                if let Some(b) = &bridge {
+                    check_ifname("--nic bridge", b)?;
+                }
+                let model = match (kind, model_opt) {
+                    ("e1000", Some(Model::Virtio)) => {
+                        return Err(format!("--nic {s}: e1000 is the e1000 model"))
+                    }
+                    ("e1000", _) => Model::E1000,
+                    (_, m) => m.unwrap_or(Model::Virtio),
+                };
+                (Backend::Tap { ifname, bridge }, model)
+            }
+            "macvtap" => {
+                let parent = arg
+                    .filter(|a| !a.is_empty())
+                    .ok_or_else(|| format!("--nic {s}: macvtap needs its host interface: macvtap:IFNAME"))?;
+                check_ifname("--nic macvtap", parent)?;
+                let mode = value("mode", take("mode"))?
+                    .map(|m| m.parse::<MacvtapMode>())
+                    .transpose()?
+                    .unwrap_or(MacvtapMode::Bridge);
+                (
+                    Backend::Macvtap {
+                        parent: parent.to_string(),
+                        mode,
+                    },
+                    model_opt.unwrap_or(Model::Virtio),
+                )
+            }
+            _ => {
+                return Err(format!(
+                    "--nic {s}: unknown kind {kind:?}: vhost-user:SOCK, tap[:IFNAME], macvtap:IFNAME or e1000[:IFNAME]"
+                ))
+            }
+        };
+        if let Some((k, _)) = opts.first() {
+            return Err(format!("--nic {s}: unknown option {k:?} for {kind}"));
+        }
+        Ok(Nic {
+            backend,
+            model,
+            mac,
+            ip,
+        })
+    }
+}
+
+/// Parses a memory size: `256M`, `1G`, `512` (MiB).
+pub fn parse_mem(s: &str) -> std::result::Result<u64, String> {
+    let t = s.trim();
+    let (num, mult) = match t.char_indices().last() {
+        Some((i, 'M' | 'm')) => (&t[..i], 1),
+        Some((i, 'G' | 'g')) => (&t[..i], 1024),
+        _ => (t, 1),
+    };
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("not a memory size: {s:?} (try 256M or 1G)"))?;
+    Ok(n * mult)
+}
+
+/// Everything `vnio vm run` needs to know.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VmSpec {
+    /// Name (state directory, QEMU's -name, derived interface names).
+    pub name: String,
+    /// vCPU count.
+    pub vcpus: u32,
+    /// Memory in MiB.
+    pub mem_mib: u64,
+    /// NICs, in device order.
+    pub nics: Vec<Nic>,
+    /// Latency-sensitivity level.
+    pub latency: Latency,
+    /// Accelerator choice.
+    pub accel: AccelChoice,
+    /// Default gateway in the guest.
+    pub gateway: Option<IpAddr>,
+    /// Extra guest routes: (destination, via).
+    pub routes: Vec<(Cidr, IpAddr)>,
+    /// The agent's port in the guest (0: no agent).
+    pub agent_port: u16,
+    /// The agent's token.
+    pub agent_token: Option<String>,
+    /// Refuse to launch when any latency setting cannot be honoured.
+    pub strict: bool,
+}
+
+/// Smallest guest memory: the kernel plus an initramfs of ~10-20 MiB
+/// unpacked into RAM.
+pub const MIN_MEM_MIB: u64 = 128;
+/// Most vCPUs (q35 without an IOMMU can address 255; beyond is unusual here).
+pub const MAX_VCPUS: u32 = 64;
+
+impl VmSpec {
+    /// A VM with defaults: 1 vCPU, 256 MiB, no NIC, normal latency, auto accel.
+    pub fn new(name: &str) -> Self {
+        Self {
+            name: name.to_string(),
+            vcpus: 1,
+            mem_mib: 256,
+            nics: Vec::new(),
+            latency: Latency::Normal,
+            accel: AccelChoice::Auto,
+            gateway: None,
+            routes: Vec::new(),
+            agent_port: crate::cmdline::AGENT_PORT,
+            agent_token: None,
+            strict: false,
+        }
+    }
+
+    /// Checks the spec as a whole (each part was checked when parsed).
+    pub fn validate(&self) -> Result<()> {
+        check_name(&self.name)?;
+        if self.vcpus == 0 || self.vcpus > MAX_VCPUS {
+            return Err(Error::Invalid(format!(
+                "--vcpus {}: 1 to {MAX_VCPUS}",
+                self.vcpus
+            )));
+        }
+        if self.mem_mib < MIN_MEM_MIB {
+            return Err(Error::Invalid(format!(
+                "--mem {}M: at least {MIN_MEM_MIB}M (the initramfs lives in guest memory)",
+                self.mem_mib
+            )));
+        }
+        let mut names = Vec::new();
+        for i in 0..self.nics.len() {
+            if let Some(n) = self.host_ifname(i) {
+                if names.contains(&n) {
+                    return Err(Error::Invalid(format!(
+                        "two NICs would use the host interface {n}"
+                    )));
+                }
+                names.push(n);
+            }
+        }
+        let mut macs: Vec<Mac> = (0..self.nics.len()).map(|i| self.mac(i)).collect();
+        macs.sort_by_key(|m| m.0);
+        macs.dedup();
+        if macs.len() != self.nics.len() {
+            return Err(Error::Invalid("two NICs have the same MAC".into()));
+        }
+        Ok(())
+    }
+
+    /// The MAC of NIC `i`.
+    pub fn mac(&self, i: usize) -> Mac {
+        self.nics[i]
+            .mac
+            .unwrap_or_else(|| Mac::for_vm(&self.name, i))
+    }
+
+    /// The host interface of NIC `i` (tap or macvtap), if it has one.
+    pub fn host_ifname(&self, i: usize) -> Option<String> {
+        let derived = |prefix: &str| {
+            let plain = format!("{prefix}{}-{i}", self.name);
+            if plain.len() <= vnio_lab::IFNAME_MAX {
+                plain
+            } else {
+                // Long VM names: a stable short hash keeps names unique.
+                let mac = Mac::for_vm(&self.name, 0).0;
+                format!("{prefix}{:02x}{:02x}-{i}", mac[3], mac[4])
+            }
+        };
+        match &self.nics[i].backend {
+            Backend::VhostUser { .. } => None,
+            Backend::Tap { ifname, .. } => Some(ifname.clone().unwrap_or_else(|| derived("vt-"))),
+            Backend::Macvtap { .. } => Some(derived("mvt-")),
+        }
+    }
+}
+
+/// VM names: they name a directory and interfaces, so letters, digits,
+/// '-' and '_' only.
+pub fn check_name(name: &str) -> Result<()> {
+    let ok = !name.is_empty()
+        && name.len() <= 32
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        && !name.starts_with('-');
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::Invalid(format!(
+            "VM name {name:?}: 1-32 letters, digits, '-' or '_'"
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nic_kinds_parse() {
+        let n: Nic = "vhost-user:/run/p1.sock,control=/run/sw.sock,ip=10.0.0.2/24"
+            .parse()
+            .unwrap();
+        assert_eq!(
+            n.backend,
+            Backend::VhostUser {
+                socket: "/run/p1.sock".into(),
+                server: false,
+                control: Some("/run/sw.sock".into())
+            }
+        );
+        assert_eq!(n.ip.unwrap().to_string(), "10.0.0.2/24");
+        let n: Nic = "vhost-user:/x.sock,server".parse().unwrap();
+        assert!(matches!(n.backend, Backend::VhostUser { server: true, .. }));
+        let n: Nic = "tap:vt0,bridge=br0,mac=52:54:00:00:00:09".parse().unwrap();
+        assert_eq!(
+            n.backend,
+            Backend::Tap {
+                ifname: Some("vt0".into()),
+                bridge: Some("br0".into())
+            }
+        );
+        assert_eq!(n.model, Model::Virtio);
+        let n: Nic = "e1000".parse().unwrap();
+        assert_eq!(n.model, Model::E1000);
+        assert!(matches!(
+            n.backend,
+            Backend::Tap {
+                ifname: None,
+                bridge: None
+            }
+        ));
+        let n: Nic = "macvtap:eth0,mode=vepa,model=e1000".parse().unwrap();
+        assert_eq!(
+            n.backend,
+            Backend::Macvtap {
+                parent: "eth0".into(),
+                mode: MacvtapMode::Vepa
+            }
+        );
+        assert_eq!(n.model, Model::E1000);
+    }
+
+    #[test]
+    fn bad_nics_say_what_is_wrong() {
+        for (s, needle) in [
+            ("vhost-user", "needs a socket"),
+            ("vhost-user:/x,model=e1000", "virtio-net"),
+            ("tap,colour=red", "unknown option \"colour\""),
+            ("macvtap", "host interface"),
+            ("wifi:x", "unknown kind"),
+            ("tap:this-name-is-far-too-long", "--nic tap"),
+            ("tap,ip=10.0.0.1", "prefix"),
+            ("tap,mac=", "needs a value"),
+            ("e1000,model=virtio", "e1000 model"),
+        ] {
+            let err = s.parse::<Nic>().unwrap_err();
+            assert!(err.contains(needle), "{s}: {err}");
+        }
+    }
+
+    #[test]
+    fn memory_sizes() {
+        assert_eq!(parse_mem("256M"), Ok(256));
+        assert_eq!(parse_mem("2G"), Ok(2048));
+        assert_eq!(parse_mem("512"), Ok(512));
+        assert!(parse_mem("lots").is_err());
+    }
+
+    #[test]
+    fn specs_are_checked_whole() {
+        let mut s = VmSpec::new("g1");
+        s.validate().unwrap();
+        s.vcpus = 0;
+        assert!(s.validate().is_err());
+        let mut s = VmSpec::new("g 1");
+        assert!(s.validate().is_err());
+        s.name = "g1".into();
+        s.mem_mib = 64;
+        assert!(s.validate().unwrap_err().to_string().contains("at least"));
+        s.mem_mib = 256;
+        s.nics = vec!["tap:x0".parse().unwrap(), "tap:x0".parse().unwrap()];
+        assert!(s.validate().unwrap_err().to_string().contains("x0"));
+        s.nics = vec![
+            "tap,mac=52:54:00:00:00:01".parse().unwrap(),
+            "e1000,mac=52:54:00:00:00:01".parse().unwrap(),
+        ];
+        assert!(s.validate().unwrap_err().to_string().contains("same MAC"));
+    }
+
+    #[test]
+    fn host_interface_names_fit_the_kernel_limit() {
+        let mut s = VmSpec::new("a-rather-long-vm-name");
+        s.nics = vec!["tap".parse().unwrap(), "macvtap:eth0".parse().unwrap()];
+        for i in 0..2 {
+            let n = s.host_ifname(i).unwrap();
+            assert!(n.len() <= 15, "{n}");
+        }
+        let mut s = VmSpec::new("g1");
+        s.nics = vec!["tap".parse().unwrap()];
+        assert_eq!(s.host_ifname(0).as_deref(), Some("vt-g1-0"));
+    }
+}

@@ -1,0 +1,235 @@
+//! Each VM's state directory (`/run/vnio/vm/NAME`): QEMU's pid file, QMP,
+//! console and command-channel sockets, the serial log, QEMU's own log,
+//! the command line used, and `state.json` (what was asked, what was
+//! planned, what the launcher created and must remove).
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::accel::AccelDecision;
+use crate::error::{Context, Error, Result};
+use crate::plan::{Pinning, Setting};
+use crate::spec::VmSpec;
+
+/// Where state directories live: `$VNIO_VM_DIR`, else `/run/vnio/vm` as
+/// root, else `$XDG_RUNTIME_DIR/vnio/vm` (or a per-user directory in /tmp).
+pub fn runtime_root() -> PathBuf {
+    if let Some(d) = std::env::var_os("VNIO_VM_DIR") {
+        return PathBuf::from(d);
+    }
+    if nix::unistd::geteuid().is_root() {
+        return PathBuf::from("/run/vnio/vm");
+    }
+    match std::env::var_os("XDG_RUNTIME_DIR") {
+        Some(d) => PathBuf::from(d).join("vnio/vm"),
+        None => std::env::temp_dir().join(format!("vnio-{}/vm", nix::unistd::geteuid())),
+    }
+}
+
+/// The paths of one VM's state directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VmDir {
+    path: PathBuf,
+}
+
+impl VmDir {
+    /// The directory of VM `name` under `root`.
+    pub fn new(root: &Path, name: &str) -> Self {
+        Self::at(root.join(name))
+    }
+
+    /// A directory at `path`.
+    pub fn at(path: PathBuf) -> Self {
+        Self { path }
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The VM's name (the directory's).
+    pub fn name(&self) -> String {
+        self.path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    }
+
+    /// QEMU's monitor (QMP) socket.
+    pub fn qmp(&self) -> PathBuf {
+        self.path.join("qmp.sock")
+    }
+    /// The serial console socket (`vnio vm console`).
+    pub fn console(&self) -> PathBuf {
+        self.path.join("console.sock")
+    }
+    /// Everything the guest wrote on its serial console.
+    pub fn serial_log(&self) -> PathBuf {
+        self.path.join("serial.log")
+    }
+    /// The command channel's socket (`vnio vm exec`).
+    pub fn exec(&self) -> PathBuf {
+        self.path.join("exec.sock")
+    }
+    /// Serialises users of the command channel.
+    pub fn exec_lock(&self) -> PathBuf {
+        self.path.join("exec.lock")
+    }
+    /// QEMU's pid file.
+    pub fn pidfile(&self) -> PathBuf {
+        self.path.join("qemu.pid")
+    }
+    /// QEMU's stdout and stderr.
+    pub fn qemu_log(&self) -> PathBuf {
+        self.path.join("qemu.log")
+    }
+    /// The command line used, one shell line.
+    pub fn cmdline(&self) -> PathBuf {
+        self.path.join("cmdline")
+    }
+    /// [`State`] as JSON.
+    pub fn state_file(&self) -> PathBuf {
+        self.path.join("state.json")
+    }
+}
+
+/// Something the launcher created on the host and must remove.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", content = "name", rename_all = "kebab-case")]
+pub enum Owned {
+    /// A link (macvtap) to delete.
+    Link(String),
+    /// A bridge the launcher created to delete.
+    Bridge(String),
+    /// A socket file QEMU listens on outside the state directory.
+    Socket(PathBuf),
+}
+
+/// Where a VM is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Phase {
+    /// Being launched (QEMU may not run yet).
+    Starting,
+    /// Launched: QEMU runs the guest.
+    Running,
+}
+
+/// A VM's state file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct State {
+    /// What was asked.
+    pub spec: VmSpec,
+    /// Phase.
+    pub phase: Phase,
+    /// QEMU's pid once spawned.
+    pub pid: Option<u32>,
+    /// KVM or TCG, and why.
+    pub accel: AccelDecision,
+    /// The latency settings and whether each is honoured.
+    pub settings: Vec<Setting>,
+    /// vCPU pinning in effect.
+    pub pinning: Option<Pinning>,
+    /// Host interfaces per NIC (taps, macvtaps).
+    pub host_ifnames: Vec<Option<String>>,
+    /// The guest's addresses (first is where the agent is reached).
+    pub addrs: Vec<String>,
+    /// The agent's port (0: none) and token.
+    pub agent_port: u16,
+    /// The agent's token.
+    pub agent_token: Option<String>,
+    /// The image used (cache key).
+    pub image: String,
+    /// What the launcher created and stop removes.
+    pub owned: Vec<Owned>,
+    /// CLOCK_MONOTONIC at launch (ns), for launch-to-ready times across processes.
+    pub launched_ns: u64,
+    /// Notes from the plan.
+    pub notes: Vec<String>,
+}
+
+/// Now on CLOCK_MONOTONIC in ns (system-wide, so comparable between the
+/// launcher and a later `vnio vm wait-agent`).
+pub fn monotonic_ns() -> u64 {
+    let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .expect("CLOCK_MONOTONIC is always available");
+    t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
+}
+
+impl State {
+    /// Writes `state.json` atomically.
+    pub fn save(&self, dir: &VmDir) -> Result<()> {
+        let tmp = dir.path().join(".state.json.tmp");
+        let json = serde_json::to_string_pretty(self).expect("state serialises");
+        std::fs::write(&tmp, json).ctx(|| format!("writing {}", tmp.display()))?;
+        std::fs::rename(&tmp, dir.state_file())
+            .ctx(|| format!("writing {}", dir.state_file().display()))
+    }
+
+    /// Reads `state.json`.
+    pub fn load(dir: &VmDir) -> Result<State> {
+        let text = std::fs::read_to_string(dir.state_file()).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                Error::Missing(format!("no VM named {}", dir.name()))
+            } else {
+                Error::Io {
+                    what: format!("reading {}", dir.state_file().display()),
+                    source: e,
+                }
+            }
+        })?;
+        serde_json::from_str(&text)
+            .map_err(|e| Error::Invalid(format!("{}: {e}", dir.state_file().display())))
+    }
+}
+
+/// True if `pid` is a live (not zombie) QEMU of this state directory: the
+/// pid alone could have been reused by another process.
+pub fn is_ours(pid: u32, dir: &VmDir) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Field 3, after the parenthesised command name.
+    let zombie = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.trim_start().starts_with('Z') || rest.trim_start().starts_with('X'))
+        .unwrap_or(true);
+    if zombie {
+        return false;
+    }
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    let needle = dir.qmp().display().to_string();
+    String::from_utf8_lossy(&cmdline).contains(&needle)
+}
+
+/// Every VM under `root`: (directory, state or why it cannot be read).
+pub fn list(root: &Path) -> Vec<(VmDir, Result<State>)> {
+    let mut out: Vec<(VmDir, Result<State>)> = std::fs::read_dir(root)
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().is_dir())
+        .map(|e| {
+            let dir = VmDir::at(e.path());
+            let state = State::load(&dir);
+            (dir, state)
+        })
+        .collect();
+    out.sort_by_key(|(d, _)| d.name());
+    out
+}
+
+/// CPUs dedicated to running VMs under `root`, except `except`.
+pub fn held_cpus(root: &Path, except: &str) -> Vec<(String, Vec<usize>)> {
+    list(root)
+        .into_iter()
+        .filter(|(d, _)| d.name() != except)
+        .filter_map(|(d, s)| {
+            let s = s.ok()?;
+            let pin = s.pinning?;
+            s.pid
+                .is_some_and(|p| is_ours(p, &d))
+                .then(|| (d.name(), pin.vcpus))
+        })
+        .collect()
+}

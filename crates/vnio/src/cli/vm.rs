@@ -1,0 +1,604 @@
+//! `vnio vm`: guest images and the QEMU launcher. Rendering only;
+//! `vnio_vm` does the work.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use clap::Subcommand;
+use vnio_vm::addr::Cidr;
+use vnio_vm::image::{self, ImageOptions};
+use vnio_vm::launch::{self, LaunchOptions};
+use vnio_vm::plan::{self, Setting, Status};
+use vnio_vm::spec::{self, AccelChoice, Latency, Nic, VmSpec};
+use vnio_vm::state::{self, State, VmDir};
+
+use super::measure::parse_duration;
+
+/// Arguments of `vnio vm`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Directory of VM state directories [default: $VNIO_VM_DIR, /run/vnio/vm as root].
+    #[arg(long, value_name = "DIR", global = true)]
+    state_dir: Option<PathBuf>,
+    /// Cache of images and KVM probe verdicts [default: $VNIO_CACHE_DIR, /var/cache/vnio as root, else ~/.cache/vnio].
+    #[arg(long, value_name = "DIR", global = true)]
+    cache: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Guest images: a Debian kernel and an initramfs with busybox and the vnio agent.
+    Image {
+        #[command(subcommand)]
+        command: ImageCmd,
+    },
+    /// Launch a VM (QEMU, daemonised) with a latency-sensitivity level.
+    Run(RunArgs),
+    /// List VMs.
+    List {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Stop VMs and remove everything they owned (QEMU, interfaces, sockets, state).
+    Stop {
+        /// VM names.
+        #[arg(required_unless_present = "all")]
+        names: Vec<String>,
+        /// Every VM.
+        #[arg(long, conflicts_with = "names")]
+        all: bool,
+    },
+    /// Attach to a VM's serial console (Ctrl-] detaches), or print its log.
+    Console {
+        /// VM name.
+        name: String,
+        /// Print the console output so far and exit.
+        #[arg(long)]
+        log: bool,
+    },
+    /// Wait until a VM's agent answers; reports the time from launch.
+    WaitAgent {
+        /// VM name.
+        name: String,
+        /// Give up after this long.
+        #[arg(long, value_parser = parse_duration, default_value = "300s")]
+        timeout: Duration,
+        /// The agent's address [default: the VM's first NIC address].
+        #[arg(long)]
+        address: Option<IpAddr>,
+    },
+    /// Run a command inside a VM (over its virtio-serial command channel).
+    Exec {
+        /// VM name.
+        name: String,
+        /// Kill the command after this long.
+        #[arg(long, value_parser = parse_duration, default_value = "60s")]
+        timeout: Duration,
+        /// The command and its arguments.
+        #[arg(trailing_var_arg = true, required = true, allow_hyphen_values = true)]
+        command: Vec<String>,
+    },
+    /// Inside a guest: serve the command channel (started by the guest's init).
+    #[command(hide = true)]
+    GuestServe,
+}
+
+#[derive(Subcommand)]
+enum ImageCmd {
+    /// Build the guest image (or reuse the cached one when no input changed).
+    Build(BuildArgs),
+}
+
+#[derive(clap::Args)]
+struct BuildArgs {
+    /// Kernel package resolved with apt (the metapackage names the real one).
+    #[arg(long, default_value = image::KERNEL_PACKAGE)]
+    kernel_package: String,
+    /// Use this kernel .deb instead of downloading one.
+    #[arg(long, value_name = "FILE")]
+    kernel_deb: Option<PathBuf>,
+    /// A static busybox [default: the host's /bin/busybox if static, else the busybox-static package].
+    #[arg(long, value_name = "FILE")]
+    busybox: Option<PathBuf>,
+    /// The static (musl) vnio for the guest [default: found next to this program].
+    #[arg(long, value_name = "FILE")]
+    vnio: Option<PathBuf>,
+    /// Print the manifest as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_route(s: &str) -> Result<(Cidr, IpAddr), String> {
+    let (dest, via) = s
+        .split_once(',')
+        .ok_or_else(|| format!("not a route: {s:?} (try 10.9.0.0/16,10.0.0.1)"))?;
+    Ok((
+        dest.parse()?,
+        via.parse()
+            .map_err(|_| format!("not an address: {via:?}"))?,
+    ))
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    /// VM name (letters, digits, '-', '_').
+    #[arg(long)]
+    name: String,
+    /// vCPUs.
+    #[arg(long, default_value_t = 1)]
+    vcpus: u32,
+    /// Memory: 256M, 1G.
+    #[arg(long, value_parser = spec::parse_mem, default_value = "256M")]
+    mem: u64,
+    /// A NIC (repeat for more): vhost-user:SOCK[,server][,control=SWITCH_CTL] | tap[:IFNAME][,bridge=BR] |
+    /// macvtap:IFNAME[,mode=bridge|vepa|private|passthru] | e1000[:IFNAME][,bridge=BR];
+    /// each with [,ip=ADDR/PREFIX][,mac=MAC][,model=virtio|e1000].
+    #[arg(long = "nic", value_name = "KIND[,OPTS]")]
+    nics: Vec<Nic>,
+    /// Latency sensitivity: normal, or high (dedicated pinned cores, preallocated locked
+    /// memory, hugepages, cpu-pm, switch port latency-high; what the host cannot do is listed).
+    #[arg(long, default_value = "normal")]
+    latency: Latency,
+    /// Accelerator: auto probes whether KVM really boots a stock guest, else TCG.
+    #[arg(long, default_value = "auto")]
+    accel: AccelChoice,
+    /// Probe KVM again instead of using the cached verdict.
+    #[arg(long)]
+    reprobe: bool,
+    /// Refuse to launch if any latency setting cannot be honoured.
+    #[arg(long)]
+    strict: bool,
+    /// Default gateway in the guest.
+    #[arg(long)]
+    gateway: Option<IpAddr>,
+    /// A guest route DEST/PREFIX,VIA (repeat for more).
+    #[arg(long = "route", value_parser = parse_route)]
+    routes: Vec<(Cidr, IpAddr)>,
+    /// The guest agent's control port (0: no agent).
+    #[arg(long, default_value_t = vnio_vm::cmdline::AGENT_PORT)]
+    agent_port: u16,
+    /// Token the guest agent requires.
+    #[arg(long)]
+    agent_token: Option<String>,
+    /// Image directory [default: the last one built].
+    #[arg(long, value_name = "DIR")]
+    image: Option<PathBuf>,
+    /// Stay in the foreground; stop the VM on SIGINT/SIGTERM.
+    #[arg(long)]
+    foreground: bool,
+    /// After launching, wait until the agent answers (up to this long) and report the time.
+    #[arg(long, value_name = "TIMEOUT", value_parser = parse_duration, num_args = 0..=1, default_missing_value = "300s")]
+    wait_agent: Option<Duration>,
+    /// Print the QEMU command line (and host actions) instead of launching.
+    #[arg(long, conflicts_with = "print_libvirt")]
+    print_qemu: bool,
+    /// Print the equivalent libvirt domain XML instead of launching.
+    #[arg(long)]
+    print_libvirt: bool,
+    /// Print the VM's state as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(args: Args) -> anyhow::Result<i32> {
+    let root = args.state_dir.unwrap_or_else(state::runtime_root);
+    let cache = args.cache.unwrap_or_else(image::cache_root);
+    match args.command {
+        Cmd::Image {
+            command: ImageCmd::Build(a),
+        } => image_build(a, cache),
+        Cmd::Run(a) => run_vm(a, root, cache),
+        Cmd::List { json } => list(&root, json),
+        Cmd::Stop { names, all } => stop(&root, names, all),
+        Cmd::Console { name, log } => {
+            spec::check_name(&name)?;
+            let dir = VmDir::new(&root, &name);
+            if log {
+                vnio_tune::sys::default_sigpipe();
+                print!("{}", vnio_vm::console::log(&dir)?);
+            } else {
+                eprintln!("vnio vm: console of {name} (Ctrl-] detaches)");
+                vnio_vm::console::attach(&dir)?;
+            }
+            Ok(0)
+        }
+        Cmd::WaitAgent {
+            name,
+            timeout,
+            address,
+        } => {
+            spec::check_name(&name)?;
+            let stop = signal_flag()?;
+            let ready =
+                vnio_vm::agent::wait_agent(&VmDir::new(&root, &name), address, timeout, &stop)?;
+            print_ready(&name, &ready);
+            Ok(0)
+        }
+        Cmd::Exec {
+            name,
+            timeout,
+            command,
+        } => {
+            spec::check_name(&name)?;
+            let out = vnio_vm::exec::exec(&VmDir::new(&root, &name), &command, timeout)?;
+            print!("{}", out.stdout);
+            eprint!("{}", out.stderr);
+            if out.timed_out {
+                eprintln!("vnio vm exec: killed after {}", humantime(timeout));
+                return Ok(124);
+            }
+            Ok(out.code.unwrap_or(128))
+        }
+        Cmd::GuestServe => {
+            vnio_vm::exec::serve()?;
+            Ok(0)
+        }
+    }
+}
+
+fn signal_flag() -> anyhow::Result<Arc<AtomicBool>> {
+    let flag = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, flag.clone()).context("installing signal handler")?;
+    }
+    Ok(flag)
+}
+
+fn humantime(d: Duration) -> String {
+    format!("{:.1} s", d.as_secs_f64())
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1024.0 * 1024.0))
+}
+
+fn image_build(a: BuildArgs, cache: PathBuf) -> anyhow::Result<i32> {
+    let opts = ImageOptions {
+        cache,
+        kernel_package: a.kernel_package,
+        kernel_deb: a.kernel_deb,
+        busybox: a.busybox,
+        vnio: a.vnio,
+    };
+    let built = image::build(&opts)?;
+    let m = &built.image.manifest;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(m)?);
+        return Ok(0);
+    }
+    println!(
+        "vnio vm image: {} {}",
+        if built.cached { "cached" } else { "built" },
+        built.image.dir.display()
+    );
+    println!(
+        "  kernel     {} ({}), {}",
+        m.kernel_package,
+        m.kernel_release,
+        mib(m.kernel_bytes)
+    );
+    println!("  initramfs  {}", mib(m.initrd_bytes));
+    println!("  busybox    {}", m.busybox);
+    println!(
+        "  vnio       {} (sha256 {})",
+        m.vnio.display(),
+        &m.vnio_sha256[..12]
+    );
+    println!("  modules    {}", m.modules.join(" "));
+    println!("  total      {}", mib(m.kernel_bytes + m.initrd_bytes));
+    Ok(0)
+}
+
+fn status_word(s: Status) -> &'static str {
+    match s {
+        Status::Honoured => "honoured",
+        Status::Partial => "partial",
+        Status::NotHonoured => "NOT honoured",
+    }
+}
+
+fn print_settings(settings: &[Setting], prefix: &str) {
+    if settings.is_empty() {
+        println!("{prefix}latency normal: no reservations (shared cores, memory on demand)");
+        return;
+    }
+    let w = settings.iter().map(|s| s.name.len()).max().unwrap_or(0);
+    for s in settings {
+        println!(
+            "{prefix}{:<12}  {:<w$}  {}: {}",
+            status_word(s.status),
+            s.name,
+            s.mechanism,
+            s.detail
+        );
+    }
+    let not: Vec<&Setting> = settings
+        .iter()
+        .filter(|s| s.status != Status::Honoured)
+        .collect();
+    if !not.is_empty() {
+        println!(
+            "{prefix}not (fully) honoured on this host: {}",
+            not.iter()
+                .map(|s| s.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+}
+
+fn print_ready(name: &str, r: &vnio_vm::agent::Ready) {
+    let guest = r
+        .guest_uptime
+        .map(|u| format!(", guest init ready at {u:.2} s of guest uptime"))
+        .unwrap_or_default();
+    println!(
+        "vnio vm: {name}: agent {} answered {} after launch (waited {}){guest}",
+        r.addr,
+        humantime(r.since_launch),
+        humantime(r.waited)
+    );
+}
+
+fn run_vm(a: RunArgs, root: PathBuf, cache: PathBuf) -> anyhow::Result<i32> {
+    let spec = VmSpec {
+        name: a.name.clone(),
+        vcpus: a.vcpus,
+        mem_mib: a.mem,
+        nics: a.nics,
+        latency: a.latency,
+        accel: a.accel,
+        gateway: a.gateway,
+        routes: a.routes,
+        agent_port: a.agent_port,
+        agent_token: a.agent_token,
+        strict: a.strict,
+    };
+    let interrupt = signal_flag()?;
+    let opts = LaunchOptions {
+        root,
+        cache,
+        image: a.image,
+        reprobe: a.reprobe,
+        interrupt: interrupt.clone(),
+        start_timeout: Duration::from_secs(60),
+    };
+    if a.print_qemu || a.print_libvirt {
+        vnio_tune::sys::default_sigpipe();
+        let p = launch::prepare(&spec, &opts)?;
+        if a.print_libvirt {
+            let dir = VmDir::new(&opts.root, &spec.name);
+            print!(
+                "{}",
+                vnio_vm::libvirt::domain_xml(
+                    &spec,
+                    &p.plan,
+                    p.accel.accel,
+                    &p.image.kernel,
+                    &p.image.initrd,
+                    &dir
+                )
+            );
+            return Ok(0);
+        }
+        println!("# accel {}: {}", p.accel.accel, p.accel.why);
+        if let Some(pin) = &p.plan.pinning {
+            for (i, c) in pin.vcpus.iter().enumerate() {
+                println!(
+                    "# host: vCPU {i} thread -> CPU {c} (QMP query-cpus-fast + sched_setaffinity)"
+                );
+            }
+            println!(
+                "# host: other QEMU threads -> CPUs {}",
+                vnio_vm::host::format_cpu_list(&pin.housekeeping)
+            );
+        }
+        for n in &p.plan.nics {
+            if let Some(fd) = n.fd {
+                println!(
+                    "# host: fd {fd} = /dev/tapN of macvtap {} (created by the launcher)",
+                    n.host_ifname.as_deref().unwrap_or("?")
+                );
+            }
+        }
+        for s in p.plan.not_honoured() {
+            println!("# not honoured: {}: {}", s.name, s.detail);
+        }
+        println!("{}", plan::shell_line(&p.plan.argv));
+        return Ok(0);
+    }
+
+    let launched = launch::launch(&spec, &opts)?;
+    let st = &launched.state;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(st)?);
+    } else {
+        print_state(&launched.dir, st, true);
+    }
+    let mut code = 0;
+    if let Some(timeout) = a.wait_agent {
+        match vnio_vm::agent::wait_agent(&launched.dir, None, timeout, &interrupt) {
+            Ok(r) => print_ready(&spec.name, &r),
+            Err(e) => {
+                eprintln!("vnio vm: {}: {e}", spec.name);
+                code = 1;
+            }
+        }
+    }
+    if a.foreground {
+        eprintln!(
+            "vnio vm: {} in the foreground; SIGINT/SIGTERM stops it",
+            spec.name
+        );
+        let how = launch::supervise(&launched.dir, launched.child, &interrupt)?;
+        println!("vnio vm: {}: {how}; removed everything it owned", spec.name);
+    }
+    Ok(code)
+}
+
+fn print_state(dir: &VmDir, st: &State, launched: bool) {
+    let s = &st.spec;
+    let running = st.pid.is_some_and(|p| state::is_ours(p, dir));
+    println!(
+        "vnio vm: {} {} (pid {}), state {}",
+        s.name,
+        if launched || running {
+            "running"
+        } else {
+            "not running"
+        },
+        st.pid.map(|p| p.to_string()).unwrap_or("-".into()),
+        dir.path().display()
+    );
+    println!("  accel    {}: {}", st.accel.accel, st.accel.why);
+    println!(
+        "  size     {} vCPU, {} MiB; image {}",
+        s.vcpus, s.mem_mib, st.image
+    );
+    for (i, n) in s.nics.iter().enumerate() {
+        let host = match &n.backend {
+            spec::Backend::VhostUser { socket, server, .. } => format!(
+                "vhost-user {}{}",
+                socket.display(),
+                if *server { " (QEMU listens)" } else { "" }
+            ),
+            spec::Backend::Tap { bridge, .. } => format!(
+                "tap {}{}",
+                st.host_ifnames[i].as_deref().unwrap_or("?"),
+                bridge
+                    .as_ref()
+                    .map(|b| format!(" on bridge {b}"))
+                    .unwrap_or_default()
+            ),
+            spec::Backend::Macvtap { parent, mode } => format!(
+                "macvtap {} on {parent} ({mode})",
+                st.host_ifnames[i].as_deref().unwrap_or("?")
+            ),
+        };
+        println!(
+            "  nic{i}     {host}, {:?}, mac {}{}",
+            n.model,
+            s.mac(i),
+            n.ip.map(|c| format!(", guest {c}")).unwrap_or_default()
+        );
+    }
+    println!("  latency  {}", s.latency);
+    print_settings(&st.settings, "    ");
+    for n in &st.notes {
+        println!("  note     {n}");
+    }
+    println!(
+        "  use      vnio vm console {0} | vnio vm wait-agent {0} | vnio vm exec {0} -- CMD | vnio vm stop {0}",
+        s.name
+    );
+}
+
+fn list(root: &std::path::Path, json: bool) -> anyhow::Result<i32> {
+    vnio_tune::sys::default_sigpipe();
+    let vms = state::list(root);
+    if json {
+        let v: Vec<serde_json::Value> = vms
+            .iter()
+            .map(|(d, s)| match s {
+                Ok(s) => serde_json::json!({
+                    "name": d.name(),
+                    "running": s.pid.is_some_and(|p| state::is_ours(p, d)),
+                    "state": s,
+                }),
+                Err(e) => serde_json::json!({"name": d.name(), "error": e.to_string()}),
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(0);
+    }
+    if vms.is_empty() {
+        println!("no VMs (in {})", root.display());
+        return Ok(0);
+    }
+    println!(
+        "{:<16} {:<11} {:>8} {:<5} {:<7} {:>5} {:>7}  {:<20} NOT-HONOURED",
+        "NAME", "STATUS", "PID", "ACCEL", "LATENCY", "VCPUS", "MEM", "ADDRESSES"
+    );
+    for (d, s) in &vms {
+        match s {
+            Ok(s) => {
+                let running = s.pid.is_some_and(|p| state::is_ours(p, d));
+                let status = match (running, s.phase) {
+                    (true, state::Phase::Running) => "running",
+                    (true, state::Phase::Starting) => "starting",
+                    (false, _) => "dead",
+                };
+                let not: Vec<&str> = s
+                    .settings
+                    .iter()
+                    .filter(|x| x.status != Status::Honoured)
+                    .map(|x| x.name.as_str())
+                    .collect();
+                println!(
+                    "{:<16} {:<11} {:>8} {:<5} {:<7} {:>5} {:>6}M  {:<20} {}",
+                    d.name(),
+                    status,
+                    s.pid.map(|p| p.to_string()).unwrap_or("-".into()),
+                    s.accel.accel.to_string(),
+                    s.spec.latency.to_string(),
+                    s.spec.vcpus,
+                    s.spec.mem_mib,
+                    s.addrs.join(","),
+                    if not.is_empty() {
+                        "-".to_string()
+                    } else {
+                        not.join(", ")
+                    }
+                );
+            }
+            Err(e) => println!("{:<16} unreadable: {e}", d.name()),
+        }
+    }
+    Ok(0)
+}
+
+fn stop(root: &std::path::Path, names: Vec<String>, all: bool) -> anyhow::Result<i32> {
+    let names: Vec<String> = if all {
+        state::list(root)
+            .into_iter()
+            .map(|(d, _)| d.name())
+            .collect()
+    } else {
+        names
+    };
+    let mut failed = false;
+    for name in names {
+        match launch::stop(root, &name) {
+            Ok(s) => {
+                let left: Vec<&String> = s.removed.iter().filter(|r| r.contains("NOT")).collect();
+                println!(
+                    "vnio vm: {name} {}; removed {}",
+                    if s.was_running {
+                        "stopped"
+                    } else {
+                        "was not running"
+                    },
+                    s.removed.join(", ")
+                );
+                if !left.is_empty() {
+                    failed = true;
+                }
+            }
+            Err(e) => {
+                eprintln!("vnio vm: {name}: {e}");
+                failed = true;
+            }
+        }
+    }
+    if failed {
+        bail!("some VMs were not stopped cleanly (see above)");
+    }
+    Ok(0)
+}
