@@ -139,6 +139,14 @@ pub struct PortSpec {
     /// Drop frames whose source MAC is not `mac`.
     #[serde(default)]
     pub spoof_guard: bool,
+    /// uplink: hand transmitted frames straight to the driver, skipping the
+    /// interface's queueing discipline (PACKET_QDISC_BYPASS).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub qdisc_bypass: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 impl PortSpec {
@@ -155,6 +163,7 @@ impl PortSpec {
             native_vlan: None,
             mac: None,
             spoof_guard: false,
+            qdisc_bypass: false,
         }
     }
 
@@ -212,6 +221,9 @@ impl PortSpec {
             Some(m) => Some(m.parse().map_err(|_| err("`mac` is not a MAC address"))?),
             None => None,
         };
+        if self.qdisc_bypass && self.kind != PortKind::Uplink {
+            return Err(err("`qdisc_bypass` applies to uplink ports only"));
+        }
         if self.spoof_guard && mac.is_none() {
             return Err(err("`spoof_guard` needs `mac`"));
         }

@@ -102,7 +102,7 @@ pub struct Datapath {
     next_id: u32,
     /// Slots whose watched descriptors changed outside an event (resets).
     dirty: Vec<usize>,
-    /// Where frames read from non-virtio ports land (moved out while in use).
+    /// Where frames read from tap ports land (moved out while in use).
     scratch: Option<Box<[u8]>>,
     /// The transmit chain being forwarded (moved out while in use).
     tx_chain: Option<Box<Chain>>,
@@ -123,7 +123,7 @@ impl Datapath {
             fdb,
             next_id: 1,
             dirty: Vec::with_capacity(64),
-            scratch: Some(vec![0u8; tap::BUF_LEN.max(uplink::BUF_LEN)].into_boxed_slice()),
+            scratch: Some(vec![0u8; tap::BUF_LEN].into_boxed_slice()),
             tx_chain: Some(Box::new(Chain::new())),
             rx_chain: Box::new(Chain::new()),
             plan: Box::new(RxPlan {
@@ -249,13 +249,18 @@ impl Datapath {
             work += self.forward_from(i, now, budget);
         }
         for s in self.slots.iter_mut().flatten() {
-            if let Port::VhostUser(p) = &mut s.port {
-                if let Some(vq) = p.device.queue(RX_QUEUE) {
-                    vq.signal(&s.stats.rx);
+            match &mut s.port {
+                Port::VhostUser(p) => {
+                    if let Some(vq) = p.device.queue(RX_QUEUE) {
+                        vq.signal(&s.stats.rx);
+                    }
+                    if let Some(vq) = p.device.queue(TX_QUEUE) {
+                        vq.signal(&s.stats.tx);
+                    }
                 }
-                if let Some(vq) = p.device.queue(TX_QUEUE) {
-                    vq.signal(&s.stats.tx);
-                }
+                // The round's frames to the wire leave in one system call.
+                Port::Uplink(u) => u.flush(),
+                Port::Tap(_) => {}
             }
         }
         work
@@ -297,10 +302,8 @@ impl Datapath {
                 t.on_readable();
                 return;
             }
-            Port::Uplink(u) => {
-                u.on_readable();
-                return;
-            }
+            // The rings are polled every round; readiness only woke the worker.
+            Port::Uplink(_) => return,
         };
         match what {
             Watch::Listener => {
@@ -383,37 +386,41 @@ impl Datapath {
         n
     }
 
+    /// Up to `budget` frames from each of the uplink's receive queues,
+    /// read in place from their rings.
     fn forward_from_uplink(&mut self, i: usize, now: Instant, budget: usize) -> usize {
-        let Some(mut buf) = self.scratch.take() else {
-            return 0;
+        let nq = match self.slots[i].as_ref().map(|s| &s.port) {
+            Some(Port::Uplink(u)) => u.queue_count(),
+            _ => return 0,
         };
         let mut n = 0;
-        while n < budget {
-            let got = match self.slots[i].as_mut() {
-                Some(Slot {
-                    port: Port::Uplink(u),
-                    ..
-                }) => u.read(&mut buf),
+        for qi in 0..nq {
+            let taken = match self.slots[i].as_mut().map(|s| &mut s.port) {
+                Some(Port::Uplink(u)) => u.take_queue(qi),
                 _ => None,
             };
-            match got {
-                None => break,
-                Some(uplink::Read::Frame { start, len }) => self.forward_frame(
-                    i,
-                    Src::Local(&buf[start..start + len]),
-                    len as u64,
-                    uplink::HDR_LEN,
-                    now,
-                ),
-                Some(uplink::Read::Unsupported) => {
-                    if let Some(s) = &self.slots[i] {
-                        s.stats.tx.drop(DropReason::Malformed);
+            let Some(mut q) = taken else { continue };
+            let mut m = 0;
+            while m < budget {
+                match q.peek() {
+                    None => break,
+                    Some(uplink::Rx::Frame(f)) => {
+                        self.forward_frame(i, Src::Local(f), f.len() as u64, uplink::HDR_LEN, now)
+                    }
+                    Some(uplink::Rx::Unsupported) => {
+                        if let Some(s) = &self.slots[i] {
+                            s.stats.tx.drop(DropReason::Malformed);
+                        }
                     }
                 }
+                q.release();
+                m += 1;
             }
-            n += 1;
+            n += m;
+            if let Some(Port::Uplink(u)) = self.slots[i].as_mut().map(|s| &mut s.port) {
+                u.put_queue(qi, q);
+            }
         }
-        self.scratch = Some(buf);
         n
     }
 
@@ -697,14 +704,19 @@ impl Datapath {
                 )
             }
             Port::Uplink(u) => {
-                let out = u.out_buf();
-                deliver_local(out, uplink::HDR_LEN, frame, tagging).and_then(|(len, bytes)| {
-                    if u.send(len) {
-                        Ok(bytes)
-                    } else {
-                        Err(DeliverError::Drop(DropReason::RingFull))
-                    }
-                })
+                let need = uplink::HDR_LEN + frame.egress_l2(tagging).1 + frame.rest().1 as usize;
+                match u.tx_buf(need) {
+                    Some(out) => deliver_local(out, uplink::HDR_LEN, frame, tagging).and_then(
+                        |(len, bytes)| {
+                            if u.tx_commit(len) {
+                                Ok(bytes)
+                            } else {
+                                Err(DeliverError::Drop(DropReason::RingFull))
+                            }
+                        },
+                    ),
+                    None => Err(DeliverError::Drop(DropReason::RingFull)),
+                }
             }
         };
         match result {

@@ -8,7 +8,7 @@ use crate::config::{PortKind, PortSpec, SwitchConfig};
 use crate::datapath::{Datapath, Port};
 use crate::fdb::{Fdb, FdbEntry};
 use crate::port::tap::TapPort;
-use crate::port::uplink::UplinkPort;
+use crate::port::uplink::{UplinkOptions, UplinkPort};
 use crate::port::vhost_user::VhostUserPort;
 use crate::port::{SocketMode, Watch, Watched};
 use crate::stats::PortStatsSnapshot;
@@ -177,7 +177,11 @@ impl Worker {
                     .ifname
                     .as_deref()
                     .ok_or("an uplink port needs an interface")?;
-                Port::Uplink(UplinkPort::new(ifname).map_err(|x| e(&x))?)
+                let opts = UplinkOptions {
+                    qdisc_bypass: spec.qdisc_bypass,
+                    ..UplinkOptions::default()
+                };
+                Port::Uplink(UplinkPort::open(ifname, &opts).map_err(|x| e(&x))?)
             }
         };
         let (slot, _) = self.dp.add(spec.name.clone(), policy, port);

@@ -1,13 +1,20 @@
-//! An uplink port: a host interface through an AF_PACKET socket (one
-//! recvmsg or send per frame; a TPACKET ring or AF_XDP can replace the
-//! socket behind the same shape). VLAN tags the interface's driver stripped
-//! are put back in the frame, so a trunk uplink sees its tags. Partially
-//! checksummed and TCP GSO frames from the host stack keep their virtio-net
-//! header; the data path completes or segments them for destinations that
-//! did not negotiate those offloads.
+//! An uplink port: a host interface through AF_PACKET sockets with
+//! TPACKET_V2 rings mapped into the process (see [`crate::sys::packet`]).
+//! Frames are read in place from the receive ring (no system call, no copy
+//! before the destination's) and written in place into the transmit ring,
+//! which one `send` per polling round hands to the kernel. Frames larger
+//! than a ring slot (the host stack's TCP GSO frames, up to 64 KiB) take a
+//! slower path: a full copy the kernel queues on the socket on receive, and
+//! a ring-less socket on transmit.
+//!
+//! VLAN tags the interface's driver stripped are put back in the frame, so
+//! a trunk uplink sees its tags. Partially checksummed and TCP GSO frames
+//! from the host stack keep their virtio-net header; the data path
+//! completes or segments them for destinations that did not negotiate
+//! those offloads.
 
 use super::{Watch, Watched};
-use crate::sys::packet::PacketSocket;
+use crate::sys::packet::{self, PlainTx, RxRing, TxRing};
 use std::io;
 use std::os::fd::AsRawFd;
 
@@ -18,50 +25,164 @@ pub const BUF_LEN: usize = HDR_LEN + 65535 + 18 + 4;
 
 /// Why an uplink could not be opened.
 #[derive(Debug, thiserror::Error)]
-#[error("cannot open an AF_PACKET socket on {ifname}")]
+#[error("cannot open an AF_PACKET {what} on {ifname}")]
 pub struct UplinkError {
     /// Interface.
     pub ifname: String,
+    /// Which part.
+    pub what: &'static str,
     /// Why.
     #[source]
     pub source: io::Error,
 }
 
-/// What a read produced.
+/// How an uplink is set up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UplinkOptions {
+    /// Slots in each receive ring.
+    pub rx_frames: usize,
+    /// Slots in the transmit ring.
+    pub tx_frames: usize,
+    /// Hand transmitted frames straight to the driver, skipping the
+    /// interface's queueing discipline (PACKET_QDISC_BYPASS).
+    pub qdisc_bypass: bool,
+}
+
+impl Default for UplinkOptions {
+    fn default() -> Self {
+        Self {
+            rx_frames: 2048,
+            tx_frames: 1024,
+            qdisc_bypass: false,
+        }
+    }
+}
+
+/// What the receive ring handed over.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Read {
-    /// A frame at `buf[start..start + len]` (virtio-net header first).
-    Frame {
-        /// Offset in the buffer.
-        start: usize,
-        /// Length.
-        len: usize,
-    },
-    /// A frame larger than the buffer (truncated by the kernel).
+pub enum Rx<'a> {
+    /// A frame, virtio-net header first.
+    Frame(&'a [u8]),
+    /// A frame the kernel truncated (larger than a slot, and no full copy
+    /// could be queued).
     Unsupported,
+}
+
+/// One receive queue: a socket and its ring.
+#[derive(Debug)]
+pub struct RxQueue {
+    ring: RxRing,
+    /// Frames larger than a slot land here.
+    big: Box<[u8]>,
+}
+
+impl RxQueue {
+    fn open(ifname: &str, frame_size: usize, frames: usize) -> io::Result<Self> {
+        Ok(Self {
+            ring: RxRing::open(ifname, frame_size, frames, None)?,
+            big: vec![0u8; BUF_LEN].into_boxed_slice(),
+        })
+    }
+
+    /// The next received frame, its stripped tag re-inserted in place.
+    /// Call [`RxQueue::release`] once done with it.
+    #[inline]
+    pub fn peek(&mut self) -> Option<Rx<'_>> {
+        if self.ring.peek()?.copied {
+            return Some(self.peek_copy());
+        }
+        let f = self.ring.peek()?;
+        if f.truncated || f.len < HDR_LEN + 14 {
+            return Some(Rx::Unsupported);
+        }
+        // The slot has room before the header for a tag.
+        reinsert_tag(f.buf, f.at, f.len, f.vlan_tci)
+    }
+
+    /// The full copy of a frame larger than a slot, from the socket.
+    #[cold]
+    fn peek_copy(&mut self) -> Rx<'_> {
+        match self.ring.recv_copy(&mut self.big[4..]) {
+            Ok((n, tci)) if n >= HDR_LEN + 14 => {
+                reinsert_tag(&mut self.big, 4, n, tci).unwrap_or(Rx::Unsupported)
+            }
+            _ => Rx::Unsupported,
+        }
+    }
+
+    /// Hands the frame [`RxQueue::peek`] returned back to the kernel.
+    #[inline]
+    pub fn release(&mut self) {
+        self.ring.release();
+    }
+
+    /// Frames the kernel dropped because this queue's ring was full, since the last call.
+    pub fn take_kernel_drops(&self) -> u64 {
+        self.ring.take_drops().map_or(0, u64::from)
+    }
+}
+
+/// `buf[at..at + len]` is a header and frame; with `tci`, moves [hdr][dst
+/// src] 4 bytes back and puts the tag after the MACs.
+#[inline]
+fn reinsert_tag(buf: &mut [u8], at: usize, len: usize, tci: Option<u16>) -> Option<Rx<'_>> {
+    let Some(tci) = tci else {
+        return Some(Rx::Frame(&buf[at..at + len]));
+    };
+    if at < 4 {
+        return Some(Rx::Unsupported);
+    }
+    let at = at - 4;
+    buf.copy_within(at + 4..at + 4 + HDR_LEN + 12, at);
+    buf[at + HDR_LEN + 12..at + HDR_LEN + 14].copy_from_slice(&[0x81, 0x00]);
+    buf[at + HDR_LEN + 14..at + HDR_LEN + 16].copy_from_slice(&tci.to_be_bytes());
+    shift_offload_offsets(&mut buf[at..at + HDR_LEN], 4);
+    Some(Rx::Frame(&buf[at..at + len + 4]))
 }
 
 /// The port.
 #[derive(Debug)]
 pub struct UplinkPort {
-    sock: PacketSocket,
     ifname: String,
-    readable: bool,
-    out: Box<[u8]>,
+    /// Receive queues; the data path takes one out while forwarding from it.
+    queues: Vec<Option<RxQueue>>,
+    tx: TxRing,
+    /// Frames larger than a transmit slot go out through this socket.
+    big_tx: PlainTx,
+    big_buf: Box<[u8]>,
+    /// The transmit buffer handed out is `big_buf`, not a ring slot.
+    big_pending: bool,
+    opts: UplinkOptions,
 }
 
 impl UplinkPort {
-    /// Opens the uplink on interface `ifname`.
+    /// Opens the uplink on interface `ifname` with default options.
     pub fn new(ifname: &str) -> Result<Self, UplinkError> {
-        let sock = PacketSocket::open(ifname).map_err(|source| UplinkError {
+        Self::open(ifname, &UplinkOptions::default())
+    }
+
+    /// Opens the uplink on interface `ifname`.
+    pub fn open(ifname: &str, opts: &UplinkOptions) -> Result<Self, UplinkError> {
+        let err = |what, source| UplinkError {
             ifname: ifname.to_string(),
+            what,
             source,
-        })?;
+        };
+        let mtu = packet::mtu(ifname).map_err(|e| err("socket (interface MTU)", e))?;
+        let fs = packet::frame_size_for(mtu);
+        let tx = TxRing::open(ifname, fs, opts.tx_frames, opts.qdisc_bypass)
+            .map_err(|e| err("transmit ring", e))?;
+        let big_tx =
+            PlainTx::open(ifname, opts.qdisc_bypass).map_err(|e| err("transmit socket", e))?;
+        let rx = RxQueue::open(ifname, fs, opts.rx_frames).map_err(|e| err("receive ring", e))?;
         Ok(Self {
-            sock,
             ifname: ifname.to_string(),
-            readable: true,
-            out: vec![0u8; BUF_LEN].into_boxed_slice(),
+            queues: vec![Some(rx)],
+            tx,
+            big_tx,
+            big_buf: vec![0u8; BUF_LEN].into_boxed_slice(),
+            big_pending: false,
+            opts: opts.clone(),
         })
     }
 
@@ -70,58 +191,100 @@ impl UplinkPort {
         &self.ifname
     }
 
-    /// What the worker should watch.
+    /// The options it was opened with.
+    pub fn options(&self) -> &UplinkOptions {
+        &self.opts
+    }
+
+    /// What the worker should watch: every receive socket (the rings are
+    /// polled; readiness only wakes a sleeping worker).
     pub fn watched(&self, out: &mut Vec<Watched>) {
-        out.push((self.sock.as_raw_fd(), Watch::Connection));
-    }
-
-    /// The socket became readable.
-    pub fn on_readable(&mut self) {
-        self.readable = true;
-    }
-
-    /// Reads one frame into `buf` (at least [`BUF_LEN`] bytes).
-    pub fn read(&mut self, buf: &mut [u8]) -> Option<Read> {
-        if !self.readable {
-            return None;
+        for q in self.queues.iter().flatten() {
+            out.push((q.ring.as_raw_fd(), Watch::Connection));
         }
-        // Leave room in front to re-insert a stripped tag.
-        let (n, tci) = match self.sock.recv(&mut buf[4..]) {
-            Ok(r) => r,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => return self.read(buf),
-            Err(e) if e.kind() == io::ErrorKind::InvalidData => return Some(Read::Unsupported),
-            Err(_) => {
-                self.readable = false;
+    }
+
+    /// Number of receive queues.
+    pub fn queue_count(&self) -> usize {
+        self.queues.len()
+    }
+
+    /// Receive queue `q`, unless the data path holds it.
+    pub fn queue_mut(&mut self, q: usize) -> Option<&mut RxQueue> {
+        self.queues.get_mut(q)?.as_mut()
+    }
+
+    /// Takes receive queue `q` out (give it back with [`UplinkPort::put_queue`]).
+    pub fn take_queue(&mut self, q: usize) -> Option<RxQueue> {
+        self.queues.get_mut(q)?.take()
+    }
+
+    /// Gives back a queue taken with [`UplinkPort::take_queue`].
+    pub fn put_queue(&mut self, q: usize, rx: RxQueue) {
+        if let Some(s) = self.queues.get_mut(q) {
+            *s = Some(rx);
+        }
+    }
+
+    /// A transmit buffer for `len` bytes (virtio-net header, then the
+    /// frame): the next free ring slot (the ring is flushed once when full),
+    /// or for a frame larger than a slot a separate buffer. None: the ring
+    /// stays full, or the frame is larger than any frame the port carries.
+    #[inline]
+    pub fn tx_buf(&mut self, len: usize) -> Option<&mut [u8]> {
+        if len > self.tx.slot_len() {
+            if len > self.big_buf.len() {
                 return None;
             }
-        };
-        if n < HDR_LEN + 14 {
-            return Some(Read::Frame { start: 4, len: n });
+            self.big_pending = true;
+            return Some(&mut self.big_buf[..]);
         }
-        match tci {
-            Some(tci) => {
-                // [hdr][dst src] moves 4 bytes forward; the tag goes after the MACs.
-                buf.copy_within(4..4 + HDR_LEN + 12, 0);
-                buf[HDR_LEN + 12..HDR_LEN + 14].copy_from_slice(&[0x81, 0x00]);
-                buf[HDR_LEN + 14..HDR_LEN + 16].copy_from_slice(&tci.to_be_bytes());
-                shift_offload_offsets(&mut buf[..HDR_LEN], 4);
-                Some(Read::Frame {
-                    start: 0,
-                    len: n + 4,
-                })
+        self.big_pending = false;
+        if self.tx.slot().is_none() {
+            let _ = self.tx.flush();
+        }
+        self.tx.slot()
+    }
+
+    /// Sends the first `len` bytes of the buffer [`UplinkPort::tx_buf`]
+    /// returned: queued in the ring, or (a large frame) sent at once after
+    /// the frames queued before it. False when the kernel refused it.
+    #[inline]
+    pub fn tx_commit(&mut self, len: usize) -> bool {
+        if !self.big_pending {
+            self.tx.commit(len);
+            return true;
+        }
+        self.big_pending = false;
+        self.flush();
+        matches!(self.big_tx.send(&self.big_buf[..len]), Ok(n) if n == len)
+    }
+
+    /// Hands queued frames to the kernel (one system call when any are queued).
+    #[inline]
+    pub fn flush(&mut self) {
+        if self.tx.pending() > 0 {
+            if let Err(e) = self.tx.flush() {
+                log::debug!("uplink {}: transmit: {e}", self.ifname);
             }
-            None => Some(Read::Frame { start: 4, len: n }),
         }
     }
 
-    /// The output buffer a frame is assembled in before [`UplinkPort::send`].
-    pub fn out_buf(&mut self) -> &mut [u8] {
-        &mut self.out
+    /// Frames queued and not yet flushed.
+    pub fn pending(&self) -> usize {
+        self.tx.pending()
     }
 
-    /// Sends the first `len` bytes of the output buffer; false when the socket is full or down.
-    pub fn send(&mut self, len: usize) -> bool {
-        matches!(self.sock.send(&self.out[..len]), Ok(n) if n == len)
+    /// Sends one frame (virtio-net header first) at once; false when the
+    /// ring is full or the frame does not fit a slot.
+    pub fn send_frame(&mut self, frame: &[u8]) -> bool {
+        let Some(buf) = self.tx_buf(frame.len()) else {
+            return false;
+        };
+        buf[..frame.len()].copy_from_slice(frame);
+        let ok = self.tx_commit(frame.len());
+        self.flush();
+        ok
     }
 }
 

@@ -78,6 +78,9 @@ enum PortCmd {
         /// Drop frames whose source MAC is not --mac.
         #[arg(long)]
         spoof_guard: bool,
+        /// Uplink: hand frames straight to the driver, skipping the interface's qdisc.
+        #[arg(long, requires = "uplink")]
+        qdisc_bypass: bool,
     },
     /// Remove a port.
     Del {
@@ -161,6 +164,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
                 native_vlan,
                 mac,
                 spoof_guard,
+                qdisc_bypass,
             } => {
                 let spec = PortSpec {
                     name,
@@ -179,6 +183,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
                     native_vlan,
                     mac,
                     spoof_guard,
+                    qdisc_bypass,
                 };
                 let v = client.request(&Request::PortAdd { port: spec })?;
                 if json {
