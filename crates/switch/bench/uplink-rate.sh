@@ -29,6 +29,9 @@ src=$(mktemp -d)
 old_nice=$(sed 's/.* nice //' /proc/self/autogroup)
 trap 'rm -rf "$src"; [ -z "${AUTOGROUP_NICE:-}" ] || echo "$old_nice" > /proc/self/autogroup' EXIT
 git -C "$root" archive "$rev" | tar -x -C "$src"
+# Fresh times: the archive carries the commit's, which cargo would take for
+# older than a previous build of another revision in the same target directory.
+find "$src" -type f -exec touch {} +
 echo "== building vnio at $rev (before) and at the work tree (after)"
 (cd "$src" && CARGO_TARGET_DIR=$btarget nice -n 10 cargo build --release --locked -q -p vnio)
 (cd "$root" && CARGO_TARGET_DIR=$target nice -n 10 cargo build --release --locked -q -p vnio \

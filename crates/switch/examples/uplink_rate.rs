@@ -16,7 +16,7 @@
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use vnio_switch::endpoint::{Endpoint, EndpointConfig};
-use vnio_switch::port::uplink::{UplinkPort, HDR_LEN};
+use vnio_switch::port::uplink::{Rx, UplinkPort, HDR_LEN};
 use vnio_switch::wire::{EthernetAddress, Ipv4Address};
 
 struct Args {
@@ -180,6 +180,58 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     std::thread::sleep(Duration::from_millis(200));
     let mut buf = vec![0u8; 16384];
     while ep.poll_recv(&mut buf).is_some() {}
+
+    // Round trips, one frame in flight: the endpoint sends to the far end,
+    // which answers from its ring at once; both polled by this thread.
+    let mut rtts = Vec::with_capacity(100_000);
+    let mut back = to_ep.clone();
+    let end = Instant::now() + Duration::from_secs_f64(a.secs.min(2.0));
+    'rt: while Instant::now() < end {
+        let t = Instant::now();
+        ep.send_frame(&to_far)?;
+        let q = gen.queue_mut(0).ok_or("no far-end queue")?;
+        loop {
+            let hit = match q.peek() {
+                Some(Rx::Frame(f)) => f[HDR_LEN + 6..HDR_LEN + 12] == ep_mac.0,
+                Some(Rx::Unsupported) => false,
+                None => {
+                    if t.elapsed() > Duration::from_millis(100) {
+                        continue 'rt;
+                    }
+                    continue;
+                }
+            };
+            q.release();
+            if hit {
+                break;
+            }
+        }
+        back[HDR_LEN + 14] = back[HDR_LEN + 14].wrapping_add(1);
+        gen.send_frame(&back);
+        loop {
+            if ep.poll_recv(&mut buf).is_some() && buf[6..12] == far_mac.0 {
+                break;
+            }
+            if t.elapsed() > Duration::from_millis(100) {
+                continue 'rt;
+            }
+        }
+        rtts.push(t.elapsed().as_nanos() as u64);
+    }
+    rtts.sort_unstable();
+    let pct = |p: f64| {
+        rtts.get(((rtts.len() as f64 * p) as usize).min(rtts.len().saturating_sub(1)))
+            .map_or(0.0, |&n| n as f64 / 1000.0)
+    };
+    println!(
+        "{} round-trip len={} p50 {:.1} us p99 {:.1} us p99.9 {:.1} us ({} samples)",
+        a.label,
+        a.len,
+        pct(0.5),
+        pct(0.99),
+        pct(0.999),
+        rtts.len()
+    );
 
     // wire -> vNIC
     let window = Duration::from_secs_f64(a.secs);
