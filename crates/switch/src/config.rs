@@ -1,6 +1,7 @@
 //! The switch's configuration: the TOML file of `vnio switch --config`,
 //! and the port specification shared with the control socket's `port_add`.
 
+use crate::coalesce::Coalesce;
 use crate::forward::PortPolicy;
 use crate::port::SocketMode;
 use crate::vlan::{BadVid, VlanConfig};
@@ -143,10 +144,137 @@ pub struct PortSpec {
     /// interface's queueing discipline (PACKET_QDISC_BYPASS).
     #[serde(default, skip_serializing_if = "is_false")]
     pub qdisc_bypass: bool,
+    /// Interrupt coalescing toward the port's guest ("off",
+    /// "static:FRAMES:USEC", "adaptive[:BOUND_USEC]"; default adaptive).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coalesce: Option<Coalesce>,
+    /// Software LRO on delivery to the port (default on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lro: Option<bool>,
+    /// Latency sensitivity: "high" gives the port a dedicated busy-polling
+    /// worker on its own core, with coalescing and LRO off.
+    #[serde(default, skip_serializing_if = "Latency::is_normal")]
+    pub latency: Latency,
+    /// The core a latency-high port's worker is pinned to (default: chosen).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub core: Option<usize>,
+    /// Empty polling rounds of the port's transmit queue before the guest is
+    /// asked to kick again (default: the switch's `idle_polls`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tx_poll_budget: Option<u32>,
 }
 
 fn is_false(b: &bool) -> bool {
     !*b
+}
+
+/// A port's latency sensitivity.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Latency {
+    /// Shares the switch's worker; coalescing and LRO as configured.
+    #[default]
+    Normal,
+    /// A dedicated busy-polling worker on its own core; coalescing and LRO off.
+    High,
+}
+
+impl Latency {
+    fn is_normal(&self) -> bool {
+        *self == Latency::Normal
+    }
+}
+
+impl std::fmt::Display for Latency {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Latency::Normal => "normal",
+            Latency::High => "high",
+        })
+    }
+}
+
+impl std::str::FromStr for Latency {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "normal" => Ok(Latency::Normal),
+            "high" => Ok(Latency::High),
+            _ => Err(format!("latency {s:?}: expected normal or high")),
+        }
+    }
+}
+
+/// A change to a running port's latency policies (`port_set`); absent
+/// fields keep their value.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyUpdate {
+    /// New coalescing policy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coalesce: Option<Coalesce>,
+    /// LRO on or off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lro: Option<bool>,
+    /// Latency sensitivity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency: Option<Latency>,
+    /// Core for a latency-high port's worker.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub core: Option<usize>,
+    /// Transmit busy-poll budget in empty rounds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tx_poll_budget: Option<u32>,
+}
+
+/// A port's latency policies as configured (what `port_set` changes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Policies {
+    /// Coalescing policy as configured.
+    pub coalesce: Coalesce,
+    /// LRO as configured.
+    pub lro: bool,
+    /// Latency sensitivity.
+    pub latency: Latency,
+    /// Requested core for a latency-high worker.
+    pub core: Option<usize>,
+    /// Transmit busy-poll budget (empty rounds).
+    pub tx_poll_budget: u32,
+}
+
+impl Policies {
+    /// Applies an update.
+    pub fn apply(&mut self, u: &PolicyUpdate) {
+        if let Some(c) = u.coalesce {
+            self.coalesce = c;
+        }
+        if let Some(l) = u.lro {
+            self.lro = l;
+        }
+        if let Some(l) = u.latency {
+            self.latency = l;
+        }
+        if u.core.is_some() {
+            self.core = u.core;
+        }
+        if let Some(b) = u.tx_poll_budget {
+            self.tx_poll_budget = b;
+        }
+    }
+
+    /// The coalescing in force: off for a latency-high port.
+    pub fn effective_coalesce(&self) -> Coalesce {
+        match self.latency {
+            Latency::High => Coalesce::Off,
+            Latency::Normal => self.coalesce,
+        }
+    }
+
+    /// LRO in force: off for a latency-high port.
+    pub fn effective_lro(&self) -> bool {
+        self.lro && self.latency == Latency::Normal
+    }
 }
 
 impl PortSpec {
@@ -164,6 +292,22 @@ impl PortSpec {
             mac: None,
             spoof_guard: false,
             qdisc_bypass: false,
+            coalesce: None,
+            lro: None,
+            latency: Latency::Normal,
+            core: None,
+            tx_poll_budget: None,
+        }
+    }
+
+    /// The port's latency policies, with the switch's defaults for what is absent.
+    pub fn policies(&self, sw: &SwitchConfig) -> Policies {
+        Policies {
+            coalesce: self.coalesce.unwrap_or_default(),
+            lro: self.lro.unwrap_or(true),
+            latency: self.latency,
+            core: self.core,
+            tx_poll_budget: self.tx_poll_budget.unwrap_or(sw.idle_polls),
         }
     }
 
@@ -227,6 +371,12 @@ impl PortSpec {
         if self.spoof_guard && mac.is_none() {
             return Err(err("`spoof_guard` needs `mac`"));
         }
+        if self.core.is_some() && self.latency != Latency::High {
+            return Err(err("`core` is for a latency = \"high\" port"));
+        }
+        if self.kind != PortKind::VhostUser && self.latency == Latency::High {
+            return Err(err("latency = \"high\" is for vhost-user ports"));
+        }
         Ok(PortPolicy {
             vlan,
             spoof_guard: if self.spoof_guard { mac } else { None },
@@ -282,9 +432,31 @@ mod tests {
             mode = "client"
             trunk = [10, 20]
             native_vlan = 10
+            coalesce = "static:16:50"
+            lro = false
+            tx_poll_budget = 1000
+
+            [[port]]
+            name = "fast"
+            kind = "vhost-user"
+            socket = "/tmp/fast.sock"
+            latency = "high"
+            core = 1
             "#,
         )
         .unwrap();
+        let sw = &c.switch;
+        let p0 = c.ports[0].policies(sw);
+        assert_eq!(p0.coalesce, Coalesce::default());
+        assert!(p0.lro);
+        assert_eq!(p0.tx_poll_budget, sw.idle_polls);
+        let p1 = c.ports[1].policies(sw);
+        assert_eq!(p1.coalesce.to_string(), "static:16:50");
+        assert_eq!((p1.lro, p1.tx_poll_budget), (false, 1000));
+        let p2 = c.ports[2].policies(sw);
+        assert_eq!((p2.latency, p2.core), (Latency::High, Some(1)));
+        assert_eq!(p2.effective_coalesce(), Coalesce::Off);
+        assert!(!p2.effective_lro());
         assert_eq!(c.switch.control, PathBuf::from("/tmp/sw.sock"));
         assert_eq!(c.switch.aging(), Duration::from_secs(60));
         assert_eq!(c.switch.budget, 64);
@@ -318,6 +490,22 @@ mod tests {
         assert!(
             Config::parse("[switch]\nbogus = 1\n").is_err(),
             "unknown keys are refused"
+        );
+        let err = Config::parse(
+            "[[port]]\nname = \"a\"\nkind = \"vhost-user\"\nsocket = \"/s\"\ncoalesce = \"sometimes\"\n",
+        )
+        .unwrap_err();
+        assert!(
+            crate::error_chain(&err).contains("expected off, static"),
+            "{}",
+            crate::error_chain(&err)
+        );
+        assert!(Config::parse(
+            "[[port]]\nname = \"a\"\nkind = \"vhost-user\"\nsocket = \"/s\"\ncore = 1\n"
+        )
+        .is_err());
+        assert!(
+            Config::parse("[[port]]\nname = \"t\"\nkind = \"tap\"\nlatency = \"high\"\n").is_err()
         );
     }
 }

@@ -2,7 +2,7 @@
 //! line, over a Unix stream. [`Request`] and [`Response`] are the protocol;
 //! [`Client`] is what `vnio switch port ...` uses.
 
-use crate::config::PortSpec;
+use crate::config::{PolicyUpdate, PortSpec};
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
@@ -22,6 +22,14 @@ pub enum Request {
     PortDel {
         /// Its name.
         name: String,
+    },
+    /// Change a running port's latency policies (absent fields keep their value).
+    PortSet {
+        /// Its name.
+        name: String,
+        /// What changes.
+        #[serde(flatten)]
+        set: PolicyUpdate,
     },
     /// List ports.
     PortList,
@@ -171,5 +179,19 @@ mod tests {
             Request::PortList
         );
         assert!(serde_json::from_str::<Request>(r#"{"op":"explode"}"#).is_err());
+        let set = Request::PortSet {
+            name: "vm1".into(),
+            set: PolicyUpdate {
+                coalesce: Some("static:8:20".parse().unwrap()),
+                lro: Some(false),
+                ..Default::default()
+            },
+        };
+        let s = serde_json::to_string(&set).unwrap();
+        assert_eq!(
+            s,
+            r#"{"op":"port_set","name":"vm1","coalesce":"static:8:20","lro":false}"#
+        );
+        assert_eq!(serde_json::from_str::<Request>(&s).unwrap(), set);
     }
 }

@@ -62,6 +62,17 @@ impl WorkerHandle {
         rx.recv_timeout(ANSWER_TIMEOUT).map_err(|e| e.to_string())?
     }
 
+    /// Changes a port's latency policies.
+    pub fn set_port(
+        &self,
+        name: &str,
+        set: crate::config::PolicyUpdate,
+    ) -> Result<PortInfo, String> {
+        let (tx, rx) = mpsc::channel();
+        self.send(Command::Set(name.to_string(), set, tx))?;
+        rx.recv_timeout(ANSWER_TIMEOUT).map_err(|e| e.to_string())?
+    }
+
     /// Lists ports with their counters.
     pub fn list(&self) -> Result<Vec<PortInfo>, String> {
         let (tx, rx) = mpsc::channel();
@@ -219,9 +230,7 @@ fn serve_metrics(listener: std::net::TcpListener, handle: WorkerHandle, stop: Ar
                 let mut req = [0u8; 1024];
                 let _ = s.read(&mut req);
                 let body = match handle.list() {
-                    Ok(l) => stats::prometheus(
-                        &l.into_iter().map(|p| (p.name, p.stats)).collect::<Vec<_>>(),
-                    ),
+                    Ok(l) => metrics_text(l),
                     Err(e) => format!("# error: {e}\n"),
                 };
                 let head = format!(
@@ -293,6 +302,11 @@ pub fn answer(handle: &WorkerHandle, req: Request) -> Response {
         Request::PortDel { name } => {
             to_json(handle.del_port(&name).map(|_| serde_json::Value::Null))
         }
+        Request::PortSet { name, set } => to_json(
+            handle
+                .set_port(&name, set)
+                .and_then(|i| j(serde_json::to_value(i))),
+        ),
         Request::PortList => to_json(handle.list().and_then(|l| j(serde_json::to_value(l)))),
         Request::Stats { name } => to_json(handle.list().and_then(|l| {
             let l: Vec<_> = l
@@ -302,17 +316,63 @@ pub fn answer(handle: &WorkerHandle, req: Request) -> Response {
             if let (Some(n), true) = (&name, l.is_empty()) {
                 return Err(format!("no port {n}"));
             }
+            // Counters, with the policies in force next to them.
             let m: serde_json::Map<String, serde_json::Value> = l
                 .into_iter()
-                .map(|p| (p.name, serde_json::to_value(p.stats).unwrap_or_default()))
+                .map(|p| {
+                    let mut v = serde_json::to_value(p.stats).unwrap_or_default();
+                    if let Some(o) = v.as_object_mut() {
+                        o.insert(
+                            "policy".into(),
+                            serde_json::to_value(p.policy).unwrap_or_default(),
+                        );
+                    }
+                    (p.name, v)
+                })
                 .collect();
             Ok(serde_json::Value::Object(m))
         })),
         Request::Fdb => to_json(handle.fdb().and_then(|f| j(serde_json::to_value(f)))),
-        Request::Metrics => to_json(handle.list().map(|l| {
-            let rows: Vec<_> = l.into_iter().map(|p| (p.name, p.stats)).collect();
-            serde_json::Value::String(stats::prometheus(&rows))
-        })),
+        Request::Metrics => to_json(
+            handle
+                .list()
+                .map(|l| serde_json::Value::String(metrics_text(l))),
+        ),
         Request::Shutdown => Response::ok(serde_json::Value::Null),
     }
+}
+
+/// The Prometheus text: counters, then each port's policies as an info
+/// metric (labels carry the values) and its transmit busy-poll budget.
+fn metrics_text(ports: Vec<PortInfo>) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "# HELP vnio_switch_port_policy_info The latency policies in force on a port.\n# TYPE vnio_switch_port_policy_info gauge"
+    );
+    for p in &ports {
+        let _ = writeln!(
+            out,
+            "vnio_switch_port_policy_info{{port=\"{}\",coalesce=\"{}\",lro=\"{}\",latency=\"{}\",core=\"{}\"}} 1",
+            p.name,
+            p.policy.coalesce,
+            if p.policy.lro { "on" } else { "off" },
+            p.policy.latency,
+            p.policy.core.map(|c| c.to_string()).unwrap_or_default()
+        );
+    }
+    let _ = writeln!(
+        out,
+        "# HELP vnio_switch_port_tx_poll_budget Empty rounds a port's transmit queue is polled before its guest kicks again.\n# TYPE vnio_switch_port_tx_poll_budget gauge"
+    );
+    for p in &ports {
+        let _ = writeln!(
+            out,
+            "vnio_switch_port_tx_poll_budget{{port=\"{}\"}} {}",
+            p.name, p.policy.tx_poll_budget
+        );
+    }
+    let rows: Vec<_> = ports.into_iter().map(|p| (p.name, p.stats)).collect();
+    stats::prometheus(&rows) + &out
 }

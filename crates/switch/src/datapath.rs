@@ -6,6 +6,8 @@
 //! on the stack, counters are relaxed atomics, and notifications (eventfd
 //! writes) happen once per queue per burst, only when the driver wants one.
 
+use crate::coalesce::{Coalescer, Decision};
+use crate::config::Policies;
 use crate::fdb::Fdb;
 use crate::forward::{decide, Destination, L2Header, PortPolicy};
 use crate::offload::{self, Caps, Reject, Work};
@@ -87,6 +89,50 @@ pub struct Slot {
     pub port: Port,
     /// Counters (shared with the control plane).
     pub stats: Arc<PortStats>,
+    /// Latency policies as configured.
+    pub policies: Policies,
+    /// The policies' running state.
+    pub rt: PortRuntime,
+}
+
+/// The running state of a port's latency policies.
+#[derive(Debug)]
+pub struct PortRuntime {
+    /// When to call the guest after deliveries to its receive queue.
+    pub coalescer: Coalescer,
+    /// Frames delivered to the receive queue in the current round.
+    round_rx: u32,
+    /// A delivery found the receive ring full: call the guest at once.
+    urgent: bool,
+    /// A call is held until this instant.
+    hold: Option<Instant>,
+    /// Empty rounds of the transmit queue since its last frame.
+    tx_idle: u32,
+    /// The guest was asked to kick for new transmit buffers.
+    tx_armed: bool,
+}
+
+impl PortRuntime {
+    fn new(p: &Policies) -> Self {
+        Self {
+            coalescer: Coalescer::new(p.effective_coalesce()),
+            round_rx: 0,
+            urgent: false,
+            hold: None,
+            tx_idle: 0,
+            tx_armed: false,
+        }
+    }
+
+    /// Forgets rates and holds (the front-end went away).
+    fn restart(&mut self) {
+        self.coalescer.restart();
+        self.round_rx = 0;
+        self.urgent = false;
+        self.hold = None;
+        self.tx_idle = 0;
+        self.tx_armed = false;
+    }
 }
 
 /// A destination that misbehaved while a frame was delivered to it.
@@ -109,6 +155,8 @@ pub struct Datapath {
     /// Receive buffers being gathered for one delivery, reused frame after frame.
     rx_chain: Box<Chain>,
     plan: Box<RxPlan>,
+    /// The earliest held call's deadline after the last round.
+    next_deadline: Option<Instant>,
     /// A frame materialized for software offload work (moved out while in use).
     soft: Option<Box<[u8]>>,
     /// Where software segmentation builds each segment (moved out while in use).
@@ -133,13 +181,20 @@ impl Datapath {
                 nheads: 0,
                 cap: 0,
             }),
+            next_deadline: None,
             soft: Some(vec![0u8; MAX_FRAME as usize].into_boxed_slice()),
             seg: Some(vec![0u8; MAX_FRAME as usize].into_boxed_slice()),
         }
     }
 
     /// Adds a port; returns its slot index.
-    pub fn add(&mut self, name: String, policy: PortPolicy, port: Port) -> (usize, PortId) {
+    pub fn add(
+        &mut self,
+        name: String,
+        policy: PortPolicy,
+        policies: Policies,
+        port: Port,
+    ) -> (usize, PortId) {
         let id = PortId(self.next_id);
         self.next_id += 1;
         let slot = Slot {
@@ -148,6 +203,8 @@ impl Datapath {
             policy,
             port,
             stats: Arc::new(PortStats::default()),
+            rt: PortRuntime::new(&policies),
+            policies,
         };
         let idx = match self.slots.iter().position(Option::is_none) {
             Some(i) => {
@@ -194,6 +251,14 @@ impl Datapath {
             .filter_map(|(i, s)| s.as_ref().map(|s| (i, s)))
     }
 
+    /// Changes slot `idx`'s latency policies.
+    pub fn set_policies(&mut self, idx: usize, p: Policies) {
+        if let Some(s) = self.slot_mut(idx) {
+            s.policies = p;
+            s.rt.coalescer.set_policy(p.effective_coalesce());
+        }
+    }
+
     /// The FDB.
     pub fn fdb(&self) -> &Fdb {
         &self.fdb
@@ -225,6 +290,7 @@ impl Datapath {
             Port::VhostUser(p) => p.reset(now),
             Port::Tap(_) | Port::Uplink(_) => {}
         }
+        s.rt.restart();
         let id = s.id;
         self.fdb.flush_port(id);
         self.mark_dirty(idx);
@@ -246,13 +312,21 @@ impl Datapath {
     pub fn poll(&mut self, now: Instant, budget: usize) -> usize {
         let mut work = 0;
         for i in 0..self.slots.len() {
-            work += self.forward_from(i, now, budget);
+            let n = self.forward_from(i, now, budget);
+            work += n;
+            if let Some(s) = self.slots[i].as_mut() {
+                tx_budget(s, n);
+            }
         }
+        let mut next: Option<Instant> = None;
         for s in self.slots.iter_mut().flatten() {
             match &mut s.port {
                 Port::VhostUser(p) => {
                     if let Some(vq) = p.device.queue(RX_QUEUE) {
-                        vq.signal(&s.stats.rx);
+                        s.rt.hold = signal_rx(vq, &mut s.rt, now, &s.stats.rx);
+                        if let Some(t) = s.rt.hold {
+                            next = Some(next.map_or(t, |n| n.min(t)));
+                        }
                     }
                     if let Some(vq) = p.device.queue(TX_QUEUE) {
                         vq.signal(&s.stats.tx);
@@ -263,7 +337,21 @@ impl Datapath {
                 Port::Tap(_) => {}
             }
         }
+        self.next_deadline = next;
         work
+    }
+
+    /// The earliest instant a held call is due (the worker must poll by then).
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.next_deadline
+    }
+
+    /// True when every transmit queue asks its guest for kicks (the worker may sleep).
+    pub fn all_tx_armed(&self) -> bool {
+        self.slots.iter().flatten().all(|s| match &s.port {
+            Port::VhostUser(p) => s.rt.tx_armed || !p.device.ready(TX_QUEUE),
+            _ => true,
+        })
     }
 
     /// Before sleeping: asks every transmit queue for kicks. Returns true
@@ -274,6 +362,7 @@ impl Datapath {
             if let Port::VhostUser(p) = &mut s.port {
                 if let Some(q) = p.device.queue(TX_QUEUE) {
                     pending |= q.enable_notification();
+                    s.rt.tx_armed = true;
                 }
             }
         }
@@ -287,6 +376,8 @@ impl Datapath {
                 if let Some(q) = p.device.queue(TX_QUEUE) {
                     q.disable_notification();
                 }
+                s.rt.tx_armed = false;
+                s.rt.tx_idle = 0;
             }
         }
     }
@@ -317,6 +408,7 @@ impl Datapath {
                 Err(ResetCause::Conn(ConnError::Closed)) => {
                     log::info!("port {}: front-end disconnected", s.name);
                     p.reset(now);
+                    s.rt.restart();
                     let id = s.id;
                     self.fdb.flush_port(id);
                     self.mark_dirty(idx);
@@ -722,10 +814,13 @@ impl Datapath {
         match result {
             Ok(bytes) => {
                 dst.stats.rx.frame(bytes);
+                dst.rt.round_rx += 1;
                 true
             }
             Err(DeliverError::Drop(r)) => {
                 dst.stats.rx.drop(r);
+                // The guest must hear about what it has, to return buffers.
+                dst.rt.urgent |= r == DropReason::RingFull;
                 false
             }
             Err(DeliverError::Hostile(e)) => {
@@ -733,6 +828,73 @@ impl Datapath {
                 self.reset(j, now, &format_args!("receive queue: {e}"));
                 false
             }
+        }
+    }
+}
+
+/// Transmit busy-poll budget: after `tx_poll_budget` empty rounds the
+/// guest is asked to kick again; a frame puts the queue back to polling.
+fn tx_budget(s: &mut Slot, popped: usize) {
+    let Port::VhostUser(p) = &mut s.port else {
+        return;
+    };
+    let Some(q) = p.device.queue(TX_QUEUE) else {
+        return;
+    };
+    if popped > 0 {
+        s.rt.tx_idle = 0;
+        if s.rt.tx_armed {
+            s.rt.tx_armed = false;
+            q.disable_notification();
+        }
+        return;
+    }
+    s.rt.tx_idle = s.rt.tx_idle.saturating_add(1);
+    if !s.rt.tx_armed && s.rt.tx_idle >= s.policies.tx_poll_budget {
+        s.rt.tx_armed = true;
+        if q.enable_notification() {
+            // Frames came while arming: the next round takes them.
+            s.rt.tx_idle = 0;
+        }
+    }
+}
+
+/// Receive-side calls: the used ring is published every round; the call
+/// goes when the driver wants one and the coalescing policy agrees. Returns
+/// when a held call is due.
+fn signal_rx(
+    q: &mut crate::vhost_user::queue::ActiveQueue,
+    rt: &mut PortRuntime,
+    now: Instant,
+    stats: &crate::stats::QueueStats,
+) -> Option<Instant> {
+    q.flush();
+    let k = std::mem::take(&mut rt.round_rx);
+    rt.coalescer.delivered(now, k);
+    if !q.used_pending() {
+        return None;
+    }
+    if !q.driver_wants_call() {
+        q.decline(stats);
+        rt.coalescer.reset();
+        return None;
+    }
+    let d = if std::mem::take(&mut rt.urgent) {
+        Decision::Now
+    } else {
+        rt.coalescer.decide(now)
+    };
+    match d {
+        Decision::Now => {
+            q.call(stats);
+            rt.coalescer.reset();
+            None
+        }
+        Decision::Hold(t) => {
+            if k > 0 {
+                crate::stats::bump(&stats.notifications_coalesced, 1);
+            }
+            Some(t)
         }
     }
 }

@@ -43,6 +43,7 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
     }
     s
 }
+pub mod coalesce;
 pub mod config;
 pub mod control;
 pub mod daemon;

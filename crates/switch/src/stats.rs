@@ -83,6 +83,12 @@ pub struct QueueStats {
     pub notifications_sent: AtomicU64,
     /// Notifications the frontend sent to the switch (kicks handled).
     pub notifications_received: AtomicU64,
+    /// Notifications the frontend did not want (EVENT_IDX or
+    /// VRING_AVAIL_F_NO_INTERRUPT): rounds whose used buffers needed no call.
+    pub notifications_suppressed: AtomicU64,
+    /// Rounds whose call the port's coalescing policy held back (folded
+    /// into a later call).
+    pub notifications_coalesced: AtomicU64,
     /// Frames whose checksum the switch completed in software for this
     /// destination (it did not negotiate checksum offload).
     pub sw_checksums: AtomicU64,
@@ -117,6 +123,8 @@ impl QueueStats {
             bytes: self.bytes.load(Ordering::Relaxed),
             notifications_sent: self.notifications_sent.load(Ordering::Relaxed),
             notifications_received: self.notifications_received.load(Ordering::Relaxed),
+            notifications_suppressed: self.notifications_suppressed.load(Ordering::Relaxed),
+            notifications_coalesced: self.notifications_coalesced.load(Ordering::Relaxed),
             sw_checksums: self.sw_checksums.load(Ordering::Relaxed),
             sw_segmented: self.sw_segmented.load(Ordering::Relaxed),
             drops: DropReason::ALL
@@ -163,6 +171,12 @@ pub struct QueueSnapshot {
     pub notifications_sent: u64,
     /// Kicks handled.
     pub notifications_received: u64,
+    /// Calls the frontend did not want (its own suppression).
+    #[serde(default)]
+    pub notifications_suppressed: u64,
+    /// Calls held back by coalescing.
+    #[serde(default)]
+    pub notifications_coalesced: u64,
     /// Checksums completed in software.
     #[serde(default)]
     pub sw_checksums: u64,
@@ -230,6 +244,18 @@ pub fn prometheus(ports: &[(String, PortStatsSnapshot)]) -> String {
         "Kicks from the frontend.",
         "counter",
         &mut dirs(|q| q.notifications_received).into_iter(),
+    );
+    family(
+        "notifications_suppressed_total",
+        "Calls the frontend did not want (EVENT_IDX or VRING_AVAIL_F_NO_INTERRUPT).",
+        "counter",
+        &mut dirs(|q| q.notifications_suppressed).into_iter(),
+    );
+    family(
+        "notifications_coalesced_total",
+        "Calls held back by the port's coalescing policy.",
+        "counter",
+        &mut dirs(|q| q.notifications_coalesced).into_iter(),
     );
     family(
         "sw_checksums_total",

@@ -4,7 +4,8 @@
 //! epoll on kick eventfds, front-end sockets and its command eventfd.
 //! The control plane talks to it only through [`Command`]s.
 
-use crate::config::{PortKind, PortSpec, SwitchConfig};
+use crate::coalesce::Coalesce;
+use crate::config::{Latency, PolicyUpdate, PortKind, PortSpec, SwitchConfig};
 use crate::datapath::{Datapath, Port};
 use crate::fdb::{Fdb, FdbEntry};
 use crate::port::tap::TapPort;
@@ -17,6 +18,7 @@ use std::sync::mpsc::{Receiver, Sender};
 use std::time::{Duration, Instant};
 use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
 use vmm_sys_util::eventfd::EventFd;
+use vmm_sys_util::timerfd::TimerFd;
 
 /// A port as listed by `port list` and `stats`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -37,8 +39,27 @@ pub struct PortInfo {
     pub running: bool,
     /// VLAN membership.
     pub vlan: String,
+    /// Latency policies in force.
+    #[serde(default)]
+    pub policy: PolicyInfo,
     /// Counters.
     pub stats: PortStatsSnapshot,
+}
+
+/// A port's latency policies as in force (latency-high forces coalescing and LRO off).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, Default)]
+pub struct PolicyInfo {
+    /// Coalescing in force.
+    pub coalesce: Coalesce,
+    /// LRO in force.
+    pub lro: bool,
+    /// Latency sensitivity.
+    pub latency: Latency,
+    /// The core a latency-high port's worker runs on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub core: Option<usize>,
+    /// Transmit busy-poll budget (empty rounds).
+    pub tx_poll_budget: u32,
 }
 
 /// Requests to the worker; each carries where to answer.
@@ -48,6 +69,8 @@ pub enum Command {
     Add(PortSpec, Sender<Result<PortInfo, String>>),
     /// Remove a port by name.
     Del(String, Sender<Result<(), String>>),
+    /// Change a port's latency policies.
+    Set(String, PolicyUpdate, Sender<Result<PortInfo, String>>),
     /// List ports.
     List(Sender<Vec<PortInfo>>),
     /// The FDB.
@@ -57,6 +80,8 @@ pub enum Command {
 }
 
 const WAKE: u64 = u64::MAX;
+/// The epoll token of the timer that wakes the worker for a held call.
+const TIMER: u64 = u64::MAX - 1;
 const TICK: Duration = Duration::from_millis(50);
 const AGE_EVERY: Duration = Duration::from_secs(1);
 /// Busy polling reads the clock every this many rounds.
@@ -72,6 +97,7 @@ pub struct Worker {
     commands: Receiver<Command>,
     registered: Vec<Vec<Watched>>,
     cfg: SwitchConfig,
+    timer: TimerFd,
 }
 
 fn token(slot: usize, w: Watch) -> u64 {
@@ -91,6 +117,12 @@ impl Worker {
             std::os::fd::AsRawFd::as_raw_fd(&wake),
             EpollEvent::new(EventSet::IN, WAKE),
         )?;
+        let timer = TimerFd::new()?;
+        epoll.ctl(
+            ControlOperation::Add,
+            std::os::fd::AsRawFd::as_raw_fd(&timer),
+            EpollEvent::new(EventSet::IN, TIMER),
+        )?;
         let dp = Datapath::new(Fdb::new(cfg.fdb_capacity, cfg.aging()));
         Ok(Self {
             dp,
@@ -99,6 +131,7 @@ impl Worker {
             commands,
             registered: Vec::new(),
             cfg,
+            timer,
         })
     }
 
@@ -150,6 +183,13 @@ impl Worker {
             connected,
             running,
             vlan: format!("{:?}", s.policy.vlan),
+            policy: PolicyInfo {
+                coalesce: s.policies.effective_coalesce(),
+                lro: s.policies.effective_lro(),
+                latency: s.policies.latency,
+                core: None,
+                tx_poll_budget: s.policies.tx_poll_budget,
+            },
             stats: s.stats.snapshot(),
         })
     }
@@ -159,6 +199,10 @@ impl Worker {
         let policy = spec.policy().map_err(|x| e(&x))?;
         if self.dp.find(&spec.name).is_some() {
             return Err(format!("port {} exists", spec.name));
+        }
+        let policies = spec.policies(&self.cfg);
+        if policies.latency == Latency::High {
+            return Err(LATENCY_HIGH_UNAVAILABLE.into());
         }
         let port = match spec.kind {
             PortKind::VhostUser => {
@@ -184,7 +228,7 @@ impl Worker {
                 Port::Uplink(UplinkPort::open(ifname, &opts).map_err(|x| e(&x))?)
             }
         };
-        let (slot, _) = self.dp.add(spec.name.clone(), policy, port);
+        let (slot, _) = self.dp.add(spec.name.clone(), policy, policies, port);
         // A client-mode port connects at once; other client ports may connect too.
         let mut changed = vec![slot];
         self.dp.tick(Instant::now(), &mut changed);
@@ -212,6 +256,31 @@ impl Worker {
         Ok(())
     }
 
+    fn set(&mut self, name: &str, u: &PolicyUpdate) -> Result<PortInfo, String> {
+        let slot = self
+            .dp
+            .find(name)
+            .ok_or_else(|| format!("no port {name}"))?;
+        let s = self.dp.slot(slot).ok_or("port vanished")?;
+        let mut p = s.policies;
+        p.apply(u);
+        if p.core.is_some() && p.latency != Latency::High {
+            return Err(format!("port {name}: --core is for --latency high"));
+        }
+        if p.latency == Latency::High {
+            return Err(LATENCY_HIGH_UNAVAILABLE.into());
+        }
+        self.dp.set_policies(slot, p);
+        log::info!(
+            "port {name}: coalesce {}, lro {}, latency {}, tx_poll_budget {}",
+            p.effective_coalesce(),
+            if p.effective_lro() { "on" } else { "off" },
+            p.latency,
+            p.tx_poll_budget
+        );
+        self.info(slot).ok_or_else(|| "port vanished".into())
+    }
+
     /// Handles pending commands; returns false on Stop.
     fn commands(&mut self) -> bool {
         let _ = self.wake.read();
@@ -222,6 +291,9 @@ impl Worker {
                 }
                 Command::Del(name, reply) => {
                     let _ = reply.send(self.del(&name));
+                }
+                Command::Set(name, u, reply) => {
+                    let _ = reply.send(self.set(&name, &u));
                 }
                 Command::List(reply) => {
                     let v = self.dp.slots().map(|(i, _)| i).collect::<Vec<_>>();
@@ -247,8 +319,9 @@ impl Worker {
         let mut now = Instant::now();
         loop {
             // The clock is read every few rounds while busy: FDB timestamps
-            // and timers need no finer grain than that.
-            if rounds % CLOCK_ROUNDS == 0 {
+            // and timers need no finer grain than that. A held call's
+            // deadline needs every round's.
+            if rounds % CLOCK_ROUNDS == 0 || self.dp.next_deadline().is_some() {
                 now = Instant::now();
             }
             let work = self.dp.poll(now, self.cfg.budget);
@@ -258,13 +331,24 @@ impl Worker {
                 idle = idle.saturating_add(1);
             }
             rounds = rounds.wrapping_add(1);
-            let sleep = idle > self.cfg.idle_polls;
+            // Sleep once idle for `idle_polls` rounds and every port's
+            // transmit busy-poll budget is spent (its guest kicks again).
+            let sleep = idle > self.cfg.idle_polls && self.dp.all_tx_armed();
             let timeout = if sleep {
                 if self.dp.arm_notifications() {
                     // Frames arrived while arming: keep polling.
                     self.dp.disarm_notifications();
                     idle = 0;
                     continue;
+                }
+                // A held call is due: the timer wakes the worker for it.
+                if let Some(due) = self.dp.next_deadline() {
+                    let now = Instant::now();
+                    if due <= now {
+                        self.dp.disarm_notifications();
+                        continue;
+                    }
+                    let _ = self.timer.reset(due - now, None);
                 }
                 TICK.as_millis() as i32
             } else if rounds % EVENT_CHECK_ROUNDS == 0 || now.duration_since(last_tick) >= TICK {
@@ -293,6 +377,10 @@ impl Worker {
                     }
                     continue;
                 }
+                if data == TIMER {
+                    let _ = self.timer.wait();
+                    continue;
+                }
                 let slot = (data >> 8) as usize;
                 self.dp.on_event(slot, Watch::decode(data as u8), now);
                 self.sync(slot);
@@ -313,3 +401,7 @@ impl Worker {
         }
     }
 }
+
+/// Until dedicated workers exist.
+const LATENCY_HIGH_UNAVAILABLE: &str =
+    "latency high: dedicated port workers are not built yet in this switch";

@@ -271,9 +271,24 @@ impl ActiveQueue {
         if !self.used_pending {
             return;
         }
-        self.used_pending = false;
+        if self.driver_wants_call() {
+            self.call(stats);
+        } else {
+            self.decline(stats);
+        }
+    }
+
+    /// True when used elements were added since the last call (or decline).
+    pub fn used_pending(&self) -> bool {
+        self.used_pending
+    }
+
+    /// True when the driver wants a call for the used elements added since
+    /// the last one: with EVENT_IDX, its used_event lies among them; without,
+    /// VRING_AVAIL_F_NO_INTERRUPT is clear.
+    pub fn driver_wants_call(&self) -> bool {
         fence(Ordering::SeqCst);
-        let wanted = if self.event_idx {
+        if self.event_idx {
             let used_event = Wrapping(
                 self.avail
                     .load(4 + 2 * u64::from(self.size), Ordering::Relaxed)
@@ -281,19 +296,30 @@ impl ActiveQueue {
             );
             let new = self.next_used;
             let old = new - self.num_added;
-            self.num_added = Wrapping(0);
             // vring_need_event: the driver's event index lies in [old, new).
             new - used_event - Wrapping(1) < new - old
         } else {
             self.avail.load(0, Ordering::Relaxed).unwrap_or(0) & VRING_AVAIL_F_NO_INTERRUPT == 0
-        };
-        if wanted {
-            if let Some(mut call) = self.call.as_ref() {
-                if call.write(&1u64.to_ne_bytes()).is_ok() {
-                    crate::stats::bump(&stats.notifications_sent, 1);
-                }
+        }
+    }
+
+    /// Signals the call eventfd now (the used ring is published first).
+    pub fn call(&mut self, stats: &QueueStats) {
+        self.flush();
+        self.used_pending = false;
+        self.num_added = Wrapping(0);
+        if let Some(mut call) = self.call.as_ref() {
+            if call.write(&1u64.to_ne_bytes()).is_ok() {
+                crate::stats::bump(&stats.notifications_sent, 1);
             }
         }
+    }
+
+    /// The driver does not want a call for what was added so far (it polls).
+    pub fn decline(&mut self, stats: &QueueStats) {
+        self.used_pending = false;
+        self.num_added = Wrapping(0);
+        crate::stats::bump(&stats.notifications_suppressed, 1);
     }
 
     /// Asks the driver to kick on new buffers; returns true when some

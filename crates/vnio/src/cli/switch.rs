@@ -5,7 +5,8 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Subcommand;
-use vnio_switch::config::{Config, PortKind, PortSpec};
+use vnio_switch::coalesce::Coalesce;
+use vnio_switch::config::{Config, Latency, PolicyUpdate, PortKind, PortSpec};
 use vnio_switch::control::{Client, Request};
 use vnio_switch::daemon::Switch;
 use vnio_switch::port::SocketMode;
@@ -81,6 +82,15 @@ enum PortCmd {
         /// Uplink: hand frames straight to the driver, skipping the interface's qdisc.
         #[arg(long, requires = "uplink")]
         qdisc_bypass: bool,
+        #[command(flatten)]
+        policy: PolicyArgs,
+    },
+    /// Change a running port's latency policies (unchanged when not given).
+    Set {
+        /// Port name.
+        name: String,
+        #[command(flatten)]
+        policy: PolicyArgs,
     },
     /// Remove a port.
     Del {
@@ -96,6 +106,48 @@ enum PortCmd {
     },
     /// The learned MAC addresses.
     Fdb,
+}
+
+/// A port's latency policies (see docs/switch.md).
+#[derive(clap::Args)]
+struct PolicyArgs {
+    /// Interrupt coalescing toward the guest: off, static:FRAMES:USEC, or
+    /// adaptive[:BOUND_USEC] (the default; bound 4000 µs).
+    #[arg(long, value_name = "POLICY")]
+    coalesce: Option<Coalesce>,
+    /// Software LRO on delivery to the port (default on).
+    #[arg(long, value_name = "on|off", value_parser = parse_on_off)]
+    lro: Option<bool>,
+    /// high: a dedicated busy-polling worker on its own core, coalescing and LRO off.
+    #[arg(long, value_name = "normal|high")]
+    latency: Option<Latency>,
+    /// The core for a latency-high port's worker (default: one is chosen).
+    #[arg(long, value_name = "N")]
+    core: Option<usize>,
+    /// Empty polling rounds of the port's transmit queue before its guest
+    /// is asked to kick again (default: the switch's idle_polls).
+    #[arg(long, value_name = "N")]
+    tx_poll_budget: Option<u32>,
+}
+
+impl PolicyArgs {
+    fn update(&self) -> PolicyUpdate {
+        PolicyUpdate {
+            coalesce: self.coalesce,
+            lro: self.lro,
+            latency: self.latency,
+            core: self.core,
+            tx_poll_budget: self.tx_poll_budget,
+        }
+    }
+}
+
+fn parse_on_off(s: &str) -> Result<bool, String> {
+    match s {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        _ => Err("expected on or off".into()),
+    }
 }
 
 fn parse_mode(s: &str) -> Result<SocketMode, String> {
@@ -165,6 +217,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
                 mac,
                 spoof_guard,
                 qdisc_bypass,
+                policy,
             } => {
                 let spec = PortSpec {
                     name,
@@ -184,6 +237,11 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
                     mac,
                     spoof_guard,
                     qdisc_bypass,
+                    coalesce: policy.coalesce,
+                    lro: policy.lro,
+                    latency: policy.latency.unwrap_or_default(),
+                    core: policy.core,
+                    tx_poll_budget: policy.tx_poll_budget,
                 };
                 let v = client.request(&Request::PortAdd { port: spec })?;
                 if json {
@@ -196,6 +254,19 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
                         p.id,
                         p.socket.unwrap_or_default()
                     );
+                }
+            }
+            PortCmd::Set { name, policy } => {
+                let u = policy.update();
+                if u == PolicyUpdate::default() {
+                    anyhow::bail!("nothing to set: give --coalesce, --lro, --latency, --core or --tx-poll-budget");
+                }
+                let v = client.request(&Request::PortSet { name, set: u })?;
+                if json {
+                    println!("{}", serde_json::to_string_pretty(&v)?);
+                } else {
+                    let p: PortInfo = serde_json::from_value(v)?;
+                    println!("port {}: {}", p.name, policy_text(&p));
                 }
             }
             PortCmd::Del { name } => {
@@ -249,10 +320,36 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     Ok(0)
 }
 
+/// "coalesce adaptive:4000, lro on, latency normal, tx-poll-budget 64".
+fn policy_text(p: &PortInfo) -> String {
+    let core = p
+        .policy
+        .core
+        .map(|c| format!(" (core {c})"))
+        .unwrap_or_default();
+    format!(
+        "coalesce {}, lro {}, latency {}{core}, tx-poll-budget {}",
+        p.policy.coalesce,
+        if p.policy.lro { "on" } else { "off" },
+        p.policy.latency,
+        p.policy.tx_poll_budget
+    )
+}
+
 fn print_ports(ports: &[PortInfo]) {
     println!(
-        "{:<12} {:>3}  {:<10} {:<6} {:<12} {:>10} {:>10} {:>7}  SOCKET",
-        "NAME", "ID", "KIND", "MODE", "STATE", "TX-PKTS", "RX-PKTS", "DROPS"
+        "{:<12} {:>3}  {:<10} {:<6} {:<12} {:>10} {:>10} {:>7}  {:<16} {:<3} {:<7}  SOCKET",
+        "NAME",
+        "ID",
+        "KIND",
+        "MODE",
+        "STATE",
+        "TX-PKTS",
+        "RX-PKTS",
+        "DROPS",
+        "COALESCE",
+        "LRO",
+        "LATENCY"
     );
     for p in ports {
         let state = if p.running {
@@ -274,8 +371,12 @@ fn print_ports(ports: &[PortInfo]) {
             Some(SocketMode::Client) => "client",
             None => "-",
         };
+        let latency = match p.policy.core {
+            Some(c) => format!("{}@{c}", p.policy.latency),
+            None => p.policy.latency.to_string(),
+        };
         println!(
-            "{:<12} {:>3}  {:<10} {:<6} {:<12} {:>10} {:>10} {:>7}  {}",
+            "{:<12} {:>3}  {:<10} {:<6} {:<12} {:>10} {:>10} {:>7}  {:<16} {:<3} {:<7}  {}",
             p.name,
             p.id,
             p.kind,
@@ -284,6 +385,9 @@ fn print_ports(ports: &[PortInfo]) {
             p.stats.tx.packets,
             p.stats.rx.packets,
             drops,
+            p.policy.coalesce.to_string(),
+            if p.policy.lro { "on" } else { "off" },
+            latency,
             p.socket.as_deref().unwrap_or("-")
         );
     }
@@ -303,10 +407,12 @@ fn print_stats(m: &std::collections::BTreeMap<String, PortStatsSnapshot>) {
                 .map(|(k, v)| format!("{k}={v}"))
                 .collect();
             println!(
-                "  {dir:<19} packets {:>10}  bytes {:>12}  notify sent {:>8}  recv {:>8}  drops {}",
+                "  {dir:<19} packets {:>10}  bytes {:>12}  notify sent {:>8} coalesced {:>8} declined {:>8}  recv {:>8}  drops {}",
                 q.packets,
                 q.bytes,
                 q.notifications_sent,
+                q.notifications_coalesced,
+                q.notifications_suppressed,
                 q.notifications_received,
                 if drops.is_empty() {
                     "0".to_string()
