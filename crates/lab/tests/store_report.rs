@@ -1,0 +1,243 @@
+//! The store round trip and the report rendered from a stored run, with
+//! real measurement documents (histograms recorded and encoded as the
+//! engine does). No root, no network.
+
+use std::time::Duration;
+
+use vnio_lab::contention::{ContentionReport, LoadsOutcome};
+use vnio_lab::report;
+use vnio_lab::runner::{PointOutcome, Status};
+use vnio_lab::scenario::{self, Capabilities, LabFile, Overrides, Plan};
+use vnio_lab::store::Store;
+use vnio_measure::env::Environment;
+use vnio_measure::result::{Document, Iteration, Measured};
+use vnio_measure::stats::Latency;
+
+fn temp_db(tag: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("vnio-lab-store-{}-{tag}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir.join("sub").join("lab.db")
+}
+
+/// A document like the engine's: `iterations` iterations whose round trips
+/// are spread around `base_us`.
+fn document(base_us: u64, iterations: usize) -> Document {
+    let mut doc = Document::new(
+        "rr",
+        serde_json::json!({"rr": {"size": 256}}),
+        vec!["10.77.0.2:7700".into()],
+        Environment::default(),
+    );
+    for i in 0..iterations {
+        let mut lat = Latency::new();
+        for k in 0..10_000u64 {
+            // A body around base, a tail of rare slow ones.
+            let us = base_us + (k % 7) + i as u64 + if k % 1000 == 0 { 20 * base_us } else { 0 };
+            lat.record(us * 1000);
+        }
+        let mut m = Measured {
+            target: "all".into(),
+            ops: 10_000,
+            sent: 10_000,
+            ..Default::default()
+        };
+        m.finish(Some(&lat), 1.0);
+        doc.iterations.push(Iteration {
+            index: i,
+            seconds: 1.0,
+            merged: m,
+            ..Default::default()
+        });
+    }
+    doc.conclude();
+    doc
+}
+
+fn outcomes(plan: &Plan) -> Vec<PointOutcome> {
+    plan.points
+        .iter()
+        .map(|p| {
+            if let Some(why) = &p.skip {
+                return PointOutcome {
+                    point: p.clone(),
+                    status: Status::Skipped,
+                    error: Some(why.clone()),
+                    document: None,
+                    contention: None,
+                };
+            }
+            let base = 20 + 10 * p.seq as u64;
+            let loads = p.contention.loads.as_ref().filter(|l| l.count > 0);
+            PointOutcome {
+                point: p.clone(),
+                status: Status::Ok,
+                error: None,
+                document: Some(document(base, 3)),
+                contention: loads.map(|l| ContentionReport {
+                    loads: Some(LoadsOutcome {
+                        count: l.count,
+                        requested_rate: 5000.0 * f64::from(l.count),
+                        achieved_rate: 4900.0 * f64::from(l.count),
+                        cpu_pct: 20.0 * f64::from(l.count),
+                    }),
+                    flood: None,
+                    errors: vec![],
+                }),
+            }
+        })
+        .collect()
+}
+
+fn stored_run(db: &std::path::Path, name: &str) -> (Store, i64, Vec<PointOutcome>) {
+    let source = scenario::load(name).unwrap();
+    let LabFile::Scenario(s) = &source.file else {
+        panic!()
+    };
+    let o = Overrides {
+        duration: Some(Duration::from_millis(500)),
+        ..Default::default()
+    };
+    let plan = Plan::new(s, &o, &Capabilities::current()).unwrap();
+    let store = Store::open(db).unwrap();
+    let id = store
+        .begin_run(name, &s.title, "v-test", &Environment::default(), &o)
+        .unwrap();
+    store.add_scenario(id, 0, &source, s, &plan).unwrap();
+    let outs = outcomes(&plan);
+    for o in &outs {
+        store.add_point(id, name, o).unwrap();
+    }
+    store.finish_run(id, "complete", None).unwrap();
+    (store, id, outs)
+}
+
+#[test]
+fn a_run_round_trips_through_the_store() {
+    let db = temp_db("rt");
+    let (store, id, outs) = stored_run(&db, "cpu-contention");
+    let loaded = store.load(id).unwrap();
+    assert_eq!(loaded.row.status, "complete");
+    assert_eq!(loaded.row.revision, "v-test");
+    assert_eq!(loaded.row.points, outs.len() as i64);
+    assert_eq!(loaded.overrides.duration, Some(Duration::from_millis(500)));
+    let sc = &loaded.scenarios[0];
+    assert_eq!(sc.name, "cpu-contention");
+    assert_eq!(sc.text, scenario::shipped("cpu-contention").unwrap().text);
+    assert_eq!(sc.run_spec.duration, Duration::from_millis(500));
+    assert_eq!(sc.points.len(), outs.len());
+    for (a, b) in sc.points.iter().zip(&outs) {
+        assert_eq!(a.point, b.point);
+        assert_eq!(a.status, b.status);
+        assert_eq!(a.contention, b.contention);
+        // The whole document, histograms included, comes back as stored.
+        assert_eq!(a.document, b.document);
+        let h = a.document.as_ref().unwrap().merged_latency().unwrap();
+        assert_eq!(h.count(), 30_000);
+    }
+    assert_eq!(store.resolve("last").unwrap(), id);
+    assert!(store.resolve("last-1").is_err());
+    assert!(store
+        .resolve("nope")
+        .unwrap_err()
+        .to_string()
+        .contains("no run nope"));
+
+    // A run left "running" by a process that is gone reads as killed.
+    let id2 = store
+        .begin_run(
+            "x",
+            "x",
+            "v",
+            &Environment::default(),
+            &Overrides::default(),
+        )
+        .unwrap();
+    drop(store);
+    let conn = forge_dead_owner(&db, id2);
+    assert!(conn);
+    let store = Store::open(&db).unwrap();
+    let row = store
+        .runs()
+        .unwrap()
+        .into_iter()
+        .find(|r| r.id == id2)
+        .unwrap();
+    assert_eq!(row.status, "killed");
+    let _ = std::fs::remove_dir_all(db.parent().unwrap().parent().unwrap());
+}
+
+/// Pretend run `id` was started by a process that no longer exists.
+fn forge_dead_owner(db: &std::path::Path, id: i64) -> bool {
+    let conn = rusqlite::Connection::open(db).unwrap();
+    conn.execute(
+        "UPDATE runs SET pid = 999999999 WHERE id = ?1",
+        rusqlite::params![id],
+    )
+    .is_ok()
+}
+
+#[test]
+fn the_report_renders_from_a_stored_run() {
+    let db = temp_db("report");
+    let (store, id, _) = stored_run(&db, "cpu-contention");
+    let html = report::render(&store.load(id).unwrap());
+    assert!(html.starts_with("<!DOCTYPE html>"));
+    assert!(html.ends_with("</html>\n"));
+    // Self-contained: nothing fetched.
+    assert!(!html.contains("src=\"http") && !html.contains("<script") && !html.contains("<link"));
+    // The study, what cannot be reproduced, each workload, the figures.
+    assert!(html.contains("Study experiment:") && html.contains("Not reproducible here:"));
+    assert!(html.contains("round trip against loads"));
+    assert!(html.contains("percentiles at the ends of the sweep"));
+    // Two workloads x (sweep lines + end bars) = 4 figures.
+    assert_eq!(html.matches("<svg").count(), 4, "figures");
+    // Log axis labels in microseconds and the sweep axis with its unit.
+    assert!(
+        html.contains(" µs<") || html.contains(" µs</text>"),
+        "µs labels"
+    );
+    assert!(html.contains("background loads"));
+    // Bars are drawn: the percentile colours appear as filled rectangles.
+    assert!(html.matches("<rect").count() > 20);
+    // Contention achieved is in the table.
+    assert!(html.contains("8 loads: 39200/40000 req/s, 160% of a core"));
+    // The scenario text is escaped into the page.
+    assert!(html.contains("[contention.loads]"));
+    let _ = std::fs::remove_dir_all(db.parent().unwrap().parent().unwrap());
+}
+
+#[test]
+fn skipped_points_and_throughput_render() {
+    let db = temp_db("skip");
+    let (store, id, _) = stored_run(&db, "native-bridge-switch");
+    let html = report::render(&store.load(id).unwrap());
+    assert!(html.contains("class=\"skipped\""));
+    assert!(html.contains("poll-mode endpoint"));
+    assert!(html.contains("round-trip percentiles per configuration"));
+    let (store2, id2, _) = stored_run(&db, "stream-sessions");
+    let html = report::render(&store2.load(id2).unwrap());
+    assert!(html.contains("throughput against sessions"));
+    assert!(html.contains("throughput (Gbit/s)"));
+    let _ = (store, id);
+    let _ = std::fs::remove_dir_all(db.parent().unwrap().parent().unwrap());
+}
+
+#[test]
+fn two_runs_compare_point_by_point() {
+    let db = temp_db("compare");
+    let (store, a, _) = stored_run(&db, "cpu-contention");
+    let (store, b) = {
+        drop(store);
+        let (s, b, _) = stored_run(&db, "cpu-contention");
+        (s, b)
+    };
+    let ra = store.load(a).unwrap();
+    let rb = store.load(b).unwrap();
+    let pairs = report::pairs(&ra, &rb);
+    assert_eq!(pairs.len(), ra.scenarios[0].points.len());
+    let html = report::compare(&ra, &rb);
+    assert!(html.contains(&format!("run {a} vs run {b}")));
+    assert!(html.contains("<svg"));
+    assert!(html.contains("+0%"), "identical runs differ by 0%");
+    let _ = std::fs::remove_dir_all(db.parent().unwrap().parent().unwrap());
+}

@@ -1,0 +1,574 @@
+//! `vnio lab` end to end on the real kernel (root): the quick set with a
+//! short duration builds, runs, stores and reports, and leaves no
+//! namespace, link, process or scratch directory behind; a run killed with
+//! SIGKILL is cleaned up by `vnio lab clean`; the report opens in headless
+//! Chromium and its figures render. Bad input fails in one line, as any
+//! user.
+
+use std::collections::HashSet;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const VNIO: &str = env!("CARGO_BIN_EXE_vnio");
+
+fn temp(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("vnio-lab-run-{}-{tag}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn base36(mut n: u32) -> String {
+    const D: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyz";
+    let mut out = Vec::new();
+    loop {
+        out.push(D[(n % 36) as usize]);
+        n /= 36;
+        if n == 0 {
+            break;
+        }
+    }
+    out.reverse();
+    String::from_utf8(out).unwrap()
+}
+
+/// Names of everything a lab run with pid `pid` creates start with this
+/// (namespaces `vnio-ID-...`, scratch `vnio-lab-ID`, ID = base36(pid)x...).
+fn run_id(pid: u32) -> String {
+    format!("{}x", base36(pid))
+}
+
+fn lab(journal: &Path) -> Command {
+    let mut c = Command::new(VNIO);
+    c.arg("lab").env("VNIO_LAB_JOURNAL", journal);
+    c
+}
+
+/// Inode numbers of the run's namespaces, watched while it runs: after it,
+/// no process may still be in (or hold a descriptor of) any of them.
+fn watch_namespaces(pid: u32, done: Arc<AtomicBool>) -> std::thread::JoinHandle<HashSet<u64>> {
+    use std::os::unix::fs::MetadataExt;
+    let prefix = format!("vnio-{}", run_id(pid));
+    std::thread::spawn(move || {
+        let mut inodes = HashSet::new();
+        while !done.load(Ordering::Relaxed) {
+            if let Ok(dir) = std::fs::read_dir("/run/netns") {
+                for e in dir.flatten() {
+                    if e.file_name().to_string_lossy().starts_with(&prefix) {
+                        if let Ok(m) = std::fs::metadata(e.path()) {
+                            inodes.insert(m.ino());
+                        }
+                    }
+                }
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        inodes
+    })
+}
+
+/// Everything of run `pid` that still exists, one line each.
+fn leftovers(pid: u32, journal: &Path, namespaces: &HashSet<u64>) -> Vec<String> {
+    let id = run_id(pid);
+    let mut out = Vec::new();
+    // Named namespaces and scratch directories.
+    for (dir, prefix) in [
+        ("/run/netns", format!("vnio-{id}")),
+        ("/run/vnio/lab", format!("vnio-lab-{id}")),
+    ] {
+        if let Ok(entries) = std::fs::read_dir(dir) {
+            for e in entries.flatten() {
+                if e.file_name().to_string_lossy().starts_with(&prefix) {
+                    out.push(format!("{dir}/{}", e.file_name().to_string_lossy()));
+                }
+            }
+        }
+    }
+    // Root-namespace links, through netlink.
+    if let Ok(mut h) = vnio_lab::Handle::root() {
+        for l in h.links().unwrap_or_default() {
+            if l.name.contains(&id) {
+                out.push(format!("link {}", l.name));
+            }
+        }
+    }
+    // Processes: every child inherits the run's journal path.
+    let marker = format!("VNIO_LAB_JOURNAL={}", journal.display());
+    let unnamed: HashSet<String> = namespaces.iter().map(|i| format!("net:[{i}]")).collect();
+    if let Ok(procs) = std::fs::read_dir("/proc") {
+        for p in procs.flatten() {
+            let name = p.file_name().to_string_lossy().into_owned();
+            if !name.bytes().all(|b| b.is_ascii_digit()) || name == std::process::id().to_string() {
+                continue;
+            }
+            let environ = std::fs::read(p.path().join("environ")).unwrap_or_default();
+            if environ.split(|&b| b == 0).any(|kv| kv == marker.as_bytes()) {
+                let cmd = std::fs::read_to_string(p.path().join("cmdline")).unwrap_or_default();
+                out.push(format!("process {name}: {}", cmd.replace('\0', " ")));
+            }
+            // A process in, or holding, one of the run's namespaces.
+            let mut links = vec![p.path().join("ns/net")];
+            if let Ok(fds) = std::fs::read_dir(p.path().join("fd")) {
+                links.extend(fds.flatten().map(|f| f.path()));
+            }
+            for l in links {
+                if let Ok(target) = std::fs::read_link(&l) {
+                    if unnamed.contains(target.to_string_lossy().as_ref()) {
+                        out.push(format!("{} -> {}", l.display(), target.display()));
+                    }
+                }
+            }
+        }
+    }
+    // The journal lists nothing.
+    let text = std::fs::read_to_string(journal).unwrap_or_default();
+    if !text.trim().is_empty() {
+        out.push(format!("journal: {}", text.trim().replace('\n', " | ")));
+    }
+    out
+}
+
+/// Leftovers after giving killed processes a moment to go.
+fn settled_leftovers(pid: u32, journal: &Path, namespaces: &HashSet<u64>) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let left = leftovers(pid, journal, namespaces);
+        if left.is_empty() || Instant::now() > deadline {
+            return left;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn root_or_skip(what: &str) -> bool {
+    if vnio_lab::is_root() {
+        return true;
+    }
+    eprintln!("skipped {what}: network namespaces need root");
+    false
+}
+
+#[test]
+fn quick_set_builds_runs_stores_reports_and_leaves_nothing() {
+    if !root_or_skip("the quick set") {
+        return;
+    }
+    let dir = temp("quick");
+    let (journal, db, report) = (
+        dir.join("journal"),
+        dir.join("lab.db"),
+        dir.join("quick.html"),
+    );
+    let child = lab(&journal)
+        .args([
+            "run",
+            "quick",
+            "--quick",
+            "--duration",
+            "300ms",
+            "--warmup",
+            "100ms",
+        ])
+        .arg("--db")
+        .arg(&db)
+        .arg("--report")
+        .arg(&report)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let done = Arc::new(AtomicBool::new(false));
+    let watcher = watch_namespaces(pid, done.clone());
+    let out = child.wait_with_output().unwrap();
+    done.store(true, Ordering::Relaxed);
+    let namespaces = watcher.join().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "vnio lab run quick failed:\n{stdout}\n{stderr}"
+    );
+    assert!(
+        stdout.contains(&format!("report: {}", report.display())),
+        "{stdout}"
+    );
+    assert!(
+        namespaces.len() >= 4,
+        "the run built namespaces ({namespaces:?})"
+    );
+
+    // Nothing of the run remains.
+    let left = settled_leftovers(pid, &journal, &namespaces);
+    assert!(left.is_empty(), "left behind:\n{}", left.join("\n"));
+
+    // The store holds every scenario of the set and every point.
+    let store = vnio_lab::store::Store::open(&db).unwrap();
+    let run = store.load(store.resolve("last").unwrap()).unwrap();
+    assert_eq!(run.row.status, "complete");
+    assert_eq!(run.scenarios.len(), 7, "the quick set's scenarios");
+    let mut measured = 0;
+    for s in &run.scenarios {
+        assert!(!s.testbeds.is_empty(), "{}: testbeds recorded", s.name);
+        for p in &s.points {
+            use vnio_lab::runner::Status;
+            assert_ne!(
+                p.status,
+                Status::Failed,
+                "{} {:?}: {:?}",
+                s.name,
+                p.point,
+                p.error
+            );
+            if p.status == Status::Ok {
+                measured += 1;
+                let doc = p.document.as_ref().unwrap();
+                let m = &doc.chosen().unwrap().merged;
+                assert!(
+                    m.ops > 0,
+                    "{} {}: nothing measured",
+                    s.name,
+                    p.point.configuration
+                );
+                if p.point.workload.kind != vnio_lab::scenario::WorkloadKind::Stream {
+                    assert!(m.histogram.is_some(), "histograms stored");
+                }
+            }
+            // Contention ran and says what it achieved.
+            if let Some(l) = p.contention.as_ref().and_then(|c| c.loads.as_ref()) {
+                assert!(l.achieved_rate > 0.0 && l.cpu_pct > 0.0, "{l:?}");
+            }
+            if let Some(f) = p.contention.as_ref().and_then(|c| c.flood.as_ref()) {
+                assert!(f.sent_pps > 0.0 && f.received_pps > 0.0, "{f:?}");
+            }
+        }
+    }
+    assert!(measured >= 40, "{measured} points measured");
+    // The poll-mode configurations ran through the switch's endpoint.
+    let nbs = run
+        .scenarios
+        .iter()
+        .find(|s| s.name == "native-bridge-switch")
+        .unwrap();
+    for cfg in ["switch-poll-server", "switch-poll-client"] {
+        let p = nbs
+            .points
+            .iter()
+            .find(|p| p.point.configuration == cfg && p.point.workload.name == "rr-udp")
+            .unwrap();
+        assert_eq!(
+            p.status,
+            vnio_lab::runner::Status::Ok,
+            "{cfg}: {:?}",
+            p.error
+        );
+    }
+
+    // The report re-renders from the store alone, identically.
+    let again = dir.join("again.html");
+    let st = lab(&journal)
+        .args(["report", "last", "--db"])
+        .arg(&db)
+        .arg("-o")
+        .arg(&again)
+        .output()
+        .unwrap();
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+    let html = std::fs::read_to_string(&report).unwrap();
+    assert_eq!(html, std::fs::read_to_string(&again).unwrap());
+    assert!(html.matches("<svg").count() >= 14, "figures in the report");
+
+    // A second run of one scenario compares with the first.
+    let st = lab(&journal)
+        .args([
+            "run",
+            "ping-sessions",
+            "-c",
+            "native",
+            "--quick",
+            "--duration",
+            "200ms",
+            "--warmup",
+            "100ms",
+            "--db",
+        ])
+        .arg(&db)
+        .output()
+        .unwrap();
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+    let cmp = dir.join("cmp.html");
+    let st = lab(&journal)
+        .args(["compare", "last-1", "last", "--db"])
+        .arg(&db)
+        .arg("-o")
+        .arg(&cmp)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&st.stdout);
+    assert!(
+        st.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+    assert!(text.contains("2 common points"), "{text}");
+    assert!(std::fs::read_to_string(&cmp).unwrap().contains("<svg"));
+
+    screenshot_shows_the_figures(&report, &dir);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Headless Chromium opens the report; the first figure's bars are there in
+/// the percentile colours, and the page is not blank.
+fn screenshot_shows_the_figures(report: &Path, dir: &Path) {
+    let Some(chromium) = ["chromium", "chromium-browser"].into_iter().find(|c| {
+        Command::new(c)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    }) else {
+        eprintln!("skipped the screenshot check: no chromium (scripts/setup --e2e installs it)");
+        return;
+    };
+    let shot = dir.join("report.png");
+    let mut cmd = Command::new(chromium);
+    cmd.args([
+        "--headless",
+        "--disable-gpu",
+        "--hide-scrollbars",
+        "--window-size=1000,1400",
+    ])
+    .arg(format!("--screenshot={}", shot.display()))
+    .arg(format!("file://{}", report.display()))
+    .stdout(Stdio::null())
+    .stderr(Stdio::null());
+    if vnio_lab::is_root() {
+        cmd.arg("--no-sandbox");
+    }
+    // Bounded: a browser that hangs fails the test instead of blocking it.
+    let mut child = cmd.process_group(0).spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("chromium did not finish within 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&shot).unwrap()));
+    let mut reader = decoder.read_info().unwrap();
+    let mut buf = vec![0; reader.output_buffer_size().unwrap()];
+    let info = reader.next_frame(&mut buf).unwrap();
+    let channels = info.color_type.samples();
+    assert!(channels >= 3, "{:?}", info.color_type);
+    let pixels = buf[..info.buffer_size()].chunks(channels);
+    let mut colours = HashSet::new();
+    let (mut bars, mut non_white) = (0usize, 0usize);
+    // The percentile colours of the bars (p50 to p99.99).
+    let bar_colours: [[u8; 3]; 5] = [
+        [158, 202, 225],
+        [107, 174, 214],
+        [49, 130, 189],
+        [8, 81, 156],
+        [8, 48, 107],
+    ];
+    for px in pixels {
+        let rgb = [px[0], px[1], px[2]];
+        colours.insert(rgb);
+        if rgb != [255, 255, 255] {
+            non_white += 1;
+        }
+        if bar_colours.contains(&rgb) {
+            bars += 1;
+        }
+    }
+    let total = (info.width * info.height) as usize;
+    assert!(
+        colours.len() > 50,
+        "{} distinct colours: blank page?",
+        colours.len()
+    );
+    assert!(
+        non_white > total / 50,
+        "{non_white} of {total} pixels are not white"
+    );
+    assert!(
+        bars > 2000,
+        "{bars} pixels in the bars' colours: the figures did not render"
+    );
+}
+
+#[test]
+fn a_killed_run_is_removed_by_clean() {
+    if !root_or_skip("the killed run") {
+        return;
+    }
+    let dir = temp("killed");
+    let (journal, db) = (dir.join("journal"), dir.join("lab.db"));
+    // Contention on, so load processes are running when the run dies.
+    let scenario = dir.join("busy.toml");
+    std::fs::write(
+        &scenario,
+        r#"
+title = "busy"
+maps_to = "a test"
+cannot = "anything"
+[run]
+duration = "30s"
+warmup = "100ms"
+iterations = 1
+[[host]]
+name = "client"
+[[host]]
+name = "server"
+[[host]]
+name = "neighbour"
+[[host]]
+name = "loadgen"
+[[configuration]]
+name = "switch"
+wire = "switch"
+[contention.loads]
+count = 2
+on = "neighbour"
+from = "loadgen"
+rate = 1000
+work_us = 20
+[[workload]]
+name = "rr"
+kind = "rr"
+from = "client"
+to = "server"
+"#,
+    )
+    .unwrap();
+    let mut child = lab(&journal)
+        .arg("run")
+        .arg(&scenario)
+        .arg("--db")
+        .arg(&db)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let done = Arc::new(AtomicBool::new(false));
+    let watcher = watch_namespaces(pid, done.clone());
+    // Wait until the switch, 4 agents, 2 load servers and the driver run.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let text = std::fs::read_to_string(&journal).unwrap_or_default();
+        if text.lines().filter(|l| l.starts_with("process ")).count() >= 8 {
+            break;
+        }
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the run ended early: {text}"
+        );
+        assert!(
+            Instant::now() < deadline,
+            "contention never started: {text}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    done.store(true, Ordering::Relaxed);
+    let namespaces = watcher.join().unwrap();
+    let before = leftovers(pid, &journal, &namespaces);
+    assert!(
+        before.iter().filter(|l| l.starts_with("process ")).count() >= 7
+            && before.iter().any(|l| l.starts_with("/run/netns/")),
+        "a SIGKILLed run leaves its parts: {before:?}"
+    );
+
+    let out = lab(&journal).arg("clean").output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("removed netns vnio-"), "{text}");
+    let left = settled_leftovers(pid, &journal, &namespaces);
+    assert!(left.is_empty(), "left after clean:\n{}", left.join("\n"));
+
+    // The store says the run was killed.
+    let out = lab(&journal)
+        .args(["list", "--db"])
+        .arg(&db)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.lines()
+            .any(|l| l.contains("busy") && l.contains("killed")),
+        "{text}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bad_input_fails_in_one_line_and_leaves_nothing() {
+    let dir = temp("bad");
+    let journal = dir.join("journal");
+    let db = dir.join("never.db");
+    let one_line = |args: &[&str], want: &str| {
+        let out = lab(&journal)
+            .args(args)
+            .arg("--db")
+            .arg(&db)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: want {want:?} in {err}");
+    };
+    one_line(
+        &["run", "no-such-scenario"],
+        "no scenario named \"no-such-scenario\"",
+    );
+    let typo = dir.join("typo.toml");
+    std::fs::write(&typo, "title = \"t\"\nmaps_to = \"m\"\ncolour = 3\n").unwrap();
+    one_line(
+        &["run", typo.to_str().unwrap()],
+        "typo.toml:3:1: unknown field `colour`",
+    );
+    one_line(
+        &["run", "latency-modes"],
+        "latency-modes cannot run in this build",
+    );
+    one_line(
+        &["run", "rr-size", "-c", "nope"],
+        "no configuration \"nope\"",
+    );
+    one_line(&["report", "last"], "no results store");
+    // Without root: one line saying so, nothing created.
+    let mut cmd = lab(&journal);
+    cmd.args(["run", "quick", "--db"]).arg(&db);
+    if vnio_lab::is_root() {
+        cmd.uid(65_534).gid(65_534);
+    }
+    let out = cmd.output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("needs root"), "{err}");
+    assert!(!db.exists(), "no store created by refused runs");
+    assert!(!journal.exists(), "no journal written by refused runs");
+    let _ = std::fs::remove_dir_all(&dir);
+}
