@@ -379,9 +379,16 @@ impl Testbed {
 
         let wire = Netns::create_with_journal(&format!("vnio-{id}-wire"), &ctx.journal)?;
         let dir = self.scratch.path().to_path_buf();
+        let coalesce = match &knobs.coalesce {
+            Some(text) => Some(
+                text.parse::<vnio_switch::coalesce::Coalesce>()
+                    .map_err(|e| setup("coalesce knob", e))?,
+            ),
+            None => None,
+        };
         let mut ports = Vec::new();
         for (i, host) in self.hosts.iter().enumerate() {
-            ports.push(match host.kind {
+            let mut port = match host.kind {
                 HostKind::Namespace => {
                     PortSpec::tap(&format!("h{}", i + 1), &format!("t{}", i + 1))
                 }
@@ -390,7 +397,22 @@ impl Testbed {
                     dir.join(format!("h{}.sock", i + 1)),
                     SocketMode::Server,
                 ),
-            });
+            };
+            if knobs.port_policy == Some(PortPolicy::LatencyHigh) {
+                port.latency = vnio_switch::config::Latency::High;
+            }
+            port.coalesce = coalesce.clone();
+            ports.push(port);
+        }
+        if let Some(c) = &knobs.coalesce {
+            self.description
+                .notes
+                .push(format!("switch ports coalesce = {c}"));
+        }
+        if let Some(p) = knobs.port_policy {
+            self.description
+                .notes
+                .push(format!("switch port policy {}", p.as_str()));
         }
         let config = Config {
             switch: SwitchConfig {

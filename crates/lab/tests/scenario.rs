@@ -91,6 +91,7 @@ fn latency_modes_is_refused_with_reasons_until_the_switch_has_policies() {
     let names: Vec<&str> = plan.missing.iter().map(|(c, _)| c.as_str()).collect();
     assert_eq!(names, ["latency-high", "direct"]);
     assert!(plan.missing[0].1[0].contains("latency-high"));
+    assert!(plan.missing[1].1[0].contains("direct"));
     // The default configuration alone is runnable.
     let only = Overrides {
         configurations: vec!["default".into()],
@@ -99,7 +100,8 @@ fn latency_modes_is_refused_with_reasons_until_the_switch_has_policies() {
     let plan = Plan::new(&s, &only, &Capabilities::current()).unwrap();
     assert!(plan.missing.is_empty());
     let all = Capabilities {
-        port_policies: true,
+        latency_high: true,
+        direct: true,
         ..Capabilities::current()
     };
     assert!(Plan::new(&s, &Overrides::default(), &all)
@@ -255,6 +257,18 @@ fn validation_errors_name_the_field() {
         assert!(e.starts_with("test.toml: "), "{e}");
         assert!(e.contains(want), "want {want:?} in {e:?}");
     }
+    // Switch knobs are checked by the switch's own parser, and need the switch.
+    let bad = MINIMAL.replace(
+        "wire = \"veth\"",
+        "wire = \"switch\"\nknobs = { coalesce = \"sometimes\" }",
+    );
+    let e = error(&bad);
+    assert!(e.contains("configuration `native`: knobs.coalesce:"), "{e}");
+    let veth = MINIMAL.replace(
+        "wire = \"veth\"",
+        "wire = \"veth\"\nknobs = { coalesce = \"off\" }",
+    );
+    assert!(error(&veth).contains("needs wire = \"switch\""));
     // A veth joins two hosts only.
     let three = MINIMAL.replace(
         "[[configuration]]",

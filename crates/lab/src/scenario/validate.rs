@@ -332,6 +332,11 @@ fn check_knobs(c: &Check, at: &str, k: &Knobs, wire: WireKind) -> Result<(), Sce
             check_cpus(c, &format!("{at}.{name}"), cpus)?;
         }
     }
+    if let Some(text) = &k.coalesce {
+        if let Err(e) = text.parse::<vnio_switch::coalesce::Coalesce>() {
+            return c.fail(format!("{at}.coalesce"), e.to_string());
+        }
+    }
     if k.rate_limit_mbit == Some(0) {
         return c.fail(format!("{at}.rate_limit_mbit"), "must be more than 0");
     }
@@ -344,6 +349,9 @@ fn check_knobs(c: &Check, at: &str, k: &Knobs, wire: WireKind) -> Result<(), Sce
         }
         if k.switch_cpus.is_some() {
             return c.fail(format!("{at}.switch_cpus"), "needs wire = \"switch\"");
+        }
+        if k.coalesce.is_some() {
+            return c.fail(format!("{at}.coalesce"), "needs wire = \"switch\"");
         }
     }
     Ok(())
@@ -448,8 +456,10 @@ pub struct Capabilities {
     /// The measurement engine can drive a vhost-user port as a client
     /// (`vnio rr --via vhost-user:SOCK`).
     pub poll_mode_client: bool,
-    /// The switch has per-port latency policies (latency-high, direct).
-    pub port_policies: bool,
+    /// The switch has latency-high ports (a dedicated busy-polling worker).
+    pub latency_high: bool,
+    /// The switch has direct ports (bound to an uplink queue, no switching).
+    pub direct: bool,
 }
 
 impl Capabilities {
@@ -458,7 +468,8 @@ impl Capabilities {
         Capabilities {
             vm: false,
             poll_mode_client: true,
-            port_policies: false,
+            latency_high: false,
+            direct: false,
         }
     }
 
@@ -474,13 +485,14 @@ impl Capabilities {
             }
         }
         let knobs = s.knobs.layered(&cfg.knobs);
-        if let Some(p) = knobs.port_policy.filter(|p| *p != PortPolicy::Default) {
-            if !self.port_policies {
-                out.push(format!(
-                    "port_policy = {:?}: this build's vnio switch has no per-port latency policies yet",
-                    p.as_str()
-                ));
-            }
+        match knobs.port_policy {
+            Some(PortPolicy::LatencyHigh) if !self.latency_high => out.push(
+                "port_policy = \"latency-high\": this build's vnio switch has no dedicated busy-polling port workers yet".into(),
+            ),
+            Some(PortPolicy::Direct) if !self.direct => out.push(
+                "port_policy = \"direct\": this build's vnio switch has no direct (uplink-bound) ports yet".into(),
+            ),
+            _ => {}
         }
         out
     }
