@@ -125,7 +125,7 @@ pub fn download(pkg: &PackageRef, debs: &Path) -> Result<PathBuf> {
     std::fs::create_dir_all(debs).ctx(|| format!("creating {}", debs.display()))?;
     // A private directory: apt-get download names files itself (epochs
     // become %3a), and a half-downloaded file must never look complete.
-    let tmp = debs.join(format!(".download-{}", std::process::id()));
+    let tmp = debs.join(crate::image::unique(".download"));
     let _ = std::fs::remove_dir_all(&tmp);
     std::fs::create_dir_all(&tmp).ctx(|| format!("creating {}", tmp.display()))?;
     let result = (|| {

@@ -354,13 +354,33 @@ pub fn current(cache: &Path) -> Result<Image> {
 
 fn set_current(cache: &Path, key: &str) -> Result<()> {
     let dir = images(cache);
-    let tmp = dir.join(format!(".current-{}", std::process::id()));
+    let tmp = dir.join(unique(".current"));
     std::fs::write(&tmp, key).ctx(|| format!("writing {}", tmp.display()))?;
     std::fs::rename(&tmp, dir.join("current")).ctx(|| format!("updating {}/current", dir.display()))
 }
 
+/// A name no other build (thread or process) uses at the same time.
+pub(crate) fn unique(prefix: &str) -> String {
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{prefix}-{}-{n}", std::process::id())
+}
+
 /// Builds the image (or finds it cached) and makes it the current one.
+/// Builds sharing a cache take turns (a lock file), so two at once find
+/// each other's packages and image instead of racing on them.
 pub fn build(opts: &ImageOptions) -> Result<Built> {
+    std::fs::create_dir_all(&opts.cache).ctx(|| format!("creating {}", opts.cache.display()))?;
+    let lock_path = opts.cache.join("build.lock");
+    let lock =
+        std::fs::File::create(&lock_path).ctx(|| format!("creating {}", lock_path.display()))?;
+    let _lock =
+        nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusive).map_err(|(_, e)| {
+            Error::Io {
+                what: format!("locking {}", lock_path.display()),
+                source: e.into(),
+            }
+        })?;
     let vnio = find_guest_vnio(opts.vnio.as_deref())?;
     let vnio_bytes = read(&vnio)?;
     let vnio_sha = sha256_hex(&vnio_bytes);
@@ -457,7 +477,7 @@ pub fn build(opts: &ImageOptions) -> Result<Built> {
         initrd_bytes: initrd.len() as u64,
     };
     // Written aside and renamed, so a crash never leaves a half image.
-    let tmp = images(&opts.cache).join(format!(".build-{key}-{}", std::process::id()));
+    let tmp = images(&opts.cache).join(unique(&format!(".build-{key}")));
     let _ = std::fs::remove_dir_all(&tmp);
     std::fs::create_dir_all(&tmp).ctx(|| format!("creating {}", tmp.display()))?;
     let write = || -> Result<()> {

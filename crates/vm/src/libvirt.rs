@@ -170,8 +170,20 @@ pub fn domain_xml(
             let _ = writeln!(w, "      <target dev='{}' managed='yes'/>", escape(dev));
         }
         let _ = writeln!(w, "      <model type='{model}'/>");
-        if vhost_net {
-            let _ = writeln!(w, "      <driver name='vhost'/>");
+        match (vhost_net, n.guest_offloads) {
+            (true, true) => {
+                let _ = writeln!(w, "      <driver name='vhost'/>");
+            }
+            (vhost, false) => {
+                let name = if vhost { " name='vhost'" } else { "" };
+                let _ = writeln!(w, "      <driver{name}>");
+                let _ = writeln!(
+                    w,
+                    "        <guest csum='off' tso4='off' tso6='off' ecn='off'/>"
+                );
+                let _ = writeln!(w, "      </driver>");
+            }
+            (false, true) => {}
         }
         let _ = writeln!(w, "      <alias name='ua-{}'/>", n.id);
         let _ = writeln!(w, "    </interface>");

@@ -64,6 +64,8 @@ pub struct NicPlan {
     pub host_ifname: Option<String>,
     /// For macvtap: the fd number QEMU finds the opened /dev/tapN on.
     pub fd: Option<i32>,
+    /// virtio-net receive offloads offered to the guest.
+    pub guest_offloads: bool,
     /// Switch port latency-high requested (vhost-user with a control socket,
     /// on a switch build that has the policy).
     pub switch_latency_high: bool,
@@ -348,6 +350,7 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
             mac: spec.mac(i),
             host_ifname: spec.host_ifname(i),
             fd: None,
+            guest_offloads: nic.guest_offloads,
             switch_latency_high: false,
         };
         match &nic.backend {
@@ -525,13 +528,23 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
                 ]);
             }
         }
+        // The guest's receive offloads off: the host side segments and
+        // checksums in software.
+        let offloads = if n.guest_offloads {
+            ""
+        } else {
+            ",guest_csum=off,guest_tso4=off,guest_tso6=off,guest_ecn=off"
+        };
         let device = match n.model {
             // QEMU 7.2 under TCG crashes on MSI-X with a vhost-user NIC:
             // vectors=0 makes virtio-net use INTx.
             Model::Virtio if !kvm && matches!(n.backend, Backend::VhostUser { .. }) => {
-                format!("virtio-net-pci,netdev={id},mac={},vectors=0", n.mac)
+                format!(
+                    "virtio-net-pci,netdev={id},mac={},vectors=0{offloads}",
+                    n.mac
+                )
             }
-            Model::Virtio => format!("virtio-net-pci,netdev={id},mac={}", n.mac),
+            Model::Virtio => format!("virtio-net-pci,netdev={id},mac={}{offloads}", n.mac),
             Model::E1000 => format!("e1000,netdev={id},mac={}", n.mac),
         };
         push(&["-device", &device]);

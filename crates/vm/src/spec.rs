@@ -171,6 +171,10 @@ pub struct Nic {
     pub mac: Option<Mac>,
     /// Address configured by the guest's init.
     pub ip: Option<Cidr>,
+    /// virtio-net receive offloads offered to the guest (checksum, TSO,
+    /// ECN); `guest-offloads=off` makes the host side segment and checksum
+    /// in software, as for a guest whose NIC cannot.
+    pub guest_offloads: bool,
 }
 
 fn check_ifname(what: &str, name: &str) -> std::result::Result<(), String> {
@@ -183,7 +187,8 @@ impl FromStr for Nic {
     /// `vhost-user:SOCK[,server][,control=CTL]`,
     /// `tap[:IFNAME][,bridge=BR]`, `macvtap:PARENT[,mode=bridge]`,
     /// `e1000[:IFNAME][,bridge=BR]` (a tap with QEMU's emulated e1000);
-    /// every kind takes `mac=`, `ip=ADDR/PREFIX`, and tap kinds `model=`.
+    /// every kind takes `mac=`, `ip=ADDR/PREFIX`, `guest-offloads=off`
+    /// (virtio-net), and tap kinds `model=`.
     fn from_str(s: &str) -> std::result::Result<Self, String> {
         let mut parts = s.split(',');
         let head = parts.next().unwrap_or("");
@@ -215,6 +220,11 @@ impl FromStr for Nic {
         let ip = value("ip", take("ip"))?
             .map(|c| c.parse::<Cidr>())
             .transpose()?;
+        let guest_offloads = match value("guest-offloads", take("guest-offloads"))?.as_deref() {
+            None | Some("on") => true,
+            Some("off") => false,
+            Some(_) => return Err(format!("--nic {s}: guest-offloads=on|off")),
+        };
         let model_opt = value("model", take("model"))?
             .map(|m| m.parse::<Model>())
             .transpose()?;
@@ -289,11 +299,15 @@ impl FromStr for Nic {
         if let Some((k, _)) = opts.first() {
             return Err(format!("--nic {s}: unknown option {k:?} for {kind}"));
         }
+        if !guest_offloads && model != Model::Virtio {
+            return Err(format!("--nic {s}: guest-offloads is a virtio-net setting"));
+        }
         Ok(Nic {
             backend,
             model,
             mac,
             ip,
+            guest_offloads,
         })
     }
 }
@@ -490,6 +504,9 @@ mod tests {
             }
         );
         assert_eq!(n.model, Model::E1000);
+        assert!(n.guest_offloads);
+        let n: Nic = "vhost-user:/x.sock,guest-offloads=off".parse().unwrap();
+        assert!(!n.guest_offloads);
     }
 
     #[test]
@@ -504,6 +521,8 @@ mod tests {
             ("tap,ip=10.0.0.1", "prefix"),
             ("tap,mac=", "needs a value"),
             ("e1000,model=virtio", "e1000 model"),
+            ("e1000,guest-offloads=off", "virtio-net setting"),
+            ("tap,guest-offloads=maybe", "on|off"),
         ] {
             let err = s.parse::<Nic>().unwrap_err();
             assert!(err.contains(needle), "{s}: {err}");

@@ -362,6 +362,30 @@ fn libvirt_xml_for_normal_latency() {
     assert!(x.contains("<target type='virtio' name='org.vnio.exec'/>"));
     assert!(x.contains("vnio.ip="));
     assert!(x.contains("<cpu mode='maximum'/>"));
+    assert!(!x.contains("<guest csum"));
+}
+
+#[test]
+fn guest_offloads_off_reaches_the_device_and_the_xml() {
+    let s = spec(
+        Latency::Normal,
+        1,
+        &["vhost-user:/run/vnio/p2.sock,guest-offloads=off"],
+    );
+    let p = make(&s, &small_tcg_host(), &tcg(), false);
+    let want = format!(
+        "virtio-net-pci,netdev=nic0,mac={},vectors=0,guest_csum=off,guest_tso4=off,guest_tso6=off,guest_ecn=off",
+        s.mac(0)
+    );
+    assert!(
+        values(&p.argv, "-device").contains(&want.as_str()),
+        "{:?}",
+        p.argv
+    );
+    let dir = VmDir::new(Path::new("/run/vnio/vm"), "g1");
+    let x = domain_xml(&s, &p, Accel::Tcg, Path::new("/k"), Path::new("/i"), &dir);
+    assert_balanced(&x);
+    assert!(x.contains("<guest csum='off' tso4='off' tso6='off' ecn='off'/>"));
 }
 
 #[test]

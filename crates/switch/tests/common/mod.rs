@@ -3,7 +3,6 @@
 
 #![allow(dead_code)]
 
-pub mod guest;
 pub mod raw;
 
 use std::path::PathBuf;

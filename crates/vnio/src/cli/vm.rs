@@ -573,6 +573,24 @@ fn stop(root: &std::path::Path, names: Vec<String>, all: bool) -> anyhow::Result
     } else {
         names
     };
+    if names.len() == 1 {
+        // One VM: its error is the one line.
+        let name = &names[0];
+        let s = launch::stop(root, name)?;
+        println!(
+            "vnio vm: {name} {}; removed {}",
+            if s.was_running {
+                "stopped"
+            } else {
+                "was not running"
+            },
+            s.removed.join(", ")
+        );
+        if s.removed.iter().any(|r| r.contains("NOT")) {
+            bail!("{name} was not stopped cleanly (see above)");
+        }
+        return Ok(0);
+    }
     let mut failed = false;
     for name in names {
         match launch::stop(root, &name) {
