@@ -401,7 +401,7 @@ impl Testbed {
             if knobs.port_policy == Some(PortPolicy::LatencyHigh) {
                 port.latency = vnio_switch::config::Latency::High;
             }
-            port.coalesce = coalesce.clone();
+            port.coalesce = coalesce;
             ports.push(port);
         }
         if let Some(c) = &knobs.coalesce {
