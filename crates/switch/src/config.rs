@@ -3,6 +3,7 @@
 
 use crate::coalesce::Coalesce;
 use crate::forward::PortPolicy;
+use crate::netqueue::QueueRequest;
 use crate::port::SocketMode;
 use crate::vlan::{BadVid, VlanConfig};
 use crate::wire::EthernetAddress;
@@ -96,6 +97,9 @@ impl SwitchConfig {
     }
 }
 
+/// Most receive queues an uplink may have.
+pub const MAX_UPLINK_QUEUES: usize = 64;
+
 /// Kinds of ports.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "kebab-case")]
@@ -145,7 +149,7 @@ pub struct PortSpec {
     #[serde(default, skip_serializing_if = "is_false")]
     pub qdisc_bypass: bool,
     /// Interrupt coalescing toward the port's guest ("off",
-    /// "static:FRAMES:USEC", "adaptive[:BOUND_USEC]"; default adaptive).
+    /// "static:FRAMES:USEC", "adaptive\[:BOUND_USEC\]"; default adaptive).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub coalesce: Option<Coalesce>,
     /// Software LRO on delivery to the port (default on).
@@ -162,6 +166,14 @@ pub struct PortSpec {
     /// asked to kick again (default: the switch's `idle_polls`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tx_poll_budget: Option<u32>,
+    /// uplink: receive queues (default 1); queue 0 is shared, the others go
+    /// one per vNIC while they last.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queues: Option<usize>,
+    /// vhost-user or tap: the uplink receive queue this vNIC asks for
+    /// ("auto", the default: its own while queues last; "shared"; or N).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uplink_queue: Option<QueueRequest>,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -297,6 +309,8 @@ impl PortSpec {
             latency: Latency::Normal,
             core: None,
             tx_poll_budget: None,
+            queues: None,
+            uplink_queue: None,
         }
     }
 
@@ -368,6 +382,18 @@ impl PortSpec {
         if self.qdisc_bypass && self.kind != PortKind::Uplink {
             return Err(err("`qdisc_bypass` applies to uplink ports only"));
         }
+        if self.queues.is_some() && self.kind != PortKind::Uplink {
+            return Err(err("`queues` applies to uplink ports only"));
+        }
+        if self
+            .queues
+            .is_some_and(|k| !(1..=MAX_UPLINK_QUEUES).contains(&k))
+        {
+            return Err(err("`queues` must be between 1 and 64"));
+        }
+        if self.uplink_queue.is_some() && self.kind == PortKind::Uplink {
+            return Err(err("`uplink_queue` applies to vhost-user and tap ports"));
+        }
         if self.spoof_guard && mac.is_none() {
             return Err(err("`spoof_guard` needs `mac`"));
         }
@@ -380,6 +406,8 @@ impl PortSpec {
         Ok(PortPolicy {
             vlan,
             spoof_guard: if self.spoof_guard { mac } else { None },
+            mac,
+            uplink_queue: self.uplink_queue.unwrap_or_default(),
         })
     }
 }

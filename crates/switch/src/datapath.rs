@@ -10,6 +10,7 @@ use crate::coalesce::{Coalescer, Decision};
 use crate::config::Policies;
 use crate::fdb::Fdb;
 use crate::forward::{decide, Destination, L2Header, PortPolicy};
+use crate::netqueue::QueueRequest;
 use crate::offload::{self, Caps, Reject, Work};
 use crate::port::tap::{self, TapPort};
 use crate::port::uplink::{self, UplinkPort};
@@ -93,6 +94,18 @@ pub struct Slot {
     pub policies: Policies,
     /// The policies' running state.
     pub rt: PortRuntime,
+    /// A vNIC's MAC: configured, or the first source address learned on it
+    /// (its uplink receive queue takes frames for it).
+    pub mac: Option<crate::wire::EthernetAddress>,
+    /// A vNIC whose MAC is still to be learned.
+    needs_mac: bool,
+}
+
+impl Slot {
+    /// A virtual NIC (vhost-user or tap), as opposed to an uplink.
+    pub fn is_vnic(&self) -> bool {
+        matches!(self.port, Port::VhostUser(_) | Port::Tap(_))
+    }
 }
 
 /// The running state of a port's latency policies.
@@ -197,7 +210,8 @@ impl Datapath {
     ) -> (usize, PortId) {
         let id = PortId(self.next_id);
         self.next_id += 1;
-        let slot = Slot {
+        let mac = policy.mac;
+        let mut slot = Slot {
             id,
             name,
             policy,
@@ -205,7 +219,10 @@ impl Datapath {
             stats: Arc::new(PortStats::default()),
             rt: PortRuntime::new(&policies),
             policies,
+            mac,
+            needs_mac: false,
         };
+        slot.needs_mac = slot.is_vnic() && mac.is_none();
         let idx = match self.slots.iter().position(Option::is_none) {
             Some(i) => {
                 self.slots[i] = Some(slot);
@@ -216,13 +233,91 @@ impl Datapath {
                 self.slots.len() - 1
             }
         };
+        self.join_queues(idx);
         (idx, id)
+    }
+
+    /// Whether every uplink can give a new vNIC the receive queue it asks for.
+    pub fn check_queue_request(&self, req: QueueRequest) -> Result<(), String> {
+        for s in self.slots.iter().flatten() {
+            if let Port::Uplink(u) = &s.port {
+                u.table()
+                    .check(req)
+                    .map_err(|e| format!("uplink {}: {e}", s.name))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A new vNIC joins every uplink's queue table; a new uplink takes in
+    /// every vNIC, in the order they were added.
+    fn join_queues(&mut self, idx: usize) {
+        let Some(new) = self.slots[idx].as_ref() else {
+            return;
+        };
+        let members: Vec<_> = if new.is_vnic() {
+            vec![(new.id, new.policy.uplink_queue, new.mac)]
+        } else {
+            self.slots
+                .iter()
+                .flatten()
+                .filter(|s| s.is_vnic())
+                .map(|s| (s.id, s.policy.uplink_queue, s.mac))
+                .collect()
+        };
+        let only = (!new.is_vnic()).then_some(idx);
+        for (j, s) in self.slots.iter_mut().enumerate() {
+            let Some(Slot {
+                port: Port::Uplink(u),
+                name,
+                ..
+            }) = s
+            else {
+                continue;
+            };
+            if only.is_some_and(|o| o != j) {
+                continue;
+            }
+            u.update_queues(|t| {
+                let mut changed = false;
+                for &(id, req, mac) in &members {
+                    match t.join(id, req, mac) {
+                        Ok(c) => changed |= c,
+                        Err(e) => {
+                            log::warn!("uplink {name}: port id {id} stays on the shared queue: {e}")
+                        }
+                    }
+                }
+                changed
+            });
+        }
+    }
+
+    /// Records the MAC learned on vNIC slot `i`; its uplink queues follow it.
+    #[cold]
+    fn learn_mac(&mut self, i: usize, mac: crate::wire::EthernetAddress) {
+        let Some(s) = self.slots[i].as_mut() else {
+            return;
+        };
+        s.needs_mac = false;
+        s.mac = Some(mac);
+        let id = s.id;
+        for s in self.slots.iter_mut().flatten() {
+            if let Port::Uplink(u) = &mut s.port {
+                u.update_queues(|t| t.set_mac(id, mac));
+            }
+        }
     }
 
     /// Removes the port in slot `idx`, forgetting its addresses.
     pub fn remove(&mut self, idx: usize) -> Option<Slot> {
         let s = self.slots.get_mut(idx)?.take()?;
         self.fdb.flush_port(s.id);
+        for u in self.slots.iter_mut().flatten() {
+            if let Port::Uplink(u) = &mut u.port {
+                u.update_queues(|t| t.leave(s.id));
+            }
+        }
         Some(s)
     }
 
@@ -494,18 +589,22 @@ impl Datapath {
             let Some(mut q) = taken else { continue };
             let mut m = 0;
             while m < budget {
-                match q.peek() {
+                let len = match q.peek() {
                     None => break,
                     Some(uplink::Rx::Frame(f)) => {
-                        self.forward_frame(i, Src::Local(f), f.len() as u64, uplink::HDR_LEN, now)
+                        self.forward_frame(i, Src::Local(f), f.len() as u64, uplink::HDR_LEN, now);
+                        f.len()
                     }
                     Some(uplink::Rx::Unsupported) => {
                         if let Some(s) = &self.slots[i] {
                             s.stats.tx.drop(DropReason::Malformed);
                         }
+                        0
                     }
-                }
+                };
                 q.release();
+                q.packets += 1;
+                q.bytes += len as u64;
                 m += 1;
             }
             n += m;
@@ -617,6 +716,7 @@ impl Datapath {
         let Datapath { slots, fdb, .. } = self;
         let Some(me) = slots[i].as_ref() else { return };
         let src_id = me.id;
+        let learn = me.needs_mac;
         let decision = decide(fdb, src_id, &me.policy, &l2, now, |p, vid| {
             slots
                 .iter()
@@ -675,6 +775,9 @@ impl Datapath {
                     s.stats.tx.drop(DropReason::NoRoute);
                 }
             }
+        }
+        if learn {
+            self.learn_mac(i, l2.src);
         }
     }
 

@@ -51,6 +51,10 @@ pub struct PortPolicy {
     pub vlan: VlanMode,
     /// When set, frames from the port must carry this source MAC.
     pub spoof_guard: Option<EthernetAddress>,
+    /// The port's configured MAC (a vNIC's uplink queue follows it).
+    pub mac: Option<EthernetAddress>,
+    /// The uplink receive queue a vNIC asks for.
+    pub uplink_queue: crate::netqueue::QueueRequest,
 }
 
 /// Where a frame goes.
@@ -154,18 +158,22 @@ mod tests {
                     PortPolicy {
                         vlan: VlanMode::Access { vid: 10 },
                         spoof_guard: None,
+                        ..Default::default()
                     },
                     PortPolicy {
                         vlan: VlanMode::Access { vid: 10 },
                         spoof_guard: Some(mac(2)),
+                        ..Default::default()
                     },
                     PortPolicy {
                         vlan: VlanMode::Access { vid: 20 },
                         spoof_guard: None,
+                        ..Default::default()
                     },
                     PortPolicy {
                         vlan: trunk,
                         spoof_guard: None,
+                        ..Default::default()
                     },
                 ],
             }

@@ -10,6 +10,7 @@ pub mod fdb;
 pub mod forward;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod netqueue;
 pub mod offload;
 pub mod stats;
 mod sys;

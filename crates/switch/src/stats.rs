@@ -156,6 +156,7 @@ impl PortStats {
             rx: self.rx.snapshot(),
             resets: self.resets.load(Ordering::Relaxed),
             connections: self.connections.load(Ordering::Relaxed),
+            uplink_queues: Vec::new(),
         }
     }
 }
@@ -198,6 +199,28 @@ pub struct PortStatsSnapshot {
     pub resets: u64,
     /// Connections.
     pub connections: u64,
+    /// An uplink's receive queues (empty for other ports).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub uplink_queues: Vec<UplinkQueueSnapshot>,
+}
+
+/// Counters of one uplink receive queue.
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq, Eq)]
+pub struct UplinkQueueSnapshot {
+    /// Queue number (0: the shared queue).
+    pub queue: usize,
+    /// The vNIC that owns it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    /// The destination MAC it takes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mac: Option<String>,
+    /// Frames taken from it.
+    pub packets: u64,
+    /// Bytes taken from it.
+    pub bytes: u64,
+    /// Frames the kernel dropped because its ring was full.
+    pub kernel_drops: u64,
 }
 
 /// Renders ports' counters in the Prometheus text exposition format.
@@ -286,6 +309,38 @@ pub fn prometheus(ports: &[(String, PortStatsSnapshot)]) -> String {
         "Frames dropped, by reason.",
         "counter",
         &mut drops.into_iter(),
+    );
+    let uq = |f: fn(&UplinkQueueSnapshot) -> u64| {
+        ports
+            .iter()
+            .flat_map(move |(p, s)| {
+                s.uplink_queues.iter().map(move |q| {
+                    let owner = q.owner.as_deref().unwrap_or("");
+                    (
+                        format!("port=\"{p}\",queue=\"{}\",owner=\"{owner}\"", q.queue),
+                        f(q),
+                    )
+                })
+            })
+            .collect::<Vec<_>>()
+    };
+    family(
+        "uplink_queue_packets_total",
+        "Frames taken from an uplink receive queue.",
+        "counter",
+        &mut uq(|q| q.packets).into_iter(),
+    );
+    family(
+        "uplink_queue_bytes_total",
+        "Bytes taken from an uplink receive queue.",
+        "counter",
+        &mut uq(|q| q.bytes).into_iter(),
+    );
+    family(
+        "uplink_queue_kernel_drops_total",
+        "Frames the kernel dropped because an uplink receive queue was full.",
+        "counter",
+        &mut uq(|q| q.kernel_drops).into_iter(),
     );
     let resets: Vec<(String, u64)> = ports
         .iter()

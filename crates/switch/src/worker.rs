@@ -6,13 +6,14 @@
 
 use crate::coalesce::Coalesce;
 use crate::config::{Latency, PolicyUpdate, PortKind, PortSpec, SwitchConfig};
-use crate::datapath::{Datapath, Port};
+use crate::datapath::{Datapath, Port, Slot};
 use crate::fdb::{Fdb, FdbEntry};
 use crate::port::tap::TapPort;
 use crate::port::uplink::{UplinkOptions, UplinkPort};
 use crate::port::vhost_user::VhostUserPort;
 use crate::port::{SocketMode, Watch, Watched};
-use crate::stats::PortStatsSnapshot;
+use crate::stats::{PortStatsSnapshot, UplinkQueueSnapshot};
+use crate::PortId;
 use serde::{Deserialize, Serialize};
 use std::sync::mpsc::{Receiver, Sender};
 use std::time::{Duration, Instant};
@@ -161,7 +162,43 @@ impl Worker {
         self.registered[slot] = now_watched;
     }
 
-    fn info(&self, slot: usize) -> Option<PortInfo> {
+    /// An uplink's receive queues with their owners and counters.
+    fn uplink_queues(&mut self, slot: usize) -> Vec<UplinkQueueSnapshot> {
+        let names: Vec<(PortId, String)> = self
+            .dp
+            .slots()
+            .map(|(_, s)| (s.id, s.name.clone()))
+            .collect();
+        let Some(Slot {
+            port: Port::Uplink(u),
+            ..
+        }) = self.dp.slot_mut(slot)
+        else {
+            return Vec::new();
+        };
+        (0..u.queue_count())
+            .map(|q| {
+                let owner = u.table().owner(q);
+                let (packets, bytes, kernel_drops) = match u.queue_mut(q) {
+                    Some(rx) => (rx.packets, rx.bytes, rx.kernel_drops()),
+                    None => (0, 0, 0),
+                };
+                UplinkQueueSnapshot {
+                    queue: q,
+                    owner: owner.and_then(|(id, _)| {
+                        names.iter().find(|(i, _)| *i == id).map(|(_, n)| n.clone())
+                    }),
+                    mac: owner.and_then(|(_, m)| m).map(|m| m.to_string()),
+                    packets,
+                    bytes,
+                    kernel_drops,
+                }
+            })
+            .collect()
+    }
+
+    fn info(&mut self, slot: usize) -> Option<PortInfo> {
+        let queues = self.uplink_queues(slot);
         let s = self.dp.slot(slot)?;
         let (kind, socket, mode, connected, running) = match &s.port {
             Port::VhostUser(p) => (
@@ -190,7 +227,10 @@ impl Worker {
                 core: None,
                 tx_poll_budget: s.policies.tx_poll_budget,
             },
-            stats: s.stats.snapshot(),
+            stats: PortStatsSnapshot {
+                uplink_queues: queues,
+                ..s.stats.snapshot()
+            },
         })
     }
 
@@ -203,6 +243,9 @@ impl Worker {
         let policies = spec.policies(&self.cfg);
         if policies.latency == Latency::High {
             return Err(LATENCY_HIGH_UNAVAILABLE.into());
+        }
+        if spec.kind != PortKind::Uplink {
+            self.dp.check_queue_request(policy.uplink_queue)?;
         }
         let port = match spec.kind {
             PortKind::VhostUser => {
@@ -223,6 +266,7 @@ impl Worker {
                     .ok_or("an uplink port needs an interface")?;
                 let opts = UplinkOptions {
                     qdisc_bypass: spec.qdisc_bypass,
+                    queues: spec.queues.unwrap_or(1),
                     ..UplinkOptions::default()
                 };
                 Port::Uplink(UplinkPort::open(ifname, &opts).map_err(|x| e(&x))?)

@@ -14,7 +14,8 @@
 //! those offloads.
 
 use super::{Watch, Watched};
-use crate::sys::packet::{self, PlainTx, RxRing, TxRing};
+use crate::netqueue::QueueTable;
+use crate::sys::packet::{self, BpfInsn, PlainTx, RxRing, TxRing};
 use std::io;
 use std::os::fd::AsRawFd;
 
@@ -46,6 +47,8 @@ pub struct UplinkOptions {
     /// Hand transmitted frames straight to the driver, skipping the
     /// interface's queueing discipline (PACKET_QDISC_BYPASS).
     pub qdisc_bypass: bool,
+    /// Receive queues (queue 0 shared, the others one per vNIC).
+    pub queues: usize,
 }
 
 impl Default for UplinkOptions {
@@ -54,6 +57,7 @@ impl Default for UplinkOptions {
             rx_frames: 2048,
             tx_frames: 1024,
             qdisc_bypass: false,
+            queues: 1,
         }
     }
 }
@@ -74,13 +78,29 @@ pub struct RxQueue {
     ring: RxRing,
     /// Frames larger than a slot land here.
     big: Box<[u8]>,
+    /// The filter program in force.
+    program: Vec<BpfInsn>,
+    /// Frames and bytes taken from this queue (written by the worker only).
+    pub packets: u64,
+    /// Bytes of those frames (virtio-net header included).
+    pub bytes: u64,
+    kernel_drops: u64,
 }
 
 impl RxQueue {
-    fn open(ifname: &str, frame_size: usize, frames: usize) -> io::Result<Self> {
+    fn open(
+        ifname: &str,
+        frame_size: usize,
+        frames: usize,
+        program: Vec<BpfInsn>,
+    ) -> io::Result<Self> {
         Ok(Self {
-            ring: RxRing::open(ifname, frame_size, frames, None)?,
+            ring: RxRing::open(ifname, frame_size, frames, Some(&program))?,
             big: vec![0u8; BUF_LEN].into_boxed_slice(),
+            program,
+            packets: 0,
+            bytes: 0,
+            kernel_drops: 0,
         })
     }
 
@@ -116,9 +136,11 @@ impl RxQueue {
         self.ring.release();
     }
 
-    /// Frames the kernel dropped because this queue's ring was full, since the last call.
-    pub fn take_kernel_drops(&self) -> u64 {
-        self.ring.take_drops().map_or(0, u64::from)
+    /// Frames the kernel dropped because this queue's ring was full.
+    pub fn kernel_drops(&mut self) -> u64 {
+        // The kernel's counter resets on every read: keep the total here.
+        self.kernel_drops += self.ring.take_drops().map_or(0, u64::from);
+        self.kernel_drops
     }
 }
 
@@ -152,6 +174,8 @@ pub struct UplinkPort {
     big_buf: Box<[u8]>,
     /// The transmit buffer handed out is `big_buf`, not a ring slot.
     big_pending: bool,
+    /// Which vNIC owns which receive queue.
+    table: QueueTable,
     opts: UplinkOptions,
 }
 
@@ -174,14 +198,23 @@ impl UplinkPort {
             .map_err(|e| err("transmit ring", e))?;
         let big_tx =
             PlainTx::open(ifname, opts.qdisc_bypass).map_err(|e| err("transmit socket", e))?;
-        let rx = RxQueue::open(ifname, fs, opts.rx_frames).map_err(|e| err("receive ring", e))?;
+        let table = QueueTable::new(opts.queues);
+        let mut queues = Vec::with_capacity(table.queues());
+        for q in 0..table.queues() {
+            // The shared queue takes everything, the others nothing until
+            // a vNIC with a known MAC owns them.
+            let rx = RxQueue::open(ifname, fs, opts.rx_frames, table.program(q))
+                .map_err(|e| err("receive ring", e))?;
+            queues.push(Some(rx));
+        }
         Ok(Self {
             ifname: ifname.to_string(),
-            queues: vec![Some(rx)],
+            queues,
             tx,
             big_tx,
             big_buf: vec![0u8; BUF_LEN].into_boxed_slice(),
             big_pending: false,
+            table,
             opts: opts.clone(),
         })
     }
@@ -201,6 +234,38 @@ impl UplinkPort {
     pub fn watched(&self, out: &mut Vec<Watched>) {
         for q in self.queues.iter().flatten() {
             out.push((q.ring.as_raw_fd(), Watch::Connection));
+        }
+    }
+
+    /// Who owns which receive queue.
+    pub fn table(&self) -> &QueueTable {
+        &self.table
+    }
+
+    /// Changes the queue table (vNICs joining, leaving, learning their MAC)
+    /// and installs the filter programs that changed. Not on the per-frame
+    /// path: a few system calls per change.
+    pub fn update_queues(&mut self, f: impl FnOnce(&mut QueueTable) -> bool) {
+        if !f(&mut self.table) {
+            return;
+        }
+        // The dedicated queues first: a moving address is briefly taken by
+        // two queues rather than by none.
+        for q in (0..self.queues.len()).rev() {
+            let program = self.table.program(q);
+            let Some(Some(rx)) = self.queues.get_mut(q) else {
+                continue;
+            };
+            if rx.program == program {
+                continue;
+            }
+            match rx.ring.set_filter(&program) {
+                Ok(()) => rx.program = program,
+                Err(e) => log::warn!(
+                    "uplink {}: queue {q}: cannot set its filter: {e}",
+                    self.ifname
+                ),
+            }
         }
     }
 

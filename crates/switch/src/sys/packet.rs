@@ -409,6 +409,12 @@ impl RxRing {
         })
     }
 
+    /// Replaces the socket's filter (atomically for the kernel: every frame
+    /// meets either the old program or the new one).
+    pub fn set_filter(&self, filter: &[BpfInsn]) -> io::Result<()> {
+        attach_filter(self.fd.as_raw_fd(), filter)
+    }
+
     /// Receives the full copy of a frame whose slot says `copied` into
     /// `buf`; returns its length (virtio-net header first) and the VLAN TCI
     /// the driver stripped, if any.

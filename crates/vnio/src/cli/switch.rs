@@ -30,6 +30,8 @@ pub struct Args {
     command: Option<Cmd>,
 }
 
+// Parsed once per process: the size of the largest variant does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Cmd {
     /// Manage the ports of a running switch.
@@ -82,6 +84,12 @@ enum PortCmd {
         /// Uplink: hand frames straight to the driver, skipping the interface's qdisc.
         #[arg(long, requires = "uplink")]
         qdisc_bypass: bool,
+        /// Uplink: receive queues (queue 0 shared, the others one per vNIC while they last).
+        #[arg(long, requires = "uplink")]
+        queues: Option<usize>,
+        /// vNIC: the uplink receive queue to use: auto (its own while queues last), shared, or N.
+        #[arg(long, value_name = "auto|shared|N", conflicts_with = "uplink")]
+        uplink_queue: Option<vnio_switch::netqueue::QueueRequest>,
         #[command(flatten)]
         policy: PolicyArgs,
     },
@@ -218,6 +226,8 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
                 spoof_guard,
                 qdisc_bypass,
                 policy,
+                queues,
+                uplink_queue,
             } => {
                 let spec = PortSpec {
                     name,
@@ -242,6 +252,8 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
                     latency: policy.latency.unwrap_or_default(),
                     core: policy.core,
                     tx_poll_budget: policy.tx_poll_budget,
+                    queues,
+                    uplink_queue,
                 };
                 let v = client.request(&Request::PortAdd { port: spec })?;
                 if json {
@@ -419,6 +431,19 @@ fn print_stats(m: &std::collections::BTreeMap<String, PortStatsSnapshot>) {
                 } else {
                     drops.join(" ")
                 }
+            );
+        }
+        for q in &s.uplink_queues {
+            println!(
+                "  queue {:<3} {:<16} {:<17} packets {:>10}  bytes {:>12}  kernel drops {}",
+                q.queue,
+                q.owner
+                    .as_deref()
+                    .unwrap_or(if q.queue == 0 { "(shared)" } else { "(free)" }),
+                q.mac.as_deref().unwrap_or("-"),
+                q.packets,
+                q.bytes,
+                q.kernel_drops
             );
         }
     }
