@@ -287,6 +287,15 @@ impl Policies {
     pub fn effective_lro(&self) -> bool {
         self.lro && self.latency == Latency::Normal
     }
+
+    /// The transmit busy-poll budget in force: a latency-high port's
+    /// dedicated worker polls without end (its guest never needs to kick).
+    pub fn effective_tx_poll_budget(&self) -> u32 {
+        match self.latency {
+            Latency::High => u32::MAX,
+            Latency::Normal => self.tx_poll_budget,
+        }
+    }
 }
 
 impl PortSpec {

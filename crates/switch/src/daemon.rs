@@ -1,20 +1,20 @@
-//! The switch process: a worker thread owning the data path, and a control
+//! The switch process: worker threads owning the data path (the shared one,
+//! and one per latency-high port, see [`crate::workers`]), and a control
 //! thread serving the Unix control socket. [`Switch::start`] is what
 //! `vnio switch --config` runs; tests start it in-process.
 
 use crate::config::{Config, PortSpec};
 use crate::control::{Request, Response};
 use crate::stats;
-use crate::worker::{Command, PortInfo, Worker};
+use crate::worker::PortInfo;
+use crate::workers::Workers;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, Sender};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
-use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
 /// Why the switch could not start.
 #[derive(Debug, thiserror::Error)]
@@ -33,33 +33,27 @@ pub enum StartError {
     Metrics(std::net::SocketAddr, #[source] std::io::Error),
 }
 
-/// A handle to the worker: send a command, wake it, wait for the answer.
+/// The control plane's handle on the workers (cheap to clone; every
+/// request takes the registry's lock, which no worker ever takes).
 #[derive(Clone)]
 pub struct WorkerHandle {
-    tx: Sender<Command>,
-    wake: Arc<EventFd>,
+    workers: Arc<Mutex<Workers>>,
 }
 
-const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
-
 impl WorkerHandle {
-    fn send(&self, c: Command) -> Result<(), String> {
-        self.tx.send(c).map_err(|_| "worker stopped".to_string())?;
-        self.wake.write(1).map_err(|e| e.to_string())
+    fn with<T>(&self, f: impl FnOnce(&mut Workers) -> T) -> T {
+        let mut w = self.workers.lock().unwrap_or_else(|p| p.into_inner());
+        f(&mut w)
     }
 
     /// Adds a port.
     pub fn add_port(&self, spec: PortSpec) -> Result<PortInfo, String> {
-        let (tx, rx) = mpsc::channel();
-        self.send(Command::Add(spec, tx))?;
-        rx.recv_timeout(ANSWER_TIMEOUT).map_err(|e| e.to_string())?
+        self.with(|w| w.add_port(spec))
     }
 
     /// Removes a port.
     pub fn del_port(&self, name: &str) -> Result<(), String> {
-        let (tx, rx) = mpsc::channel();
-        self.send(Command::Del(name.to_string(), tx))?;
-        rx.recv_timeout(ANSWER_TIMEOUT).map_err(|e| e.to_string())?
+        self.with(|w| w.del_port(name))
     }
 
     /// Changes a port's latency policies.
@@ -68,30 +62,27 @@ impl WorkerHandle {
         name: &str,
         set: crate::config::PolicyUpdate,
     ) -> Result<PortInfo, String> {
-        let (tx, rx) = mpsc::channel();
-        self.send(Command::Set(name.to_string(), set, tx))?;
-        rx.recv_timeout(ANSWER_TIMEOUT).map_err(|e| e.to_string())?
+        self.with(|w| w.set_port(name, set))
     }
 
     /// Lists ports with their counters.
     pub fn list(&self) -> Result<Vec<PortInfo>, String> {
-        let (tx, rx) = mpsc::channel();
-        self.send(Command::List(tx))?;
-        rx.recv_timeout(ANSWER_TIMEOUT).map_err(|e| e.to_string())
+        self.with(|w| w.list())
     }
 
     /// The FDB.
     pub fn fdb(&self) -> Result<Vec<crate::fdb::FdbEntry>, String> {
-        let (tx, rx) = mpsc::channel();
-        self.send(Command::Fdb(tx))?;
-        rx.recv_timeout(ANSWER_TIMEOUT).map_err(|e| e.to_string())
+        self.with(|w| w.fdb())
+    }
+
+    fn stop(&self) {
+        self.with(|w| w.stop());
     }
 }
 
 /// A running switch.
 pub struct Switch {
     handle: WorkerHandle,
-    worker: Option<JoinHandle<()>>,
     control: Option<JoinHandle<()>>,
     metrics: Option<JoinHandle<()>>,
     metrics_addr: Option<std::net::SocketAddr>,
@@ -102,18 +93,13 @@ pub struct Switch {
 impl Switch {
     /// Starts the worker, adds the configured ports, and serves the control socket.
     pub fn start(config: Config) -> Result<Self, StartError> {
-        let (tx, rx) = mpsc::channel();
-        let wake = Arc::new(EventFd::new(EFD_NONBLOCK)?);
-        let worker = Worker::new(config.switch.clone(), rx, wake.try_clone()?)?;
-        let worker = std::thread::Builder::new()
-            .name("vnio-switch-worker".into())
-            .spawn(move || worker.run())?;
-        let handle = WorkerHandle { tx, wake };
+        let handle = WorkerHandle {
+            workers: Arc::new(Mutex::new(Workers::start(config.switch.clone())?)),
+        };
         let stop = Arc::new(AtomicBool::new(false));
         let path = config.switch.control.clone();
         let mut sw = Self {
             handle: handle.clone(),
-            worker: Some(worker),
             control: None,
             metrics: None,
             metrics_addr: None,
@@ -183,10 +169,7 @@ impl Drop for Switch {
         if let Some(m) = self.metrics.take() {
             let _ = m.join();
         }
-        let _ = self.handle.send(Command::Stop);
-        if let Some(w) = self.worker.take() {
-            let _ = w.join();
-        }
+        self.handle.stop();
         let _ = std::fs::remove_file(&self.control_path);
     }
 }

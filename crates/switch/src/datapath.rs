@@ -10,6 +10,7 @@ use crate::coalesce::{Coalescer, Decision};
 use crate::config::Policies;
 use crate::fdb::Fdb;
 use crate::forward::{decide, Destination, L2Header, PortPolicy};
+use crate::mesh::{Kind, Peer, PeerSetup, Record, RemotePort, WorkerId, RECORD_HEADER};
 use crate::netqueue::QueueRequest;
 use crate::offload::{self, Caps, Reject, Work};
 use crate::port::tap::{self, TapPort};
@@ -158,7 +159,6 @@ enum DeliverError {
 pub struct Datapath {
     slots: Vec<Option<Slot>>,
     fdb: Fdb,
-    next_id: u32,
     /// Slots whose watched descriptors changed outside an event (resets).
     dirty: Vec<usize>,
     /// Where frames read from tap ports land (moved out while in use).
@@ -170,6 +170,10 @@ pub struct Datapath {
     plan: Box<RxPlan>,
     /// The earliest held call's deadline after the last round.
     next_deadline: Option<Instant>,
+    /// The other workers.
+    peers: Vec<Peer>,
+    /// Ports other workers own.
+    remote: Vec<RemotePort>,
     /// A frame materialized for software offload work (moved out while in use).
     soft: Option<Box<[u8]>>,
     /// Where software segmentation builds each segment (moved out while in use).
@@ -182,7 +186,6 @@ impl Datapath {
         Self {
             slots: Vec::new(),
             fdb,
-            next_id: 1,
             dirty: Vec::with_capacity(64),
             scratch: Some(vec![0u8; tap::BUF_LEN].into_boxed_slice()),
             tx_chain: Some(Box::new(Chain::new())),
@@ -195,6 +198,8 @@ impl Datapath {
                 cap: 0,
             }),
             next_deadline: None,
+            peers: Vec::new(),
+            remote: Vec::new(),
             soft: Some(vec![0u8; MAX_FRAME as usize].into_boxed_slice()),
             seg: Some(vec![0u8; MAX_FRAME as usize].into_boxed_slice()),
         }
@@ -203,13 +208,12 @@ impl Datapath {
     /// Adds a port; returns its slot index.
     pub fn add(
         &mut self,
+        id: PortId,
         name: String,
         policy: PortPolicy,
         policies: Policies,
         port: Port,
-    ) -> (usize, PortId) {
-        let id = PortId(self.next_id);
-        self.next_id += 1;
+    ) -> usize {
         let mac = policy.mac;
         let mut slot = Slot {
             id,
@@ -223,6 +227,14 @@ impl Datapath {
             needs_mac: false,
         };
         slot.needs_mac = slot.is_vnic() && mac.is_none();
+        self.attach(slot)
+    }
+
+    /// Takes in a port another worker detached; returns its slot index.
+    pub fn attach(&mut self, slot: Slot) -> usize {
+        self.remote.retain(|r| r.id != slot.id);
+        // What was learned on it here came through another worker's ring.
+        self.fdb.flush_port(slot.id);
         let idx = match self.slots.iter().position(Option::is_none) {
             Some(i) => {
                 self.slots[i] = Some(slot);
@@ -234,7 +246,7 @@ impl Datapath {
             }
         };
         self.join_queues(idx);
-        (idx, id)
+        idx
     }
 
     /// Whether every uplink can give a new vNIC the receive queue it asks for.
@@ -388,6 +400,7 @@ impl Datapath {
         s.rt.restart();
         let id = s.id;
         self.fdb.flush_port(id);
+        self.flush_remote(id);
         self.mark_dirty(idx);
     }
 
@@ -405,7 +418,7 @@ impl Datapath {
     /// One polling round: up to `budget` frames from each port. Returns
     /// frames forwarded or dropped (0 means idle).
     pub fn poll(&mut self, now: Instant, budget: usize) -> usize {
-        let mut work = 0;
+        let mut work = self.poll_peers(now, budget);
         for i in 0..self.slots.len() {
             let n = self.forward_from(i, now, budget);
             work += n;
@@ -433,6 +446,7 @@ impl Datapath {
             }
         }
         self.next_deadline = next;
+        self.flush_peers();
         work
     }
 
@@ -506,6 +520,7 @@ impl Datapath {
                     s.rt.restart();
                     let id = s.id;
                     self.fdb.flush_port(id);
+                    self.flush_remote(id);
                     self.mark_dirty(idx);
                 }
                 Err(e) => {
@@ -713,16 +728,20 @@ impl Datapath {
             return;
         }
         stats.tx.frame(frame_len as usize);
-        let Datapath { slots, fdb, .. } = self;
+        let Datapath {
+            slots, fdb, remote, ..
+        } = self;
         let Some(me) = slots[i].as_ref() else { return };
         let src_id = me.id;
         let learn = me.needs_mac;
         let decision = decide(fdb, src_id, &me.policy, &l2, now, |p, vid| {
-            slots
-                .iter()
-                .flatten()
-                .find(|s| s.id == p)
-                .and_then(|s| s.policy.vlan.egress(vid))
+            match slots.iter().flatten().find(|s| s.id == p) {
+                Some(s) => s.policy.vlan.egress(vid),
+                None => remote
+                    .iter()
+                    .find(|r| r.id == p)
+                    .and_then(|r| r.vlan.egress(vid)),
+            }
         });
         let d = match decision {
             Ok(d) => d,
@@ -755,6 +774,8 @@ impl Datapath {
                     .position(|s| s.as_ref().is_some_and(|s| s.id == p))
                 {
                     self.deliver_to(j, &frame, tagging, now);
+                } else if let Some(w) = self.remote.iter().find(|r| r.id == p).map(|r| r.worker) {
+                    self.push_remote(i, w, Some(p), &frame, d.vid);
                 }
             }
             Destination::Flood => {
@@ -771,6 +792,17 @@ impl Datapath {
                         sent = true;
                     }
                 }
+                // Once to every other worker with a member of the VLAN.
+                for k in 0..self.peers.len() {
+                    let w = self.peers[k].worker;
+                    if self
+                        .remote
+                        .iter()
+                        .any(|r| r.worker == w && r.vlan.egress(d.vid).is_some())
+                    {
+                        sent |= self.push_remote(i, w, None, &frame, d.vid);
+                    }
+                }
                 if let (false, Some(s)) = (sent, &self.slots[i]) {
                     s.stats.tx.drop(DropReason::NoRoute);
                 }
@@ -779,6 +811,183 @@ impl Datapath {
         if learn {
             self.learn_mac(i, l2.src);
         }
+    }
+
+    /// Copies a frame from slot `i` into the ring to worker `w` (it owns the
+    /// destination, or has members of the VLAN when `dest` is `None`). A
+    /// full ring is a `ring_full` drop counted on the sending port (the
+    /// destination's counters belong to the other worker).
+    fn push_remote(
+        &mut self,
+        i: usize,
+        w: WorkerId,
+        dest: Option<PortId>,
+        frame: &Frame<'_>,
+        vid: u16,
+    ) -> bool {
+        let Some(src) = self.slots[i].as_ref() else {
+            return false;
+        };
+        let Some(peer) = self.peers.iter_mut().find(|p| p.worker == w) else {
+            return false;
+        };
+        let len = RECORD_HEADER + frame.frame_len as usize;
+        let Some(buf) = peer.tx.reserve(len) else {
+            src.stats.tx.drop(DropReason::RingFull);
+            return false;
+        };
+        Record {
+            kind: Kind::Frame,
+            dest,
+            src: src.id,
+            vid,
+            tci_pcp: frame.tci_pcp,
+            src_tag_len: frame.src_tag_len as u8,
+            vhdr: frame.vhdr,
+        }
+        .emit(&mut buf[..RECORD_HEADER]);
+        if frame
+            .src
+            .read(frame.hdr_len as u64, &mut buf[RECORD_HEADER..])
+            != len - RECORD_HEADER
+        {
+            src.stats.tx.drop(DropReason::Malformed);
+            return false;
+        }
+        peer.tx.commit(len);
+        peer.pushed = true;
+        true
+    }
+
+    /// Tells every other worker to forget what it learned on `id`.
+    fn flush_remote(&mut self, id: PortId) {
+        for peer in &mut self.peers {
+            if let Some(buf) = peer.tx.reserve(RECORD_HEADER) {
+                Record {
+                    kind: Kind::Flush,
+                    dest: None,
+                    src: id,
+                    vid: 0,
+                    tci_pcp: 0,
+                    src_tag_len: 0,
+                    vhdr: VirtioNetHdrRepr::default(),
+                }
+                .emit(buf);
+                peer.tx.commit(RECORD_HEADER);
+                peer.pushed = true;
+            }
+        }
+    }
+
+    /// Takes up to `budget` records from each other worker and delivers
+    /// them to this worker's ports. Returns the records taken.
+    fn poll_peers(&mut self, now: Instant, budget: usize) -> usize {
+        let mut work = 0;
+        for k in 0..self.peers.len() {
+            let Some(mut rx) = self.peers[k].rx.take() else {
+                continue;
+            };
+            let mut n = 0;
+            while n < budget {
+                let Some(rec) = rx.peek() else { break };
+                self.on_record(rec, now);
+                rx.pop();
+                n += 1;
+            }
+            if n > 0 {
+                rx.release();
+            }
+            work += n;
+            self.peers[k].rx = Some(rx);
+        }
+        work
+    }
+
+    fn on_record(&mut self, rec: &[u8], now: Instant) {
+        let Some(r) = Record::parse(rec) else { return };
+        if r.kind == Kind::Flush {
+            self.fdb.flush_port(r.src);
+            return;
+        }
+        let bytes = &rec[RECORD_HEADER..];
+        if bytes.len() < 14 + usize::from(r.src_tag_len) {
+            return;
+        }
+        self.fdb.learn(
+            r.vid,
+            crate::wire::EthernetAddress::from_bytes(&bytes[6..12]),
+            r.src,
+            now,
+        );
+        let mut macs = [0u8; 12];
+        macs.copy_from_slice(&bytes[..12]);
+        let frame = Frame {
+            src: Src::Local(bytes),
+            hdr_len: 0,
+            vhdr: r.vhdr,
+            macs,
+            src_tag_len: u64::from(r.src_tag_len),
+            tci_pcp: r.tci_pcp,
+            frame_len: bytes.len() as u64,
+        };
+        for j in 0..self.slots.len() {
+            let Some(s) = self.slots[j].as_ref() else {
+                continue;
+            };
+            let wanted = match r.dest {
+                Some(p) => s.id == p,
+                None => s.id != r.src,
+            };
+            if !wanted {
+                continue;
+            }
+            if let Some(tagging) = s.policy.vlan.egress(r.vid) {
+                self.deliver_to(j, &frame, tagging, now);
+            }
+            if r.dest.is_some() {
+                break;
+            }
+        }
+    }
+
+    /// Publishes this round's records to other workers, waking sleepers.
+    fn flush_peers(&mut self) {
+        for peer in &mut self.peers {
+            if std::mem::take(&mut peer.pushed) {
+                peer.tx.flush();
+                peer.doorbell.ring();
+            }
+        }
+    }
+
+    /// True when another worker published records not yet taken.
+    pub fn peers_pending(&mut self) -> bool {
+        self.peers
+            .iter_mut()
+            .any(|p| p.rx.as_mut().is_some_and(|rx| rx.pending()))
+    }
+
+    /// Connects to another worker.
+    pub fn add_peer(&mut self, p: PeerSetup) {
+        self.peers.retain(|x| x.worker != p.worker);
+        self.peers.push(p.into_peer());
+    }
+
+    /// Disconnects from a worker that stopped (its ports are gone or moved).
+    pub fn remove_peer(&mut self, w: WorkerId) {
+        self.peers.retain(|x| x.worker != w);
+    }
+
+    /// Learns (or updates) where another worker's port is.
+    pub fn set_remote(&mut self, r: RemotePort) {
+        self.remote.retain(|x| x.id != r.id);
+        self.remote.push(r);
+    }
+
+    /// Forgets another worker's port.
+    pub fn remove_remote(&mut self, id: PortId) {
+        self.remote.retain(|x| x.id != id);
+        self.fdb.flush_port(id);
     }
 
     /// Delivers a frame to slot `j`, doing in software the offload work the
@@ -953,7 +1162,7 @@ fn tx_budget(s: &mut Slot, popped: usize) {
         return;
     }
     s.rt.tx_idle = s.rt.tx_idle.saturating_add(1);
-    if !s.rt.tx_armed && s.rt.tx_idle >= s.policies.tx_poll_budget {
+    if !s.rt.tx_armed && s.rt.tx_idle >= s.policies.effective_tx_poll_budget() {
         s.rt.tx_armed = true;
         if q.enable_notification() {
             // Frames came while arming: the next round takes them.

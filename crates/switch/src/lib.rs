@@ -10,6 +10,7 @@ pub mod fdb;
 pub mod forward;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod mesh;
 pub mod netqueue;
 pub mod offload;
 pub mod stats;
@@ -51,3 +52,4 @@ pub mod daemon;
 pub mod endpoint;
 pub mod logging;
 pub mod worker;
+pub mod workers;

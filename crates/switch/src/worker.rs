@@ -1,13 +1,16 @@
 //! A worker: the thread that owns a [`Datapath`] (its ports, their
 //! connections and queues). It polls for a budget, and when a number of
 //! rounds find nothing it re-enables guest notifications and sleeps in
-//! epoll on kick eventfds, front-end sockets and its command eventfd.
+//! epoll on kick eventfds, front-end sockets, its command eventfd and its
+//! doorbell (other workers' frames, see [`crate::mesh`]). A dedicated
+//! worker (a latency-high port's) is pinned to its core and never sleeps.
 //! The control plane talks to it only through [`Command`]s.
 
 use crate::coalesce::Coalesce;
 use crate::config::{Latency, PolicyUpdate, PortKind, PortSpec, SwitchConfig};
 use crate::datapath::{Datapath, Port, Slot};
 use crate::fdb::{Fdb, FdbEntry};
+use crate::mesh::{Doorbell, PeerSetup, RemotePort, WorkerId};
 use crate::port::tap::TapPort;
 use crate::port::uplink::{UplinkOptions, UplinkPort};
 use crate::port::vhost_user::VhostUserPort;
@@ -15,7 +18,9 @@ use crate::port::{SocketMode, Watch, Watched};
 use crate::stats::{PortStatsSnapshot, UplinkQueueSnapshot};
 use crate::PortId;
 use serde::{Deserialize, Serialize};
+use std::sync::atomic::{fence, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
 use vmm_sys_util::eventfd::EventFd;
@@ -64,10 +69,23 @@ pub struct PolicyInfo {
 }
 
 /// Requests to the worker; each carries where to answer.
-#[derive(Debug)]
 pub enum Command {
-    /// Add a port.
-    Add(PortSpec, Sender<Result<PortInfo, String>>),
+    /// Add a port with this identity.
+    Add(PortSpec, crate::PortId, Sender<Result<PortInfo, String>>),
+    /// Hand a port (with its connection and rings) over to the control plane.
+    Detach(String, Sender<Result<Box<Slot>, String>>),
+    /// Take over a port another worker detached.
+    Attach(Box<Slot>, Sender<PortInfo>),
+    /// Learn where another worker's port is.
+    Remote(RemotePort),
+    /// Forget another worker's port.
+    Unremote(crate::PortId),
+    /// Connect to another worker.
+    AddPeer(PeerSetup),
+    /// Disconnect from a worker that stopped.
+    RemovePeer(WorkerId),
+    /// Restrict this worker's thread to these CPUs.
+    Pin(Vec<usize>, Sender<Result<(), String>>),
     /// Remove a port by name.
     Del(String, Sender<Result<(), String>>),
     /// Change a port's latency policies.
@@ -83,6 +101,8 @@ pub enum Command {
 const WAKE: u64 = u64::MAX;
 /// The epoll token of the timer that wakes the worker for a held call.
 const TIMER: u64 = u64::MAX - 1;
+/// The epoll token of the doorbell other workers ring.
+const DOORBELL: u64 = u64::MAX - 2;
 const TICK: Duration = Duration::from_millis(50);
 const AGE_EVERY: Duration = Duration::from_secs(1);
 /// Busy polling reads the clock every this many rounds.
@@ -99,6 +119,9 @@ pub struct Worker {
     registered: Vec<Vec<Watched>>,
     cfg: SwitchConfig,
     timer: TimerFd,
+    doorbell: Arc<Doorbell>,
+    /// The core a dedicated worker is pinned to (it never sleeps).
+    dedicated: Option<usize>,
 }
 
 fn token(slot: usize, w: Watch) -> u64 {
@@ -106,11 +129,15 @@ fn token(slot: usize, w: Watch) -> u64 {
 }
 
 impl Worker {
-    /// A worker with no ports; `wake` is written after each command is sent.
+    /// A worker with no ports; `wake` is written after each command is
+    /// sent, `doorbell` by other workers; `dedicated`: the core of a
+    /// latency-high port's worker (which never sleeps).
     pub fn new(
         cfg: SwitchConfig,
         commands: Receiver<Command>,
         wake: EventFd,
+        doorbell: Arc<Doorbell>,
+        dedicated: Option<usize>,
     ) -> std::io::Result<Self> {
         let epoll = Epoll::new()?;
         epoll.ctl(
@@ -124,6 +151,11 @@ impl Worker {
             std::os::fd::AsRawFd::as_raw_fd(&timer),
             EpollEvent::new(EventSet::IN, TIMER),
         )?;
+        epoll.ctl(
+            ControlOperation::Add,
+            std::os::fd::AsRawFd::as_raw_fd(&doorbell.fd),
+            EpollEvent::new(EventSet::IN, DOORBELL),
+        )?;
         let dp = Datapath::new(Fdb::new(cfg.fdb_capacity, cfg.aging()));
         Ok(Self {
             dp,
@@ -133,7 +165,19 @@ impl Worker {
             registered: Vec::new(),
             cfg,
             timer,
+            doorbell,
+            dedicated,
         })
+    }
+
+    /// Connects to another worker before the thread starts.
+    pub fn add_peer(&mut self, p: PeerSetup) {
+        self.dp.add_peer(p);
+    }
+
+    /// Learns another worker's port before the thread starts.
+    pub fn set_remote(&mut self, r: RemotePort) {
+        self.dp.set_remote(r);
     }
 
     fn sync(&mut self, slot: usize) {
@@ -224,8 +268,10 @@ impl Worker {
                 coalesce: s.policies.effective_coalesce(),
                 lro: s.policies.effective_lro(),
                 latency: s.policies.latency,
-                core: None,
-                tx_poll_budget: s.policies.tx_poll_budget,
+                core: self
+                    .dedicated
+                    .filter(|_| s.policies.latency == Latency::High),
+                tx_poll_budget: s.policies.effective_tx_poll_budget(),
             },
             stats: PortStatsSnapshot {
                 uplink_queues: queues,
@@ -234,16 +280,13 @@ impl Worker {
         })
     }
 
-    fn add(&mut self, spec: &PortSpec) -> Result<PortInfo, String> {
+    fn add(&mut self, spec: &PortSpec, id: crate::PortId) -> Result<PortInfo, String> {
         let e = |e: &dyn std::error::Error| crate::error_chain(e);
         let policy = spec.policy().map_err(|x| e(&x))?;
         if self.dp.find(&spec.name).is_some() {
             return Err(format!("port {} exists", spec.name));
         }
         let policies = spec.policies(&self.cfg);
-        if policies.latency == Latency::High {
-            return Err(LATENCY_HIGH_UNAVAILABLE.into());
-        }
         if spec.kind != PortKind::Uplink {
             self.dp.check_queue_request(policy.uplink_queue)?;
         }
@@ -272,7 +315,7 @@ impl Worker {
                 Port::Uplink(UplinkPort::open(ifname, &opts).map_err(|x| e(&x))?)
             }
         };
-        let (slot, _) = self.dp.add(spec.name.clone(), policy, policies, port);
+        let slot = self.dp.add(id, spec.name.clone(), policy, policies, port);
         // A client-mode port connects at once; other client ports may connect too.
         let mut changed = vec![slot];
         self.dp.tick(Instant::now(), &mut changed);
@@ -284,6 +327,13 @@ impl Worker {
     }
 
     fn del(&mut self, name: &str) -> Result<(), String> {
+        self.detach(name)?;
+        log::info!("port {name} removed");
+        Ok(())
+    }
+
+    /// Takes a port out of this worker (its descriptors unwatched).
+    fn detach(&mut self, name: &str) -> Result<Box<Slot>, String> {
         let slot = self
             .dp
             .find(name)
@@ -295,9 +345,25 @@ impl Worker {
                     .ctl(ControlOperation::Delete, fd, EpollEvent::default());
             }
         }
-        self.dp.remove(slot);
-        log::info!("port {name} removed");
-        Ok(())
+        self.dp
+            .remove(slot)
+            .map(Box::new)
+            .ok_or_else(|| "port vanished".into())
+    }
+
+    fn attach(&mut self, s: Box<Slot>) -> PortInfo {
+        let name = s.name.clone();
+        let slot = self.dp.attach(*s);
+        self.sync(slot);
+        log::info!(
+            "port {name} now served by {}",
+            match self.dedicated {
+                Some(c) => format!("a dedicated worker on core {c}"),
+                None => "the shared worker".into(),
+            }
+        );
+        self.info(slot)
+            .unwrap_or_else(|| unreachable!("attached above"))
     }
 
     fn set(&mut self, name: &str, u: &PolicyUpdate) -> Result<PortInfo, String> {
@@ -308,12 +374,6 @@ impl Worker {
         let s = self.dp.slot(slot).ok_or("port vanished")?;
         let mut p = s.policies;
         p.apply(u);
-        if p.core.is_some() && p.latency != Latency::High {
-            return Err(format!("port {name}: --core is for --latency high"));
-        }
-        if p.latency == Latency::High {
-            return Err(LATENCY_HIGH_UNAVAILABLE.into());
-        }
         self.dp.set_policies(slot, p);
         log::info!(
             "port {name}: coalesce {}, lro {}, latency {}, tx_poll_budget {}",
@@ -330,8 +390,26 @@ impl Worker {
         let _ = self.wake.read();
         while let Ok(c) = self.commands.try_recv() {
             match c {
-                Command::Add(spec, reply) => {
-                    let _ = reply.send(self.add(&spec));
+                Command::Add(spec, id, reply) => {
+                    let _ = reply.send(self.add(&spec, id));
+                }
+                Command::Detach(name, reply) => {
+                    let _ = reply.send(self.detach(&name));
+                }
+                Command::Attach(slot, reply) => {
+                    let _ = reply.send(self.attach(slot));
+                }
+                Command::Remote(r) => self.dp.set_remote(r),
+                Command::Unremote(id) => self.dp.remove_remote(id),
+                Command::AddPeer(p) => self.dp.add_peer(p),
+                Command::RemovePeer(w) => self.dp.remove_peer(w),
+                Command::Pin(cpus, reply) => {
+                    let r = crate::sys::affinity::pin_current_thread(&cpus)
+                        .map_err(|e| format!("cannot pin the worker to CPUs {cpus:?}: {e}"));
+                    if r.is_ok() && self.dedicated.is_some() {
+                        self.dedicated = cpus.first().copied();
+                    }
+                    let _ = reply.send(r);
                 }
                 Command::Del(name, reply) => {
                     let _ = reply.send(self.del(&name));
@@ -376,11 +454,19 @@ impl Worker {
             }
             rounds = rounds.wrapping_add(1);
             // Sleep once idle for `idle_polls` rounds and every port's
-            // transmit busy-poll budget is spent (its guest kicks again).
-            let sleep = idle > self.cfg.idle_polls && self.dp.all_tx_armed();
+            // transmit busy-poll budget is spent (its guest kicks again);
+            // a dedicated worker never sleeps.
+            let sleep =
+                self.dedicated.is_none() && idle > self.cfg.idle_polls && self.dp.all_tx_armed();
             let timeout = if sleep {
-                if self.dp.arm_notifications() {
+                // Other workers ring the doorbell only while this flag is up:
+                // raise it, then look at their rings once more (the fence
+                // pairs with the one in `Doorbell::ring`).
+                self.doorbell.sleeping.store(true, Ordering::SeqCst);
+                fence(Ordering::SeqCst);
+                if self.dp.arm_notifications() || self.dp.peers_pending() {
                     // Frames arrived while arming: keep polling.
+                    self.doorbell.sleeping.store(false, Ordering::Relaxed);
                     self.dp.disarm_notifications();
                     idle = 0;
                     continue;
@@ -389,6 +475,7 @@ impl Worker {
                 if let Some(due) = self.dp.next_deadline() {
                     let now = Instant::now();
                     if due <= now {
+                        self.doorbell.sleeping.store(false, Ordering::Relaxed);
                         self.dp.disarm_notifications();
                         continue;
                     }
@@ -409,6 +496,7 @@ impl Worker {
                 }
             };
             if sleep {
+                self.doorbell.sleeping.store(false, Ordering::Relaxed);
                 self.dp.disarm_notifications();
                 idle = 0;
             }
@@ -423,6 +511,10 @@ impl Worker {
                 }
                 if data == TIMER {
                     let _ = self.timer.wait();
+                    continue;
+                }
+                if data == DOORBELL {
+                    let _ = self.doorbell.fd.read();
                     continue;
                 }
                 let slot = (data >> 8) as usize;
@@ -445,7 +537,3 @@ impl Worker {
         }
     }
 }
-
-/// Until dedicated workers exist.
-const LATENCY_HIGH_UNAVAILABLE: &str =
-    "latency high: dedicated port workers are not built yet in this switch";

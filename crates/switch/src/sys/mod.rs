@@ -1,9 +1,12 @@
 //! The only place with `unsafe`: thin, audited wrappers over the system
-//! calls the switch needs that neither std nor the rust-vmm crates cover.
+//! calls the switch needs that neither std nor the rust-vmm crates cover,
+//! and the lock-free ring that carries frames between workers.
 
 #![allow(unsafe_code)]
 
+pub mod affinity;
 pub mod memfd;
 pub mod packet;
 pub mod scm;
+pub mod spsc;
 pub mod tun;

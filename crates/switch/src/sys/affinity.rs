@@ -1,0 +1,60 @@
+//! CPU affinity: which CPUs the process may use, and pinning the calling
+//! thread to a set of them (sched_getaffinity / sched_setaffinity).
+
+use std::io;
+
+/// The CPUs the calling thread may run on, ascending.
+pub fn allowed() -> io::Result<Vec<usize>> {
+    // SAFETY: an all-zero cpu_set_t is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a valid cpu_set_t of the size passed, written by the kernel.
+    if unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let max = 8 * std::mem::size_of::<libc::cpu_set_t>();
+    // SAFETY: CPU_ISSET reads the set for an index below its capacity.
+    Ok((0..max)
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+        .collect())
+}
+
+/// Restricts the calling thread to `cpus`.
+pub fn pin_current_thread(cpus: &[usize]) -> io::Result<()> {
+    // SAFETY: an all-zero cpu_set_t is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    let max = 8 * std::mem::size_of::<libc::cpu_set_t>();
+    for &c in cpus {
+        if c >= max {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "CPU index too large",
+            ));
+        }
+        // SAFETY: CPU_SET writes inside the set for an index below its capacity.
+        unsafe { libc::CPU_SET(c, &mut set) };
+    }
+    // SAFETY: `set` is a valid cpu_set_t of the size passed; 0 is the calling thread.
+    if unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_thread_pinned_to_one_allowed_cpu_reports_just_it() {
+        let all = allowed().unwrap();
+        assert!(!all.is_empty());
+        let last = *all.last().unwrap();
+        std::thread::spawn(move || {
+            pin_current_thread(&[last]).unwrap();
+            assert_eq!(allowed().unwrap(), vec![last]);
+        })
+        .join()
+        .unwrap();
+        assert_eq!(allowed().unwrap(), all, "other threads keep theirs");
+    }
+}
