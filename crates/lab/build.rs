@@ -20,13 +20,19 @@ fn git(args: &[&str]) -> Option<String> {
 fn main() {
     let describe = git(&["describe", "--always", "--dirty", "--tags"]).unwrap_or_default();
     println!("cargo:rustc-env=VNIO_GIT_DESCRIBE={describe}");
-    // Rebuild when the checked-out commit or the index moves (a commit, a
-    // checkout, `git add`), which is what changes the description.
-    if let Some(dir) = git(&["rev-parse", "--absolute-git-dir"]) {
-        for f in ["HEAD", "index"] {
-            let p = Path::new(&dir).join(f);
-            if p.exists() {
-                println!("cargo:rerun-if-changed={}", p.display());
+    // Rebuild when the checked-out commit moves: HEAD (a checkout) and the
+    // branch it names (a commit). Not the index: `git status` rewrites it,
+    // and every status would relink vnio. So "-dirty" is as of the last
+    // commit or checkout, which is what a stored run needs to be traced.
+    let mut watch = vec!["HEAD".to_owned()];
+    if let Some(branch) = git(&["symbolic-ref", "-q", "HEAD"]) {
+        watch.push(branch);
+    }
+    watch.push("packed-refs".to_owned());
+    for name in watch {
+        if let Some(path) = git(&["rev-parse", "--path-format=absolute", "--git-path", &name]) {
+            if Path::new(&path).exists() {
+                println!("cargo:rerun-if-changed={path}");
             }
         }
     }
