@@ -8,7 +8,7 @@ use std::path::Path;
 
 use vnio_lab::{Handle, Journal, MacvlanMode};
 
-use crate::addr::Mac;
+use crate::addr::{Cidr, Mac};
 use crate::error::{Context, Result};
 use crate::spec::MacvtapMode;
 
@@ -67,11 +67,20 @@ pub fn create_bridge(h: &mut Handle, name: &str) -> Result<()> {
     h.set_up(&name).ctx(|| format!("bringing {name} up"))
 }
 
-/// Brings QEMU's tap up, enslaved to `bridge` if given.
-pub fn attach_tap(h: &mut Handle, tap: &str, bridge: Option<&str>) -> Result<()> {
+/// Brings QEMU's tap up, enslaved to `bridge` or with `host_ip` if given.
+pub fn attach_tap(
+    h: &mut Handle,
+    tap: &str,
+    bridge: Option<&str>,
+    host_ip: Option<Cidr>,
+) -> Result<()> {
     if let Some(b) = bridge {
         h.set_controller(tap, b)
             .ctx(|| format!("enslaving {tap} to bridge {b}"))?;
+    }
+    if let Some(c) = host_ip {
+        h.add_address(tap, c.addr, c.prefix)
+            .ctx(|| format!("adding {c} to {tap}"))?;
     }
     h.set_up(tap).ctx(|| format!("bringing {tap} up"))
 }

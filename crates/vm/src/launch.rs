@@ -21,11 +21,12 @@ use crate::error::{Context, Error, Result};
 use crate::host::HostFacts;
 use crate::hostnet;
 use crate::image::{self, Image};
-use crate::plan::{self, Pinning, Plan, PlanInput};
+use crate::plan::{self, Pinning, Plan, PlanInput, Status};
 use crate::qmp::Qmp;
 use crate::spec::{Backend, VmSpec};
 use crate::state::{self, Owned, Phase, State, VmDir};
 use crate::switchport;
+use vnio_switch::config::Latency as SwitchLatency;
 
 /// How to launch.
 #[derive(Debug, Clone)]
@@ -260,7 +261,7 @@ fn start(
         match &n.backend {
             Backend::Macvtap { parent, mode } => {
                 let name = n.host_ifname.clone().expect("macvtaps are named");
-                st.owned.push(Owned::Link(name.clone()));
+                st.owned.push(Owned::Link { name: name.clone() });
                 st.save(dir)?;
                 let h = netlink(&mut net, dir)?;
                 let f = hostnet::create_macvtap(h, &name, parent, *mode, n.mac)?;
@@ -272,7 +273,7 @@ fn start(
             } => {
                 let h = netlink(&mut net, dir)?;
                 if !hostnet::exists(h, b)? {
-                    st.owned.push(Owned::Bridge(b.clone()));
+                    st.owned.push(Owned::Bridge { name: b.clone() });
                     st.save(dir)?;
                     hostnet::create_bridge(h, b)?;
                 }
@@ -282,7 +283,9 @@ fn start(
                 server: true,
                 ..
             } => {
-                st.owned.push(Owned::Socket(socket.clone()));
+                st.owned.push(Owned::Socket {
+                    path: socket.clone(),
+                });
                 st.save(dir)?;
             }
             _ => {}
@@ -318,9 +321,15 @@ fn start(
         pin(&mut qmp, child.id(), p)?;
     }
     for n in &plan.nics {
-        if let (Backend::Tap { bridge, .. }, Some(tap)) = (&n.backend, &n.host_ifname) {
+        if let (
+            Backend::Tap {
+                bridge, host_ip, ..
+            },
+            Some(tap),
+        ) = (&n.backend, &n.host_ifname)
+        {
             let h = netlink(&mut net, dir)?;
-            hostnet::attach_tap(h, tap, bridge.as_deref())?;
+            hostnet::attach_tap(h, tap, bridge.as_deref(), *host_ip)?;
         }
         if let (
             Backend::VhostUser {
@@ -331,7 +340,30 @@ fn start(
             true,
         ) = (&n.backend, n.switch_latency_high)
         {
-            switchport::set_latency_high(c, socket)?;
+            let port = switchport::port_for_socket(c, socket)?;
+            // Recorded first: stop puts the port's policy back.
+            st.owned.push(Owned::SwitchPort {
+                control: c.clone(),
+                port: port.name.clone(),
+                latency: port.latency,
+            });
+            st.save(dir)?;
+            if let Err(e) = switchport::set_latency(c, &port.name, SwitchLatency::High) {
+                // The switch's answer is the verdict, not the plan's hope.
+                let name = format!("switch port latency-high ({})", n.id);
+                if let Some(s) = st.settings.iter_mut().find(|s| s.name == name) {
+                    s.status = Status::NotHonoured;
+                    s.detail =
+                        format!("port {} on {}: {}", port.name, c.display(), error_chain(&e));
+                }
+                st.save(dir)?;
+                if st.spec.strict {
+                    return Err(Error::Invalid(format!(
+                        "--strict: this host cannot honour {name}: {}",
+                        error_chain(&e)
+                    )));
+                }
+            }
         }
     }
     check_interrupt(opts)?;
@@ -424,6 +456,18 @@ fn pin(qmp: &mut Qmp, pid: u32, p: &Pinning) -> Result<()> {
     Ok(())
 }
 
+/// An error with its causes, on one line.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cause = c.source();
+    }
+    s
+}
+
 /// Stops QEMU if it runs and removes everything listed in the state, then
 /// the state directory. Returns what it removed. Never fails: each step is
 /// attempted, and leftovers are reported.
@@ -437,7 +481,7 @@ pub fn teardown(dir: &VmDir, st: &State, child: Option<&mut Child>) -> Vec<Strin
     let mut net = None;
     for o in st.owned.iter().rev() {
         match o {
-            Owned::Link(name) | Owned::Bridge(name) => {
+            Owned::Link { name } | Owned::Bridge { name } => {
                 if net.is_none() {
                     net = hostnet::handle(dir.path()).ok();
                 }
@@ -449,7 +493,20 @@ pub fn teardown(dir: &VmDir, st: &State, child: Option<&mut Child>) -> Vec<Strin
                     }
                 }
             }
-            Owned::Socket(p) => {
+            Owned::SwitchPort {
+                control,
+                port,
+                latency,
+            } => match switchport::set_latency(control, port, *latency) {
+                Ok(()) => done.push(format!("switch port {port} back to latency {latency}")),
+                // The switch (or the port) is gone: nothing to put back.
+                Err(_) if !control.exists() => {}
+                Err(e) => done.push(format!(
+                    "switch port {port} NOT back to latency {latency}: {}",
+                    error_chain(&e)
+                )),
+            },
+            Owned::Socket { path: p } => {
                 if std::fs::remove_file(p).is_ok() {
                     done.push(format!("socket {}", p.display()));
                 }

@@ -134,10 +134,11 @@ pub const MACVTAP_FD_BASE: i32 = 100;
 
 /// Dedicated cores for `vcpus` vCPUs: the highest free CPUs, isolated ones
 /// first; CPU 0 (the lowest online) stays for the host, and one more free
-/// CPU for the switch's busy-poll worker when the VM has a switch port.
+/// CPU is left per switch port for its latency-high busy-poll worker (the
+/// switch places that worker itself).
 pub fn dedicate_cores(
     vcpus: usize,
-    switch_poller: bool,
+    switch_pollers: usize,
     host: &HostFacts,
 ) -> Result<Pinning, String> {
     let online = &host.cpus_online;
@@ -152,13 +153,16 @@ pub fn dedicate_cores(
         .copied()
         .filter(|c| *c != housekeeping_cpu && !held.contains(c))
         .collect();
-    let poller = usize::from(switch_poller);
-    let need = vcpus + poller + 1;
-    if pool.len() < vcpus + poller {
+    let need = vcpus + switch_pollers + 1;
+    if pool.len() < vcpus + switch_pollers {
+        let pollers = match switch_pollers {
+            0 => String::new(),
+            1 => "1 switch poller + ".to_string(),
+            n => format!("{n} switch pollers + "),
+        };
         let mut why = format!(
-            "{vcpus} vCPU{} + {}1 housekeeping core need {need} cores; this host has {} online ({})",
+            "{vcpus} vCPU{} + {pollers}1 housekeeping core need {need} cores; this host has {} online ({})",
             if vcpus == 1 { "" } else { "s" },
-            if switch_poller { "1 switch poller + " } else { "" },
             online.len(),
             format_cpu_list(online),
         );
@@ -200,16 +204,18 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
     let host = input.host;
     let high = spec.latency == Latency::High;
     let kvm = input.accel.accel == Accel::Kvm;
-    let has_vhost_user = spec
+    let switch_ports = spec
         .nics
         .iter()
-        .any(|n| matches!(n.backend, Backend::VhostUser { .. }));
+        .filter(|n| matches!(n.backend, Backend::VhostUser { .. }))
+        .count();
+    let has_vhost_user = switch_ports > 0;
     let mut settings = Vec::new();
     let mut notes = Vec::new();
 
     // vCPUs on dedicated cores.
     let pinning = if high {
-        match dedicate_cores(spec.vcpus as usize, has_vhost_user, host) {
+        match dedicate_cores(spec.vcpus as usize, switch_ports, host) {
             Ok(p) => {
                 let not_isolated: Vec<usize> = p
                     .vcpus
@@ -331,10 +337,7 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
                 "guest idles without exits",
                 "-overcommit cpu-pm=on",
                 Status::NotHonoured,
-                format!(
-                    "cpu-pm needs KVM; this VM runs under TCG ({})",
-                    input.accel.why
-                ),
+                "cpu-pm needs KVM; this VM runs under TCG (see accel)",
             ));
         }
     }
@@ -373,15 +376,21 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
                         ),
                         (Some(c), true) => {
                             plan.switch_latency_high = true;
+                            // The switch has the last word: launch asks it and
+                            // records a refusal here.
                             (
                                 Status::Honoured,
-                                format!("port of {} via {}", socket.display(), c.display()),
+                                format!(
+                                    "the port of {} on the switch at {}",
+                                    socket.display(),
+                                    c.display()
+                                ),
                             )
                         }
                     };
                     settings.push(setting(
                         &format!("switch port latency-high ({})", plan.id),
-                        "switch control: port latency = high (busy-poll worker, coalescing and LRO off)",
+                        "switch control port_set latency=high (busy-poll worker, coalescing and LRO off)",
                         status,
                         detail,
                     ));

@@ -150,6 +150,8 @@ pub enum Backend {
         /// Bridge to enslave it to (created if missing, removed with the VM
         /// if the launcher created it).
         bridge: Option<String>,
+        /// Address for the host's side of the tap (gone with the tap).
+        host_ip: Option<Cidr>,
     },
     /// A macvtap on a host interface, created by the launcher.
     Macvtap {
@@ -185,7 +187,7 @@ impl FromStr for Nic {
     type Err = String;
     /// `KIND[:ARG][,key=value...]`:
     /// `vhost-user:SOCK[,server][,control=CTL]`,
-    /// `tap[:IFNAME][,bridge=BR]`, `macvtap:PARENT[,mode=bridge]`,
+    /// `tap[:IFNAME][,bridge=BR|,host-ip=ADDR/PREFIX]`, `macvtap:PARENT[,mode=bridge]`,
     /// `e1000[:IFNAME][,bridge=BR]` (a tap with QEMU's emulated e1000);
     /// every kind takes `mac=`, `ip=ADDR/PREFIX`, `guest-offloads=off`
     /// (virtio-net), and tap kinds `model=`.
@@ -264,6 +266,14 @@ impl FromStr for Nic {
                 if let Some(b) = &bridge {
                     check_ifname("--nic bridge", b)?;
                 }
+                let host_ip = value("host-ip", take("host-ip"))?
+                    .map(|c| c.parse::<Cidr>())
+                    .transpose()?;
+                if host_ip.is_some() && bridge.is_some() {
+                    return Err(format!(
+                        "--nic {s}: host-ip is for a plain tap (give the bridge the address)"
+                    ));
+                }
                 let model = match (kind, model_opt) {
                     ("e1000", Some(Model::Virtio)) => {
                         return Err(format!("--nic {s}: e1000 is the e1000 model"))
@@ -271,7 +281,14 @@ impl FromStr for Nic {
                     ("e1000", _) => Model::E1000,
                     (_, m) => m.unwrap_or(Model::Virtio),
                 };
-                (Backend::Tap { ifname, bridge }, model)
+                (
+                    Backend::Tap {
+                        ifname,
+                        bridge,
+                        host_ip,
+                    },
+                    model,
+                )
             }
             "macvtap" => {
                 let parent = arg
@@ -482,17 +499,23 @@ mod tests {
             n.backend,
             Backend::Tap {
                 ifname: Some("vt0".into()),
-                bridge: Some("br0".into())
+                bridge: Some("br0".into()),
+                host_ip: None,
             }
         );
         assert_eq!(n.model, Model::Virtio);
+        let n: Nic = "tap,host-ip=10.0.0.1/24,ip=10.0.0.2/24".parse().unwrap();
+        assert!(
+            matches!(n.backend, Backend::Tap { host_ip: Some(c), .. } if c.to_string() == "10.0.0.1/24")
+        );
         let n: Nic = "e1000".parse().unwrap();
         assert_eq!(n.model, Model::E1000);
         assert!(matches!(
             n.backend,
             Backend::Tap {
                 ifname: None,
-                bridge: None
+                bridge: None,
+                host_ip: None
             }
         ));
         let n: Nic = "macvtap:eth0,mode=vepa,model=e1000".parse().unwrap();
@@ -523,6 +546,7 @@ mod tests {
             ("e1000,model=virtio", "e1000 model"),
             ("e1000,guest-offloads=off", "virtio-net setting"),
             ("tap,guest-offloads=maybe", "on|off"),
+            ("tap,bridge=br0,host-ip=10.0.0.1/24", "plain tap"),
         ] {
             let err = s.parse::<Nic>().unwrap_err();
             assert!(err.contains(needle), "{s}: {err}");

@@ -97,14 +97,32 @@ impl VmDir {
 
 /// Something the launcher created on the host and must remove.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "kind", content = "name", rename_all = "kebab-case")]
+#[serde(tag = "kind", rename_all = "kebab-case")]
 pub enum Owned {
     /// A link (macvtap) to delete.
-    Link(String),
+    Link {
+        /// Its name.
+        name: String,
+    },
     /// A bridge the launcher created to delete.
-    Bridge(String),
+    Bridge {
+        /// Its name.
+        name: String,
+    },
     /// A socket file QEMU listens on outside the state directory.
-    Socket(PathBuf),
+    Socket {
+        /// Its path.
+        path: PathBuf,
+    },
+    /// A switch port whose latency policy was raised: put back `latency`.
+    SwitchPort {
+        /// The switch's control socket.
+        control: PathBuf,
+        /// The port.
+        port: String,
+        /// Its policy before.
+        latency: vnio_switch::config::Latency,
+    },
 }
 
 /// Where a VM is in its life.

@@ -1,19 +1,29 @@
 //! The VM's side of a vnio switch: which port serves a vhost-user socket,
-//! and (when the switch build has it) the port's latency policy.
+//! and its latency policy (`port_set`), which the VM's `--latency high`
+//! raises and `stop` puts back.
 
 use std::path::Path;
 
+use vnio_switch::config::{Latency, PolicyUpdate};
 use vnio_switch::control::{Client, Request};
 
 use crate::error::{Context, Error, Result};
 
-/// Whether this build's switch has a per-port latency policy. The switch
-/// in this workspace does not (yet): `--latency high` lists "switch port
-/// latency-high" as not honoured instead of pretending.
-pub const HAS_LATENCY_POLICY: bool = false;
+/// Whether this build's switch has a per-port latency policy (it does; the
+/// switch may still refuse `high`, and the launcher reports its answer).
+pub const HAS_LATENCY_POLICY: bool = true;
 
-/// The name of the switch port whose vhost-user socket is `socket`.
-pub fn port_for_socket(control: &Path, socket: &Path) -> Result<Option<String>> {
+/// A switch port: its name and latency policy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Port {
+    /// Port name.
+    pub name: String,
+    /// Its latency policy now.
+    pub latency: Latency,
+}
+
+/// The switch port whose vhost-user socket is `socket`.
+pub fn port_for_socket(control: &Path, socket: &Path) -> Result<Port> {
     let mut c = Client::connect(control)
         .ctx(|| format!("connecting to the switch at {}", control.display()))?;
     let list = c
@@ -23,26 +33,40 @@ pub fn port_for_socket(control: &Path, socket: &Path) -> Result<Option<String>> 
     let ports = list
         .as_array()
         .ok_or_else(|| Error::Invalid(format!("switch port list is not a list: {list}")))?;
-    Ok(ports
+    let port = ports
         .iter()
         .find(|p| p.get("socket").and_then(|s| s.as_str()) == Some(want.as_str()))
-        .and_then(|p| p.get("name").and_then(|n| n.as_str()))
-        .map(str::to_string))
+        .ok_or_else(|| {
+            Error::Invalid(format!(
+                "the switch at {} has no port on {}",
+                control.display(),
+                socket.display()
+            ))
+        })?;
+    let name = port
+        .get("name")
+        .and_then(|n| n.as_str())
+        .unwrap_or_default()
+        .to_string();
+    let latency = port
+        .get("policy")
+        .and_then(|p| p.get("latency"))
+        .and_then(|l| serde_json::from_value(l.clone()).ok())
+        .unwrap_or_default();
+    Ok(Port { name, latency })
 }
 
-/// Sets the port serving `socket` to latency-high.
-pub fn set_latency_high(control: &Path, socket: &Path) -> Result<String> {
-    let port = port_for_socket(control, socket)?.ok_or_else(|| {
-        Error::Invalid(format!(
-            "the switch at {} has no port on {}",
-            control.display(),
-            socket.display()
-        ))
-    })?;
-    if !HAS_LATENCY_POLICY {
-        return Err(Error::Missing(
-            "switch port latency-high: not available in this switch build".into(),
-        ));
-    }
-    Ok(port)
+/// Sets port `port`'s latency policy.
+pub fn set_latency(control: &Path, port: &str, latency: Latency) -> Result<()> {
+    let mut c = Client::connect(control)
+        .ctx(|| format!("connecting to the switch at {}", control.display()))?;
+    c.request(&Request::PortSet {
+        name: port.to_string(),
+        set: PolicyUpdate {
+            latency: Some(latency),
+            ..PolicyUpdate::default()
+        },
+    })
+    .ctx(|| format!("setting switch port {port} to latency {latency}"))?;
+    Ok(())
 }

@@ -21,6 +21,7 @@ use vnio_switch::daemon::Switch;
 use vnio_switch::port::SocketMode;
 use vnio_vm::agent::wait_agent;
 use vnio_vm::exec::exec;
+use vnio_vm::plan::Status;
 use vnio_vm::spec::{Latency, VmSpec};
 
 fn ip(s: &str) -> IpAddr {
@@ -98,7 +99,11 @@ fn guests_on_a_switch_and_a_tap_answer_measure_and_stop_cleanly() {
                 sock("p2").display()
             ),
         );
-        let mut c = spec("c", format!("tap:{c_tap},ip={c_ip}/24"));
+        // The launcher gives the host's side of the tap its address.
+        let mut c = spec(
+            "c",
+            format!("tap:{c_tap},ip={c_ip}/24,host-ip=10.{n}.1.1/24"),
+        );
         // High latency on the tap guest: on a 2-CPU host its vCPU can still
         // get CPU 1 (no switch poller to reserve a core for).
         c.latency = Latency::High;
@@ -106,8 +111,6 @@ fn guests_on_a_switch_and_a_tap_answer_measure_and_stop_cleanly() {
         let lb = kit.launch(&b, &mut guard);
         let lc = kit.launch(&c, &mut guard);
         println!("accel: {} ({})", la.state.accel.accel, la.state.accel.why);
-        root.add_address(&c_tap, ip(&format!("10.{n}.1.1")), 24)
-            .unwrap();
 
         // Agents: the switch guests from the namespace, the tap guest from the host.
         let stop = AtomicBool::new(false);
@@ -487,6 +490,104 @@ fn a_guest_reaches_the_host_through_switch_tap_and_uplink_ports() {
         assert!(stopped.was_running);
         let _ = child.wait();
         assert!(!path_exists(g.dir.path()));
+        drop(guard);
+    });
+}
+
+/// `--latency high` on a switch port asks the switch (port_set) and reports
+/// its answer; stop puts the port's policy back. `--strict` refuses a plan
+/// this host cannot honour before anything starts.
+#[test]
+fn latency_high_asks_the_switch_and_stop_puts_the_port_back() {
+    let Some(kit) = Kit::get("latency high on a switch port") else {
+        return;
+    };
+    bounded(Duration::from_secs(300), move || {
+        let n = run_id();
+        let work = Dir::new("latency");
+        let control = work.join("control.sock");
+        let sock = work.join("p1.sock");
+        let sw = Switch::start(Config {
+            switch: SwitchConfig {
+                control: control.clone(),
+                idle_polls: 4,
+                ..SwitchConfig::default()
+            },
+            ports: vec![PortSpec::vhost_user("p1", &sock, SocketMode::Server)],
+        })
+        .expect("switch");
+        let latency_of = |sw: &Switch| {
+            sw.handle()
+                .list()
+                .unwrap()
+                .into_iter()
+                .find(|p| p.name == "p1")
+                .unwrap()
+                .policy
+                .latency
+        };
+        let mut spec = VmSpec::new(&format!("h{n}"));
+        spec.latency = Latency::High;
+        spec.agent_port = 0;
+        spec.nics = vec![format!(
+            "vhost-user:{},control={}",
+            sock.display(),
+            control.display()
+        )
+        .parse()
+        .unwrap()];
+        let mut guard = Guard::default();
+        let l = kit.launch(&spec, &mut guard);
+        let port = l
+            .state
+            .settings
+            .iter()
+            .find(|s| s.name == "switch port latency-high (nic0)")
+            .expect("the switch port setting is listed");
+        println!(
+            "switch port latency-high: {:?}: {}",
+            port.status, port.detail
+        );
+        match port.status {
+            Status::Honoured => {
+                assert_eq!(latency_of(&sw), vnio_switch::config::Latency::High);
+            }
+            _ => {
+                // The switch said why; the VM runs anyway (no --strict).
+                assert!(port.detail.contains("port p1"), "{}", port.detail);
+                assert_eq!(latency_of(&sw), vnio_switch::config::Latency::Normal);
+            }
+        }
+        let saved = vnio_vm::state::State::load(&l.dir).unwrap();
+        assert_eq!(saved.settings, l.state.settings, "the state says the same");
+        let mut child = l.child;
+        let stopped = vnio_vm::launch::stop(&kit.root.0, &spec.name).unwrap();
+        let _ = child.wait();
+        println!("stop removed: {:?}", stopped.removed);
+        assert!(!stopped.removed.iter().any(|r| r.contains("NOT")));
+        assert_eq!(latency_of(&sw), vnio_switch::config::Latency::Normal);
+
+        // --strict: refused before QEMU starts when anything is not honoured.
+        let prepared = vnio_vm::launch::prepare(&spec, &kit.options()).unwrap();
+        let mut strict = spec.clone();
+        strict.strict = true;
+        match vnio_vm::launch::launch(&strict, &kit.options()) {
+            Err(e) => {
+                assert!(
+                    e.to_string()
+                        .starts_with("--strict: this host cannot honour"),
+                    "{e}"
+                );
+                assert!(!path_exists(&kit.root.0.join(&strict.name)), "nothing left");
+            }
+            Ok(l) => {
+                // A host that honours all of it (and a switch that does).
+                assert!(prepared.plan.strict_refusal().is_none());
+                let mut child = l.child;
+                vnio_vm::launch::stop(&kit.root.0, &strict.name).unwrap();
+                let _ = child.wait();
+            }
+        }
         drop(guard);
     });
 }

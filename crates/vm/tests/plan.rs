@@ -252,10 +252,10 @@ fn cores_held_by_other_vms_are_not_handed_out_twice() {
     let mut host = big_kvm_host();
     host.cpus_held = vec![("other".into(), vec![7, 6, 5, 4])];
     // Left: 1-3 (CPU 0 is the host's); 2 vCPUs + the switch poller fit.
-    let pin = dedicate_cores(2, true, &host).unwrap();
+    let pin = dedicate_cores(2, 1, &host).unwrap();
     assert_eq!(pin.vcpus, vec![3, 2]);
     assert_eq!(pin.housekeeping, vec![0, 1]);
-    let err = dedicate_cores(3, true, &host).unwrap_err();
+    let err = dedicate_cores(3, 1, &host).unwrap_err();
     assert!(err.contains("need 5 cores"), "{err}");
     assert!(err.contains("4-7 held by VM other"), "{err}");
 }

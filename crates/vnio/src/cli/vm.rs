@@ -137,9 +137,10 @@ struct RunArgs {
     /// Memory: 256M, 1G.
     #[arg(long, value_parser = spec::parse_mem, default_value = "256M")]
     mem: u64,
-    /// A NIC (repeat for more): vhost-user:SOCK[,server][,control=SWITCH_CTL] | tap[:IFNAME][,bridge=BR] |
+    /// A NIC (repeat for more): vhost-user:SOCK[,server][,control=SWITCH_CTL] |
+    /// tap[:IFNAME][,bridge=BR | ,host-ip=ADDR/PREFIX] |
     /// macvtap:IFNAME[,mode=bridge|vepa|private|passthru] | e1000[:IFNAME][,bridge=BR];
-    /// each with [,ip=ADDR/PREFIX][,mac=MAC][,model=virtio|e1000].
+    /// each with [,ip=ADDR/PREFIX][,mac=MAC][,model=virtio|e1000][,guest-offloads=off].
     #[arg(long = "nic", value_name = "KIND[,OPTS]")]
     nics: Vec<Nic>,
     /// Latency sensitivity: normal, or high (dedicated pinned cores, preallocated locked
@@ -401,6 +402,21 @@ fn run_vm(a: RunArgs, root: PathBuf, cache: PathBuf) -> anyhow::Result<i32> {
             );
         }
         for n in &p.plan.nics {
+            if let (
+                true,
+                spec::Backend::VhostUser {
+                    control: Some(c),
+                    socket,
+                    ..
+                },
+            ) = (n.switch_latency_high, &n.backend)
+            {
+                println!(
+                    "# host: switch port of {} set to latency high via {} at launch (port_set; the switch may refuse)",
+                    socket.display(),
+                    c.display()
+                );
+            }
             if let Some(fd) = n.fd {
                 println!(
                     "# host: fd {fd} = /dev/tapN of macvtap {} (created by the launcher)",
