@@ -10,6 +10,7 @@ use crate::coalesce::{Coalescer, Decision};
 use crate::config::Policies;
 use crate::fdb::Fdb;
 use crate::forward::{decide, Destination, L2Header, PortPolicy};
+use crate::lro::{self, Lro};
 use crate::mesh::{Kind, Peer, PeerSetup, Record, RemotePort, WorkerId, RECORD_HEADER};
 use crate::netqueue::QueueRequest;
 use crate::offload::{self, Caps, Reject, Work};
@@ -124,7 +125,31 @@ pub struct PortRuntime {
     tx_idle: u32,
     /// The guest was asked to kick for new transmit buffers.
     tx_armed: bool,
+    /// The LRO aggregate toward the port (vhost-user ports; moved out while in use).
+    lro: Option<Box<LroCtx>>,
 }
+
+/// An LRO aggregate and how it leaves the port.
+#[derive(Debug)]
+struct LroCtx {
+    agg: Lro,
+    tagging: Tagging,
+    macs: [u8; 12],
+    src_tag_len: u64,
+    tci_pcp: u16,
+    /// When its first segment came.
+    started: Instant,
+    /// When its last segment came.
+    last: Instant,
+}
+
+/// An LRO aggregate ends once no segment has joined it for this long: the
+/// flow paused (maybe waiting for this very data), so holding it only adds
+/// latency. At high rates segments come closer than this and merge; at low
+/// rates the guest has time for each segment anyway.
+pub const LRO_IDLE: std::time::Duration = std::time::Duration::from_micros(10);
+/// An LRO aggregate never waits longer than this after its first segment.
+pub const LRO_HOLD: std::time::Duration = std::time::Duration::from_micros(50);
 
 impl PortRuntime {
     fn new(p: &Policies) -> Self {
@@ -135,6 +160,7 @@ impl PortRuntime {
             hold: None,
             tx_idle: 0,
             tx_armed: false,
+            lro: None,
         }
     }
 
@@ -146,6 +172,9 @@ impl PortRuntime {
         self.hold = None;
         self.tx_idle = 0;
         self.tx_armed = false;
+        if let Some(l) = self.lro.as_mut() {
+            l.agg.clear();
+        }
     }
 }
 
@@ -227,6 +256,18 @@ impl Datapath {
             needs_mac: false,
         };
         slot.needs_mac = slot.is_vnic() && mac.is_none();
+        if matches!(slot.port, Port::VhostUser(_)) {
+            // Reserved once per port: aggregating never allocates.
+            slot.rt.lro = Some(Box::new(LroCtx {
+                agg: Lro::new(),
+                tagging: Tagging::Untagged,
+                macs: [0; 12],
+                src_tag_len: 0,
+                tci_pcp: 0,
+                started: Instant::now(),
+                last: Instant::now(),
+            }));
+        }
         self.attach(slot)
     }
 
@@ -427,6 +468,12 @@ impl Datapath {
             }
         }
         let mut next: Option<Instant> = None;
+        // LRO aggregates end when their flow pauses or they are old enough.
+        for j in 0..self.slots.len() {
+            if let Some(due) = self.lro_due(j, now) {
+                next = Some(next.map_or(due, |n| n.min(due)));
+            }
+        }
         for s in self.slots.iter_mut().flatten() {
             match &mut s.port {
                 Port::VhostUser(p) => {
@@ -996,6 +1043,9 @@ impl Datapath {
         let Some(caps) = self.slots[j].as_ref().map(|s| s.port.rx_caps()) else {
             return;
         };
+        if self.lro_offer(j, frame, tagging, caps, now) {
+            return;
+        }
         let mut f = *frame;
         f.vhdr.flags = offload::egress_flags(f.vhdr.flags, caps);
         match offload::work(&frame.vhdr, caps) {
@@ -1004,6 +1054,126 @@ impl Datapath {
             }
             work => self.deliver_soft(j, frame, work, caps, tagging, now),
         }
+    }
+
+    /// Software LRO toward slot `j`: merges the frame into the port's
+    /// aggregate when it can (returns true: nothing else to do now);
+    /// otherwise ends the aggregate first (so nothing is reordered), maybe
+    /// starting a new one with this frame.
+    fn lro_offer(
+        &mut self,
+        j: usize,
+        frame: &Frame<'_>,
+        tagging: Tagging,
+        caps: Caps,
+        now: Instant,
+    ) -> bool {
+        let Some(slot) = self.slots[j].as_mut() else {
+            return false;
+        };
+        let Some(mut ctx) = slot.rt.lro.take() else {
+            return false;
+        };
+        let wanted = slot.policies.effective_lro()
+            && caps.csum
+            && matches!(&slot.port, Port::VhostUser(p) if p.device.mrg_rxbuf());
+        let mut absorbed = false;
+        let mut hdr = [0u8; lro::PEEK_LEN];
+        let len = frame.frame_len as usize;
+        let seg = if wanted {
+            let n = frame
+                .src
+                .read(frame.hdr_len as u64, &mut hdr[..lro::PEEK_LEN.min(len)]);
+            lro::Segment::parse(&hdr[..n], len, 14 + frame.src_tag_len as usize, &frame.vhdr)
+                .filter(|s| if s.v6 { caps.tso6 } else { caps.tso4 })
+        } else {
+            None
+        };
+        if let Some(seg) = seg {
+            let hdr = &hdr[..lro::PEEK_LEN.min(len)];
+            let payload_at = (frame.hdr_len + seg.hdr_end) as u64;
+            if ctx.agg.active()
+                && ctx.tagging == tagging
+                && ctx
+                    .agg
+                    .append(&seg, hdr, &frame.vhdr, |d| frame.src.read(payload_at, d))
+            {
+                if let Some(s) = &self.slots[j] {
+                    crate::stats::bump(&s.stats.rx.lro_merged, 1);
+                }
+                ctx.last = now;
+                absorbed = true;
+            } else {
+                self.lro_deliver(j, &mut ctx, now);
+                if ctx.agg.start(&seg, &frame.vhdr, len, |d| {
+                    frame.src.read(frame.hdr_len as u64, d)
+                }) {
+                    ctx.tagging = tagging;
+                    ctx.macs = frame.macs;
+                    ctx.src_tag_len = frame.src_tag_len;
+                    ctx.tci_pcp = frame.tci_pcp;
+                    ctx.started = now;
+                    ctx.last = now;
+                    absorbed = true;
+                }
+            }
+        } else {
+            self.lro_deliver(j, &mut ctx, now);
+        }
+        if let Some(s) = self.slots[j].as_mut() {
+            s.rt.lro = Some(ctx);
+        }
+        absorbed
+    }
+
+    /// Ends slot `j`'s aggregate if its time is up; otherwise returns when it will be.
+    fn lro_due(&mut self, j: usize, now: Instant) -> Option<Instant> {
+        let ctx = self.slots.get(j)?.as_ref()?.rt.lro.as_ref()?;
+        if !ctx.agg.active() {
+            return None;
+        }
+        let due = (ctx.last + LRO_IDLE).min(ctx.started + LRO_HOLD);
+        if now >= due {
+            self.lro_flush(j, now);
+            None
+        } else {
+            Some(due)
+        }
+    }
+
+    /// Ends slot `j`'s aggregate, if any.
+    fn lro_flush(&mut self, j: usize, now: Instant) {
+        let Some(mut ctx) = self
+            .slots
+            .get_mut(j)
+            .and_then(Option::as_mut)
+            .and_then(|s| s.rt.lro.take())
+        else {
+            return;
+        };
+        self.lro_deliver(j, &mut ctx, now);
+        if let Some(s) = self.slots[j].as_mut() {
+            s.rt.lro = Some(ctx);
+        }
+    }
+
+    /// Delivers what `ctx` aggregated (one frame) to slot `j`.
+    fn lro_deliver(&mut self, j: usize, ctx: &mut LroCtx, now: Instant) {
+        let (tagging, macs, src_tag_len, tci_pcp) =
+            (ctx.tagging, ctx.macs, ctx.src_tag_len, ctx.tci_pcp);
+        let Some((bytes, vhdr, _)) = ctx.agg.finish() else {
+            return;
+        };
+        let f = Frame {
+            src: Src::Local(bytes),
+            hdr_len: 0,
+            vhdr,
+            macs,
+            src_tag_len,
+            tci_pcp,
+            frame_len: bytes.len() as u64,
+        };
+        self.deliver_one(j, &f, tagging, now);
     }
 
     /// The software fallback: the frame is copied out once (it is read in

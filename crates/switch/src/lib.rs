@@ -10,6 +10,7 @@ pub mod fdb;
 pub mod forward;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod lro;
 pub mod mesh;
 pub mod netqueue;
 pub mod offload;

@@ -94,6 +94,9 @@ pub struct QueueStats {
     pub sw_checksums: AtomicU64,
     /// GSO frames the switch cut into segments in software for this destination.
     pub sw_segmented: AtomicU64,
+    /// TCP segments merged by LRO into a frame started by an earlier one
+    /// (deliveries saved).
+    pub lro_merged: AtomicU64,
     drops: [AtomicU64; 7],
 }
 
@@ -127,6 +130,7 @@ impl QueueStats {
             notifications_coalesced: self.notifications_coalesced.load(Ordering::Relaxed),
             sw_checksums: self.sw_checksums.load(Ordering::Relaxed),
             sw_segmented: self.sw_segmented.load(Ordering::Relaxed),
+            lro_merged: self.lro_merged.load(Ordering::Relaxed),
             drops: DropReason::ALL
                 .iter()
                 .map(|r| (r.name().to_string(), self.drops(*r)))
@@ -184,6 +188,9 @@ pub struct QueueSnapshot {
     /// GSO frames segmented in software.
     #[serde(default)]
     pub sw_segmented: u64,
+    /// Segments LRO merged into an earlier one's frame.
+    #[serde(default)]
+    pub lro_merged: u64,
     /// Drops by reason name.
     pub drops: std::collections::BTreeMap<String, u64>,
 }
@@ -285,6 +292,12 @@ pub fn prometheus(ports: &[(String, PortStatsSnapshot)]) -> String {
         "Checksums the switch completed in software for a destination without checksum offload.",
         "counter",
         &mut dirs(|q| q.sw_checksums).into_iter(),
+    );
+    family(
+        "lro_merged_total",
+        "TCP segments LRO merged into a frame toward the port (deliveries saved).",
+        "counter",
+        &mut dirs(|q| q.lro_merged).into_iter(),
     );
     family(
         "sw_segmented_total",

@@ -370,6 +370,23 @@ impl Endpoint {
         self.q.send(&VirtioNetHdrRepr::default(), frame)
     }
 
+    /// Sends frames as one burst: the switch sees them all at once (one
+    /// available-index update, at most one kick), as a driver's batch.
+    /// Returns how many went out before the ring filled.
+    pub fn send_burst(&mut self, frames: &[&[u8]]) -> usize {
+        self.q.tx.stage();
+        let mut n = 0;
+        for f in frames {
+            if self.q.send_staged(&VirtioNetHdrRepr::default(), f).is_err() {
+                break;
+            }
+            n += 1;
+        }
+        self.q.tx.flush(&self.q.mem);
+        self.q.kick_if_needed();
+        n
+    }
+
     /// Sends one Ethernet frame with offload metadata (the offloads must
     /// have been negotiated, see [`EndpointConfig::offloads`]).
     pub fn send_frame_with(
@@ -589,7 +606,8 @@ struct Queues {
 }
 
 impl Queues {
-    fn send(&mut self, hdr: &VirtioNetHdrRepr, frame: &[u8]) -> Result<(), EndpointError> {
+    /// Writes and publishes one frame (visible unless the ring is staging); no kick.
+    fn send_staged(&mut self, hdr: &VirtioNetHdrRepr, frame: &[u8]) -> Result<(), EndpointError> {
         let total = self.hdr_len + frame.len();
         if frame.len() > MAX_FRAME {
             return Err(EndpointError::TooLarge);
@@ -634,11 +652,20 @@ impl Queues {
         }
         self.tx.publish_chain(&self.mem, &ids[..nbuf], last, false);
         self.stats.tx_frames += 1;
+        Ok(())
+    }
+
+    fn send(&mut self, hdr: &VirtioNetHdrRepr, frame: &[u8]) -> Result<(), EndpointError> {
+        self.send_staged(hdr, frame)?;
+        self.kick_if_needed();
+        Ok(())
+    }
+
+    fn kick_if_needed(&mut self) {
         if self.tx.needs_kick(&self.mem) {
             let _ = self.kick[TXQ].write(1);
             self.stats.kicks += 1;
         }
-        Ok(())
     }
 
     fn recv(&mut self, buf: &mut [u8]) -> Option<(VirtioNetHdrRepr, usize)> {

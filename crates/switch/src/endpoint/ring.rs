@@ -77,6 +77,8 @@ pub struct DriverRing {
     next: Vec<u16>,
     event_idx: bool,
     kicked_at: u16,
+    /// Publishing without making chains visible yet (see [`DriverRing::stage`]).
+    staging: bool,
 }
 
 impl DriverRing {
@@ -96,6 +98,7 @@ impl DriverRing {
             next: vec![END; usize::from(layout.size)],
             event_idx,
             kicked_at: 0,
+            staging: false,
         }
     }
 
@@ -151,6 +154,20 @@ impl DriverRing {
         let slot = self.layout.avail + 4 + 2 * u64::from(self.avail_idx % self.layout.size);
         let _ = mem.write_obj(id.to_le(), GuestAddress(slot));
         self.avail_idx = self.avail_idx.wrapping_add(1);
+        if !self.staging {
+            self.flush(mem);
+        }
+    }
+
+    /// Until [`DriverRing::flush`], published chains are staged: the
+    /// device sees them all at once (a burst, as a driver's batch).
+    pub fn stage(&mut self) {
+        self.staging = true;
+    }
+
+    /// Makes every staged chain visible to the device (one index store).
+    pub fn flush(&mut self, mem: &GuestMemoryMmap) {
+        self.staging = false;
         fence(Ordering::Release);
         let _ = mem.store(
             self.avail_idx.to_le(),

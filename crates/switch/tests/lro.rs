@@ -1,0 +1,150 @@
+//! Software LRO toward a port: in-order MTU segments from a sender without
+//! offloads reach a receiver that negotiated TSO receive as a few GSO
+//! frames carrying the same byte stream; off (live) or toward a receiver
+//! without TSO, every segment is delivered as it came.
+
+mod common;
+
+use common::*;
+use std::time::{Duration, Instant};
+use vnio_switch::config::PolicyUpdate;
+use vnio_switch::endpoint::{Endpoint, EndpointConfig};
+use vnio_switch::offload;
+use vnio_switch::vhost_user::device::feature;
+use vnio_switch::wire::testing::{pattern, tcp_checksums_ok, TcpFrame};
+use vnio_switch::wire::virtio_net::{GSO_NONE, GSO_TCPV4};
+
+const MSS: usize = 1448;
+const SEGS: usize = 120;
+
+fn ep(dir: &Dir, port: usize, n: u8, offloads: u64) -> Endpoint {
+    let mut cfg = EndpointConfig::new(mac(n), ip(n));
+    cfg.offloads = offloads;
+    Endpoint::connect(&dir.sock(&format!("p{port}")), cfg).unwrap()
+}
+
+/// The stream's segments from endpoint 1 to endpoint `to`.
+fn segments(to: u8) -> (Vec<Vec<u8>>, Vec<u8>) {
+    let data = pattern(SEGS * MSS, 3);
+    let frames = (0..SEGS)
+        .map(|i| {
+            let mut f = TcpFrame {
+                seq: 5000 + (i * MSS) as u32,
+                ip_id: i as u16,
+                options: vec![1, 1, 8, 10, 0, 0, 0, 1, 0, 0, 0, 2],
+                payload: data[i * MSS..(i + 1) * MSS].to_vec(),
+                ..Default::default()
+            }
+            .build(false);
+            f[..6].copy_from_slice(&mac(to).0);
+            f[6..12].copy_from_slice(&mac(1).0);
+            f
+        })
+        .collect();
+    (frames, data)
+}
+
+/// Sends the stream, collects what arrives, and returns (frames received,
+/// the reassembled payload).
+fn transfer(a: &mut Endpoint, b: &mut Endpoint, to: u8) -> (usize, Vec<u8>) {
+    let (frames, _) = segments(to);
+    // One burst, as a guest's transmit batch: the switch sees the segments together.
+    let refs: Vec<&[u8]> = frames.iter().map(|f| f.as_slice()).collect();
+    assert_eq!(a.send_burst(&refs), SEGS);
+    let l3 = 14;
+    let hdr_end = 14 + 20 + 32;
+    let mut buf = vec![0u8; 70_000];
+    let mut got = 0;
+    let mut bytes = Vec::new();
+    let end = Instant::now() + T;
+    while bytes.len() < SEGS * MSS && Instant::now() < end {
+        let Some((h, n)) = b.poll_recv_with(&mut buf) else {
+            continue;
+        };
+        got += 1;
+        let f = &buf[..n];
+        if h.gso_type == GSO_NONE {
+            assert!(tcp_checksums_ok(f, l3, false));
+            bytes.extend_from_slice(&f[hdr_end..]);
+        } else {
+            assert_eq!(h.gso_type, GSO_TCPV4);
+            assert_eq!(usize::from(h.gso_size), MSS);
+            // Cut again as the receiving stack would; every piece must check.
+            let mut seg = vec![0u8; 4096];
+            offload::segment(f, &h, l3, false, &mut seg, |s, _| {
+                assert!(tcp_checksums_ok(s, l3, false));
+                bytes.extend_from_slice(&s[hdr_end..]);
+                true
+            })
+            .unwrap();
+        }
+    }
+    (got, bytes)
+}
+
+fn learn(eps: &mut [&mut Endpoint]) {
+    for e in eps.iter_mut() {
+        let mut f = [0u8; 60];
+        f[..6].copy_from_slice(&[0xff; 6]);
+        f[6..12].copy_from_slice(&e.mac().0);
+        f[12..14].copy_from_slice(&[0x88, 0xb5]);
+        e.send_frame(&f).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    let mut buf = vec![0u8; 70_000];
+    for e in eps.iter_mut() {
+        while e.poll_recv(&mut buf).is_some() {}
+    }
+}
+
+#[test]
+fn segments_reach_a_tso_receiver_as_few_large_frames() {
+    bounded(Duration::from_secs(60), || {
+        let dir = Dir::new("lro");
+        let sw = switch(&dir, 3);
+        let mut a = ep(&dir, 1, 1, 0);
+        let rx = feature::GUEST_CSUM | feature::GUEST_TSO4;
+        let mut b = ep(&dir, 2, 2, rx);
+        let mut c = ep(&dir, 3, 3, 0);
+        learn(&mut [&mut a, &mut b, &mut c]);
+        let (_, data) = segments(2);
+
+        let (frames, bytes) = transfer(&mut a, &mut b, 2);
+        assert_eq!(bytes, data, "the stream arrived intact");
+        assert!(frames <= SEGS / 4, "{frames} frames for {SEGS} segments");
+        let merged = |n: &str| {
+            sw.handle()
+                .list()
+                .unwrap()
+                .into_iter()
+                .find(|p| p.name == n)
+                .unwrap()
+                .stats
+                .rx
+                .lro_merged
+        };
+        assert_eq!(merged("p2") as usize, SEGS - frames);
+
+        // A receiver without TSO gets every segment as it was.
+        let (frames, bytes) = transfer(&mut a, &mut c, 3);
+        assert_eq!((frames, bytes.len()), (SEGS, SEGS * MSS));
+        assert_eq!(merged("p3"), 0);
+
+        // LRO off, live: one frame per segment.
+        let info = sw
+            .handle()
+            .set_port(
+                "p2",
+                PolicyUpdate {
+                    lro: Some(false),
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+        assert!(!info.policy.lro);
+        let before = merged("p2");
+        let (frames, bytes) = transfer(&mut a, &mut b, 2);
+        assert_eq!((frames, bytes), (SEGS, data));
+        assert_eq!(merged("p2"), before);
+    });
+}
