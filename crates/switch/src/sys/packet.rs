@@ -33,6 +33,8 @@ const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
 const TPACKET_V2: libc::c_int = 1;
 const PACKET_MR_PROMISC: u16 = 1;
 const ETH_P_ALL_BE: u16 = 0x0003u16.to_be();
+// `libc::Ioctl`: the request type differs between glibc (c_ulong) and musl (c_int).
+const SIOCGIFMTU: libc::Ioctl = 0x8921;
 
 const TP_STATUS_KERNEL: u32 = 0;
 const TP_STATUS_USER: u32 = 1;
@@ -114,12 +116,41 @@ fn ifindex(ifname: &str) -> io::Result<i32> {
     Ok(i as i32)
 }
 
-/// The interface's MTU, from sysfs.
+/// The interface's MTU (SIOCGIFMTU: answers in the caller's network
+/// namespace, where sysfs may show another).
 pub fn mtu(ifname: &str) -> io::Result<usize> {
-    let s = std::fs::read_to_string(format!("/sys/class/net/{ifname}/mtu"))?;
-    s.trim()
-        .parse()
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "unreadable MTU"))
+    #[repr(C)]
+    struct IfReqMtu {
+        name: [u8; libc::IFNAMSIZ],
+        mtu: libc::c_int,
+        _pad: [u8; 20],
+    }
+    if ifname.len() >= libc::IFNAMSIZ || ifname.contains('\0') {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "interface name too long",
+        ));
+    }
+    let mut req = IfReqMtu {
+        name: [0; libc::IFNAMSIZ],
+        mtu: 0,
+        _pad: [0; 20],
+    };
+    req.name[..ifname.len()].copy_from_slice(ifname.as_bytes());
+    // SAFETY: plain socket(2) call.
+    let raw = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if raw < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `raw` is a fresh descriptor nothing else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    // SAFETY: SIOCGIFMTU reads the name and writes the int of a struct
+    // ifreq; `req` has that layout (name, then the union, padded to 40 bytes).
+    let r = unsafe { libc::ioctl(fd.as_raw_fd(), SIOCGIFMTU, &mut req) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(req.mtu.max(0) as usize)
 }
 
 /// The slot size that holds a frame of `mtu` bytes plus Ethernet and VLAN

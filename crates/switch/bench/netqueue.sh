@@ -1,0 +1,32 @@
+#!/bin/bash
+# Head-of-line blocking on a shared uplink receive queue vs a queue per vNIC
+# (the studies' NetQueue experiment), both configurations side by side at
+# each neighbour flood rate, in one run (root):
+#
+#   crates/switch/bench/netqueue.sh            # STEPS=8 SECS=3 (per cell)
+#   AUTOGROUP_NICE=-15 ...                     # see uplink-rate.sh
+#
+# A latency vNIC (poll-mode endpoint) pings a peer namespace (the kernel's
+# ICMP echo) across the uplink, one echo in flight every PING_US µs, while
+# a neighbour vNIC receives 256-byte UDP frames from that namespace at 0 to
+# the highest rate the generator reaches here, in STEPS steps. Per cell: the
+# neighbour's received rate, the probe's p50/p90/p99 round trip (µs) and the
+# probes lost (no answer within 50 ms).
+# The switch is pinned to CPU 0 and busy-polls; the endpoints and the
+# generator share CPU 1 in one thread.
+set -eu
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../../.." && pwd)
+target=${CARGO_TARGET_DIR:-$root/target}
+old_nice=$(sed 's/.* nice //' /proc/self/autogroup)
+trap '[ -z "${AUTOGROUP_NICE:-}" ] || echo "$old_nice" > /proc/self/autogroup' EXIT
+(cd "$root" && nice -n 10 cargo build --release --locked -q -p vnio \
+    && nice -n 10 cargo build --release --locked -q -p vnio-switch --example netqueue_hol)
+[ -z "${AUTOGROUP_NICE:-}" ] || echo "$AUTOGROUP_NICE" > /proc/self/autogroup
+echo "== environment"
+echo "kernel $(uname -r); $(nproc) CPUs; $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
+echo "vnio $(git -C "$root" rev-parse --short HEAD)$(git -C "$root" diff --quiet || echo +dirty); autogroup $(cat /proc/self/autogroup); load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "steps=${STEPS:-8} secs=${SECS:-3} ping every ${PING_US:-200} us; 256-byte UDP flood in bursts of ${BURST:-32}; switch budget 64 frames per queue per round"
+echo "== results (round trips in µs)"
+taskset -c 1 "$target/release/examples/netqueue_hol" --vnio "$target/release/vnio" \
+    --steps "${STEPS:-8}" --secs "${SECS:-3}" --ping-us "${PING_US:-200}" --burst "${BURST:-32}" ${MAX_KPPS:+--max-kpps $MAX_KPPS}
