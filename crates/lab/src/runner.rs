@@ -457,9 +457,14 @@ fn rr_via(
         .args(["--iterations", &run.iterations.to_string()])
         .arg("--via")
         .arg(format!(
-            "vhost-user:{},ip={},mac={mac}",
+            "vhost-user:{},ip={},mac={mac}{}",
             sock.display(),
-            from.addr
+            from.addr,
+            if bed.description().knobs.poll_mode_wait == Some(true) {
+                ",wait"
+            } else {
+                ""
+            }
         ))
         .arg("-o")
         .arg(&out)

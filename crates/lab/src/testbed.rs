@@ -200,13 +200,10 @@ impl Testbed {
     /// Build configuration `cfg` of `s`.
     pub fn build(s: &Scenario, cfg: &Configuration, ctx: &BedContext) -> Result<Testbed, BedError> {
         let knobs = s.knobs.layered(&cfg.knobs);
-        if let Some(p) = knobs.port_policy.filter(|p| *p != PortPolicy::Default) {
+        if knobs.port_policy == Some(PortPolicy::Direct) {
             return Err(setup(
                 format!("configuration {}", cfg.name),
-                format!(
-                    "port_policy {:?} is not supported by this build's vnio switch",
-                    p.as_str()
-                ),
+                "port_policy \"direct\" is not supported by this build's vnio switch",
             ));
         }
         let scratch = Scratch::create(&ctx.journal)?;
@@ -398,7 +395,12 @@ impl Testbed {
                     SocketMode::Server,
                 ),
             };
-            if knobs.port_policy == Some(PortPolicy::LatencyHigh) {
+            // The studies make the measured VM latency-sensitive: the
+            // policy goes to the workloads' clients' ports (each takes a
+            // dedicated core; 2 vCPUs have one to give).
+            if knobs.port_policy == Some(PortPolicy::LatencyHigh)
+                && clients.contains(&host.name.as_str())
+            {
                 port.latency = vnio_switch::config::Latency::High;
             }
             port.coalesce = coalesce;
@@ -410,9 +412,10 @@ impl Testbed {
                 .push(format!("switch ports coalesce = {c}"));
         }
         if let Some(p) = knobs.port_policy {
-            self.description
-                .notes
-                .push(format!("switch port policy {}", p.as_str()));
+            self.description.notes.push(format!(
+                "switch port policy {} on the clients' ports",
+                p.as_str()
+            ));
         }
         let config = Config {
             switch: SwitchConfig {
@@ -471,9 +474,14 @@ impl Testbed {
                     let mut cmd = wire.command(&ctx.vnio);
                     cmd.arg("endpoint")
                         .arg(format!(
-                            "vhost-user:{},ip={},mac={mac}",
+                            "vhost-user:{},ip={},mac={mac}{}",
                             sock.display(),
-                            host.addr
+                            host.addr,
+                            if knobs.poll_mode_wait == Some(true) {
+                                ",wait"
+                            } else {
+                                ""
+                            }
                         ))
                         .stdout(Stdio::null());
                     let mut p = spawn(&mut cmd, &ctx.journal, &log)?;

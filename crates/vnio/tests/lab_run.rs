@@ -210,7 +210,7 @@ fn quick_set_builds_runs_stores_reports_and_leaves_nothing() {
     let store = vnio_lab::store::Store::open(&db).unwrap();
     let run = store.load(store.resolve("last").unwrap()).unwrap();
     assert_eq!(run.row.status, "complete");
-    assert_eq!(run.scenarios.len(), 7, "the quick set's scenarios");
+    assert_eq!(run.scenarios.len(), 8, "the quick set's scenarios");
     let mut measured = 0;
     for s in &run.scenarios {
         assert!(!s.testbeds.is_empty(), "{}: testbeds recorded", s.name);

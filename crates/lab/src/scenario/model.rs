@@ -157,8 +157,8 @@ pub enum PortPolicy {
     /// Adaptive coalescing, the switch's shared worker.
     #[default]
     Default,
-    /// Latency-Sensitivity=High: a dedicated busy-polling worker, coalescing
-    /// and LRO off.
+    /// Latency-Sensitivity=High: a dedicated busy-polling worker on its own
+    /// core, coalescing and LRO off (the switch port's `latency = "high"`).
     LatencyHigh,
     /// The port bound straight to an uplink queue, no switching.
     Direct,
@@ -193,7 +193,8 @@ pub struct Knobs {
     /// Egress delay (netem) on every host interface, in microseconds.
     /// This kernel has no netem: a run with it says so and stops.
     pub netem_delay_us: Option<u64>,
-    /// vnio switch port policy for every host port.
+    /// vnio switch port policy for the ports of the workloads' clients
+    /// (the measured VMs of the studies).
     pub port_policy: Option<PortPolicy>,
     /// vnio switch interrupt coalescing toward every vhost-user port:
     /// "off", "static:FRAMES:USEC", "adaptive[:BOUND_USEC]" (the switch's
@@ -202,6 +203,9 @@ pub struct Knobs {
     pub coalesce: Option<String>,
     /// Kernel timestamps for receive instants (SO_TIMESTAMPING).
     pub rx_timestamp: Option<bool>,
+    /// Poll-mode endpoints sleep on the switch's notifications when idle
+    /// (an interrupt-driven guest) instead of busy-polling (default).
+    pub poll_mode_wait: Option<bool>,
 }
 
 impl Knobs {
@@ -223,6 +227,7 @@ impl Knobs {
             port_policy: over.port_policy.or(self.port_policy),
             coalesce: over.coalesce.clone().or_else(|| self.coalesce.clone()),
             rx_timestamp: over.rx_timestamp.or(self.rx_timestamp),
+            poll_mode_wait: over.poll_mode_wait.or(self.poll_mode_wait),
         }
     }
 }

@@ -468,7 +468,7 @@ impl Capabilities {
         Capabilities {
             vm: false,
             poll_mode_client: true,
-            latency_high: false,
+            latency_high: true,
             direct: false,
         }
     }

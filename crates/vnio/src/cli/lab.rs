@@ -478,32 +478,51 @@ fn run_scenario(
     let caps = Capabilities::current();
     let is_set = matches!(source.file, LabFile::Set(_));
     let mut runs = Vec::new();
+    let mut notes = Vec::new();
     for (src, s, o) in members {
         let plan = Plan::new(&s, &o, &caps).map_err(|e| anyhow::anyhow!("{}: {e}", src.name))?;
+        let mut plan = plan;
         if !plan.missing.is_empty() {
             let why: Vec<String> = plan
                 .missing
                 .iter()
                 .map(|(c, w)| format!("configuration {c}: {}", w.join("; ")))
                 .collect();
-            if is_set {
-                eprintln!(
-                    "vnio lab: skipping {}: this build cannot run {}",
+            if !is_set {
+                bail!(
+                    "{} cannot run in this build: {} (run the others with --configuration NAME)",
                     src.name,
                     why.join(", ")
                 );
-                continue;
             }
-            bail!(
-                "{} cannot run in this build: {} (run the others with --configuration NAME)",
+            // A set runs what it can of each scenario and says what not.
+            let runnable: Vec<String> = plan
+                .configurations
+                .iter()
+                .map(|c| c.name.clone())
+                .filter(|c| !plan.missing.iter().any(|(m, _)| m == c))
+                .collect();
+            notes.push(format!(
+                "vnio lab: {}: leaving out {} (this build cannot run it)",
                 src.name,
                 why.join(", ")
-            );
+            ));
+            if runnable.is_empty() {
+                continue;
+            }
+            let only = Overrides {
+                configurations: runnable,
+                ..o.clone()
+            };
+            plan = Plan::new(&s, &only, &caps).map_err(|e| anyhow::anyhow!("{}: {e}", src.name))?;
         }
         runs.push((src, s, plan));
     }
     if !vnio_lab::is_root() {
         bail!("vnio lab run builds network namespaces and needs root: run it as root (sudo)");
+    }
+    for n in notes {
+        eprintln!("{n}");
     }
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
