@@ -25,7 +25,8 @@ pub struct HostFacts {
     pub cpus_online: Vec<usize>,
     /// CPUs isolated from the scheduler (isolcpus / nohz_full).
     pub cpus_isolated: Vec<usize>,
-    /// CPUs already dedicated to other running vnio VMs: (VM, CPUs).
+    /// CPUs already dedicated elsewhere: (holder, CPUs), the holder being
+    /// `VM g2` or `switch port p1`.
     pub cpus_held: Vec<(String, Vec<usize>)>,
     /// Hugepages (`None`: no hugetlbfs mounted).
     pub hugepages: Option<Hugepages>,

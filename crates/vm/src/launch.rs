@@ -21,7 +21,7 @@ use crate::error::{Context, Error, Result};
 use crate::host::HostFacts;
 use crate::hostnet;
 use crate::image::{self, Image};
-use crate::plan::{self, Pinning, Plan, PlanInput, Status};
+use crate::plan::{self, Pinning, Plan, PlanInput, SwitchAnswer};
 use crate::qmp::Qmp;
 use crate::spec::{Backend, VmSpec};
 use crate::state::{self, Owned, Phase, State, VmDir};
@@ -95,29 +95,46 @@ fn load_image(opts: &LaunchOptions) -> Result<Image> {
 }
 
 /// Plans `spec` for this host without launching (`--print-qemu`,
-/// `--print-libvirt`); `auto` may run the short KVM probe.
+/// `--print-libvirt`); `auto` may run the short KVM probe. Switch ports
+/// are not asked: their latency-high requests show as "requested at launch".
 pub fn prepare(spec: &VmSpec, opts: &LaunchOptions) -> Result<Prepared> {
     spec.validate()?;
     let image = load_image(opts)?;
     let accel = accel::decide(spec.accel, &image, &opts.cache, opts.reprobe)?;
-    let host = HostFacts::read(state::held_cpus(&opts.root, &spec.name));
-    let dir = VmDir::new(&opts.root, &spec.name);
-    let plan = plan::plan(&PlanInput {
-        spec,
-        kernel: &image.kernel,
-        initrd: &image.initrd,
-        accel: &accel,
-        host: &host,
-        dir: &dir,
-        qemu: QEMU,
-        switch_has_latency_policy: switchport::HAS_LATENCY_POLICY,
-    });
+    let (host, plan) = plan_for(spec, opts, &image, &accel, &[], Vec::new());
     Ok(Prepared {
         image,
         accel,
         host,
         plan,
     })
+}
+
+/// The host's facts and the plan, given the switch's answers and the cores
+/// its latency-high workers took.
+fn plan_for(
+    spec: &VmSpec,
+    opts: &LaunchOptions,
+    image: &Image,
+    accel: &AccelDecision,
+    answers: &[Option<SwitchAnswer>],
+    switch_cores: Vec<(String, Vec<usize>)>,
+) -> (HostFacts, Plan) {
+    let mut held = state::held_cpus(&opts.root, &spec.name);
+    held.extend(switch_cores);
+    let host = HostFacts::read(held);
+    let dir = VmDir::new(&opts.root, &spec.name);
+    let plan = plan::plan(&PlanInput {
+        spec,
+        kernel: &image.kernel,
+        initrd: &image.initrd,
+        accel,
+        host: &host,
+        dir: &dir,
+        qemu: QEMU,
+        switch_answers: answers,
+    });
+    (host, plan)
 }
 
 /// Holds the runtime root's lock: launches plan cores and claim names one
@@ -173,7 +190,7 @@ pub fn launch(spec: &VmSpec, opts: &LaunchOptions) -> Result<Launched> {
             }
         }
     }
-    let prepared = prepare(spec, opts)?;
+    let mut prepared = prepare(spec, opts)?;
     if spec.strict {
         if let Some(why) = prepared.plan.strict_refusal() {
             return Err(Error::Invalid(why));
@@ -206,6 +223,43 @@ pub fn launch(spec: &VmSpec, opts: &LaunchOptions) -> Result<Launched> {
         notes: prepared.plan.notes.clone(),
     };
     st.save(&dir)?;
+    // Switch ports first: a latency-high port's worker takes a core, which
+    // the vCPUs must then leave alone.
+    match ask_switch(&dir, &mut st, &prepared.plan) {
+        Ok(Some((answers, cores))) => {
+            let (host, plan) = plan_for(
+                spec,
+                opts,
+                &prepared.image,
+                &prepared.accel,
+                &answers,
+                cores,
+            );
+            prepared.host = host;
+            prepared.plan = plan;
+            st.settings = prepared.plan.settings.clone();
+            st.pinning = prepared.plan.pinning.clone();
+            st.notes = prepared.plan.notes.clone();
+            let refused = if spec.strict {
+                prepared.plan.strict_refusal()
+            } else {
+                None
+            };
+            if let Err(e) = st.save(&dir) {
+                teardown(&dir, &st, None);
+                return Err(e);
+            }
+            if let Some(why) = refused {
+                teardown(&dir, &st, None);
+                return Err(Error::Invalid(why));
+            }
+        }
+        Ok(None) => {}
+        Err(e) => {
+            teardown(&dir, &st, None);
+            return Err(e);
+        }
+    }
     let mut child = None;
     let result = start(&dir, &mut st, &prepared.plan, opts, &mut child, lock);
     match result {
@@ -233,6 +287,60 @@ pub fn launch(spec: &VmSpec, opts: &LaunchOptions) -> Result<Launched> {
             Err(e)
         }
     }
+}
+
+/// Asks the switch to make each planned latency-high port so; returns the
+/// answers by NIC index and the cores the switch dedicated (`None`: no port
+/// to ask). Each port is recorded in the state first, so stop puts it back.
+#[allow(clippy::type_complexity)]
+fn ask_switch(
+    dir: &VmDir,
+    st: &mut State,
+    plan: &Plan,
+) -> Result<Option<(Vec<Option<SwitchAnswer>>, Vec<(String, Vec<usize>)>)>> {
+    let mut answers = vec![None; plan.nics.len()];
+    let mut cores = Vec::new();
+    let mut asked = false;
+    for (i, n) in plan.nics.iter().enumerate() {
+        let (
+            Backend::VhostUser {
+                control: Some(c),
+                socket,
+                ..
+            },
+            true,
+        ) = (&n.backend, n.switch_latency_high)
+        else {
+            continue;
+        };
+        asked = true;
+        let port = switchport::port_for_socket(c, socket)?;
+        st.owned.push(Owned::SwitchPort {
+            control: c.clone(),
+            port: port.name.clone(),
+            latency: port.latency,
+        });
+        st.save(dir)?;
+        answers[i] = Some(
+            match switchport::set_latency(c, &port.name, SwitchLatency::High) {
+                Ok(()) => {
+                    let now = switchport::port_for_socket(c, socket)?;
+                    if let Some(core) = now.core {
+                        cores.push((format!("switch port {}", now.name), vec![core]));
+                    }
+                    SwitchAnswer::Dedicated {
+                        port: now.name,
+                        core: now.core,
+                    }
+                }
+                Err(e) => SwitchAnswer::Refused {
+                    port: port.name,
+                    why: error_chain(&e),
+                },
+            },
+        );
+    }
+    Ok(asked.then_some((answers, cores)))
 }
 
 fn check_interrupt(opts: &LaunchOptions) -> Result<()> {
@@ -330,40 +438,6 @@ fn start(
         {
             let h = netlink(&mut net, dir)?;
             hostnet::attach_tap(h, tap, bridge.as_deref(), *host_ip)?;
-        }
-        if let (
-            Backend::VhostUser {
-                control: Some(c),
-                socket,
-                ..
-            },
-            true,
-        ) = (&n.backend, n.switch_latency_high)
-        {
-            let port = switchport::port_for_socket(c, socket)?;
-            // Recorded first: stop puts the port's policy back.
-            st.owned.push(Owned::SwitchPort {
-                control: c.clone(),
-                port: port.name.clone(),
-                latency: port.latency,
-            });
-            st.save(dir)?;
-            if let Err(e) = switchport::set_latency(c, &port.name, SwitchLatency::High) {
-                // The switch's answer is the verdict, not the plan's hope.
-                let name = format!("switch port latency-high ({})", n.id);
-                if let Some(s) = st.settings.iter_mut().find(|s| s.name == name) {
-                    s.status = Status::NotHonoured;
-                    s.detail =
-                        format!("port {} on {}: {}", port.name, c.display(), error_chain(&e));
-                }
-                st.save(dir)?;
-                if st.spec.strict {
-                    return Err(Error::Invalid(format!(
-                        "--strict: this host cannot honour {name}: {}",
-                        error_chain(&e)
-                    )));
-                }
-            }
         }
     }
     check_interrupt(opts)?;

@@ -124,8 +124,28 @@ pub struct PlanInput<'a> {
     pub dir: &'a VmDir,
     /// The QEMU program.
     pub qemu: &'a str,
-    /// Whether this build's switch has a per-port latency policy.
-    pub switch_has_latency_policy: bool,
+    /// What the switch answered to latency-high requests, by NIC index
+    /// (empty, or `None` for a NIC: not asked yet, as when only printing).
+    pub switch_answers: &'a [Option<SwitchAnswer>],
+}
+
+/// The switch's answer to "make the port serving this NIC latency-high".
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SwitchAnswer {
+    /// Done: the port has a dedicated busy-poll worker (on `core`).
+    Dedicated {
+        /// The port.
+        port: String,
+        /// The worker's core.
+        core: Option<usize>,
+    },
+    /// Refused, with the switch's reason.
+    Refused {
+        /// The port.
+        port: String,
+        /// Why.
+        why: String,
+    },
 }
 
 /// The first fd number macvtap devices are handed to QEMU on (fixed, so
@@ -166,8 +186,8 @@ pub fn dedicate_cores(
             online.len(),
             format_cpu_list(online),
         );
-        for (vm, cpus) in &host.cpus_held {
-            why.push_str(&format!(", {} held by VM {vm}", format_cpu_list(cpus)));
+        for (holder, cpus) in &host.cpus_held {
+            why.push_str(&format!(", {} held by {holder}", format_cpu_list(cpus)));
         }
         return Err(why);
     }
@@ -204,12 +224,27 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
     let host = input.host;
     let high = spec.latency == Latency::High;
     let kvm = input.accel.accel == Accel::Kvm;
+    // A switch port asked to go latency-high gets a dedicated worker core:
+    // reserved here until the switch has answered (then it is held).
+    let answer = |i: usize| input.switch_answers.get(i).cloned().flatten();
     let switch_ports = spec
         .nics
         .iter()
-        .filter(|n| matches!(n.backend, Backend::VhostUser { .. }))
+        .enumerate()
+        .filter(|(i, n)| {
+            matches!(
+                n.backend,
+                Backend::VhostUser {
+                    control: Some(_),
+                    ..
+                }
+            ) && answer(*i).is_none()
+        })
         .count();
-    let has_vhost_user = switch_ports > 0;
+    let has_vhost_user = spec
+        .nics
+        .iter()
+        .any(|n| matches!(n.backend, Backend::VhostUser { .. }));
     let mut settings = Vec::new();
     let mut notes = Vec::new();
 
@@ -361,32 +396,41 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
                 control, socket, ..
             } => {
                 if high {
-                    let (status, detail) = match (control, input.switch_has_latency_policy) {
-                        (_, false) => (
-                            Status::NotHonoured,
-                            "switch port latency-high: not available in this switch build"
-                                .to_string(),
-                        ),
-                        (None, true) => (
+                    let (status, detail) = match (control, answer(i)) {
+                        (None, _) => (
                             Status::NotHonoured,
                             format!(
                                 "no switch control socket for {} (add control=PATH to the NIC)",
                                 socket.display()
                             ),
                         ),
-                        (Some(c), true) => {
+                        (Some(c), None) => {
                             plan.switch_latency_high = true;
-                            // The switch has the last word: launch asks it and
-                            // records a refusal here.
                             (
                                 Status::Honoured,
                                 format!(
-                                    "the port of {} on the switch at {}",
-                                    socket.display(),
-                                    c.display()
+                                    "requested at launch from the switch at {} for the port of {}",
+                                    c.display(),
+                                    socket.display()
                                 ),
                             )
                         }
+                        (Some(_), Some(SwitchAnswer::Dedicated { port, core })) => {
+                            plan.switch_latency_high = true;
+                            (
+                                Status::Honoured,
+                                match core {
+                                    Some(c) => {
+                                        format!("port {port}: its own busy-poll worker on CPU {c}")
+                                    }
+                                    None => format!("port {port}: its own busy-poll worker"),
+                                },
+                            )
+                        }
+                        (Some(_), Some(SwitchAnswer::Refused { port, why })) => (
+                            Status::NotHonoured,
+                            format!("the switch refused for port {port}: {why}"),
+                        ),
                     };
                     settings.push(setting(
                         &format!("switch port latency-high ({})", plan.id),

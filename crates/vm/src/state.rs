@@ -237,7 +237,8 @@ pub fn list(root: &Path) -> Vec<(VmDir, Result<State>)> {
     out
 }
 
-/// CPUs dedicated to running VMs under `root`, except `except`.
+/// CPUs dedicated to running VMs under `root`, except `except`: ("VM
+/// NAME", CPUs).
 pub fn held_cpus(root: &Path, except: &str) -> Vec<(String, Vec<usize>)> {
     list(root)
         .into_iter()
@@ -247,7 +248,7 @@ pub fn held_cpus(root: &Path, except: &str) -> Vec<(String, Vec<usize>)> {
             let pin = s.pinning?;
             s.pid
                 .is_some_and(|p| is_ours(p, &d))
-                .then(|| (d.name(), pin.vcpus))
+                .then(|| (format!("VM {}", d.name()), pin.vcpus))
         })
         .collect()
 }

@@ -9,10 +9,6 @@ use vnio_switch::control::{Client, Request};
 
 use crate::error::{Context, Error, Result};
 
-/// Whether this build's switch has a per-port latency policy (it does; the
-/// switch may still refuse `high`, and the launcher reports its answer).
-pub const HAS_LATENCY_POLICY: bool = true;
-
 /// A switch port: its name and latency policy.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Port {
@@ -20,6 +16,8 @@ pub struct Port {
     pub name: String,
     /// Its latency policy now.
     pub latency: Latency,
+    /// The core of its dedicated worker (latency high).
+    pub core: Option<usize>,
 }
 
 /// The switch port whose vhost-user socket is `socket`.
@@ -48,12 +46,20 @@ pub fn port_for_socket(control: &Path, socket: &Path) -> Result<Port> {
         .and_then(|n| n.as_str())
         .unwrap_or_default()
         .to_string();
-    let latency = port
-        .get("policy")
+    let policy = port.get("policy");
+    let latency = policy
         .and_then(|p| p.get("latency"))
         .and_then(|l| serde_json::from_value(l.clone()).ok())
         .unwrap_or_default();
-    Ok(Port { name, latency })
+    let core = policy
+        .and_then(|p| p.get("core"))
+        .and_then(|c| c.as_u64())
+        .map(|c| c as usize);
+    Ok(Port {
+        name,
+        latency,
+        core,
+    })
 }
 
 /// Sets port `port`'s latency policy.

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use vnio_vm::accel::{Accel, AccelDecision};
 use vnio_vm::host::{HostFacts, Hugepages};
 use vnio_vm::libvirt::domain_xml;
-use vnio_vm::plan::{dedicate_cores, plan, Plan, PlanInput, Status};
+use vnio_vm::plan::{dedicate_cores, plan, Plan, PlanInput, Status, SwitchAnswer};
 use vnio_vm::spec::{Latency, VmSpec};
 use vnio_vm::state::VmDir;
 
@@ -63,7 +63,12 @@ fn spec(latency: Latency, vcpus: u32, nics: &[&str]) -> VmSpec {
     s
 }
 
-fn make(spec: &VmSpec, host: &HostFacts, accel: &AccelDecision, switch_policy: bool) -> Plan {
+fn make(
+    spec: &VmSpec,
+    host: &HostFacts,
+    accel: &AccelDecision,
+    answers: &[Option<SwitchAnswer>],
+) -> Plan {
     let dir = VmDir::new(Path::new("/run/vnio/vm"), &spec.name);
     plan(&PlanInput {
         spec,
@@ -73,7 +78,7 @@ fn make(spec: &VmSpec, host: &HostFacts, accel: &AccelDecision, switch_policy: b
         host,
         dir: &dir,
         qemu: "qemu-system-x86_64",
-        switch_has_latency_policy: switch_policy,
+        switch_answers: answers,
     })
 }
 
@@ -99,7 +104,7 @@ fn normal_latency_under_tcg_on_a_switch_port() {
         1,
         &["vhost-user:/run/vnio/p1.sock,ip=10.0.0.11/24"],
     );
-    let p = make(&s, &small_tcg_host(), &tcg(), false);
+    let p = make(&s, &small_tcg_host(), &tcg(), &[]);
     let a = &p.argv;
     assert_eq!(a[0], "qemu-system-x86_64");
     assert_eq!(values(a, "-machine"), ["q35,accel=tcg,memory-backend=mem0"]);
@@ -144,7 +149,7 @@ fn high_latency_on_a_roomy_kvm_host_is_fully_honoured() {
         2,
         &["vhost-user:/run/vnio/p1.sock,control=/run/vnio/switch.sock"],
     );
-    let p = make(&s, &big_kvm_host(), &kvm(), true);
+    let p = make(&s, &big_kvm_host(), &kvm(), &[]);
     let a = &p.argv;
     assert_eq!(values(a, "-machine"), ["q35,accel=kvm,memory-backend=mem0"]);
     assert_eq!(values(a, "-cpu"), ["host"]);
@@ -181,8 +186,14 @@ fn high_latency_on_a_roomy_kvm_host_is_fully_honoured() {
 
 #[test]
 fn a_two_cpu_host_cannot_dedicate_cores_and_says_so() {
-    let s = spec(Latency::High, 1, &["vhost-user:/run/vnio/p1.sock"]);
-    let p = make(&s, &small_tcg_host(), &tcg(), false);
+    // As planned before launch (printing): the switch port will want a
+    // core of its own for its busy-poll worker.
+    let s = spec(
+        Latency::High,
+        1,
+        &["vhost-user:/run/vnio/p1.sock,control=/run/vnio/switch.sock"],
+    );
+    let p = make(&s, &small_tcg_host(), &tcg(), &[]);
     let cores = setting(&p, "dedicated vCPU cores");
     assert_eq!(cores.status, Status::NotHonoured);
     assert!(
@@ -200,8 +211,11 @@ fn a_two_cpu_host_cannot_dedicate_cores_and_says_so() {
     assert_eq!(pm.status, Status::NotHonoured);
     assert!(pm.detail.contains("cpu-pm needs KVM"));
     let port = setting(&p, "switch port latency-high");
-    assert_eq!(port.status, Status::NotHonoured);
-    assert!(port.detail.contains("not available in this switch build"));
+    assert!(
+        port.detail.contains("requested at launch"),
+        "{}",
+        port.detail
+    );
     // What can be done still is: preallocated, locked memory.
     assert_eq!(setting(&p, "preallocated memory").status, Status::Honoured);
     assert_eq!(setting(&p, "locked memory").status, Status::Honoured);
@@ -220,16 +234,73 @@ fn a_two_cpu_host_cannot_dedicate_cores_and_says_so() {
         "dedicated vCPU cores",
         "hugepages",
         "guest idles without exits",
-        "switch port latency-high",
     ] {
         assert!(refusal.contains(name), "{refusal}");
     }
+
+    // At launch the switch dedicated CPU 1 to the port's worker: the vCPU
+    // has nothing left, and the message says who holds what.
+    let mut host = small_tcg_host();
+    host.cpus_held = vec![("switch port p1".into(), vec![1])];
+    let answers = [Some(SwitchAnswer::Dedicated {
+        port: "p1".into(),
+        core: Some(1),
+    })];
+    let p = make(&s, &host, &tcg(), &answers);
+    let cores = setting(&p, "dedicated vCPU cores");
+    assert_eq!(cores.status, Status::NotHonoured);
+    assert!(
+        cores.detail.contains(
+            "1 vCPU + 1 housekeeping core need 2 cores; this host has 2 online (0-1), 1 held by switch port p1"
+        ),
+        "{}",
+        cores.detail
+    );
+    let port = setting(&p, "switch port latency-high");
+    assert_eq!(port.status, Status::Honoured);
+    assert_eq!(port.detail, "port p1: its own busy-poll worker on CPU 1");
+}
+
+#[test]
+fn the_switch_port_setting_follows_the_switch_answer() {
+    let s = spec(
+        Latency::High,
+        1,
+        &[
+            "vhost-user:/run/vnio/p1.sock,control=/run/vnio/switch.sock",
+            "vhost-user:/run/vnio/p2.sock",
+        ],
+    );
+    let answers = [
+        Some(SwitchAnswer::Refused {
+            port: "p1".into(),
+            why: "latency high: no core left to dedicate".into(),
+        }),
+        None,
+    ];
+    let p = make(&s, &big_kvm_host(), &kvm(), &answers);
+    let p1 = setting(&p, "switch port latency-high (nic0)");
+    assert_eq!(p1.status, Status::NotHonoured);
+    assert_eq!(
+        p1.detail,
+        "the switch refused for port p1: latency high: no core left to dedicate"
+    );
+    // Without a control socket nothing can be asked.
+    let p2 = setting(&p, "switch port latency-high (nic1)");
+    assert_eq!(p2.status, Status::NotHonoured);
+    assert!(p2.detail.contains("add control=PATH"), "{}", p2.detail);
+    // A refused port needs no core: the vCPU takes the highest isolated CPU.
+    assert_eq!(p.pinning.as_ref().unwrap().vcpus, vec![7]);
+    assert!(p
+        .strict_refusal()
+        .unwrap()
+        .contains("switch port latency-high (nic0)"));
 }
 
 #[test]
 fn without_a_switch_vnic_two_cpus_give_one_dedicated_core() {
     let s = spec(Latency::High, 1, &["tap"]);
-    let p = make(&s, &small_tcg_host(), &tcg(), false);
+    let p = make(&s, &small_tcg_host(), &tcg(), &[]);
     let pin = p.pinning.as_ref().unwrap();
     assert_eq!(pin.vcpus, vec![1]);
     assert_eq!(pin.housekeeping, vec![0]);
@@ -250,7 +321,7 @@ fn without_a_switch_vnic_two_cpus_give_one_dedicated_core() {
 #[test]
 fn cores_held_by_other_vms_are_not_handed_out_twice() {
     let mut host = big_kvm_host();
-    host.cpus_held = vec![("other".into(), vec![7, 6, 5, 4])];
+    host.cpus_held = vec![("VM other".into(), vec![7, 6, 5, 4])];
     // Left: 1-3 (CPU 0 is the host's); 2 vCPUs + the switch poller fit.
     let pin = dedicate_cores(2, 1, &host).unwrap();
     assert_eq!(pin.vcpus, vec![3, 2]);
@@ -271,7 +342,7 @@ fn tap_bridge_e1000_and_macvtap_nics() {
             "macvtap:eth0,mode=bridge,mac=52:54:00:aa:bb:cc",
         ],
     );
-    let p = make(&s, &big_kvm_host(), &kvm(), true);
+    let p = make(&s, &big_kvm_host(), &kvm(), &[]);
     let netdevs = values(&p.argv, "-netdev");
     assert_eq!(
         netdevs,
@@ -298,7 +369,7 @@ fn a_low_memlock_limit_drops_mem_lock_and_says_why() {
     let mut host = big_kvm_host();
     host.memlock_limit = Some(64 * 1024);
     let s = spec(Latency::High, 1, &[]);
-    let p = make(&s, &host, &kvm(), true);
+    let p = make(&s, &host, &kvm(), &[]);
     let lock = setting(&p, "locked memory");
     assert_eq!(lock.status, Status::NotHonoured);
     assert!(lock.detail.contains("RLIMIT_MEMLOCK is 64 KiB"));
@@ -342,7 +413,7 @@ fn libvirt_xml_for_normal_latency() {
             "tap:vt0,bridge=br0",
         ],
     );
-    let p = make(&s, &small_tcg_host(), &tcg(), false);
+    let p = make(&s, &small_tcg_host(), &tcg(), &[]);
     let dir = VmDir::new(Path::new("/run/vnio/vm"), "g1");
     let x = domain_xml(&s, &p, Accel::Tcg, Path::new("/k"), Path::new("/i"), &dir);
     assert_balanced(&x);
@@ -372,7 +443,7 @@ fn guest_offloads_off_reaches_the_device_and_the_xml() {
         1,
         &["vhost-user:/run/vnio/p2.sock,guest-offloads=off"],
     );
-    let p = make(&s, &small_tcg_host(), &tcg(), false);
+    let p = make(&s, &small_tcg_host(), &tcg(), &[]);
     let want = format!(
         "virtio-net-pci,netdev=nic0,mac={},vectors=0,guest_csum=off,guest_tso4=off,guest_tso6=off,guest_ecn=off",
         s.mac(0)
@@ -391,7 +462,7 @@ fn guest_offloads_off_reaches_the_device_and_the_xml() {
 #[test]
 fn libvirt_xml_for_high_latency() {
     let s = spec(Latency::High, 2, &["macvtap:eth0", "e1000"]);
-    let p = make(&s, &big_kvm_host(), &kvm(), true);
+    let p = make(&s, &big_kvm_host(), &kvm(), &[]);
     let dir = VmDir::new(Path::new("/run/vnio/vm"), "g1");
     let x = domain_xml(&s, &p, Accel::Kvm, Path::new("/k"), Path::new("/i"), &dir);
     assert_balanced(&x);
@@ -412,7 +483,7 @@ fn libvirt_xml_for_high_latency() {
     assert!(x.contains("<cpu mode='host-passthrough'/>"));
     assert!(!x.contains("not honoured"));
     // On the small host the refusals travel as comments.
-    let p = make(&s, &small_tcg_host(), &tcg(), false);
+    let p = make(&s, &small_tcg_host(), &tcg(), &[]);
     let x = domain_xml(&s, &p, Accel::Tcg, Path::new("/k"), Path::new("/i"), &dir);
     assert_balanced(&x);
     assert!(x.contains("<!-- not honoured here: dedicated vCPU cores:"));
