@@ -121,6 +121,8 @@ pub struct BedHost {
     pub name: String,
     /// What it is in this configuration.
     pub kind: HostKind,
+    /// Behind the uplink.
+    pub remote: bool,
     /// Its IPv4 address.
     pub addr: Ipv4Addr,
     /// Its interface inside its namespace (namespace hosts).
@@ -183,6 +185,7 @@ pub struct Testbed {
     hosts: Vec<BedHost>,
     switch: Option<Process>,
     wire_ns: Option<Netns>,
+    outside_ns: Option<Netns>,
     scratch: Scratch,
     description: BedDescription,
 }
@@ -213,6 +216,7 @@ impl Testbed {
             hosts: Vec::new(),
             switch: None,
             wire_ns: None,
+            outside_ns: None,
             scratch,
             description: BedDescription {
                 configuration: cfg.name.clone(),
@@ -227,7 +231,7 @@ impl Testbed {
             if kind == HostKind::Vm {
                 return Err(setup(
                     format!("host {}", h.name),
-                    "VM endpoints need `vnio vm run`, which has not landed",
+                    "VM hosts are not built by the lab yet (vnio vm run exists; the lab does not launch guests)",
                 ));
             }
             let netns = match kind {
@@ -240,6 +244,7 @@ impl Testbed {
             bed.hosts.push(BedHost {
                 name: h.name.clone(),
                 kind,
+                remote: h.remote,
                 // Hosts are numbered from 1 in scenario order.
                 addr: Ipv4Addr::new(10, 77, octet, i as u8 + 1),
                 ifname: None,
@@ -317,6 +322,11 @@ impl Testbed {
                 first.get_or_insert(e.into());
             }
         }
+        if let Some(ns) = self.outside_ns.take() {
+            if let Err(e) = ns.delete() {
+                first.get_or_insert(e.into());
+            }
+        }
         if let Some(ns) = self.wire_ns.take() {
             if let Err(e) = ns.delete() {
                 first.get_or_insert(e.into());
@@ -347,6 +357,9 @@ impl Testbed {
         let _ = sw.add_bridge("br0")?.keep();
         sw.set_up("br0")?;
         for (i, host) in self.hosts.iter_mut().enumerate() {
+            if host.remote {
+                continue;
+            }
             let Some(ns) = &host.netns else {
                 return Err(setup(
                     format!("host {}", host.name),
@@ -359,8 +372,57 @@ impl Testbed {
             sw.set_up(&port)?;
             address(host, "eth0")?;
         }
+        if let Some(out) = self.outside(id, journal)? {
+            // The uplink is one more bridge port.
+            let _ = sw.add_veth("up", "up", Some(&out))?.keep();
+            sw.set_controller("up", "br0")?;
+            sw.set_up("up")?;
+            let mut o = out.handle()?;
+            o.set_controller("up", "br0")?;
+            o.set_up("up")?;
+            self.outside_ns = Some(out);
+        }
         self.wire_ns = Some(wire);
         Ok(())
+    }
+
+    /// The outside segment for remote hosts, if any: a namespace with a
+    /// Linux bridge `br0` (the physical network), a veth to each remote
+    /// host. The caller joins it to the wire with the uplink veth `up`.
+    fn outside(&mut self, id: &str, journal: &Journal) -> Result<Option<Netns>, BedError> {
+        if !self.hosts.iter().any(|h| h.remote) {
+            return Ok(None);
+        }
+        let out = Netns::create_with_journal(&format!("vnio-{id}-out"), journal)?;
+        let mut o = out.handle()?;
+        let _ = o.add_bridge("br0")?.keep();
+        o.set_up("br0")?;
+        for (i, host) in self.hosts.iter_mut().enumerate() {
+            if !host.remote {
+                continue;
+            }
+            let Some(ns) = &host.netns else {
+                return Err(setup(
+                    format!("host {}", host.name),
+                    "a remote host needs a namespace",
+                ));
+            };
+            let port = format!("p{}", i + 1);
+            let _ = o.add_veth(&port, "eth0", Some(ns))?.keep();
+            o.set_controller(&port, "br0")?;
+            o.set_up(&port)?;
+            address(host, "eth0")?;
+        }
+        self.description.notes.push(format!(
+            "remote hosts on an outside bridge behind the uplink: {}",
+            self.hosts
+                .iter()
+                .filter(|h| h.remote)
+                .map(|h| h.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+        Ok(Some(out))
     }
 
     fn wire_switch(
@@ -385,6 +447,9 @@ impl Testbed {
         };
         let mut ports = Vec::new();
         for (i, host) in self.hosts.iter().enumerate() {
+            if host.remote {
+                continue;
+            }
             let mut port = match host.kind {
                 HostKind::Namespace => {
                     PortSpec::tap(&format!("h{}", i + 1), &format!("t{}", i + 1))
@@ -410,6 +475,25 @@ impl Testbed {
             self.description
                 .notes
                 .push(format!("switch ports coalesce = {c}"));
+        }
+        // Remote hosts: the outside segment, joined by a veth whose wire end
+        // `up0` is the switch's uplink port (AF_PACKET), created before the
+        // switch starts so the port can bind to it.
+        if let Some(out) = self.outside(id, &ctx.journal)? {
+            let mut w = wire.handle()?;
+            let _ = w.add_veth("up0", "up", Some(&out))?.keep();
+            w.set_up("up0")?;
+            let mut o = out.handle()?;
+            o.set_controller("up", "br0")?;
+            o.set_up("up")?;
+            let mut up = PortSpec::uplink("up", "up0");
+            up.queues = knobs.uplink_queues;
+            ports.push(up);
+            self.outside_ns = Some(out);
+            self.description.notes.push(format!(
+                "switch uplink on a veth to the outside bridge, {} receive queue(s)",
+                knobs.uplink_queues.unwrap_or(1)
+            ));
         }
         if let Some(p) = knobs.port_policy {
             self.description.notes.push(format!(
@@ -441,6 +525,9 @@ impl Testbed {
         let mut handle = wire.handle()?;
         let deadline = Instant::now() + READY;
         for (i, host) in self.hosts.iter_mut().enumerate() {
+            if host.remote {
+                continue;
+            }
             let tap = format!("t{}", i + 1);
             match host.kind {
                 HostKind::Namespace => {

@@ -284,6 +284,23 @@ fn validation_errors_name_the_field() {
         "wire = \"veth\"\nknobs = { coalesce = \"off\" }",
     );
     assert!(error(&veth).contains("needs wire = \"switch\""));
+    // Remote hosts sit behind an uplink: not on a veth, not poll-mode.
+    let remote = MINIMAL.replace("name = \"server\"", "name = \"server\"\nremote = true");
+    assert!(error(&remote).contains("a veth wire has no uplink"));
+    let both = remote.replace("name = \"client\"", "name = \"client\"\nremote = true");
+    assert!(error(&both).contains("at least one must be on the wire"));
+    let bridged = remote.replace("wire = \"veth\"", "wire = \"bridge\"");
+    scenario(&bridged);
+    let polled = remote.replace(
+        "wire = \"veth\"",
+        "wire = \"switch\"\nhosts = { server = \"poll-mode\" }",
+    );
+    assert!(error(&polled).contains("a remote host (behind the uplink) is a namespace"));
+    let queues = MINIMAL.replace(
+        "wire = \"veth\"",
+        "wire = \"switch\"\nknobs = { uplink_queues = 0 }",
+    );
+    assert!(error(&queues).contains("uplink_queues: must be 1 to 64"));
     // A veth joins two hosts only.
     let three = MINIMAL.replace(
         "[[configuration]]",
@@ -416,7 +433,7 @@ fn contention_sweeps_set_the_count_and_rate() {
     let rates: Vec<u64> = plan
         .points
         .iter()
-        .filter(|p| p.configuration == "switch")
+        .filter(|p| p.configuration == "switch-separate")
         .map(|p| p.contention.flood.as_ref().unwrap().rate)
         .collect();
     assert_eq!(rates, [0, 50_000, 100_000, 200_000, 400_000]);

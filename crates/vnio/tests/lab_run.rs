@@ -228,8 +228,10 @@ fn quick_set_builds_runs_stores_reports_and_leaves_nothing() {
                 measured += 1;
                 let doc = p.document.as_ref().unwrap();
                 let m = &doc.chosen().unwrap().merged;
+                // Under a flood a shared queue may starve the probe (the
+                // finding itself); elsewhere something must be measured.
                 assert!(
-                    m.ops > 0,
+                    m.ops > 0 || p.contention.is_some(),
                     "{} {}: nothing measured",
                     s.name,
                     p.point.configuration

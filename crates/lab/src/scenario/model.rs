@@ -77,7 +77,7 @@ pub enum HostKind {
     /// A poll-mode endpoint (user-space virtio driver) on a vhost-user port
     /// of the vnio switch: answers ARP, ping and UDP echo without a kernel.
     PollMode,
-    /// A virtual machine (not available yet: `vnio vm run` has not landed).
+    /// A virtual machine (not built by the lab yet).
     Vm,
 }
 
@@ -101,6 +101,11 @@ pub struct HostSpec {
     /// Endpoint kind (default: namespace); configurations may override it.
     #[serde(default = "default_host_kind")]
     pub kind: HostKind,
+    /// Behind the uplink: on an outside segment (a Linux bridge standing for
+    /// the physical network) joined to the wire by one veth, which the vnio
+    /// switch drives as its uplink port. Default: on the wire itself.
+    #[serde(default)]
+    pub remote: bool,
 }
 
 fn default_host_kind() -> HostKind {
@@ -203,6 +208,9 @@ pub struct Knobs {
     pub coalesce: Option<String>,
     /// Kernel timestamps for receive instants (SO_TIMESTAMPING).
     pub rx_timestamp: Option<bool>,
+    /// Receive queues of the vnio switch's uplink (queue 0 shared, the
+    /// others one per vNIC while they last: the studies' NetQueue).
+    pub uplink_queues: Option<usize>,
     /// Poll-mode endpoints sleep on the switch's notifications when idle
     /// (an interrupt-driven guest) instead of busy-polling (default).
     pub poll_mode_wait: Option<bool>,
@@ -228,6 +236,7 @@ impl Knobs {
             coalesce: over.coalesce.clone().or_else(|| self.coalesce.clone()),
             rx_timestamp: over.rx_timestamp.or(self.rx_timestamp),
             poll_mode_wait: over.poll_mode_wait.or(self.poll_mode_wait),
+            uplink_queues: over.uplink_queues.or(self.uplink_queues),
         }
     }
 }

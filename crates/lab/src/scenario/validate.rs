@@ -91,6 +91,12 @@ pub(super) fn scenario(origin: &str, s: &Scenario) -> Result<(), ScenarioError> 
     if s.hosts.len() < 2 {
         return c.fail("host", "a scenario needs at least two hosts");
     }
+    if s.hosts.iter().all(|h| h.remote) {
+        return c.fail(
+            "host",
+            "every host is remote: at least one must be on the wire",
+        );
+    }
     let mut hosts = HashSet::new();
     for h in &s.hosts {
         c.name("host.name", &h.name, HOST_NAME_MAX, false)?;
@@ -142,6 +148,30 @@ pub(super) fn scenario(origin: &str, s: &Scenario) -> Result<(), ScenarioError> 
                         cfg.wire.as_str()
                     ),
                 );
+            }
+        }
+        let remote: Vec<&str> = s
+            .hosts
+            .iter()
+            .filter(|h| h.remote)
+            .map(|h| h.name.as_str())
+            .collect();
+        if let Some(r) = remote.first() {
+            if cfg.wire == WireKind::Veth {
+                return c.fail(
+                    format!("{at}: wire"),
+                    format!(
+                        "host `{r}` is remote: a veth wire has no uplink (use bridge or switch)"
+                    ),
+                );
+            }
+            for r in &remote {
+                if kind_in(s, cfg, r) != HostKind::Namespace {
+                    return c.fail(
+                        format!("{at}: host `{r}`"),
+                        "a remote host (behind the uplink) is a namespace",
+                    );
+                }
             }
         }
         if cfg.wire == WireKind::Veth && s.hosts.len() != 2 {
@@ -337,6 +367,9 @@ fn check_knobs(c: &Check, at: &str, k: &Knobs, wire: WireKind) -> Result<(), Sce
             return c.fail(format!("{at}.coalesce"), e.to_string());
         }
     }
+    if k.uplink_queues.is_some_and(|q| q == 0 || q > 64) {
+        return c.fail(format!("{at}.uplink_queues"), "must be 1 to 64");
+    }
     if k.rate_limit_mbit == Some(0) {
         return c.fail(format!("{at}.rate_limit_mbit"), "must be more than 0");
     }
@@ -352,6 +385,9 @@ fn check_knobs(c: &Check, at: &str, k: &Knobs, wire: WireKind) -> Result<(), Sce
         }
         if k.coalesce.is_some() {
             return c.fail(format!("{at}.coalesce"), "needs wire = \"switch\"");
+        }
+        if k.uplink_queues.is_some() {
+            return c.fail(format!("{at}.uplink_queues"), "needs wire = \"switch\"");
         }
     }
     Ok(())
@@ -479,7 +515,7 @@ impl Capabilities {
         for h in &s.hosts {
             if kind_in(s, cfg, &h.name) == HostKind::Vm && !self.vm {
                 out.push(format!(
-                    "host `{}` is a VM: VM endpoints need `vnio vm run`, which has not landed",
+                    "host `{}` is a VM: VM hosts are not built by the lab yet (vnio vm run exists; the lab does not launch guests)",
                     h.name
                 ));
             }
