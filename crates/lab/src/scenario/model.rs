@@ -202,7 +202,7 @@ pub struct Knobs {
     /// (the measured VMs of the studies).
     pub port_policy: Option<PortPolicy>,
     /// vnio switch interrupt coalescing toward every vhost-user port:
-    /// "off", "static:FRAMES:USEC", "adaptive[:BOUND_USEC]" (the switch's
+    /// "off", "static:FRAMES:USEC", "adaptive\[:BOUND_USEC\]" (the switch's
     /// default is adaptive with the studies' 4 ms bound). Taps take no
     /// interrupts: it matters for poll-mode endpoints that sleep and VMs.
     pub coalesce: Option<String>,
