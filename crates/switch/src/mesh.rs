@@ -1,5 +1,5 @@
 //! How workers exchange frames: every pair of workers has one ring each
-//! way ([`crate::sys::spsc`]), so each ring has exactly one writer and one
+//! way (`sys::spsc`), so each ring has exactly one writer and one
 //! reader and nothing on the way takes a lock or allocates.
 //!
 //! A worker owns its ports outright (their queues, their receive rings,

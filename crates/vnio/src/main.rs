@@ -1,6 +1,10 @@
 //! `vnio`: one binary, one subcommand per part. The parts compute and return;
 //! this crate parses arguments and renders results.
 
+// Doc comments in this crate are clap's help text, where `[,opt]` means an
+// optional part, not a rustdoc link.
+#![allow(rustdoc::broken_intra_doc_links)]
+
 use clap::{Parser, Subcommand};
 
 mod cli;
