@@ -2,6 +2,7 @@
 //! and the port specification shared with the control socket's `port_add`.
 
 use crate::coalesce::Coalesce;
+use crate::egress::{EgressPolicy, DEFAULT_SHARE, MAX_SHARE};
 use crate::forward::PortPolicy;
 use crate::netqueue::QueueRequest;
 use crate::port::SocketMode;
@@ -174,6 +175,44 @@ pub struct PortSpec {
     /// ("auto", the default: its own while queues last; "shared"; or N).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uplink_queue: Option<QueueRequest>,
+    /// vNIC: weight on the uplinks' egress while they are contended (1-10000, default 100).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub share: Option<u32>,
+    /// vNIC: cap on its rate toward the uplinks, in Mbit/s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit_mbps: Option<u64>,
+    /// vNIC: rate guaranteed toward the uplinks, in Mbit/s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reserve_mbps: Option<u64>,
+    /// uplink: the egress capacity shares divide, in Mbit/s (default: the
+    /// interface's link speed when the kernel knows it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity_mbps: Option<u64>,
+}
+
+/// Validates egress settings (Mbit/s) into a policy (bit/s); 0 Mbit/s
+/// means no limit or reservation.
+pub fn egress_policy(
+    share: Option<u32>,
+    limit_mbps: Option<u64>,
+    reserve_mbps: Option<u64>,
+) -> Result<EgressPolicy, &'static str> {
+    let share = share.unwrap_or(DEFAULT_SHARE);
+    if !(1..=MAX_SHARE).contains(&share) {
+        return Err("`share` must be between 1 and 10000");
+    }
+    let mbps = |m: Option<u64>| m.filter(|&m| m > 0).map(|m| m.saturating_mul(1_000_000));
+    let (limit_bps, reserve_bps) = (mbps(limit_mbps), mbps(reserve_mbps));
+    if let (Some(l), Some(r)) = (limit_bps, reserve_bps) {
+        if r > l {
+            return Err("`reserve_mbps` cannot exceed `limit_mbps`");
+        }
+    }
+    Ok(EgressPolicy {
+        share,
+        limit_bps,
+        reserve_bps,
+    })
 }
 
 fn is_false(b: &bool) -> bool {
@@ -238,6 +277,15 @@ pub struct PolicyUpdate {
     /// Transmit busy-poll budget in empty rounds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tx_poll_budget: Option<u32>,
+    /// Egress share on the uplinks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub share: Option<u32>,
+    /// Egress limit in Mbit/s (0: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit_mbps: Option<u64>,
+    /// Egress reservation in Mbit/s (0: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reserve_mbps: Option<u64>,
 }
 
 /// A port's latency policies as configured (what `port_set` changes).
@@ -320,6 +368,10 @@ impl PortSpec {
             tx_poll_budget: None,
             queues: None,
             uplink_queue: None,
+            share: None,
+            limit_mbps: None,
+            reserve_mbps: None,
+            capacity_mbps: None,
         }
     }
 
@@ -403,6 +455,17 @@ impl PortSpec {
         if self.uplink_queue.is_some() && self.kind == PortKind::Uplink {
             return Err(err("`uplink_queue` applies to vhost-user and tap ports"));
         }
+        let vnic_only =
+            self.share.is_some() || self.limit_mbps.is_some() || self.reserve_mbps.is_some();
+        if vnic_only && self.kind == PortKind::Uplink {
+            return Err(err(
+                "`share`, `limit_mbps` and `reserve_mbps` apply to vhost-user and tap ports",
+            ));
+        }
+        if self.capacity_mbps.is_some() && self.kind != PortKind::Uplink {
+            return Err(err("`capacity_mbps` applies to uplink ports only"));
+        }
+        let egress = egress_policy(self.share, self.limit_mbps, self.reserve_mbps).map_err(&err)?;
         if self.spoof_guard && mac.is_none() {
             return Err(err("`spoof_guard` needs `mac`"));
         }
@@ -417,6 +480,7 @@ impl PortSpec {
             spoof_guard: if self.spoof_guard { mac } else { None },
             mac,
             uplink_queue: self.uplink_queue.unwrap_or_default(),
+            egress,
         })
     }
 }

@@ -178,6 +178,15 @@ impl PortRuntime {
     }
 }
 
+/// What became of a frame taken from a port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fwd {
+    /// Forwarded or dropped: the source's buffer can be returned.
+    Done,
+    /// Held back by the uplink: leave it in the source's ring.
+    Wait,
+}
+
 /// A destination that misbehaved while a frame was delivered to it.
 enum DeliverError {
     Drop(DropReason),
@@ -309,13 +318,13 @@ impl Datapath {
             return;
         };
         let members: Vec<_> = if new.is_vnic() {
-            vec![(new.id, new.policy.uplink_queue, new.mac)]
+            vec![(new.id, new.policy.uplink_queue, new.mac, new.policy.egress)]
         } else {
             self.slots
                 .iter()
                 .flatten()
                 .filter(|s| s.is_vnic())
-                .map(|s| (s.id, s.policy.uplink_queue, s.mac))
+                .map(|s| (s.id, s.policy.uplink_queue, s.mac, s.policy.egress))
                 .collect()
         };
         let only = (!new.is_vnic()).then_some(idx);
@@ -331,9 +340,12 @@ impl Datapath {
             if only.is_some_and(|o| o != j) {
                 continue;
             }
+            for &(id, _, _, egress) in &members {
+                u.sched.set_policy(id, egress);
+            }
             u.update_queues(|t| {
                 let mut changed = false;
-                for &(id, req, mac) in &members {
+                for &(id, req, mac, _) in &members {
                     match t.join(id, req, mac) {
                         Ok(c) => changed |= c,
                         Err(e) => {
@@ -369,6 +381,7 @@ impl Datapath {
         for u in self.slots.iter_mut().flatten() {
             if let Port::Uplink(u) = &mut u.port {
                 u.update_queues(|t| t.leave(s.id));
+                u.sched.remove(s.id);
             }
         }
         Some(s)
@@ -397,6 +410,48 @@ impl Datapath {
             .iter()
             .enumerate()
             .filter_map(|(i, s)| s.as_ref().map(|s| (i, s)))
+    }
+
+    /// Whether every uplink with a known capacity can also reserve
+    /// `extra_bps` for a port (other than `except`).
+    pub fn check_reservation(&self, extra_bps: u64, except: Option<PortId>) -> Result<(), String> {
+        if extra_bps == 0 {
+            return Ok(());
+        }
+        let reserved: u64 = self
+            .slots
+            .iter()
+            .flatten()
+            .filter(|s| s.is_vnic() && Some(s.id) != except)
+            .filter_map(|s| s.policy.egress.reserve_bps)
+            .sum();
+        for s in self.slots.iter().flatten() {
+            if let Port::Uplink(u) = &s.port {
+                if let Some(cap) = u.sched.capacity_bps() {
+                    if reserved + extra_bps > cap {
+                        return Err(format!(
+                            "uplink {}: reservations would total {} Mbit/s, over its capacity of {} Mbit/s",
+                            s.name,
+                            (reserved + extra_bps) / 1_000_000,
+                            cap / 1_000_000
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Changes a vNIC's egress policy (share, limit, reservation) on every uplink.
+    pub fn set_egress(&mut self, idx: usize, e: crate::egress::EgressPolicy) {
+        let Some(s) = self.slot_mut(idx) else { return };
+        s.policy.egress = e;
+        let id = s.id;
+        for s in self.slots.iter_mut().flatten() {
+            if let Port::Uplink(u) = &mut s.port {
+                u.sched.set_policy(id, e);
+            }
+        }
     }
 
     /// Changes slot `idx`'s latency policies.
@@ -459,6 +514,11 @@ impl Datapath {
     /// One polling round: up to `budget` frames from each port. Returns
     /// frames forwarded or dropped (0 means idle).
     pub fn poll(&mut self, now: Instant, budget: usize) -> usize {
+        for s in self.slots.iter_mut().flatten() {
+            if let Port::Uplink(u) = &mut s.port {
+                u.sched.begin_round(now);
+            }
+        }
         let mut work = self.poll_peers(now, budget);
         for i in 0..self.slots.len() {
             let n = self.forward_from(i, now, budget);
@@ -487,8 +547,14 @@ impl Datapath {
                         vq.signal(&s.stats.tx);
                     }
                 }
-                // The round's frames to the wire leave in one system call.
-                Port::Uplink(u) => u.flush(),
+                // The round's frames to the wire leave in one system call;
+                // frames the scheduler held are tried again soon.
+                Port::Uplink(u) => {
+                    u.flush();
+                    if let Some(t) = u.sched.wake_at(now) {
+                        next = Some(next.map_or(t, |n| n.min(t)));
+                    }
+                }
                 Port::Tap(_) => {}
             }
         }
@@ -717,7 +783,17 @@ impl Datapath {
                 mem: mem.mem(),
                 segs: chain.segs(),
             };
-            self.forward_frame(i, src, chain.len(), hdr_len, now);
+            if self.forward_frame(i, src, chain.len(), hdr_len, now) == Fwd::Wait {
+                // The uplink holds this port back: the frame stays at the
+                // head of the guest's ring for a later round.
+                if let Some(Port::VhostUser(p)) = self.slots[i].as_mut().map(|s| &mut s.port) {
+                    if let Some(q) = p.device.queue(TX_QUEUE) {
+                        q.unpop();
+                    }
+                }
+                n -= 1;
+                break;
+            }
             let done = match self.slots[i].as_mut().map(|s| &mut s.port) {
                 Some(Port::VhostUser(p)) => {
                     p.device.queue(TX_QUEUE).map(|q| q.add_used(chain.head, 0))
@@ -730,13 +806,30 @@ impl Datapath {
             }
         }
         self.tx_chain = Some(chain);
+        if n == budget {
+            // Frames are left for the next round: the port is still
+            // backlogged toward the uplinks it sends to.
+            let id = self.slots[i].as_ref().map(|s| s.id);
+            for s in self.slots.iter_mut().flatten() {
+                if let (Port::Uplink(u), Some(id)) = (&mut s.port, id) {
+                    u.sched.backlogged(id);
+                }
+            }
+        }
         n
     }
 
     /// Forwards one frame of `total` bytes (virtio-net header of `hdr_len` first) from slot `i`.
-    fn forward_frame(&mut self, i: usize, src: Src<'_>, total: u64, hdr_len: usize, now: Instant) {
+    fn forward_frame(
+        &mut self,
+        i: usize,
+        src: Src<'_>,
+        total: u64,
+        hdr_len: usize,
+        now: Instant,
+    ) -> Fwd {
         let Some(stats) = self.slots[i].as_ref().map(|s| &s.stats) else {
-            return;
+            return Fwd::Done;
         };
         let mut pre = [0u8; virtio_net::HEADER_LEN + L2Header::MAX_LEN];
         let want = (hdr_len + L2Header::MAX_LEN).min(total as usize);
@@ -744,7 +837,7 @@ impl Datapath {
         let frame_len = total.saturating_sub(hdr_len as u64);
         if got < hdr_len || frame_len > MAX_FRAME {
             stats.tx.drop(DropReason::Malformed);
-            return;
+            return Fwd::Done;
         }
         let vhdr = match VirtioNetHdr::new_checked(&pre[..hdr_len], hdr_len)
             .and_then(|h| VirtioNetHdrRepr::parse(&h))
@@ -752,14 +845,14 @@ impl Datapath {
             Ok(h) => h,
             Err(_) => {
                 stats.tx.drop(DropReason::Malformed);
-                return;
+                return Fwd::Done;
             }
         };
         let l2 = match L2Header::parse(&pre[hdr_len..got]) {
             Ok(l2) => l2,
             Err(r) => {
                 stats.tx.drop(r);
-                return;
+                return Fwd::Done;
             }
         };
         let src_tag_len: u64 = if l2.tag.is_some() { 4 } else { 0 };
@@ -772,13 +865,15 @@ impl Datapath {
                 Reject::Malformed => DropReason::Malformed,
                 Reject::Unsupported => DropReason::Offload,
             });
-            return;
+            return Fwd::Done;
         }
         stats.tx.frame(frame_len as usize);
         let Datapath {
             slots, fdb, remote, ..
         } = self;
-        let Some(me) = slots[i].as_ref() else { return };
+        let Some(me) = slots[i].as_ref() else {
+            return Fwd::Done;
+        };
         let src_id = me.id;
         let learn = me.needs_mac;
         let decision = decide(fdb, src_id, &me.policy, &l2, now, |p, vid| {
@@ -794,7 +889,7 @@ impl Datapath {
             Ok(d) => d,
             Err(r) => {
                 me.stats.tx.drop(r);
-                return;
+                return Fwd::Done;
             }
         };
         let tci_pcp = if l2.tag.is_some() {
@@ -820,6 +915,9 @@ impl Datapath {
                     .iter()
                     .position(|s| s.as_ref().is_some_and(|s| s.id == p))
                 {
+                    if self.egress_wait(i, j, frame_len as usize) {
+                        return Fwd::Wait;
+                    }
                     self.deliver_to(j, &frame, tagging, now);
                 } else if let Some(w) = self.remote.iter().find(|r| r.id == p).map(|r| r.worker) {
                     self.push_remote(i, w, Some(p), &frame, d.vid);
@@ -835,6 +933,10 @@ impl Datapath {
                         continue;
                     }
                     if let Some(tagging) = s.policy.vlan.egress(d.vid) {
+                        // A flood does not wait for one destination; it counts against the link.
+                        if let Some(Port::Uplink(u)) = self.slots[j].as_mut().map(|s| &mut s.port) {
+                            u.sched.charge(frame_len as usize);
+                        }
                         self.deliver_to(j, &frame, tagging, now);
                         sent = true;
                     }
@@ -858,6 +960,34 @@ impl Datapath {
         if learn {
             self.learn_mac(i, l2.src);
         }
+        Fwd::Done
+    }
+
+    /// Whether a frame of `bytes` from slot `i` to slot `j` must wait: `j`
+    /// is an uplink whose egress scheduler or full ring holds it back, and
+    /// `i` a guest whose ring can keep it. Otherwise the frame is charged
+    /// to the link. A waiting frame is taken back from `i`'s counters.
+    #[inline]
+    fn egress_wait(&mut self, i: usize, j: usize, bytes: usize) -> bool {
+        let Some(src) = self.slots[i].as_ref() else {
+            return false;
+        };
+        let (id, guest) = (src.id, matches!(src.port, Port::VhostUser(_)));
+        let Some(Port::Uplink(u)) = self.slots[j].as_mut().map(|s| &mut s.port) else {
+            return false;
+        };
+        if !guest {
+            u.sched.charge(bytes);
+            return false;
+        }
+        if u.tx_ready(uplink::HDR_LEN + bytes + 4) && u.sched.admit(id, bytes).is_ok() {
+            return false;
+        }
+        if let Some(s) = &self.slots[i] {
+            s.stats.tx.unframe(bytes);
+            crate::stats::bump(&s.stats.tx.egress_waits, 1);
+        }
+        true
     }
 
     /// Copies a frame from slot `i` into the ring to worker `w` (it owns the

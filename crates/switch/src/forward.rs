@@ -55,6 +55,8 @@ pub struct PortPolicy {
     pub mac: Option<EthernetAddress>,
     /// The uplink receive queue a vNIC asks for.
     pub uplink_queue: crate::netqueue::QueueRequest,
+    /// Share, limit and reservation on the uplinks' egress.
+    pub egress: crate::egress::EgressPolicy,
 }
 
 /// Where a frame goes.

@@ -6,6 +6,7 @@
 
 #![deny(unsafe_code)]
 
+pub mod egress;
 pub mod fdb;
 pub mod forward;
 #[doc(hidden)]

@@ -97,6 +97,9 @@ pub struct QueueStats {
     /// TCP segments merged by LRO into a frame started by an earlier one
     /// (deliveries saved).
     pub lro_merged: AtomicU64,
+    /// Frames the uplink's egress scheduler held in the guest's ring for a
+    /// later round (limit or contended link; not drops).
+    pub egress_waits: AtomicU64,
     drops: [AtomicU64; 7],
 }
 
@@ -106,6 +109,14 @@ impl QueueStats {
     pub fn frame(&self, bytes: usize) {
         bump(&self.packets, 1);
         bump(&self.bytes, bytes as u64);
+    }
+
+    /// Takes back a frame counted with [`QueueStats::frame`] that was not
+    /// taken after all (it stays in the guest's ring for a later round).
+    #[inline]
+    pub fn unframe(&self, bytes: usize) {
+        bump(&self.packets, u64::MAX);
+        bump(&self.bytes, (bytes as u64).wrapping_neg());
     }
 
     /// Counts one dropped frame.
@@ -131,6 +142,7 @@ impl QueueStats {
             sw_checksums: self.sw_checksums.load(Ordering::Relaxed),
             sw_segmented: self.sw_segmented.load(Ordering::Relaxed),
             lro_merged: self.lro_merged.load(Ordering::Relaxed),
+            egress_waits: self.egress_waits.load(Ordering::Relaxed),
             drops: DropReason::ALL
                 .iter()
                 .map(|r| (r.name().to_string(), self.drops(*r)))
@@ -191,6 +203,9 @@ pub struct QueueSnapshot {
     /// Segments LRO merged into an earlier one's frame.
     #[serde(default)]
     pub lro_merged: u64,
+    /// Frames held back by an uplink's egress scheduler.
+    #[serde(default)]
+    pub egress_waits: u64,
     /// Drops by reason name.
     pub drops: std::collections::BTreeMap<String, u64>,
 }
@@ -298,6 +313,12 @@ pub fn prometheus(ports: &[(String, PortStatsSnapshot)]) -> String {
         "TCP segments LRO merged into a frame toward the port (deliveries saved).",
         "counter",
         &mut dirs(|q| q.lro_merged).into_iter(),
+    );
+    family(
+        "egress_waits_total",
+        "Frames an uplink's egress scheduler held in the guest's ring for a later round.",
+        "counter",
+        &mut dirs(|q| q.egress_waits).into_iter(),
     );
     family(
         "sw_segmented_total",

@@ -48,6 +48,9 @@ pub struct PortInfo {
     /// Latency policies in force.
     #[serde(default)]
     pub policy: PolicyInfo,
+    /// Egress policy (vNICs) or egress scheduler state (uplinks).
+    #[serde(default)]
+    pub egress: EgressInfo,
     /// Counters.
     pub stats: PortStatsSnapshot,
 }
@@ -66,6 +69,27 @@ pub struct PolicyInfo {
     pub core: Option<usize>,
     /// Transmit busy-poll budget (empty rounds).
     pub tx_poll_budget: u32,
+}
+
+/// A vNIC's share, limit and reservation on the uplinks' egress, or an
+/// uplink's capacity and whether it is contended.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, Default)]
+pub struct EgressInfo {
+    /// vNIC: weight while an uplink is contended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub share: Option<u32>,
+    /// vNIC: rate cap, Mbit/s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit_mbps: Option<u64>,
+    /// vNIC: guaranteed rate, Mbit/s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reserve_mbps: Option<u64>,
+    /// Uplink: capacity the shares divide, Mbit/s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity_mbps: Option<u64>,
+    /// Uplink: shares are in force (a port waited for the link last round).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub contended: Option<bool>,
 }
 
 /// Requests to the worker; each carries where to answer.
@@ -273,6 +297,19 @@ impl Worker {
                     .filter(|_| s.policies.latency == Latency::High),
                 tx_poll_budget: s.policies.effective_tx_poll_budget(),
             },
+            egress: match &s.port {
+                Port::Uplink(u) => EgressInfo {
+                    capacity_mbps: u.sched.capacity_bps().map(|b| b / 1_000_000),
+                    contended: Some(u.sched.contended()),
+                    ..Default::default()
+                },
+                _ => EgressInfo {
+                    share: Some(s.policy.egress.share),
+                    limit_mbps: s.policy.egress.limit_bps.map(|b| b / 1_000_000),
+                    reserve_mbps: s.policy.egress.reserve_bps.map(|b| b / 1_000_000),
+                    ..Default::default()
+                },
+            },
             stats: PortStatsSnapshot {
                 uplink_queues: queues,
                 ..s.stats.snapshot()
@@ -289,6 +326,8 @@ impl Worker {
         let policies = spec.policies(&self.cfg);
         if spec.kind != PortKind::Uplink {
             self.dp.check_queue_request(policy.uplink_queue)?;
+            self.dp
+                .check_reservation(policy.egress.reserve_bps.unwrap_or(0), None)?;
         }
         let port = match spec.kind {
             PortKind::VhostUser => {
@@ -310,6 +349,7 @@ impl Worker {
                 let opts = UplinkOptions {
                     qdisc_bypass: spec.qdisc_bypass,
                     queues: spec.queues.unwrap_or(1),
+                    capacity_bps: spec.capacity_mbps.map(|m| m.saturating_mul(1_000_000)),
                     ..UplinkOptions::default()
                 };
                 Port::Uplink(UplinkPort::open(ifname, &opts).map_err(|x| e(&x))?)
@@ -371,6 +411,34 @@ impl Worker {
             .dp
             .find(name)
             .ok_or_else(|| format!("no port {name}"))?;
+        let s = self.dp.slot(slot).ok_or("port vanished")?;
+        if u.share.is_some() || u.limit_mbps.is_some() || u.reserve_mbps.is_some() {
+            if !s.is_vnic() {
+                return Err(format!(
+                    "port {name}: share, limit and reservation apply to vhost-user and tap ports"
+                ));
+            }
+            let cur = s.policy.egress;
+            let mbps = |b: Option<u64>| b.map(|b| b / 1_000_000);
+            let e = crate::config::egress_policy(
+                Some(u.share.unwrap_or(cur.share)),
+                u.limit_mbps.or(mbps(cur.limit_bps)),
+                u.reserve_mbps.or(mbps(cur.reserve_bps)),
+            )
+            .map_err(|w| format!("port {name}: {w}"))?;
+            let id = s.id;
+            self.dp
+                .check_reservation(e.reserve_bps.unwrap_or(0), Some(id))?;
+            self.dp.set_egress(slot, e);
+            log::info!(
+                "port {name}: egress share {}, limit {}, reservation {}",
+                e.share,
+                e.limit_bps
+                    .map_or("none".into(), |b| format!("{} Mbit/s", b / 1_000_000)),
+                e.reserve_bps
+                    .map_or("none".into(), |b| format!("{} Mbit/s", b / 1_000_000))
+            );
+        }
         let s = self.dp.slot(slot).ok_or("port vanished")?;
         let mut p = s.policies;
         p.apply(u);

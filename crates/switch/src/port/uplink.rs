@@ -14,6 +14,7 @@
 //! those offloads.
 
 use super::{Watch, Watched};
+use crate::egress::Scheduler;
 use crate::netqueue::QueueTable;
 use crate::sys::packet::{self, BpfInsn, PlainTx, RxRing, TxRing};
 use std::io;
@@ -49,6 +50,9 @@ pub struct UplinkOptions {
     pub qdisc_bypass: bool,
     /// Receive queues (queue 0 shared, the others one per vNIC).
     pub queues: usize,
+    /// Egress capacity the shares divide, bit/s (None: the interface's
+    /// link speed, when the kernel knows it).
+    pub capacity_bps: Option<u64>,
 }
 
 impl Default for UplinkOptions {
@@ -58,6 +62,7 @@ impl Default for UplinkOptions {
             tx_frames: 1024,
             qdisc_bypass: false,
             queues: 1,
+            capacity_bps: None,
         }
     }
 }
@@ -80,6 +85,8 @@ pub struct RxQueue {
     big: Box<[u8]>,
     /// The filter program in force.
     program: Vec<BpfInsn>,
+    /// When the kernel received the frame last peeked (CLOCK_REALTIME).
+    pub stamp: std::time::Duration,
     /// Frames and bytes taken from this queue (written by the worker only).
     pub packets: u64,
     /// Bytes of those frames (virtio-net header included).
@@ -98,6 +105,7 @@ impl RxQueue {
             ring: RxRing::open(ifname, frame_size, frames, Some(&program))?,
             big: vec![0u8; BUF_LEN].into_boxed_slice(),
             program,
+            stamp: std::time::Duration::ZERO,
             packets: 0,
             bytes: 0,
             kernel_drops: 0,
@@ -108,7 +116,9 @@ impl RxQueue {
     /// Call [`RxQueue::release`] once done with it.
     #[inline]
     pub fn peek(&mut self) -> Option<Rx<'_>> {
-        if self.ring.peek()?.copied {
+        let f = self.ring.peek()?;
+        self.stamp = f.stamp;
+        if f.copied {
             return Some(self.peek_copy());
         }
         let f = self.ring.peek()?;
@@ -144,6 +154,13 @@ impl RxQueue {
     }
 }
 
+/// The interface's link speed in bit/s, when the kernel reports one.
+fn link_speed_bps(ifname: &str) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/sys/class/net/{ifname}/speed")).ok()?;
+    let mbps: i64 = s.trim().parse().ok()?;
+    (mbps > 0).then(|| mbps as u64 * 1_000_000)
+}
+
 /// `buf[at..at + len]` is a header and frame; with `tci`, moves [hdr][dst
 /// src] 4 bytes back and puts the tag after the MACs.
 #[inline]
@@ -176,6 +193,8 @@ pub struct UplinkPort {
     big_pending: bool,
     /// Which vNIC owns which receive queue.
     table: QueueTable,
+    /// Shares, limits and reservations of the vNICs sending out.
+    pub sched: Scheduler,
     opts: UplinkOptions,
 }
 
@@ -215,6 +234,7 @@ impl UplinkPort {
             big_buf: vec![0u8; BUF_LEN].into_boxed_slice(),
             big_pending: false,
             table,
+            sched: Scheduler::new(opts.capacity_bps.or_else(|| link_speed_bps(ifname))),
             opts: opts.clone(),
         })
     }
@@ -309,6 +329,19 @@ impl UplinkPort {
             let _ = self.tx.flush();
         }
         self.tx.slot()
+    }
+
+    /// Whether a frame of `len` bytes (header included) can be queued now
+    /// (flushes the ring once when it is full).
+    #[inline]
+    pub fn tx_ready(&mut self, len: usize) -> bool {
+        if len > self.tx.slot_len() {
+            return true;
+        }
+        if self.tx.slot().is_none() {
+            let _ = self.tx.flush();
+        }
+        self.tx.slot().is_some()
     }
 
     /// Sends the first `len` bytes of the buffer [`UplinkPort::tx_buf`]

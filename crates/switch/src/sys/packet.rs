@@ -343,6 +343,8 @@ pub struct RxFrame<'a> {
     /// The frame did not fit the slot and the kernel queued a full copy on
     /// the socket: read it with [`RxRing::recv_copy`].
     pub copied: bool,
+    /// When the kernel received it (CLOCK_REALTIME).
+    pub stamp: std::time::Duration,
 }
 
 /// A receive socket with its RX ring.
@@ -422,6 +424,10 @@ impl RxRing {
         let snaplen = self.ring.field::<u32>(8) as usize;
         let mac = usize::from(self.ring.field::<u16>(12));
         let tci = self.ring.field::<u16>(24);
+        let stamp = std::time::Duration::new(
+            u64::from(self.ring.field::<u32>(16)),
+            self.ring.field::<u32>(20).min(999_999_999),
+        );
         let frame_size = self.ring.frame_size;
         // The kernel places the virtio-net header right before the MAC
         // header; a slot that says otherwise comes out empty.
@@ -437,6 +443,7 @@ impl RxRing {
             truncated: snaplen < wire_len,
             vlan_tci: (status & TP_STATUS_VLAN_VALID != 0).then_some(tci),
             copied: status & TP_STATUS_COPY != 0,
+            stamp,
         })
     }
 

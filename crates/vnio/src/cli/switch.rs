@@ -87,6 +87,9 @@ enum PortCmd {
         /// Uplink: receive queues (queue 0 shared, the others one per vNIC while they last).
         #[arg(long, requires = "uplink")]
         queues: Option<usize>,
+        /// Uplink: egress capacity the shares divide, Mbit/s (default: the link speed).
+        #[arg(long, requires = "uplink", value_name = "MBPS")]
+        capacity_mbps: Option<u64>,
         /// vNIC: the uplink receive queue to use: auto (its own while queues last), shared, or N.
         #[arg(long, value_name = "auto|shared|N", conflicts_with = "uplink")]
         uplink_queue: Option<vnio_switch::netqueue::QueueRequest>,
@@ -136,6 +139,15 @@ struct PolicyArgs {
     /// is asked to kick again (default: the switch's idle_polls).
     #[arg(long, value_name = "N")]
     tx_poll_budget: Option<u32>,
+    /// Weight on the uplinks' egress while they are contended (1-10000, default 100).
+    #[arg(long, value_name = "W")]
+    share: Option<u32>,
+    /// Cap on the port's rate toward the uplinks, Mbit/s (0: none).
+    #[arg(long, value_name = "MBPS")]
+    limit_mbps: Option<u64>,
+    /// Rate guaranteed toward the uplinks, Mbit/s (0: none).
+    #[arg(long, value_name = "MBPS")]
+    reserve_mbps: Option<u64>,
 }
 
 impl PolicyArgs {
@@ -146,6 +158,9 @@ impl PolicyArgs {
             latency: self.latency,
             core: self.core,
             tx_poll_budget: self.tx_poll_budget,
+            share: self.share,
+            limit_mbps: self.limit_mbps,
+            reserve_mbps: self.reserve_mbps,
         }
     }
 }
@@ -228,6 +243,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
                 policy,
                 queues,
                 uplink_queue,
+                capacity_mbps,
             } => {
                 let spec = PortSpec {
                     name,
@@ -252,6 +268,10 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
                     latency: policy.latency.unwrap_or_default(),
                     core: policy.core,
                     tx_poll_budget: policy.tx_poll_budget,
+                    share: policy.share,
+                    limit_mbps: policy.limit_mbps.filter(|&m| m > 0),
+                    reserve_mbps: policy.reserve_mbps.filter(|&m| m > 0),
+                    capacity_mbps,
                     queues,
                     uplink_queue,
                 };
