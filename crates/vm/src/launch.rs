@@ -197,6 +197,12 @@ pub fn launch(spec: &VmSpec, opts: &LaunchOptions) -> Result<Launched> {
         }
     }
     std::fs::create_dir_all(dir.path()).ctx(|| format!("creating {}", dir.path().display()))?;
+    // Private: whoever reaches exec.sock runs commands as root in the guest.
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700))
+            .ctx(|| format!("restricting {}", dir.path().display()))?;
+    }
     let mut st = State {
         spec: spec.clone(),
         phase: Phase::Starting,
