@@ -188,6 +188,10 @@ pub struct PortSpec {
     /// interface's link speed when the kernel knows it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity_mbps: Option<u64>,
+    /// vhost-user: direct mode, bound 1:1 to a receive queue of this uplink
+    /// port with no switching, VLAN or QoS (needs `mac`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub direct: Option<String>,
 }
 
 /// Validates egress settings (Mbit/s) into a policy (bit/s); 0 Mbit/s
@@ -372,6 +376,7 @@ impl PortSpec {
             limit_mbps: None,
             reserve_mbps: None,
             capacity_mbps: None,
+            direct: None,
         }
     }
 
@@ -466,6 +471,21 @@ impl PortSpec {
             return Err(err("`capacity_mbps` applies to uplink ports only"));
         }
         let egress = egress_policy(self.share, self.limit_mbps, self.reserve_mbps).map_err(&err)?;
+        if self.direct.is_some() {
+            if self.kind != PortKind::VhostUser {
+                return Err(err("`direct` applies to vhost-user ports only"));
+            }
+            if mac.is_none() {
+                return Err(err(
+                    "`direct` needs `mac` (its uplink queue takes frames for it)",
+                ));
+            }
+            if self.uplink_queue.is_some() || vnic_only {
+                return Err(err(
+                    "a `direct` port takes its own uplink queue and has no share, limit or reservation",
+                ));
+            }
+        }
         if self.spoof_guard && mac.is_none() {
             return Err(err("`spoof_guard` needs `mac`"));
         }
@@ -481,6 +501,7 @@ impl PortSpec {
             mac,
             uplink_queue: self.uplink_queue.unwrap_or_default(),
             egress,
+            direct: self.direct.clone(),
         })
     }
 }

@@ -101,6 +101,8 @@ pub struct Slot {
     pub mac: Option<crate::wire::EthernetAddress>,
     /// A vNIC whose MAC is still to be learned.
     needs_mac: bool,
+    /// Direct mode: the uplink this port is bound to.
+    pub direct_up: Option<PortId>,
 }
 
 impl Slot {
@@ -263,6 +265,7 @@ impl Datapath {
             policies,
             mac,
             needs_mac: false,
+            direct_up: None,
         };
         slot.needs_mac = slot.is_vnic() && mac.is_none();
         if matches!(slot.port, Port::VhostUser(_)) {
@@ -295,8 +298,67 @@ impl Datapath {
                 self.slots.len() - 1
             }
         };
-        self.join_queues(idx);
+        if !self.bind_direct(idx) {
+            self.join_queues(idx);
+        }
         idx
+    }
+
+    /// Whether a direct-mode port can be bound as its policy asks.
+    pub fn check_direct(&self, policy: &PortPolicy) -> Result<(), String> {
+        let Some(name) = &policy.direct else {
+            return Ok(());
+        };
+        let Some(Slot {
+            port: Port::Uplink(u),
+            ..
+        }) = self.find(name).and_then(|j| self.slot(j))
+        else {
+            return Err(format!("direct: no uplink port named {name}"));
+        };
+        if u.table().free_queue().is_none() {
+            return Err(format!(
+                "direct: uplink {name} has no receive queue to give (queues = {}, each held by a port that asked for it; raise `queues`)",
+                u.queue_count()
+            ));
+        }
+        Ok(())
+    }
+
+    /// Binds direct-mode slot `idx` to a receive queue of its uplink; false
+    /// when the port is not in direct mode.
+    fn bind_direct(&mut self, idx: usize) -> bool {
+        let Some(s) = self.slots[idx].as_ref() else {
+            return false;
+        };
+        let Some(name) = s.policy.direct.clone() else {
+            return false;
+        };
+        let (id, mac) = (s.id, s.mac);
+        let Some(j) = self.find(&name) else {
+            return true;
+        };
+        let Some(Slot {
+            id: up_id,
+            port: Port::Uplink(u),
+            ..
+        }) = self.slots[j].as_mut()
+        else {
+            return true;
+        };
+        let up_id = *up_id;
+        let Some(q) = u.table().free_queue() else {
+            return true;
+        };
+        u.update_queues(|t| t.join(id, QueueRequest::Index(q), mac).unwrap_or(false));
+        if let Some(rx) = u.queue_mut(q) {
+            rx.direct = Some(id);
+        }
+        if let Some(s) = self.slots[idx].as_mut() {
+            s.direct_up = Some(up_id);
+        }
+        log::info!("port id {id}: direct on uplink {name}, receive queue {q}");
+        true
     }
 
     /// Whether every uplink can give a new vNIC the receive queue it asks for.
@@ -323,7 +385,7 @@ impl Datapath {
             self.slots
                 .iter()
                 .flatten()
-                .filter(|s| s.is_vnic())
+                .filter(|s| s.is_vnic() && s.policy.direct.is_none())
                 .map(|s| (s.id, s.policy.uplink_queue, s.mac, s.policy.egress))
                 .collect()
         };
@@ -382,6 +444,11 @@ impl Datapath {
             if let Port::Uplink(u) = &mut u.port {
                 u.update_queues(|t| t.leave(s.id));
                 u.sched.remove(s.id);
+                for q in 0..u.queue_count() {
+                    if let Some(rx) = u.queue_mut(q).filter(|rx| rx.direct == Some(s.id)) {
+                        rx.direct = None;
+                    }
+                }
             }
         }
         Some(s)
@@ -715,12 +782,20 @@ impl Datapath {
                 _ => None,
             };
             let Some(mut q) = taken else { continue };
+            let to = q.direct;
             let mut m = 0;
             while m < budget {
                 let len = match q.peek() {
                     None => break,
                     Some(uplink::Rx::Frame(f)) => {
-                        self.forward_frame(i, Src::Local(f), f.len() as u64, uplink::HDR_LEN, now);
+                        self.forward_frame_to(
+                            i,
+                            Src::Local(f),
+                            f.len() as u64,
+                            uplink::HDR_LEN,
+                            now,
+                            to,
+                        );
                         f.len()
                     }
                     Some(uplink::Rx::Unsupported) => {
@@ -819,7 +894,8 @@ impl Datapath {
         n
     }
 
-    /// Forwards one frame of `total` bytes (virtio-net header of `hdr_len` first) from slot `i`.
+    /// Forwards one frame of `total` bytes (virtio-net header of `hdr_len`
+    /// first) from slot `i`, switched.
     fn forward_frame(
         &mut self,
         i: usize,
@@ -827,6 +903,22 @@ impl Datapath {
         total: u64,
         hdr_len: usize,
         now: Instant,
+    ) -> Fwd {
+        self.forward_frame_to(i, src, total, hdr_len, now, None)
+    }
+
+    /// Forwards one frame of `total` bytes (virtio-net header of `hdr_len` first) from slot `i`.
+    /// `direct`: a direct-mode port the frame goes to as it is (it came
+    /// in on that port's uplink queue); a frame from a direct-mode port goes
+    /// as it is to its uplink. Neither is switched (no FDB, VLAN or QoS).
+    fn forward_frame_to(
+        &mut self,
+        i: usize,
+        src: Src<'_>,
+        total: u64,
+        hdr_len: usize,
+        now: Instant,
+        direct: Option<PortId>,
     ) -> Fwd {
         let Some(stats) = self.slots[i].as_ref().map(|s| &s.stats) else {
             return Fwd::Done;
@@ -868,6 +960,37 @@ impl Datapath {
             return Fwd::Done;
         }
         stats.tx.frame(frame_len as usize);
+        let direct = direct.or_else(|| self.slots[i].as_ref().and_then(|s| s.direct_up));
+        if let Some(to) = direct {
+            let frame = Frame {
+                src,
+                hdr_len,
+                vhdr,
+                macs: pre[hdr_len..hdr_len + 12].try_into().unwrap_or([0; 12]),
+                src_tag_len,
+                tci_pcp: if l2.tag.is_some() {
+                    u16::from(pre[hdr_len + 14] & 0xe0) << 8
+                } else {
+                    0
+                },
+                frame_len,
+            };
+            // The frame leaves with the tag it came with, if any.
+            let tagging = l2.tag.map_or(Tagging::Untagged, Tagging::Tagged);
+            match self
+                .slots
+                .iter()
+                .position(|s| s.as_ref().is_some_and(|s| s.id == to))
+            {
+                Some(j) => self.deliver_to(j, &frame, tagging, now),
+                None => {
+                    if let Some(s) = &self.slots[i] {
+                        s.stats.tx.drop(DropReason::NoRoute);
+                    }
+                }
+            }
+            return Fwd::Done;
+        }
         let Datapath {
             slots, fdb, remote, ..
         } = self;
@@ -929,7 +1052,8 @@ impl Datapath {
                     let Some(s) = self.slots[j].as_ref() else {
                         continue;
                     };
-                    if s.id == src_id {
+                    // Direct-mode ports are not switched: no floods either.
+                    if s.id == src_id || s.direct_up.is_some() {
                         continue;
                     }
                     if let Some(tagging) = s.policy.vlan.egress(d.vid) {

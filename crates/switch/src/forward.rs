@@ -57,6 +57,8 @@ pub struct PortPolicy {
     pub uplink_queue: crate::netqueue::QueueRequest,
     /// Share, limit and reservation on the uplinks' egress.
     pub egress: crate::egress::EgressPolicy,
+    /// Direct mode: the uplink this vNIC is bound to, bypassing switching.
+    pub direct: Option<String>,
 }
 
 /// Where a frame goes.

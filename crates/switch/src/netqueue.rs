@@ -178,6 +178,19 @@ impl QueueTable {
         }
     }
 
+    /// A queue a port could be given outright: a free one, else one an
+    /// automatic owner holds (it moves to another or to the shared queue).
+    pub fn free_queue(&self) -> Option<usize> {
+        let named = |p: PortId| {
+            self.members
+                .iter()
+                .any(|m| m.port == p && matches!(m.req, QueueRequest::Index(_)))
+        };
+        (1..self.owners.len())
+            .find(|&q| self.owners[q].is_none())
+            .or_else(|| (1..self.owners.len()).find(|&q| self.owners[q].is_some_and(|p| !named(p))))
+    }
+
     /// The queue frames for `port` arrive on.
     pub fn queue_of(&self, port: PortId) -> usize {
         self.owners

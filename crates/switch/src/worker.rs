@@ -324,7 +324,10 @@ impl Worker {
             return Err(format!("port {} exists", spec.name));
         }
         let policies = spec.policies(&self.cfg);
-        if spec.kind != PortKind::Uplink {
+        self.dp
+            .check_direct(&policy)
+            .map_err(|w| format!("port {}: {w}", spec.name))?;
+        if spec.kind != PortKind::Uplink && policy.direct.is_none() {
             self.dp.check_queue_request(policy.uplink_queue)?;
             self.dp
                 .check_reservation(policy.egress.reserve_bps.unwrap_or(0), None)?;

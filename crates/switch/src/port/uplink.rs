@@ -87,6 +87,9 @@ pub struct RxQueue {
     program: Vec<BpfInsn>,
     /// When the kernel received the frame last peeked (CLOCK_REALTIME).
     pub stamp: std::time::Duration,
+    /// The direct-mode port this queue belongs to: its frames go straight
+    /// there, without switching.
+    pub direct: Option<crate::PortId>,
     /// Frames and bytes taken from this queue (written by the worker only).
     pub packets: u64,
     /// Bytes of those frames (virtio-net header included).
@@ -106,6 +109,7 @@ impl RxQueue {
             big: vec![0u8; BUF_LEN].into_boxed_slice(),
             program,
             stamp: std::time::Duration::ZERO,
+            direct: None,
             packets: 0,
             bytes: 0,
             kernel_drops: 0,

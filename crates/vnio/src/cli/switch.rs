@@ -45,6 +45,8 @@ enum Cmd {
     Shutdown,
 }
 
+// Parsed once per process: the size of the largest variant does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum PortCmd {
     /// Add a port (while others carry traffic): vhost-user (--socket), tap (--tap) or uplink (--uplink).
@@ -90,6 +92,9 @@ enum PortCmd {
         /// Uplink: egress capacity the shares divide, Mbit/s (default: the link speed).
         #[arg(long, requires = "uplink", value_name = "MBPS")]
         capacity_mbps: Option<u64>,
+        /// vhost-user: direct mode, bound 1:1 to a receive queue of this uplink port, no switching (needs --mac).
+        #[arg(long, value_name = "UPLINK_PORT", requires = "socket")]
+        direct: Option<String>,
         /// vNIC: the uplink receive queue to use: auto (its own while queues last), shared, or N.
         #[arg(long, value_name = "auto|shared|N", conflicts_with = "uplink")]
         uplink_queue: Option<vnio_switch::netqueue::QueueRequest>,
@@ -244,6 +249,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
                 queues,
                 uplink_queue,
                 capacity_mbps,
+                direct,
             } => {
                 let spec = PortSpec {
                     name,
@@ -274,6 +280,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
                     capacity_mbps,
                     queues,
                     uplink_queue,
+                    direct,
                 };
                 let v = client.request(&Request::PortAdd { port: spec })?;
                 if json {
