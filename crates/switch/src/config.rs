@@ -72,6 +72,13 @@ pub struct SwitchConfig {
     pub budget: usize,
     /// Empty polling rounds before the worker sleeps on kicks (0: sleep at once).
     pub idle_polls: u32,
+    /// Run latency-high ports' dedicated workers under SCHED_FIFO at this
+    /// priority (1-99): a busy-polling thread time-sliced with other
+    /// processes on its core waits for its slice, which costs more latency
+    /// than a sleeping worker's wake-up. Off when absent (keep other
+    /// processes off dedicated cores instead, e.g. with cpusets).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dedicated_rt_priority: Option<u8>,
     /// Serve the counters in Prometheus text format over HTTP on this
     /// address (e.g. "127.0.0.1:9469"); off when absent.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -86,6 +93,7 @@ impl Default for SwitchConfig {
             aging_secs: 300,
             budget: 64,
             idle_polls: 64,
+            dedicated_rt_priority: None,
             metrics_listen: None,
         }
     }
@@ -149,6 +157,11 @@ pub struct PortSpec {
     /// interface's queueing discipline (PACKET_QDISC_BYPASS).
     #[serde(default, skip_serializing_if = "is_false")]
     pub qdisc_bypass: bool,
+    /// vhost-user and tap: offer checksum and TSO offloads (default true).
+    /// Off, the front-end (or the kernel behind a tap) sends and takes
+    /// MTU-sized, fully checksummed frames.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offloads: Option<bool>,
     /// Interrupt coalescing toward the port's guest ("off",
     /// "static:FRAMES:USEC", "adaptive\[:BOUND_USEC\]"; default adaptive).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -365,6 +378,7 @@ impl PortSpec {
             mac: None,
             spoof_guard: false,
             qdisc_bypass: false,
+            offloads: None,
             coalesce: None,
             lro: None,
             latency: Latency::Normal,
@@ -484,6 +498,10 @@ impl PortSpec {
                 return Err(err(
                     "a `direct` port takes its own uplink queue and has no share, limit or reservation",
                 ));
+            }
+            if self.latency == Latency::High {
+                // The uplink it is bound to lives on the shared worker.
+                return Err(err("a `direct` port cannot be latency = \"high\""));
             }
         }
         if self.spoof_guard && mac.is_none() {

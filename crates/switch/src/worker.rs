@@ -338,11 +338,17 @@ impl Worker {
                     .socket
                     .as_ref()
                     .ok_or("a vhost-user port needs a socket")?;
-                Port::VhostUser(VhostUserPort::new(socket, spec.mode).map_err(|x| e(&x))?)
+                Port::VhostUser(
+                    VhostUserPort::with_offloads(socket, spec.mode, spec.offloads.unwrap_or(true))
+                        .map_err(|x| e(&x))?,
+                )
             }
             PortKind::Tap => {
                 let ifname = spec.ifname.as_deref().unwrap_or(&spec.name);
-                Port::Tap(TapPort::new(ifname).map_err(|x| e(&x))?)
+                Port::Tap(
+                    TapPort::with_offloads(ifname, spec.offloads.unwrap_or(true))
+                        .map_err(|x| e(&x))?,
+                )
             }
             PortKind::Uplink => {
                 let ifname = spec

@@ -59,6 +59,8 @@ struct Entry {
     worker: WorkerId,
     vlan: VlanMode,
     policies: Policies,
+    /// Bound to an uplink queue (direct mode): stays with the uplink's worker.
+    direct: bool,
 }
 
 /// Every worker and where each port lives.
@@ -125,6 +127,10 @@ impl Workers {
             });
         }
         let (ready_tx, ready_rx) = mpsc::channel();
+        let rt = self
+            .cfg
+            .dedicated_rt_priority
+            .filter(|p| (1..=99).contains(p));
         let name = match core {
             Some(c) => format!("vnio-sw-lat-c{c}"),
             None => "vnio-switch-worker".into(),
@@ -138,6 +144,14 @@ impl Workers {
                             "latency high: cannot pin a worker to core {c}: {e}"
                         )));
                         return;
+                    }
+                    if let Some(p) = rt {
+                        if let Err(e) = crate::sys::affinity::realtime_current_thread(p) {
+                            let _ = ready_tx.send(Err(format!(
+                                "latency high: cannot run the worker on core {c} under SCHED_FIFO {p} (dedicated_rt_priority): {e}"
+                            )));
+                            return;
+                        }
                     }
                 }
                 let _ = ready_tx.send(Ok(()));
@@ -313,6 +327,7 @@ impl Workers {
                     name,
                     id,
                     worker,
+                    direct: policy.direct.is_some(),
                     vlan: policy.vlan,
                     policies,
                 });
@@ -372,6 +387,11 @@ impl Workers {
         new.apply(&u);
         if new.core.is_some() && new.latency != Latency::High {
             return Err(format!("port {name}: a core is for latency high"));
+        }
+        if new.latency == Latency::High && self.ports[i].direct {
+            return Err(format!(
+                "latency high: port {name} is in direct mode (bound to an uplink queue the shared worker serves)"
+            ));
         }
         let dedicated_core = self.link(worker)?.core;
         match (cur.latency, new.latency) {

@@ -294,3 +294,26 @@ fn offload_metadata_a_sender_did_not_negotiate_is_dropped() {
         );
     });
 }
+
+#[test]
+fn a_port_configured_without_offloads_offers_none() {
+    bounded(Duration::from_secs(30), || {
+        let dir = Dir::new("offload-off");
+        let mut p1 = PortSpec::vhost_user("p1", dir.sock("p1"), SocketMode::Server);
+        p1.offloads = Some(false);
+        let _sw = Switch::start(Config {
+            switch: SwitchConfig {
+                control: dir.sock("control"),
+                idle_polls: 4,
+                ..Default::default()
+            },
+            ports: vec![p1],
+        })
+        .unwrap();
+        let mut cfg = EndpointConfig::new(mac(1), ip(1));
+        cfg.offloads = TX_OFFLOADS | RX_OFFLOADS;
+        let e = Endpoint::connect(&dir.sock("p1"), cfg).unwrap();
+        assert_eq!(e.features() & feature::OFFLOADS, 0, "none offered");
+        assert_ne!(e.features() & feature::MRG_RXBUF, 0, "the rest is");
+    });
+}

@@ -36,10 +36,18 @@ pub struct TapPort {
 impl TapPort {
     /// Opens (or creates) tap interface `name`.
     pub fn new(name: &str) -> Result<Self, TapError> {
+        Self::with_offloads(name, true)
+    }
+
+    /// Like [`TapPort::new`]; `offloads: false` asks the kernel for
+    /// MTU-sized, fully checksummed frames.
+    pub fn with_offloads(name: &str, offloads: bool) -> Result<Self, TapError> {
         let (file, ifname) =
-            tun::open_tap(name, virtio_net::HEADER_LEN as i32).map_err(|source| TapError {
-                name: name.to_string(),
-                source,
+            tun::open_tap(name, virtio_net::HEADER_LEN as i32, offloads).map_err(|source| {
+                TapError {
+                    name: name.to_string(),
+                    source,
+                }
             })?;
         Ok(Self {
             file,

@@ -62,11 +62,20 @@ pub struct VhostUserPort {
     /// The device the front-end configures.
     pub device: Device,
     next_attempt: Option<Instant>,
+    /// Offer the checksum and TSO offloads to front-ends.
+    offloads: bool,
 }
 
 impl VhostUserPort {
     /// Creates the port; a server-mode port binds its socket now (replacing a stale file).
     pub fn new(path: &Path, mode: SocketMode) -> Result<Self, PortError> {
+        Self::with_offloads(path, mode, true)
+    }
+
+    /// Like [`VhostUserPort::new`]; `offloads: false` withholds the checksum
+    /// and TSO features (front-ends then send and take MTU-sized, fully
+    /// checksummed frames).
+    pub fn with_offloads(path: &Path, mode: SocketMode, offloads: bool) -> Result<Self, PortError> {
         let listener = match mode {
             SocketMode::Server => {
                 let bind = || -> io::Result<UnixListener> {
@@ -90,8 +99,9 @@ impl VhostUserPort {
             mode,
             listener,
             conn: None,
-            device: Device::new(),
+            device: Device::offering(offloads),
             next_attempt: None,
+            offloads,
         })
     }
 
@@ -136,7 +146,7 @@ impl VhostUserPort {
         match l.accept() {
             Ok((s, _)) => {
                 self.conn = Some(Connection::new(s)?);
-                self.device = Device::new();
+                self.device = Device::offering(self.offloads);
                 Ok(true)
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(false),
@@ -156,7 +166,7 @@ impl VhostUserPort {
         match UnixStream::connect(&self.path).and_then(Connection::new) {
             Ok(c) => {
                 self.conn = Some(c);
-                self.device = Device::new();
+                self.device = Device::offering(self.offloads);
                 true
             }
             Err(_) => false,
@@ -206,7 +216,7 @@ impl VhostUserPort {
     /// retries) a new front-end.
     pub fn reset(&mut self, now: Instant) {
         self.conn = None;
-        self.device = Device::new();
+        self.device = Device::offering(self.offloads);
         self.next_attempt = Some(now + RECONNECT_INTERVAL);
     }
 }

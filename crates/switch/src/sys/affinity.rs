@@ -1,5 +1,6 @@
-//! CPU affinity: which CPUs the process may use, and pinning the calling
-//! thread to a set of them (sched_getaffinity / sched_setaffinity).
+//! CPU affinity: which CPUs the process may use, pinning the calling thread
+//! to a set of them (sched_getaffinity / sched_setaffinity), and real-time
+//! scheduling for a dedicated worker (sched_setscheduler).
 
 use std::io;
 
@@ -35,6 +36,20 @@ pub fn pin_current_thread(cpus: &[usize]) -> io::Result<()> {
     }
     // SAFETY: `set` is a valid cpu_set_t of the size passed; 0 is the calling thread.
     if unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Runs the calling thread under SCHED_FIFO at `priority` (1-99): it is
+/// not time-sliced with ordinary threads on its CPU (the kernel's RT
+/// throttling still leaves them a few percent).
+pub fn realtime_current_thread(priority: u8) -> io::Result<()> {
+    let p = libc::sched_param {
+        sched_priority: i32::from(priority),
+    };
+    // SAFETY: `p` is a valid sched_param for the call; 0 is the calling thread.
+    if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &p) } < 0 {
         return Err(io::Error::last_os_error());
     }
     Ok(())

@@ -29,7 +29,7 @@ struct IfReq {
 /// Opens (creating if needed) the tap interface `name`, non-blocking, with
 /// a virtio-net header of `vnet_hdr_len` bytes. Returns the file and the
 /// interface's actual name.
-pub fn open_tap(name: &str, vnet_hdr_len: i32) -> io::Result<(File, String)> {
+pub fn open_tap(name: &str, vnet_hdr_len: i32, offloads: bool) -> io::Result<(File, String)> {
     if name.len() >= libc::IFNAMSIZ || name.contains('\0') {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -61,7 +61,13 @@ pub fn open_tap(name: &str, vnet_hdr_len: i32) -> io::Result<(File, String)> {
     // (the switch passes them to ports that negotiated the same, and
     // completes or segments them for the others); without this every frame
     // would be checksummed and cut to the MTU by the kernel first.
-    let offloads = TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6 | TUN_F_TSO_ECN;
+    // Without (a port configured `offloads = false`) the kernel segments and
+    // checksums before the tap.
+    let offloads = if offloads {
+        TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6 | TUN_F_TSO_ECN
+    } else {
+        0
+    };
     // SAFETY: TUNSETOFFLOAD takes its argument by value; no memory is passed.
     if unsafe { libc::ioctl(file.as_raw_fd(), TUNSETOFFLOAD, offloads as libc::c_ulong) } < 0 {
         return Err(io::Error::last_os_error());

@@ -123,6 +123,8 @@ struct Vring {
 /// The device.
 #[derive(Debug, Default)]
 pub struct Device {
+    /// Features offered (GET_FEATURES); offloads may be withheld per port.
+    offered: u64,
     acked_features: u64,
     acked_protocol: u64,
     mem: Option<Arc<GuestMem>>,
@@ -142,15 +144,27 @@ fn queue_index(i: u32) -> Result<usize, DeviceError> {
 impl Device {
     /// A device nobody has configured.
     pub fn new() -> Self {
-        Self::default()
+        Self::offering(true)
+    }
+
+    /// A device that offers the checksum and TSO offloads or not.
+    pub fn offering(offloads: bool) -> Self {
+        Self {
+            offered: if offloads {
+                feature::OFFERED
+            } else {
+                feature::OFFERED & !feature::OFFLOADS
+            },
+            ..Self::default()
+        }
     }
 
     /// Applies one request.
     pub fn handle(&mut self, req: Request) -> Result<Reply, DeviceError> {
         Ok(match req {
-            Request::GetFeatures => Reply::U64(feature::OFFERED),
+            Request::GetFeatures => Reply::U64(self.offered),
             Request::SetFeatures(f) => {
-                if f & !feature::OFFERED != 0 {
+                if f & !self.offered != 0 {
                     return Err(DeviceError::Features(f));
                 }
                 self.acked_features = f;
@@ -164,7 +178,10 @@ impl Device {
             }
             Request::SetOwner | Request::SendRarp => Reply::Ack,
             Request::ResetOwner | Request::ResetDevice => {
-                *self = Self::new();
+                *self = Self {
+                    offered: self.offered,
+                    ..Self::default()
+                };
                 Reply::Ack
             }
             Request::SetMemTable(table) => {

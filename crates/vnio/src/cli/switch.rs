@@ -98,6 +98,10 @@ enum PortCmd {
         /// vNIC: the uplink receive queue to use: auto (its own while queues last), shared, or N.
         #[arg(long, value_name = "auto|shared|N", conflicts_with = "uplink")]
         uplink_queue: Option<vnio_switch::netqueue::QueueRequest>,
+        /// vhost-user and tap: offer checksum and TSO offloads (default on);
+        /// off, frames cross MTU-sized and fully checksummed.
+        #[arg(long, value_name = "on|off", value_parser = parse_on_off)]
+        offloads: Option<bool>,
         #[command(flatten)]
         policy: PolicyArgs,
     },
@@ -250,6 +254,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
                 uplink_queue,
                 capacity_mbps,
                 direct,
+                offloads,
             } => {
                 let spec = PortSpec {
                     name,
@@ -269,6 +274,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
                     mac,
                     spoof_guard,
                     qdisc_bypass,
+                    offloads,
                     coalesce: policy.coalesce,
                     lro: policy.lro,
                     latency: policy.latency.unwrap_or_default(),
