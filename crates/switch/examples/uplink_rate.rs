@@ -11,7 +11,7 @@
 //! Run through `bench/uplink-rate.sh`, which builds the binaries compared
 //! and pins the switch and this process to different cores. Root only.
 //!
-//! `uplink_rate --vnio PATH --label NAME [--secs 3] [--len 60] [--qdisc-bypass]`
+//! `uplink_rate --vnio PATH --label NAME [--secs 3] [--len 60] [--qdisc-bypass] [--direct]`
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -27,6 +27,7 @@ struct Args {
     switch_cpu: String,
     qdisc_bypass: bool,
     idle_polls: u32,
+    direct: bool,
 }
 
 fn args() -> Result<Args, String> {
@@ -38,6 +39,7 @@ fn args() -> Result<Args, String> {
         switch_cpu: "0".into(),
         qdisc_bypass: false,
         idle_polls: 64,
+        direct: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
@@ -49,6 +51,7 @@ fn args() -> Result<Args, String> {
             "--len" => a.len = v()?.parse().map_err(|e| format!("--len: {e}"))?,
             "--switch-cpu" => a.switch_cpu = v()?,
             "--qdisc-bypass" => a.qdisc_bypass = true,
+            "--direct" => a.direct = true,
             "--idle-polls" => {
                 a.idle_polls = v()?.parse().map_err(|e| format!("--idle-polls: {e}"))?
             }
@@ -140,10 +143,17 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     } else {
         ""
     };
+    // Direct mode: the vNIC bound to a receive queue of the uplink.
+    let direct = if a.direct {
+        "mac = \"02:00:00:00:00:01\"\ndirect = \"up\"\n"
+    } else {
+        ""
+    };
+    let queues = if a.direct { "queues = 2\n" } else { "" };
     let cfg = format!(
         "[switch]\ncontrol = \"{}\"\nidle_polls = {}\n\n\
-         [[port]]\nname = \"ep\"\nkind = \"vhost-user\"\nsocket = \"{}\"\n\n\
-         [[port]]\nname = \"up\"\nkind = \"uplink\"\nifname = \"{up}\"\n{bypass}",
+         [[port]]\nname = \"up\"\nkind = \"uplink\"\nifname = \"{up}\"\n{bypass}{queues}\n\
+         [[port]]\nname = \"ep\"\nkind = \"vhost-user\"\nsocket = \"{}\"\n{direct}",
         dir.join("ctl.sock").display(),
         a.idle_polls,
         sock.display()
