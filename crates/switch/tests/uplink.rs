@@ -244,7 +244,12 @@ fn bursts(qdisc_bypass: bool) {
     let q = far.queue_mut(0).unwrap();
     let deadline = Instant::now() + T;
     while next < total {
-        while sent < total && ep.send_frame(&frame(far_mac, mac(2).0, sent)).is_ok() {
+        // At most 1000 in flight: the far end's ring (2048) must not fill
+        // while this thread is descheduled.
+        while sent < total
+            && sent - next < 1000
+            && ep.send_frame(&frame(far_mac, mac(2).0, sent)).is_ok()
+        {
             sent += 1;
         }
         let seq = match q.peek() {
