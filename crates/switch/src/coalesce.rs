@@ -12,7 +12,9 @@
 //! - `off`: a call whenever the driver wants one (the lowest latency).
 //! - `static:N:USEC`: a call once N frames wait or the first waited USEC.
 //! - `adaptive[:BOUND_USEC]` (the default): no holding below 50 K frames/s
-//!   per port (at low rates a held interrupt only adds latency), and above
+//!   per port (at low rates a held interrupt only adds latency; once
+//!   engaged it stays so down to 25 K frames/s, so a bursty rate near the
+//!   threshold does not flap), and above
 //!   it a call per 64 frames (NAPI's default budget: one call per guest
 //!   poll) or as soon as the stream pauses (no frame for 16 mean frame gaps,
 //!   or two mean gaps between the worker's deliveries if longer: a pause,
@@ -153,6 +155,9 @@ pub struct Coalescer {
     backoff: u32,
     /// A call is being held.
     holding: bool,
+    /// Adaptive is coalescing (the rate crossed the threshold; it stops
+    /// below half of it, so a rate near the threshold does not flap).
+    engaged: bool,
 }
 
 /// Weight of a new sample in the smoothed gaps (1/8, as TCP's SRTT).
@@ -171,6 +176,7 @@ impl Coalescer {
             batch_gap_ns: u64::MAX / 2,
             backoff: 0,
             holding: false,
+            engaged: false,
         }
     }
 
@@ -224,8 +230,13 @@ impl Coalescer {
     }
 
     fn adaptive(&mut self, now: Instant, first: Instant, bound_usecs: u32) -> Decision {
-        let slow = self.frame_gap_ns >= ADAPTIVE_MIN_GAP.as_nanos() as u64;
-        if slow || self.backoff > 0 || self.pending >= ADAPTIVE_DEPTH {
+        let min_gap = ADAPTIVE_MIN_GAP.as_nanos() as u64;
+        self.engaged = if self.engaged {
+            self.frame_gap_ns < 2 * min_gap
+        } else {
+            self.frame_gap_ns < min_gap
+        };
+        if !self.engaged || self.backoff > 0 || self.pending >= ADAPTIVE_DEPTH {
             return Decision::Now;
         }
         let bound = first + Duration::from_micros(u64::from(bound_usecs));
@@ -255,6 +266,15 @@ impl Coalescer {
         } else if !self.holding {
             self.backoff = self.backoff.saturating_sub(1);
         }
+        self.holding = false;
+        self.pending = 0;
+        self.first = None;
+    }
+
+    /// The driver did not want a call for what was delivered (it is
+    /// polling): forget those frames. Unlike [`Coalescer::reset`] this says
+    /// nothing about whether holding paid off.
+    pub fn declined(&mut self) {
         self.holding = false;
         self.pending = 0;
         self.first = None;
@@ -465,6 +485,22 @@ mod tests {
     }
 
     #[test]
+    fn adaptive_does_not_flap_around_its_threshold() {
+        let mut c = Coalescer::new(Coalesce::default());
+        let t0 = Instant::now();
+        // 80 K frames/s in bursts of 8 every 100 µs, frames 1 µs apart in a
+        // burst: the smoothed gap swings around 20 µs after each burst gap.
+        let mut calls = 0;
+        for b in 0..1000u64 {
+            for f in 0..8u64 {
+                let t = t0 + us(100 * b + f);
+                calls += u32::from(step(&mut c, t, 1) == Decision::Now);
+            }
+        }
+        assert!(calls <= 8000 / 40, "{calls} calls for 8000 frames");
+    }
+
+    #[test]
     fn adaptive_backs_off_when_holding_buys_nothing() {
         let mut c = Coalescer::new(Coalesce::default());
         let t0 = Instant::now();
@@ -491,6 +527,24 @@ mod tests {
     }
 
     #[test]
+    fn a_declined_call_does_not_turn_holding_off() {
+        let mut c = Coalescer::new(Coalesce::default());
+        let t0 = Instant::now();
+        for i in 0..50u64 {
+            step(&mut c, t0 + us(i), 1);
+        }
+        // Held, then the driver polls (declines) with one frame pending.
+        c.delivered(t0 + us(50), 1);
+        assert!(matches!(c.decide(t0 + us(50)), Decision::Hold(_)));
+        c.declined();
+        c.delivered(t0 + us(51), 1);
+        assert!(
+            matches!(c.decide(t0 + us(51)), Decision::Hold(_)),
+            "still coalescing"
+        );
+    }
+
+    #[test]
     fn a_declined_call_restarts_the_count() {
         let mut c = Coalescer::new(Coalesce::Static {
             frames: 3,
@@ -500,7 +554,7 @@ mod tests {
         c.delivered(t0, 2);
         assert!(matches!(c.decide(t0), Decision::Hold(_)));
         // The driver polls and does not want a call: forget those frames.
-        c.reset();
+        c.declined();
         assert_eq!(c.pending(), 0);
         c.delivered(t0 + us(1), 2);
         assert_eq!(c.decide(t0 + us(1)), Decision::Hold(t0 + us(1001)));

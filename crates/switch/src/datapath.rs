@@ -1612,7 +1612,7 @@ fn signal_rx(
     }
     if !q.driver_wants_call() {
         q.decline(stats);
-        rt.coalescer.reset();
+        rt.coalescer.declined();
         return None;
     }
     let d = if std::mem::take(&mut rt.urgent) {
