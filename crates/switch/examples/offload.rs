@@ -69,7 +69,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut runs: Vec<Vec<(f64, f64)>> = vec![Vec::new(); cases.len()];
     for _ in 0..reps {
         for (i, c) in cases.iter().enumerate() {
-            if only.is_none_or(|o| o == i) {
+            if only.map_or(true, |o| o == i) {
                 runs[i].push(run(c, secs)?);
             }
         }
