@@ -45,9 +45,10 @@ pub fn pin_current_thread(cpus: &[usize]) -> io::Result<()> {
 /// not time-sliced with ordinary threads on its CPU (the kernel's RT
 /// throttling still leaves them a few percent).
 pub fn realtime_current_thread(priority: u8) -> io::Result<()> {
-    let p = libc::sched_param {
-        sched_priority: i32::from(priority),
-    };
+    // SAFETY: sched_param holds only integers, for which all-zero is valid
+    // (glibc has one field, musl more: a struct literal builds on one only).
+    let mut p: libc::sched_param = unsafe { std::mem::zeroed() };
+    p.sched_priority = i32::from(priority);
     // SAFETY: `p` is a valid sched_param for the call; 0 is the calling thread.
     if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &p) } < 0 {
         return Err(io::Error::last_os_error());
