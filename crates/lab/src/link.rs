@@ -324,20 +324,11 @@ impl Handle {
 
     /// Create a macvlan `name` on `parent` (both in this namespace).
     pub fn add_macvlan(&mut self, name: &str, parent: &str, mode: MacvlanMode) -> Result<Link> {
-        check_ifname(name)?;
-        let parent_index = self.index(parent)?;
-        let mut message = LinkMessage::default();
-        message
-            .attributes
-            .push(LinkAttribute::IfName(name.to_owned()));
-        message.attributes.push(LinkAttribute::Link(parent_index));
-        message.attributes.push(LinkAttribute::LinkInfo(vec![
+        let info = vec![
             LinkInfo::Kind(InfoKind::MacVlan),
             LinkInfo::Data(InfoData::MacVlan(vec![InfoMacVlan::Mode(mode.into())])),
-        ]));
-        let what = format!("creating macvlan {name} on {parent} in {}", self.place);
-        self.create_link(what, message, &[name])?;
-        Ok(self.guard(name))
+        ];
+        self.add_on_parent("macvlan", name, parent, None, info)
     }
 
     /// Create a macvtap `name` on `parent` (both in this namespace) with
@@ -349,6 +340,33 @@ impl Handle {
         parent: &str,
         mode: MacvlanMode,
         mac: Option<[u8; 6]>,
+    ) -> Result<Link> {
+        let info = vec![
+            LinkInfo::Kind(InfoKind::MacVtap),
+            LinkInfo::Data(InfoData::MacVtap(vec![InfoMacVtap::Mode(mode.into())])),
+        ];
+        self.add_on_parent("macvtap", name, parent, mac, info)
+    }
+
+    /// Create an ipvlan `name` on `parent` (both in this namespace).
+    pub fn add_ipvlan(&mut self, name: &str, parent: &str, mode: IpvlanMode) -> Result<Link> {
+        let info = vec![
+            LinkInfo::Kind(InfoKind::IpVlan),
+            LinkInfo::Data(InfoData::IpVlan(vec![InfoIpVlan::Mode(mode.into())])),
+        ];
+        self.add_on_parent("ipvlan", name, parent, None, info)
+    }
+
+    /// Creates a link of `kind` (described by `info`) stacked on `parent`,
+    /// optionally with its own MAC: macvlan, macvtap and ipvlan differ only
+    /// in their link info.
+    fn add_on_parent(
+        &mut self,
+        kind: &str,
+        name: &str,
+        parent: &str,
+        mac: Option<[u8; 6]>,
+        info: Vec<LinkInfo>,
     ) -> Result<Link> {
         check_ifname(name)?;
         let parent_index = self.index(parent)?;
@@ -362,29 +380,8 @@ impl Handle {
                 .attributes
                 .push(LinkAttribute::Address(mac.to_vec()));
         }
-        message.attributes.push(LinkAttribute::LinkInfo(vec![
-            LinkInfo::Kind(InfoKind::MacVtap),
-            LinkInfo::Data(InfoData::MacVtap(vec![InfoMacVtap::Mode(mode.into())])),
-        ]));
-        let what = format!("creating macvtap {name} on {parent} in {}", self.place);
-        self.create_link(what, message, &[name])?;
-        Ok(self.guard(name))
-    }
-
-    /// Create an ipvlan `name` on `parent` (both in this namespace).
-    pub fn add_ipvlan(&mut self, name: &str, parent: &str, mode: IpvlanMode) -> Result<Link> {
-        check_ifname(name)?;
-        let parent_index = self.index(parent)?;
-        let mut message = LinkMessage::default();
-        message
-            .attributes
-            .push(LinkAttribute::IfName(name.to_owned()));
-        message.attributes.push(LinkAttribute::Link(parent_index));
-        message.attributes.push(LinkAttribute::LinkInfo(vec![
-            LinkInfo::Kind(InfoKind::IpVlan),
-            LinkInfo::Data(InfoData::IpVlan(vec![InfoIpVlan::Mode(mode.into())])),
-        ]));
-        let what = format!("creating ipvlan {name} on {parent} in {}", self.place);
+        message.attributes.push(LinkAttribute::LinkInfo(info));
+        let what = format!("creating {kind} {name} on {parent} in {}", self.place);
         self.create_link(what, message, &[name])?;
         Ok(self.guard(name))
     }
