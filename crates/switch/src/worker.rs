@@ -324,9 +324,8 @@ impl Worker {
             return Err(format!("port {} exists", spec.name));
         }
         let policies = spec.policies(&self.cfg);
-        self.dp
-            .check_direct(&policy)
-            .map_err(|w| format!("port {}: {w}", spec.name))?;
+        // Unprefixed, as the other refusals here: the caller names the port.
+        self.dp.check_direct(&policy)?;
         if spec.kind != PortKind::Uplink && policy.direct.is_none() {
             self.dp.check_queue_request(policy.uplink_queue)?;
             self.dp
