@@ -8,6 +8,8 @@
 //!   throughput per configuration;
 //! - throughput bars per configuration.
 
+use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
+use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
@@ -121,59 +123,122 @@ fn trim(v: f64) -> String {
     }
 }
 
+/// A chart's frame: caption, axes, mesh and labels. Every figure is drawn
+/// in one, so they all look alike.
+struct Frame<'t> {
+    title: &'t str,
+    x_desc: Option<&'t str>,
+    y_desc: &'t str,
+    /// One label per integer x (bars centred on 0, 1, ...); `None`: a
+    /// numeric x axis.
+    categories: Option<&'t [String]>,
+    y_label: &'t dyn Fn(&f64) -> String,
+}
+
+type Chart<'a, 'b, Y> = ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, Y>>;
+
+impl Frame<'_> {
+    /// Builds the chart over `x` and `y` and draws its mesh.
+    fn build<'a, 'b, Y>(
+        &self,
+        root: &'a Area<'b>,
+        x: std::ops::Range<f64>,
+        y: Y,
+    ) -> Result<Chart<'a, 'b, Y::CoordDescType>, Box<dyn std::error::Error>>
+    where
+        Y: AsRangedCoord<Value = f64>,
+        Y::CoordDescType: ValueFormatter<f64>,
+    {
+        let mut chart = ChartBuilder::on(root)
+            .caption(self.title, ("sans-serif", 16))
+            .margin(10)
+            .x_label_area_size(if self.categories.is_some() { 36 } else { 40 })
+            .y_label_area_size(70)
+            .build_cartesian_2d(x, y)?;
+        let category = |x: &f64| {
+            let i = x.round();
+            match self.categories {
+                Some(labels) if (x - i).abs() < 0.05 && i >= 0.0 => {
+                    labels.get(i as usize).cloned().unwrap_or_default()
+                }
+                Some(_) => String::new(),
+                None => trim(*x),
+            }
+        };
+        let mut mesh = chart.configure_mesh();
+        if let Some(labels) = self.categories {
+            mesh.disable_x_mesh().x_labels(labels.len().max(1));
+        }
+        if let Some(d) = self.x_desc {
+            mesh.x_desc(d);
+        }
+        mesh.x_label_formatter(&category)
+            .y_desc(self.y_desc)
+            .y_label_formatter(self.y_label)
+            .draw()?;
+        Ok(chart)
+    }
+}
+
+/// The x range of `n` categories centred on 0 .. n-1.
+fn category_range(n: usize) -> std::ops::Range<f64> {
+    -0.5f64..(n.max(1) as f64 - 0.5)
+}
+
+/// Bars of `values` (one per category, skipping empty ones), each at
+/// `offset` from its category's centre and `width` wide, under one legend
+/// entry (or none).
+fn bar_series<Y>(
+    chart: &mut Chart<'_, '_, Y>,
+    values: impl Iterator<Item = f64>,
+    base: f64,
+    offset: f64,
+    width: f64,
+    colour: RGBColor,
+    legend: Option<String>,
+) -> Result<(), Box<dyn std::error::Error>>
+where
+    Y: Ranged<ValueType = f64>,
+{
+    let bars = values.enumerate().filter(|(_, v)| *v > 0.0).map(|(i, v)| {
+        let x0 = i as f64 + offset;
+        Rectangle::new([(x0, base), (x0 + width, v)], colour.filled())
+    });
+    let drawn = chart.draw_series(bars)?;
+    if let Some(label) = legend {
+        drawn
+            .label(label)
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], colour.filled()));
+    }
+    Ok(())
+}
+
 /// Percentile bars per group on a logarithmic axis.
 pub fn percentile_bars(title: &str, groups: &[PercentileGroup]) -> String {
     draw(title, |root| {
-        let n = groups.len().max(1);
         let (lo, hi) = log_bounds(groups.iter().flat_map(|g| g.us));
-        let mut chart = ChartBuilder::on(root)
-            .caption(title, ("sans-serif", 16))
-            .margin(10)
-            .x_label_area_size(36)
-            .y_label_area_size(70)
-            .build_cartesian_2d(-0.5f64..(n as f64 - 0.5), (lo..hi).log_scale())?;
         let labels: Vec<String> = groups.iter().map(|g| g.label.clone()).collect();
-        chart
-            .configure_mesh()
-            .disable_x_mesh()
-            .x_labels(n)
-            .x_label_formatter(&|x| {
-                let i = x.round();
-                if (x - i).abs() < 0.05 && i >= 0.0 {
-                    labels.get(i as usize).cloned().unwrap_or_default()
-                } else {
-                    String::new()
-                }
-            })
-            .y_desc("round trip (log scale)")
-            .y_label_formatter(&us_label)
-            .draw()?;
+        let frame = Frame {
+            title,
+            x_desc: None,
+            y_desc: "round trip (log scale)",
+            categories: Some(&labels),
+            y_label: &us_label,
+        };
+        let mut chart = frame.build(root, category_range(groups.len()), (lo..hi).log_scale())?;
         let width = 0.8 / PERCENTILES.len() as f64;
         for (j, name) in PERCENTILES.iter().enumerate() {
-            let colour = PCT_COLOURS[j];
-            chart
-                .draw_series(
-                    groups
-                        .iter()
-                        .enumerate()
-                        .filter(|(_, g)| g.us[j] > 0.0)
-                        .map(|(i, g)| {
-                            let x0 = i as f64 - 0.4 + j as f64 * width;
-                            Rectangle::new([(x0, lo), (x0 + width * 0.9, g.us[j])], colour.filled())
-                        }),
-                )?
-                .label(*name)
-                .legend(move |(x, y)| {
-                    Rectangle::new([(x, y - 5), (x + 12, y + 5)], colour.filled())
-                });
+            bar_series(
+                &mut chart,
+                groups.iter().map(|g| g.us[j]),
+                lo,
+                -0.4 + j as f64 * width,
+                width * 0.9,
+                PCT_COLOURS[j],
+                Some((*name).to_owned()),
+            )?;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK.mix(0.3))
-            .draw()?;
-        Ok(())
+        legend(&mut chart)
     })
 }
 
@@ -190,95 +255,65 @@ pub fn sweep_lines(
         let (x0, x1) = xs.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), x| {
             (a.min(x), b.max(x))
         });
-        let (x0, x1) = if x0.is_finite() && x1 > x0 {
+        let x = if x0.is_finite() && x1 > x0 {
             let pad = (x1 - x0) * 0.05;
-            (x0 - pad, x1 + pad)
+            (x0 - pad)..(x1 + pad)
         } else if x0.is_finite() {
-            (x0 - 1.0, x0 + 1.0)
+            (x0 - 1.0)..(x0 + 1.0)
         } else {
-            (0.0, 1.0)
+            0.0..1.0
         };
         let ys = || series.iter().flat_map(|s| s.points.iter().map(|p| p.1));
-        let caption = (title, ("sans-serif", 16));
+        let linear_label = |y: &f64| trim(*y);
+        let frame = Frame {
+            title,
+            x_desc: Some(x_desc),
+            y_desc,
+            categories: None,
+            y_label: if log_y { &us_label } else { &linear_label },
+        };
         if log_y {
             let (lo, hi) = log_bounds(ys());
-            let mut chart = ChartBuilder::on(root)
-                .caption(caption.0, caption.1)
-                .margin(10)
-                .x_label_area_size(40)
-                .y_label_area_size(70)
-                .build_cartesian_2d(x0..x1, (lo..hi).log_scale())?;
-            chart
-                .configure_mesh()
-                .x_desc(x_desc)
-                .y_desc(y_desc)
-                .x_label_formatter(&|x| trim(*x))
-                .y_label_formatter(&us_label)
-                .draw()?;
-            for s in series {
-                draw_line(&mut chart, s)?;
-            }
-            legend(&mut chart)?;
+            lines(&mut frame.build(root, x, (lo..hi).log_scale())?, series)
         } else {
             let hi = ys().fold(0.0f64, f64::max).max(1e-9) * 1.15;
-            let mut chart = ChartBuilder::on(root)
-                .caption(caption.0, caption.1)
-                .margin(10)
-                .x_label_area_size(40)
-                .y_label_area_size(70)
-                .build_cartesian_2d(x0..x1, 0.0..hi)?;
-            chart
-                .configure_mesh()
-                .x_desc(x_desc)
-                .y_desc(y_desc)
-                .x_label_formatter(&|x| trim(*x))
-                .y_label_formatter(&|y| trim(*y))
-                .draw()?;
-            for s in series {
-                draw_line(&mut chart, s)?;
-            }
-            legend(&mut chart)?;
+            lines(&mut frame.build(root, x, 0.0..hi)?, series)
         }
-        Ok(())
     })
 }
 
-fn draw_line<'a, Y>(
-    chart: &mut ChartContext<
-        'a,
-        SVGBackend<'a>,
-        Cartesian2d<plotters::coord::types::RangedCoordf64, Y>,
-    >,
-    s: &Series,
+fn lines<'a, 'b: 'a, Y>(
+    chart: &mut Chart<'a, 'b, Y>,
+    series: &[Series],
 ) -> Result<(), Box<dyn std::error::Error>>
 where
     Y: Ranged<ValueType = f64>,
 {
-    let colour = series_colour(s.colour);
-    let style = colour.stroke_width(2);
-    let pts: Vec<(f64, f64)> = s.points.iter().copied().filter(|p| p.1 > 0.0).collect();
-    if s.dashed {
-        chart
-            .draw_series(DashedLineSeries::new(pts.clone(), 6, 4, style))?
-            .label(&s.label)
-            .legend(move |(x, y)| PathElement::new([(x, y), (x + 16, y)], colour.stroke_width(1)));
-    } else {
-        chart
-            .draw_series(LineSeries::new(pts.clone(), style))?
-            .label(&s.label)
-            .legend(move |(x, y)| PathElement::new([(x, y), (x + 16, y)], colour.stroke_width(3)));
+    for s in series {
+        let colour = series_colour(s.colour);
+        let style = colour.stroke_width(2);
+        let pts: Vec<(f64, f64)> = s.points.iter().copied().filter(|p| p.1 > 0.0).collect();
+        if s.dashed {
+            chart
+                .draw_series(DashedLineSeries::new(pts.clone(), 6, 4, style))?
+                .label(&s.label)
+                .legend(move |(x, y)| {
+                    PathElement::new([(x, y), (x + 16, y)], colour.stroke_width(1))
+                });
+        } else {
+            chart
+                .draw_series(LineSeries::new(pts.clone(), style))?
+                .label(&s.label)
+                .legend(move |(x, y)| {
+                    PathElement::new([(x, y), (x + 16, y)], colour.stroke_width(3))
+                });
+        }
+        chart.draw_series(pts.into_iter().map(|p| Circle::new(p, 3, colour.filled())))?;
     }
-    chart.draw_series(pts.into_iter().map(|p| Circle::new(p, 3, colour.filled())))?;
-    Ok(())
+    legend(chart)
 }
 
-fn legend<'a, Y>(
-    chart: &mut ChartContext<
-        'a,
-        SVGBackend<'a>,
-        Cartesian2d<plotters::coord::types::RangedCoordf64, Y>,
-    >,
-) -> Result<(), Box<dyn std::error::Error>>
+fn legend<'a, 'b: 'a, Y>(chart: &mut Chart<'a, 'b, Y>) -> Result<(), Box<dyn std::error::Error>>
 where
     Y: Ranged<ValueType = f64>,
 {
@@ -294,36 +329,21 @@ where
 /// Plain bars (throughput per configuration), linear axis.
 pub fn bars(title: &str, y_desc: &str, groups: &[(String, f64)]) -> String {
     draw(title, |root| {
-        let n = groups.len().max(1);
         let hi = groups.iter().map(|g| g.1).fold(0.0f64, f64::max).max(1e-9) * 1.15;
-        let mut chart = ChartBuilder::on(root)
-            .caption(title, ("sans-serif", 16))
-            .margin(10)
-            .x_label_area_size(36)
-            .y_label_area_size(70)
-            .build_cartesian_2d(-0.5f64..(n as f64 - 0.5), 0.0..hi)?;
         let labels: Vec<String> = groups.iter().map(|g| g.0.clone()).collect();
-        chart
-            .configure_mesh()
-            .disable_x_mesh()
-            .x_labels(n)
-            .x_label_formatter(&|x| {
-                let i = x.round();
-                if (x - i).abs() < 0.05 && i >= 0.0 {
-                    labels.get(i as usize).cloned().unwrap_or_default()
-                } else {
-                    String::new()
-                }
-            })
-            .y_desc(y_desc)
-            .y_label_formatter(&|y| trim(*y))
-            .draw()?;
-        chart.draw_series(groups.iter().enumerate().map(|(i, g)| {
-            Rectangle::new(
-                [(i as f64 - 0.3, 0.0), (i as f64 + 0.3, g.1)],
-                series_colour(i).filled(),
-            )
-        }))?;
+        let frame = Frame {
+            title,
+            x_desc: None,
+            y_desc,
+            categories: Some(&labels),
+            y_label: &|y| trim(*y),
+        };
+        let mut chart = frame.build(root, category_range(groups.len()), 0.0..hi)?;
+        // One colour per configuration, as in the line figures.
+        for (i, g) in groups.iter().enumerate() {
+            let only = (0..groups.len()).map(|k| if k == i { g.1 } else { 0.0 });
+            bar_series(&mut chart, only, 0.0, -0.3, 0.6, series_colour(i), None)?;
+        }
         Ok(())
     })
 }
@@ -337,30 +357,16 @@ pub fn compare_bars(
     names: [&str; 2],
 ) -> String {
     draw(title, |root| {
-        let n = labels.len().max(1);
         let (lo, hi) = log_bounds(a.iter().chain(b).flat_map(|v| *v));
-        let mut chart = ChartBuilder::on(root)
-            .caption(title, ("sans-serif", 16))
-            .margin(10)
-            .x_label_area_size(36)
-            .y_label_area_size(70)
-            .build_cartesian_2d(-0.5f64..(n as f64 - 0.5), (lo..hi).log_scale())?;
-        chart
-            .configure_mesh()
-            .disable_x_mesh()
-            .x_labels(n)
-            .x_label_formatter(&|x| {
-                let i = x.round();
-                if (x - i).abs() < 0.05 && i >= 0.0 {
-                    labels.get(i as usize).cloned().unwrap_or_default()
-                } else {
-                    String::new()
-                }
-            })
-            .y_desc("round trip (log scale)")
-            .y_label_formatter(&us_label)
-            .draw()?;
-        let bars = [
+        let frame = Frame {
+            title,
+            x_desc: None,
+            y_desc: "round trip (log scale)",
+            categories: Some(labels),
+            y_label: &us_label,
+        };
+        let mut chart = frame.build(root, category_range(labels.len()), (lo..hi).log_scale())?;
+        let sets = [
             (
                 format!("{} p50", names[0]),
                 RGBColor(158, 202, 225),
@@ -371,29 +377,17 @@ pub fn compare_bars(
             (format!("{} p99", names[0]), RGBColor(49, 130, 189), 1, a),
             (format!("{} p99", names[1]), RGBColor(230, 85, 13), 1, b),
         ];
-        for (j, (label, colour, which, values)) in bars.into_iter().enumerate() {
-            chart
-                .draw_series(
-                    values
-                        .iter()
-                        .enumerate()
-                        .filter(|(_, v)| v[which] > 0.0)
-                        .map(|(i, v)| {
-                            let x0 = i as f64 - 0.4 + j as f64 * 0.2;
-                            Rectangle::new([(x0, lo), (x0 + 0.18, v[which])], colour.filled())
-                        }),
-                )?
-                .label(label)
-                .legend(move |(x, y)| {
-                    Rectangle::new([(x, y - 5), (x + 12, y + 5)], colour.filled())
-                });
+        for (j, (label, colour, which, values)) in sets.into_iter().enumerate() {
+            bar_series(
+                &mut chart,
+                values.iter().map(|v| v[which]),
+                lo,
+                -0.4 + j as f64 * 0.2,
+                0.18,
+                colour,
+                Some(label),
+            )?;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK.mix(0.3))
-            .draw()?;
-        Ok(())
+        legend(&mut chart)
     })
 }
