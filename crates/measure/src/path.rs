@@ -123,6 +123,11 @@ impl Datagrams for KernelUdp {
     }
 
     fn idle_until(&mut self, next_due: u64) {
-        crate::rr::poll_wait(self.socket.as_fd(), PollFlags::POLLIN, next_due);
+        crate::rr::poll_wait(
+            self.socket.as_fd(),
+            PollFlags::POLLIN,
+            next_due,
+            crate::rr::SEND_SPIN_NS,
+        );
     }
 }

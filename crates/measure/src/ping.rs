@@ -79,6 +79,34 @@ fn open_socket() -> Result<(Socket, Kind), PingError> {
     }
 }
 
+/// Keeps only echo replies carrying `id` on a raw socket. Without it every
+/// raw ICMP socket on the host receives every reply: with N sessions each
+/// reply wakes N threads, and at 10 sessions the instrument's own wake-ups
+/// take the CPU the path under test needs.
+fn keep_only_our_replies(sock: &Socket, id: u16) -> std::io::Result<()> {
+    use libc::{
+        sock_filter, BPF_B, BPF_H, BPF_IND, BPF_JEQ, BPF_JMP, BPF_K, BPF_LD, BPF_LDX, BPF_MSH,
+        BPF_RET,
+    };
+    let op = |code: u32, jt: u8, jf: u8, k: u32| sock_filter {
+        code: code as u16,
+        jt,
+        jf,
+        k,
+    };
+    let filter = [
+        // X = the IP header's length; the ICMP header follows it.
+        op(BPF_LDX | BPF_B | BPF_MSH, 0, 0, 0),
+        op(BPF_LD | BPF_B | BPF_IND, 0, 0, 0),
+        op(BPF_JMP | BPF_JEQ | BPF_K, 0, 3, 0), // type: echo reply
+        op(BPF_LD | BPF_H | BPF_IND, 0, 0, 4),
+        op(BPF_JMP | BPF_JEQ | BPF_K, 0, 1, u32::from(id)),
+        op(BPF_RET | BPF_K, 0, 0, u32::MAX),
+        op(BPF_RET | BPF_K, 0, 0, 0),
+    ];
+    sock.attach_filter(&filter)
+}
+
 /// The Internet checksum (RFC 1071).
 pub fn checksum(data: &[u8]) -> u16 {
     let mut sum: u32 = 0;
@@ -262,6 +290,10 @@ fn session(
     let mut late = 0u64;
     let result = (|| -> Result<(), String> {
         let (sock, kind) = open_socket().map_err(|e| e.to_string())?;
+        if kind == Kind::Raw {
+            keep_only_our_replies(&sock, id)
+                .map_err(|e| format!("filtering the raw ICMP socket: {e}"))?;
+        }
         let dest = SockAddr::from(SocketAddrV4::new(ip, 0));
         sock.set_nonblocking(true).map_err(|e| e.to_string())?;
         if p.rx_timestamp {
@@ -279,7 +311,11 @@ fn session(
         };
         clock::wait_until(w.start_ns);
         let rate = (1e9 / p.interval.as_nanos().max(1) as f64).round().max(1.0) as u64;
-        let sched = Schedule::new(w.start_ns, rate, 1);
+        // A target's sessions are spread evenly over the interval, as
+        // independent pingers are: N sessions make a steady N requests per
+        // interval, not a burst of N that queues behind itself.
+        let phase = p.interval.as_nanos() as u64 * index as u64 / u64::from(p.sessions.max(1));
+        let sched = Schedule::new(w.start_ns + phase, rate, 1);
         let mut next = 0u64;
         let mut last_reply = now();
         let recv_all = |ring: &mut Ring,
@@ -337,7 +373,10 @@ fn session(
             if recv_all(&mut ring, &mut rec, &mut answered, &mut buf)? {
                 last_reply = now();
             }
-            poll_wait(sock.as_fd(), PollFlags::POLLIN, sched.send_at(next));
+            // No spin before a send: ping times each echo from its actual
+            // send, so a late wake-up costs no accuracy, while spinning costs
+            // a core at 10 sessions and steals it from the path under test.
+            poll_wait(sock.as_fd(), PollFlags::POLLIN, sched.send_at(next), 0);
         }
         // Replies still on their way are not lost: wait up to a second.
         let drain = now() + 1_000_000_000;
@@ -361,6 +400,38 @@ fn session(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_raw_session_receives_only_its_own_replies() {
+        let open = |id| {
+            let s = Socket::new(Domain::IPV4, Type::RAW, Some(Protocol::ICMPV4)).ok()?;
+            keep_only_our_replies(&s, id).expect("attach the filter");
+            s.set_read_timeout(Some(Duration::from_millis(300))).ok()?;
+            Some(s)
+        };
+        let (Some(ours), Some(other)) = (open(0x1234), open(0x4321)) else {
+            eprintln!("skipped: raw ICMP sockets need root (CAP_NET_RAW)");
+            return;
+        };
+        let mut req = [0u8; 16];
+        build_echo(&mut req, 0x1234, 7);
+        let lo = SockAddr::from(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0));
+        ours.send_to(&req, &lo).expect("send an echo to loopback");
+        let mut buf = [0u8; 256];
+        // Our socket gets the reply (raw sockets also see the request: the
+        // filter drops it, as it is not a reply).
+        let n = ours
+            .recv(crate::sys::as_uninit(&mut buf))
+            .expect("our reply arrives");
+        assert_eq!(parse_reply(&buf[..n], Kind::Raw), Some((0x1234, 7)));
+        let e = other
+            .recv(crate::sys::as_uninit(&mut buf))
+            .expect_err("the other session sees nothing");
+        assert!(
+            matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut),
+            "{e}"
+        );
+    }
 
     #[test]
     fn checksum_of_a_known_echo() {

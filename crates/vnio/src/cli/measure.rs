@@ -556,7 +556,7 @@ pub struct PingArgs {
     /// Time between echo requests of one session.
     #[arg(long, short = 'i', value_parser = parse_duration, default_value = "1ms")]
     interval: Duration,
-    /// Sessions per target, each with its own socket and identifier.
+    /// Sessions per target, each with its own socket and identifier, their sends spread evenly over the interval.
     #[arg(long, default_value_t = 1)]
     sessions: u32,
     /// ICMP payload bytes.
