@@ -19,7 +19,6 @@ use nix::sys::socket::{
 use serde::Serialize;
 
 use crate::clock;
-use crate::pace::Schedule;
 use crate::path::{Datagrams, KernelUdp, Via};
 use crate::proto::{Transport, UDP_HEADER};
 use crate::run::SessionCtx;
@@ -420,7 +419,7 @@ fn tcp_open(
     let mut resp = vec![0u8; p.response as usize];
     let mut intended: VecDeque<u64> = VecDeque::with_capacity(4096);
     ctx.wait_start();
-    let sched = Schedule::new(ctx.window.start_ns, rate, 1);
+    let sched = ctx.schedule(rate);
     let (mut started, mut write_left, mut read_off) = (0u64, 0usize, 0usize);
     loop {
         let t = now();
@@ -528,7 +527,7 @@ fn udp_open_on<D: Datagrams>(
     // A ring wide enough for one second of requests at this rate.
     let mut ring = Ring::new((rate as usize).clamp(64, MAX_OUTSTANDING));
     ctx.wait_start();
-    let sched = Schedule::new(ctx.window.start_ns, rate, 1);
+    let sched = ctx.schedule(rate);
     let mut seq = 0u64;
     let mut answered = 0u64;
     loop {

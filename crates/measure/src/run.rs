@@ -45,6 +45,8 @@ pub struct SessionCtx {
     pub target: usize,
     /// Index of the session within its target.
     pub index: usize,
+    /// Sessions per target.
+    pub sessions: usize,
     pub agent: SocketAddr,
     pub key: u64,
     pub port: u16,
@@ -60,6 +62,16 @@ impl SessionCtx {
             format!("client session {} to {}", self.index, self.agent),
             self.cpu,
         )
+    }
+
+    /// This session's open-loop schedule at `rate` per second. A target's
+    /// sessions are spread evenly over one period, as independent clients
+    /// are: N sessions make a steady load, not bursts of N that queue behind
+    /// each other (bursts are asked for explicitly, with `burst`).
+    pub fn schedule(&self, rate: u64) -> crate::pace::Schedule {
+        let period = 1_000_000_000 / rate.max(1);
+        let phase = period * self.index as u64 / self.sessions.max(1) as u64;
+        crate::pace::Schedule::new(self.window.start_ns + phase, rate, 1)
     }
 
     /// Waits for the agreed start instant.
@@ -206,6 +218,7 @@ fn iteration(
             let ctx = SessionCtx {
                 target: t,
                 index: s,
+                sessions: c.sessions as usize,
                 agent: addrs[t],
                 key: *key,
                 port,
