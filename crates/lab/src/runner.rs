@@ -17,8 +17,8 @@ use serde::{Deserialize, Serialize};
 use vnio_measure::result::Document;
 
 use crate::contention::{ContentionReport, Running};
-use crate::journal::Journal;
 use std::net::SocketAddr;
+use vnio_topo::Journal;
 
 use crate::scenario::{HostKind, Plan, Point, Protocol, RunSpec, Scenario, WorkloadKind};
 use crate::testbed::{BedContext, BedDescription, Testbed};

@@ -16,12 +16,12 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::journal::{Entry, Journal, SCRATCH_PREFIX};
-use crate::names::unique_id;
-use crate::netns::Netns;
-use crate::process::Process;
 use crate::scenario::{Configuration, HostKind, Knobs, PortPolicy, Scenario, WireKind};
-use crate::tc::{Netem, RateLimit};
+use vnio_topo::unique_id;
+use vnio_topo::Netns;
+use vnio_topo::Process;
+use vnio_topo::{Entry, Journal, SCRATCH_PREFIX};
+use vnio_topo::{Netem, RateLimit};
 
 /// Port every agent listens on.
 pub const AGENT_PORT: u16 = 7700;

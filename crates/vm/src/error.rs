@@ -36,7 +36,7 @@ pub enum Error {
         what: String,
         /// The netlink error.
         #[source]
-        source: vnio_lab::Error,
+        source: vnio_topo::Error,
     },
     /// The switch's control socket refused or failed.
     #[error("{what}")]
@@ -75,7 +75,7 @@ impl<T> Context<T> for io::Result<T> {
     }
 }
 
-impl<T> Context<T> for std::result::Result<T, vnio_lab::Error> {
+impl<T> Context<T> for std::result::Result<T, vnio_topo::Error> {
     fn ctx(self, what: impl FnOnce() -> String) -> Result<T> {
         self.map_err(|source| Error::Net {
             what: what(),

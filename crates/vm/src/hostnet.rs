@@ -1,4 +1,4 @@
-//! Host interfaces of a VM's NICs, through netlink (crates/lab): macvtaps
+//! Host interfaces of a VM's NICs, through netlink (crates/topo): macvtaps
 //! the launcher creates, taps QEMU creates (up, and enslaved to a bridge,
 //! which is created when missing). The kernel removes a QEMU tap with the
 //! process; macvtaps and bridges the launcher made are deleted on stop.
@@ -6,7 +6,7 @@
 use std::fs::File;
 use std::path::Path;
 
-use vnio_lab::{Handle, Journal, MacvlanMode};
+use vnio_topo::{Handle, Journal, MacvlanMode};
 
 use crate::addr::{Cidr, Mac};
 use crate::error::{Context, Result};

@@ -366,7 +366,7 @@ fn start(
     child_slot: &mut Option<Child>,
     lock: RootLock,
 ) -> Result<()> {
-    let mut net: Option<vnio_lab::Handle> = None;
+    let mut net: Option<vnio_topo::Handle> = None;
     // Host interfaces before QEMU: macvtaps (QEMU gets their fds) and bridges.
     let mut pass = Vec::new();
     let mut keep_open: Vec<File> = Vec::new();
@@ -454,9 +454,9 @@ fn start(
 
 /// One netlink handle per launch, opened on first use.
 fn netlink<'a>(
-    slot: &'a mut Option<vnio_lab::Handle>,
+    slot: &'a mut Option<vnio_topo::Handle>,
     dir: &VmDir,
-) -> Result<&'a mut vnio_lab::Handle> {
+) -> Result<&'a mut vnio_topo::Handle> {
     if slot.is_none() {
         *slot = Some(hostnet::handle(dir.path())?);
     }

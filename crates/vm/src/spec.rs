@@ -180,7 +180,7 @@ pub struct Nic {
 }
 
 fn check_ifname(what: &str, name: &str) -> std::result::Result<(), String> {
-    vnio_lab::check_ifname(name).map_err(|e| format!("{what}: {e}"))
+    vnio_topo::check_ifname(name).map_err(|e| format!("{what}: {e}"))
 }
 
 impl FromStr for Nic {
@@ -440,7 +440,7 @@ impl VmSpec {
     pub fn host_ifname(&self, i: usize) -> Option<String> {
         let derived = |prefix: &str| {
             let plain = format!("{prefix}{}-{i}", self.name);
-            if plain.len() <= vnio_lab::IFNAME_MAX {
+            if plain.len() <= vnio_topo::IFNAME_MAX {
                 plain
             } else {
                 // Long VM names: a stable short hash keeps names unique.

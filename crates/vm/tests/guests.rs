@@ -66,8 +66,8 @@ fn guests_on_a_switch_and_a_tap_answer_measure_and_stop_cleanly() {
         .expect("switch");
 
         // A namespace on the switch's tap port: 10.N.0.1; guests .11 and .12.
-        let ns = vnio_lab::Netns::create(&nsname).expect("netns");
-        let mut root = vnio_lab::Handle::root().unwrap();
+        let ns = vnio_topo::Netns::create(&nsname).expect("netns");
+        let mut root = vnio_topo::Handle::root().unwrap();
         root.move_to(&port_tap, &ns).unwrap();
         let mut inside = ns.handle().unwrap();
         inside.set_up(&port_tap).unwrap();
@@ -372,7 +372,7 @@ fn a_guest_reaches_the_host_through_switch_tap_and_uplink_ports() {
         let n = run_id();
         let work = Dir::new("uplink");
         let (tap, va, vb) = (format!("vniog{n}"), format!("vnga{n}"), format!("vngb{n}"));
-        let mut root = vnio_lab::Handle::root().unwrap();
+        let mut root = vnio_topo::Handle::root().unwrap();
         let _ = root.delete_if_exists(&va);
         let _veth = root.add_veth(&va, &vb, None).unwrap();
         root.set_up(&va).unwrap();

@@ -12,11 +12,11 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::journal::Journal;
-use crate::process::Process;
 use crate::scenario::ResolvedContention;
 use crate::testbed::{spawn, wait_ready, BedError, Testbed};
 pub use generators::{DriveReport, FloodReport, ServeReport};
+use vnio_topo::Journal;
+use vnio_topo::Process;
 
 /// First port of the load servers (server i listens on BASE + i).
 pub const LOAD_PORT_BASE: u16 = 9100;

@@ -6,7 +6,7 @@ mod common;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::time::Duration;
 
-use vnio_lab::{Error, Netns};
+use vnio_topo::{Error, Netns};
 
 #[test]
 fn bridge_joins_two_namespaces() {
@@ -14,7 +14,7 @@ fn bridge_joins_two_namespaces() {
         return;
     }
     let journal = common::journal("bridge");
-    let (id, n) = vnio_lab::unique_id();
+    let (id, n) = vnio_topo::unique_id();
     let octet = (n % 256) as u8;
     let sw = Netns::create_with_journal(&format!("vnio-{id}-sw"), &journal).expect("switch ns");
     let h1 = Netns::create_with_journal(&format!("vnio-{id}-h1"), &journal).expect("h1");
@@ -82,7 +82,7 @@ fn errors_say_what_failed() {
         return;
     }
     let journal = common::journal("errors");
-    let (id, _) = vnio_lab::unique_id();
+    let (id, _) = vnio_topo::unique_id();
     let name = format!("vnio-{id}-e");
     let ns = Netns::create_with_journal(&name, &journal).expect("netns");
 
@@ -94,7 +94,7 @@ fn errors_say_what_failed() {
     );
     assert!(text.contains("exists"), "{text}");
     assert!(
-        vnio_lab::netns_exists(&name),
+        vnio_topo::netns_exists(&name),
         "a failed duplicate must not delete the original"
     );
 
@@ -152,7 +152,7 @@ fn nonroot_child_helper() {
     let Some(path) = std::env::var_os("VNIO_LAB_TEST_NONROOT") else {
         return;
     };
-    let journal = vnio_lab::Journal::at(path);
+    let journal = vnio_topo::Journal::at(path);
     // Make the journal writable first, so the failure is the namespace's.
     std::fs::create_dir_all(common::journal_dir(&journal)).expect("journal dir");
     std::fs::File::create(journal.path()).expect("journal file");
@@ -160,7 +160,7 @@ fn nonroot_child_helper() {
     std::os::unix::fs::chown(journal.path(), Some(65534), Some(65534)).expect("chown");
     nix::unistd::setgid(nix::unistd::Gid::from_raw(65534)).expect("setgid");
     nix::unistd::setuid(nobody).expect("setuid");
-    assert!(!vnio_lab::is_root());
+    assert!(!vnio_topo::is_root());
     let err = Netns::create_with_journal("vnio-nonroot-probe", &journal).expect_err("must fail");
     assert!(err.is_permission_denied(), "{err}");
     println!("CHILD-ERROR {err}");
@@ -172,7 +172,7 @@ fn bridged_hosts_reach_each_other() {
         return;
     }
     let journal = common::journal("bridged");
-    let star = vnio_lab::Bridged::with_journal(3, &journal).expect("bridged");
+    let star = vnio_topo::Bridged::with_journal(3, &journal).expect("bridged");
     let hosts = star.hosts();
     assert_eq!(hosts.len(), 3);
     let mut names: Vec<String> = hosts.iter().map(|h| h.netns().name().to_owned()).collect();
@@ -216,9 +216,9 @@ fn bridged_hosts_reach_each_other() {
 
     star.delete().expect("delete");
     for name in &names {
-        assert!(!vnio_lab::netns_exists(name), "{name} left");
+        assert!(!vnio_topo::netns_exists(name), "{name} left");
     }
     assert!(journal.entries().expect("journal").is_empty());
-    assert!(vnio_lab::Bridged::with_journal(0, &journal).is_err());
+    assert!(vnio_topo::Bridged::with_journal(0, &journal).is_err());
     let _ = std::fs::remove_dir_all(common::journal_dir(&journal));
 }

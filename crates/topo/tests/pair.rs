@@ -6,7 +6,7 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::time::Duration;
 
-use vnio_lab::Pair;
+use vnio_topo::Pair;
 
 #[test]
 fn pair_carries_udp_and_tcp_and_leaves_nothing() {
@@ -148,7 +148,7 @@ fn pair_runs_commands_and_sees_its_links() {
     addrs.retain(|c| c.addr.is_ipv4());
     assert_eq!(addrs.len(), 1, "{addrs:?}");
     assert_eq!(addrs[0].addr, std::net::IpAddr::V4(a.addr()));
-    assert_eq!(addrs[0].prefix, vnio_lab::PAIR_PREFIX);
+    assert_eq!(addrs[0].prefix, vnio_topo::PAIR_PREFIX);
 
     handle.set_mtu(a.ifname(), 9000).expect("mtu");
     assert_eq!(

@@ -7,7 +7,7 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::time::{Duration, Instant};
 
-use vnio_lab::{Host, Netem, Pair, RateLimit};
+use vnio_topo::{Host, Netem, Pair, RateLimit};
 
 /// Send `bytes` over TCP from `a` to `b` and return how long it took until
 /// `b` confirmed receiving all of it.

@@ -5,7 +5,7 @@ mod common;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::time::Duration;
 
-use vnio_lab::{Cidr, IpvlanMode, MacvlanMode, Netns, Pair};
+use vnio_topo::{Cidr, IpvlanMode, MacvlanMode, Netns, Pair};
 
 fn v4(octet: u8, last: u8) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(10, 77, octet, last))
@@ -30,7 +30,7 @@ fn routes_through_a_router_namespace() {
         return;
     }
     let journal = common::journal("route");
-    let (id, n) = vnio_lab::unique_id();
+    let (id, n) = vnio_topo::unique_id();
     let o = (n % 256) as u8;
     let h1 = Netns::create_with_journal(&format!("vnio-{id}-h1"), &journal).expect("h1");
     let r = Netns::create_with_journal(&format!("vnio-{id}-r"), &journal).expect("r");
@@ -118,7 +118,7 @@ fn macvlan_reaches_the_parents_peer() {
     let journal = common::journal("macvlan");
     let pair = Pair::with_journal(&journal).expect("pair");
     let (a, b) = (pair.a(), pair.b());
-    let (id, _) = vnio_lab::unique_id();
+    let (id, _) = vnio_topo::unique_id();
     let c = Netns::create_with_journal(&format!("vnio-{id}-c"), &journal).expect("c");
     let mut bh = b.handle().expect("b handle");
     let mv = bh

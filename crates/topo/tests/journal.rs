@@ -6,7 +6,7 @@ mod common;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
-use vnio_lab::{Entry, Handle, Journal, Netns, Pair};
+use vnio_topo::{Entry, Handle, Journal, Netns, Pair};
 
 const CHILD_ENV: &str = "VNIO_LAB_TEST_CHILD_JOURNAL";
 
@@ -16,7 +16,7 @@ fn clean_removes_forgotten_objects() {
         return;
     }
     let journal = common::journal("forget");
-    let (id, _) = vnio_lab::unique_id();
+    let (id, _) = vnio_topo::unique_id();
     let ns_name = format!("vnio-{id}-f");
     let (veth, peer, bridge) = (
         format!("vnio{id}r"),
@@ -33,7 +33,7 @@ fn clean_removes_forgotten_objects() {
     std::mem::forget(link);
     std::mem::forget(br);
 
-    assert!(vnio_lab::netns_exists(&ns_name));
+    assert!(vnio_topo::netns_exists(&ns_name));
     let links = common::root_links();
     for name in [&veth, &peer, &bridge] {
         assert!(links.contains(name), "{name} missing before clean");
@@ -45,7 +45,7 @@ fn clean_removes_forgotten_objects() {
     assert!(report.removed.contains(&Entry::Netns(ns_name.clone())));
     assert!(report.removed.contains(&Entry::Link(veth.clone())));
     assert!(report.removed.contains(&Entry::Link(bridge.clone())));
-    assert!(!vnio_lab::netns_exists(&ns_name));
+    assert!(!vnio_topo::netns_exists(&ns_name));
     assert!(!common::netns_files().contains(&ns_name));
     let links = common::root_links();
     for name in [&veth, &peer, &bridge] {
@@ -68,7 +68,7 @@ fn sigkill_child_helper() {
     };
     let journal = Journal::at(path);
     let pair = Pair::with_journal(&journal).expect("child pair");
-    let (id, _) = vnio_lab::unique_id();
+    let (id, _) = vnio_topo::unique_id();
     let bridge = format!("vnio{id}k");
     let mut root = Handle::root_with_journal(&journal).expect("child root handle");
     let br = root.add_bridge(&bridge).expect("child bridge");
@@ -122,7 +122,7 @@ fn clean_after_sigkill() {
     // The killed child ran no destructor: everything is still there.
     for name in &netns {
         assert!(
-            vnio_lab::netns_exists(name),
+            vnio_topo::netns_exists(name),
             "{name} should survive the kill"
         );
     }
@@ -137,7 +137,7 @@ fn clean_after_sigkill() {
     assert!(report.failed.is_empty(), "{:?}", report.failed);
     assert_eq!(report.removed.len(), netns.len() + links.len());
     for name in &netns {
-        assert!(!vnio_lab::netns_exists(name), "{name} left after clean");
+        assert!(!vnio_topo::netns_exists(name), "{name} left after clean");
     }
     let root = common::root_links();
     for name in &links {
@@ -153,7 +153,7 @@ fn root_links_are_journaled_and_dropped() {
         return;
     }
     let journal = common::journal("rootdrop");
-    let (id, _) = vnio_lab::unique_id();
+    let (id, _) = vnio_topo::unique_id();
     let (veth, peer) = (format!("vnio{id}r"), format!("vnio{id}s"));
     let mut root = Handle::root_with_journal(&journal).expect("root handle");
     let link = root.add_veth(&veth, &peer, None).expect("veth");

@@ -4,11 +4,11 @@
 
 use std::path::PathBuf;
 
-use vnio_lab::{Handle, Journal};
+use vnio_topo::{Handle, Journal};
 
 /// True (after printing a skip line) when the test cannot run here.
 pub fn skip_unless_root(test: &str) -> bool {
-    if vnio_lab::is_root() {
+    if vnio_topo::is_root() {
         false
     } else {
         println!("skipping {test}: needs root (network namespaces, netlink)");
@@ -37,7 +37,7 @@ pub fn root_links() -> Vec<String> {
 
 /// The namespace files under /run/netns.
 pub fn netns_files() -> Vec<String> {
-    std::fs::read_dir(vnio_lab::NETNS_RUN_DIR)
+    std::fs::read_dir(vnio_topo::NETNS_RUN_DIR)
         .map(|dir| {
             dir.filter_map(|e| e.ok())
                 .map(|e| e.file_name().to_string_lossy().into_owned())

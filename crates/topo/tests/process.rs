@@ -4,7 +4,7 @@ mod common;
 
 use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::Pid;
-use vnio_lab::{Entry, Netns, Process};
+use vnio_topo::{Entry, Netns, Process};
 
 #[test]
 fn process_is_killed_on_drop_and_by_clean() {
@@ -12,7 +12,7 @@ fn process_is_killed_on_drop_and_by_clean() {
         return;
     }
     let journal = common::journal("process");
-    let (id, _) = vnio_lab::unique_id();
+    let (id, _) = vnio_topo::unique_id();
     let ns = Netns::create_with_journal(&format!("vnio-{id}-p"), &journal).expect("netns");
 
     // Normal path: dropping the guard kills and reaps the child.
@@ -56,7 +56,7 @@ fn process_is_killed_on_drop_and_by_clean() {
         other => panic!("child ended with {other:?}"),
     }
     // clean() also removed the namespace it listed.
-    assert!(!vnio_lab::netns_exists(ns.name()));
+    assert!(!vnio_topo::netns_exists(ns.name()));
     drop(ns);
     assert!(journal.entries().expect("journal").is_empty());
     let _ = std::fs::remove_dir_all(common::journal_dir(&journal));
