@@ -231,7 +231,7 @@ pub fn monotonic_ns() -> u64 {
 /// cyclictest does; retries when a signal interrupts the sleep.
 pub fn sleep_until_ns(deadline_ns: u64) -> io::Result<()> {
     let ts = libc::timespec {
-        tv_sec: (deadline_ns / 1_000_000_000) as libc::time_t,
+        tv_sec: (deadline_ns / 1_000_000_000) as _, // time_t: named only through the field (musl deprecates the alias)
         tv_nsec: (deadline_ns % 1_000_000_000) as libc::c_long,
     };
     loop {

@@ -19,10 +19,6 @@ use vnio_switch::port::SocketMode;
 use vnio_vm::exec::exec;
 use vnio_vm::spec::VmSpec;
 
-fn sh(cmd: &str) -> Vec<String> {
-    vec!["sh".into(), "-c".into(), cmd.into()]
-}
-
 #[test]
 fn latency_policies_carry_real_guest_traffic() {
     let Some(kit) = Kit::get("switch latency policies with real guests") else {
@@ -97,38 +93,14 @@ fn latency_policies_carry_real_guest_traffic() {
         let out = exec(&la.dir, &sh(&format!("ping -c 3 -W 5 {b_ip}")), t).unwrap();
         assert!(out.success(), "ping a -> b: {}", out.stdout);
 
-        let listen = |dir: &vnio_vm::state::VmDir, p: u16, file: &str| {
-            // busybox nc stops at the end of its stdin: feed it a pipe that stays open.
-            let cmd = format!("(sleep 600 | nc -l -p {p} > {file} 2>/dev/null) > /dev/null 2>&1 &");
-            assert!(exec(dir, &sh(&cmd), t).unwrap().success());
-        };
-        let send = |dir: &vnio_vm::state::VmDir, kib: u32, to: &str, p: u16| -> String {
-            let cmd = format!(
-                "dd if=/dev/urandom of=/tmp/out bs=1024 count={kib} 2>/dev/null && md5sum < /tmp/out && nc -w 10 {to} {p} < /tmp/out"
-            );
-            let out = exec(dir, &sh(&cmd), t).unwrap();
-            assert!(out.success(), "sending {kib} KiB to {to}: {out:?}");
-            out.stdout.split_whitespace().next().unwrap().to_string()
-        };
-        let received = |dir: &vnio_vm::state::VmDir, file: &str, bytes: u32| -> (String, String) {
-            let cmd = format!(
-                "n=0; while [ \"$(wc -c < {file})\" -lt {bytes} ] && [ $n -lt 300 ]; do usleep 100000; n=$((n+1)); done; md5sum < {file}; wc -c < {file}"
-            );
-            let out = exec(dir, &sh(&cmd), t).unwrap();
-            let f: Vec<&str> = out.stdout.split_whitespace().collect();
-            (
-                f.first().unwrap_or(&"").to_string(),
-                f.last().unwrap_or(&"").to_string(),
-            )
-        };
-
         // a -> b under static coalescing and LRO: a's MTU segments merged for b.
-        listen(&lb.dir, 5001, "/tmp/one");
-        let sent = send(&la.dir, 1024, &b_ip, 5001);
-        assert_eq!(
-            received(&lb.dir, "/tmp/one", 1_048_576),
-            (sent, "1048576".to_string()),
-            "1 MiB a -> b intact (static coalescing, LRO)"
+        tcp_transfer(
+            &la.dir,
+            &lb.dir,
+            &b_ip,
+            5001,
+            1024,
+            "1 MiB a -> b (static coalescing, LRO)",
         );
         let q = port("p2").stats.rx;
         println!(
@@ -155,19 +127,21 @@ fn latency_policies_carry_real_guest_traffic() {
                 },
             )
             .unwrap();
-        listen(&lb.dir, 5002, "/tmp/two");
-        let sent = send(&la.dir, 512, &b_ip, 5002);
-        assert_eq!(
-            received(&lb.dir, "/tmp/two", 524_288),
-            (sent, "524288".to_string()),
-            "512 KiB a -> b intact (adaptive coalescing, LRO)"
+        tcp_transfer(
+            &la.dir,
+            &lb.dir,
+            &b_ip,
+            5002,
+            512,
+            "512 KiB a -> b (adaptive coalescing, LRO)",
         );
-        listen(&la.dir, 5003, "/tmp/back");
-        let sent = send(&lb.dir, 512, &a_ip, 5003);
-        assert_eq!(
-            received(&la.dir, "/tmp/back", 524_288),
-            (sent, "524288".to_string()),
-            "512 KiB b -> a intact (to the latency-high port without offloads)"
+        tcp_transfer(
+            &lb.dir,
+            &la.dir,
+            &a_ip,
+            5003,
+            512,
+            "512 KiB b -> a (to the latency-high port without offloads)",
         );
         for name in ["p1", "p2"] {
             let p = port(name);

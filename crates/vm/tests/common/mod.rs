@@ -219,3 +219,46 @@ pub fn threads_named(pid: u32, prefix: &str) -> Vec<String> {
 pub fn path_exists(p: &Path) -> bool {
     std::fs::symlink_metadata(p).is_ok()
 }
+
+/// `sh -c CMD`, for `exec` in a guest.
+pub fn sh(cmd: &str) -> Vec<String> {
+    vec!["sh".into(), "-c".into(), cmd.into()]
+}
+
+/// Sends `kib` KiB of random bytes over TCP from guest `from` to guest `to`
+/// (listening at `to_ip`:`port`; busybox nc at both ends) and asserts that
+/// all of them arrived with the sender's md5. `what` names the transfer in a
+/// failure.
+pub fn tcp_transfer(from: &VmDir, to: &VmDir, to_ip: &str, port: u16, kib: u32, what: &str) {
+    let t = Duration::from_secs(120);
+    let file = format!("/tmp/recv{port}");
+    // busybox nc stops at the end of its stdin: feed it a pipe that stays open.
+    let listen = format!("(sleep 600 | nc -l -p {port} > {file} 2>/dev/null) > /dev/null 2>&1 &");
+    let out = vnio_vm::exec::exec(to, &sh(&listen), t).unwrap();
+    assert!(out.success(), "{what}: listener: {out:?}");
+    let send = format!(
+        "dd if=/dev/urandom of=/tmp/out bs=1024 count={kib} 2>/dev/null && md5sum < /tmp/out && nc -w 10 {to_ip} {port} < /tmp/out"
+    );
+    let out = vnio_vm::exec::exec(from, &sh(&send), t).unwrap();
+    assert!(
+        out.success(),
+        "{what}: sending {kib} KiB to {to_ip}: {out:?}"
+    );
+    let sent = out
+        .stdout
+        .split_whitespace()
+        .next()
+        .unwrap_or("")
+        .to_string();
+    let bytes = u64::from(kib) * 1024;
+    let wait = format!(
+        "n=0; while [ \"$(wc -c < {file})\" -lt {bytes} ] && [ $n -lt 300 ]; do usleep 100000; n=$((n+1)); done; md5sum < {file}; wc -c < {file}"
+    );
+    let out = vnio_vm::exec::exec(to, &sh(&wait), t).unwrap();
+    let got: Vec<&str> = out.stdout.split_whitespace().collect();
+    assert_eq!(
+        (got.first().copied(), got.last().copied()),
+        (Some(sent.as_str()), Some(bytes.to_string().as_str())),
+        "{what}: the TCP stream arrived intact"
+    );
+}
