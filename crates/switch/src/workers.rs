@@ -161,6 +161,18 @@ impl Workers {
         ready_rx
             .recv_timeout(ANSWER_TIMEOUT)
             .map_err(|e| e.to_string())??;
+        if let (Some(c), None) = (core, rt) {
+            // Measured (bench/latency-modes.sh on a loaded host): an
+            // ordinary busy-polling thread on a shared core gets only its
+            // fair share, and the port's latency becomes the scheduler's.
+            if crate::sys::affinity::is_isolated(c) == Some(false) {
+                log::warn!(
+                    "latency high: core {c} is not isolated (isolcpus or a cpuset): other tasks \
+                     share it, and the busy-polling worker gets only a fair share of it under \
+                     load; isolate the core or set dedicated_rt_priority"
+                );
+            }
+        }
         for (peer, setup) in theirs {
             if let Some(l) = self.links.iter().find(|l| l.id == peer) {
                 l.send(Command::AddPeer(setup))?;

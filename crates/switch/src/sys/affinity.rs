@@ -56,8 +56,32 @@ pub fn realtime_current_thread(priority: u8) -> io::Result<()> {
     Ok(())
 }
 
+/// Whether `cpu` is isolated from the scheduler's load balancing (the
+/// kernel's `isolcpus=`, listed in /sys/devices/system/cpu/isolated).
+/// `None` when the kernel does not say.
+pub fn is_isolated(cpu: usize) -> Option<bool> {
+    let list = std::fs::read_to_string("/sys/devices/system/cpu/isolated").ok()?;
+    Some(in_cpu_list(list.trim(), cpu))
+}
+
+/// Whether `cpu` is in a kernel CPU list such as "1-3,6".
+fn in_cpu_list(list: &str, cpu: usize) -> bool {
+    list.split(',').filter(|r| !r.is_empty()).any(|r| {
+        let (lo, hi) = r.split_once('-').unwrap_or((r, r));
+        matches!((lo.parse::<usize>(), hi.parse::<usize>()), (Ok(lo), Ok(hi)) if (lo..=hi).contains(&cpu))
+    })
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn cpu_lists_are_read_as_the_kernel_writes_them() {
+        use super::in_cpu_list;
+        assert!(in_cpu_list("1-3,6", 2) && in_cpu_list("1-3,6", 6));
+        assert!(!in_cpu_list("1-3,6", 0) && !in_cpu_list("1-3,6", 4));
+        assert!(!in_cpu_list("", 0));
+    }
+
     use super::*;
 
     #[test]
