@@ -23,13 +23,14 @@ use crate::vhost_user::buffers;
 use crate::vhost_user::chain::{Chain, ChainError, Seg, MAX_SEGS};
 use crate::vhost_user::conn::ConnError;
 use crate::vhost_user::device::{RX_QUEUE, TX_QUEUE};
+use crate::vhost_user::memory::GuestMem;
+use crate::vhost_user::queue::{Burst, BURST};
 use crate::vlan::Tagging;
 use crate::wire::virtio_net::{self, VirtioNetHdr, VirtioNetHdrRepr, FLAG_NEEDS_CSUM, GSO_NONE};
 use crate::PortId;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Instant;
-use vm_memory::GuestMemoryMmap;
 
 /// Largest frame carried (a 64 KiB GSO frame plus Ethernet and VLAN headers).
 pub const MAX_FRAME: u64 = 65535 + 18;
@@ -129,6 +130,21 @@ pub struct PortRuntime {
     tx_armed: bool,
     /// The LRO aggregate toward the port (vhost-user ports; moved out while in use).
     lro: Option<Box<LroCtx>>,
+    /// The last forwarding decision for a frame from the port.
+    flow: Option<FlowMemo>,
+}
+
+/// A forwarding decision and what it depended on: the frame's addresses
+/// and tag, the time (aging), the FDB's generation and the ports' (their
+/// VLANs and who exists). Reused for the next frame with the same inputs,
+/// which would get the same answer, without hashing into the FDB twice.
+#[derive(Debug, Clone, Copy)]
+struct FlowMemo {
+    l2: L2Header,
+    now: Instant,
+    fdb_gen: u64,
+    topo_gen: u64,
+    decision: Result<crate::forward::Decision, DropReason>,
 }
 
 /// An LRO aggregate and how it leaves the port.
@@ -163,6 +179,7 @@ impl PortRuntime {
             tx_idle: 0,
             tx_armed: false,
             lro: None,
+            flow: None,
         }
     }
 
@@ -174,6 +191,7 @@ impl PortRuntime {
         self.hold = None;
         self.tx_idle = 0;
         self.tx_armed = false;
+        self.flow = None;
         if let Some(l) = self.lro.as_mut() {
             l.agg.clear();
         }
@@ -203,8 +221,8 @@ pub struct Datapath {
     dirty: Vec<usize>,
     /// Where frames read from tap ports land (moved out while in use).
     scratch: Option<Box<[u8]>>,
-    /// The transmit chain being forwarded (moved out while in use).
-    tx_chain: Option<Box<Chain>>,
+    /// The transmit chains being forwarded (moved out while in use).
+    tx_burst: Option<Box<Burst>>,
     /// Receive buffers being gathered for one delivery, reused frame after frame.
     rx_chain: Box<Chain>,
     plan: Box<RxPlan>,
@@ -218,6 +236,8 @@ pub struct Datapath {
     soft: Option<Box<[u8]>>,
     /// Where software segmentation builds each segment (moved out while in use).
     seg: Option<Box<[u8]>>,
+    /// Counts changes to the ports and their policies (see [`FlowMemo`]).
+    topo_gen: u64,
 }
 
 impl Datapath {
@@ -228,7 +248,7 @@ impl Datapath {
             fdb,
             dirty: Vec::with_capacity(64),
             scratch: Some(vec![0u8; tap::BUF_LEN].into_boxed_slice()),
-            tx_chain: Some(Box::new(Chain::new())),
+            tx_burst: Some(Box::new(Burst::new())),
             rx_chain: Box::new(Chain::new()),
             plan: Box::new(RxPlan {
                 segs: [Seg::default(); MAX_SEGS],
@@ -242,6 +262,7 @@ impl Datapath {
             remote: Vec::new(),
             soft: Some(vec![0u8; MAX_FRAME as usize].into_boxed_slice()),
             seg: Some(vec![0u8; MAX_FRAME as usize].into_boxed_slice()),
+            topo_gen: 0,
         }
     }
 
@@ -285,6 +306,7 @@ impl Datapath {
 
     /// Takes in a port another worker detached; returns its slot index.
     pub fn attach(&mut self, slot: Slot) -> usize {
+        self.topo_gen += 1;
         self.remote.retain(|r| r.id != slot.id);
         // What was learned on it here came through another worker's ring.
         self.fdb.flush_port(slot.id);
@@ -438,6 +460,7 @@ impl Datapath {
 
     /// Removes the port in slot `idx`, forgetting its addresses.
     pub fn remove(&mut self, idx: usize) -> Option<Slot> {
+        self.topo_gen += 1;
         let s = self.slots.get_mut(idx)?.take()?;
         self.fdb.flush_port(s.id);
         for u in self.slots.iter_mut().flatten() {
@@ -511,6 +534,7 @@ impl Datapath {
 
     /// Changes a vNIC's egress policy (share, limit, reservation) on every uplink.
     pub fn set_egress(&mut self, idx: usize, e: crate::egress::EgressPolicy) {
+        self.topo_gen += 1;
         let Some(s) = self.slot_mut(idx) else { return };
         s.policy.egress = e;
         let id = s.id;
@@ -523,6 +547,7 @@ impl Datapath {
 
     /// Changes slot `idx`'s latency policies.
     pub fn set_policies(&mut self, idx: usize, p: Policies) {
+        self.topo_gen += 1;
         if let Some(s) = self.slot_mut(idx) {
             s.policies = p;
             s.rt.coalescer.set_policy(p.effective_coalesce());
@@ -829,58 +854,61 @@ impl Datapath {
             }
             _ => return 0,
         };
-        let Some(mut chain) = self.tx_chain.take() else {
+        let Some(mut burst) = self.tx_burst.take() else {
             return 0;
         };
         let mut n = 0;
         while n < budget {
-            let popped = match self.slots[i].as_mut().map(|s| &mut s.port) {
-                Some(Port::VhostUser(p)) => match p.device.queue(TX_QUEUE) {
-                    Some(q) => q.pop_into(&mut chain),
-                    None => break,
-                },
-                _ => break,
+            let want = (budget - n).min(BURST);
+            let popped = match self.tx_queue(i) {
+                Some(q) => q.pop_burst(&mut burst, want),
+                None => break,
             };
-            match popped {
-                Ok(true) => {}
-                Ok(false) => break,
-                Err(e) => {
-                    if let Some(s) = &self.slots[i] {
-                        s.stats.tx.drop(DropReason::BadDescriptor);
-                    }
-                    self.reset(i, now, &format_args!("transmit queue: {e}"));
-                    n += 1;
+            let mut done = 0;
+            let mut wait = false;
+            while done < burst.len() {
+                let (_, segs, len) = burst.chain(done);
+                let src = Src::Guest { mem: &mem, segs };
+                if self.forward_frame(i, src, len, hdr_len, now) == Fwd::Wait {
+                    // The uplink holds this port back: this frame and the
+                    // ones after it stay in the guest's ring for a later round.
+                    wait = true;
                     break;
                 }
+                done += 1;
             }
-            n += 1;
-            let src = Src::Guest {
-                mem: mem.mem(),
-                segs: chain.segs(),
-            };
-            if self.forward_frame(i, src, chain.len(), hdr_len, now) == Fwd::Wait {
-                // The uplink holds this port back: the frame stays at the
-                // head of the guest's ring for a later round.
-                if let Some(Port::VhostUser(p)) = self.slots[i].as_mut().map(|s| &mut s.port) {
-                    if let Some(q) = p.device.queue(TX_QUEUE) {
-                        q.unpop();
+            n += done;
+            // The chains forwarded go back to the guest together (the used
+            // index is published once per round, in `poll`).
+            let mut bad = None;
+            if let Some(q) = self.tx_queue(i) {
+                if wait {
+                    q.unpop_n((burst.len() - done) as u16);
+                }
+                for k in 0..done {
+                    if let Err(e) = q.add_used(burst.chain(k).0, 0) {
+                        bad = Some(e);
+                        break;
                     }
                 }
-                n -= 1;
-                break;
             }
-            let done = match self.slots[i].as_mut().map(|s| &mut s.port) {
-                Some(Port::VhostUser(p)) => {
-                    p.device.queue(TX_QUEUE).map(|q| q.add_used(chain.head, 0))
+            if let Err(e) = popped {
+                if let Some(s) = &self.slots[i] {
+                    s.stats.tx.drop(DropReason::BadDescriptor);
                 }
-                _ => None,
-            };
-            if let Some(Err(e)) = done {
+                bad = Some(e);
+                n += 1;
+            }
+            if let Some(e) = bad {
                 self.reset(i, now, &format_args!("transmit queue: {e}"));
                 break;
             }
+            if wait || burst.len() < want {
+                // Held back, or the ring is drained.
+                break;
+            }
         }
-        self.tx_chain = Some(chain);
+        self.tx_burst = Some(burst);
         if n == budget {
             // Frames are left for the next round: the port is still
             // backlogged toward the uplinks it sends to.
@@ -892,6 +920,14 @@ impl Datapath {
             }
         }
         n
+    }
+
+    /// Slot `i`'s transmit queue, when it is a running vhost-user port.
+    fn tx_queue(&mut self, i: usize) -> Option<&mut crate::vhost_user::queue::ActiveQueue> {
+        match self.slots.get_mut(i)?.as_mut().map(|s| &mut s.port) {
+            Some(Port::VhostUser(p)) => p.device.queue(TX_QUEUE),
+            _ => None,
+        }
     }
 
     /// Forwards one frame of `total` bytes (virtio-net header of `hdr_len`
@@ -992,26 +1028,52 @@ impl Datapath {
             return Fwd::Done;
         }
         let Datapath {
-            slots, fdb, remote, ..
+            slots,
+            fdb,
+            remote,
+            topo_gen,
+            ..
         } = self;
         let Some(me) = slots[i].as_ref() else {
             return Fwd::Done;
         };
         let src_id = me.id;
         let learn = me.needs_mac;
-        let decision = decide(fdb, src_id, &me.policy, &l2, now, |p, vid| {
-            match slots.iter().flatten().find(|s| s.id == p) {
-                Some(s) => s.policy.vlan.egress(vid),
-                None => remote
-                    .iter()
-                    .find(|r| r.id == p)
-                    .and_then(|r| r.vlan.egress(vid)),
-            }
+        // A burst from one port is mostly one flow: the last decision holds
+        // while its inputs are the same (addresses, tag, time, FDB, ports).
+        let memo = me.rt.flow.filter(|m| {
+            m.l2 == l2 && m.now == now && m.fdb_gen == fdb.generation() && m.topo_gen == *topo_gen
         });
+        let decision = match memo {
+            Some(m) => m.decision,
+            None => {
+                let decision = decide(fdb, src_id, &me.policy, &l2, now, |p, vid| {
+                    match slots.iter().flatten().find(|s| s.id == p) {
+                        Some(s) => s.policy.vlan.egress(vid),
+                        None => remote
+                            .iter()
+                            .find(|r| r.id == p)
+                            .and_then(|r| r.vlan.egress(vid)),
+                    }
+                });
+                if let Some(me) = slots[i].as_mut() {
+                    me.rt.flow = Some(FlowMemo {
+                        l2,
+                        now,
+                        fdb_gen: fdb.generation(),
+                        topo_gen: *topo_gen,
+                        decision,
+                    });
+                }
+                decision
+            }
+        };
         let d = match decision {
             Ok(d) => d,
             Err(r) => {
-                me.stats.tx.drop(r);
+                if let Some(me) = slots[i].as_ref() {
+                    me.stats.tx.drop(r);
+                }
                 return Fwd::Done;
             }
         };
@@ -1281,12 +1343,14 @@ impl Datapath {
 
     /// Learns (or updates) where another worker's port is.
     pub fn set_remote(&mut self, r: RemotePort) {
+        self.topo_gen += 1;
         self.remote.retain(|x| x.id != r.id);
         self.remote.push(r);
     }
 
     /// Forgets another worker's port.
     pub fn remove_remote(&mut self, id: PortId) {
+        self.topo_gen += 1;
         self.remote.retain(|x| x.id != id);
         self.fdb.flush_port(id);
     }
@@ -1325,12 +1389,17 @@ impl Datapath {
         let Some(slot) = self.slots[j].as_mut() else {
             return false;
         };
-        let Some(mut ctx) = slot.rt.lro.take() else {
-            return false;
-        };
         let wanted = slot.policies.effective_lro()
             && caps.csum
             && matches!(&slot.port, Port::VhostUser(p) if p.device.mrg_rxbuf());
+        // The common case on the per-frame path: nothing to merge into and
+        // nothing held.
+        if !wanted && !slot.rt.lro.as_ref().is_some_and(|c| c.agg.active()) {
+            return false;
+        }
+        let Some(mut ctx) = slot.rt.lro.take() else {
+            return false;
+        };
         let mut absorbed = false;
         let mut hdr = [0u8; lro::PEEK_LEN];
         let len = frame.frame_len as usize;
@@ -1638,17 +1707,14 @@ fn signal_rx(
 /// Where a frame's bytes are: in a front-end's memory, or in a local buffer.
 #[derive(Clone, Copy)]
 enum Src<'a> {
-    Guest {
-        mem: &'a GuestMemoryMmap,
-        segs: &'a [Seg],
-    },
+    Guest { mem: &'a GuestMem, segs: &'a [Seg] },
     Local(&'a [u8]),
 }
 
 impl Src<'_> {
     fn read(&self, skip: u64, out: &mut [u8]) -> usize {
         match self {
-            Src::Guest { mem, segs } => buffers::read(mem, segs, skip, out),
+            Src::Guest { mem, segs } => buffers::read(*mem, segs, skip, out),
             Src::Local(b) => {
                 let from = (skip as usize).min(b.len());
                 let n = out.len().min(b.len() - from);
@@ -1736,40 +1802,59 @@ fn deliver_vhost_user(
     let out_frame_len = l2_len as u64 + rest_len;
     let total = hdr_len as u64 + out_frame_len;
 
-    plan.nsegs = 0;
-    plan.nheads = 0;
-    plan.cap = 0;
-    while plan.cap < total {
-        if plan.nheads == MAX_MERGE || (!mrg && plan.nheads == 1) {
-            undo(q, plan.nheads);
+    match q.pop_into(chain) {
+        Ok(true) => {}
+        Ok(false) => return Err(DeliverError::Drop(DropReason::RingFull)),
+        Err(e) => return Err(DeliverError::Hostile(e)),
+    }
+    // Most frames fit the first chain: its buffers are used as they are.
+    let single = chain.len() >= total;
+    if !single {
+        // Mergeable receive buffers: more chains until the frame fits.
+        if !mrg {
+            undo(q, 1);
             return Err(DeliverError::Drop(DropReason::RingFull));
         }
-        match q.pop_into(chain) {
-            Ok(true) => {}
-            Ok(false) => {
+        plan.nsegs = 0;
+        plan.nheads = 0;
+        plan.cap = 0;
+        loop {
+            if plan.nsegs + chain.segs().len() > MAX_SEGS {
+                undo(q, plan.nheads + 1);
+                return Err(DeliverError::Drop(DropReason::RingFull));
+            }
+            plan.segs[plan.nsegs..plan.nsegs + chain.segs().len()].copy_from_slice(chain.segs());
+            plan.nsegs += chain.segs().len();
+            plan.heads[plan.nheads] = (chain.head, chain.len() as u32);
+            plan.nheads += 1;
+            plan.cap += chain.len();
+            if plan.cap >= total {
+                break;
+            }
+            if plan.nheads == MAX_MERGE {
                 undo(q, plan.nheads);
                 return Err(DeliverError::Drop(DropReason::RingFull));
             }
-            Err(e) => return Err(DeliverError::Hostile(e)),
+            match q.pop_into(chain) {
+                Ok(true) => {}
+                Ok(false) => {
+                    undo(q, plan.nheads);
+                    return Err(DeliverError::Drop(DropReason::RingFull));
+                }
+                Err(e) => return Err(DeliverError::Hostile(e)),
+            }
         }
-        if plan.nsegs + chain.segs().len() > MAX_SEGS {
-            undo(q, plan.nheads + 1);
-            return Err(DeliverError::Drop(DropReason::RingFull));
-        }
-        plan.segs[plan.nsegs..plan.nsegs + chain.segs().len()].copy_from_slice(chain.segs());
-        plan.nsegs += chain.segs().len();
-        plan.heads[plan.nheads] = (chain.head, chain.len() as u32);
-        plan.nheads += 1;
-        plan.cap += chain.len();
     }
+    let (segs, nheads) = if single {
+        (chain.segs(), 1)
+    } else {
+        (&plan.segs[..plan.nsegs], plan.nheads)
+    };
 
     let mut hb = [0u8; virtio_net::HEADER_LEN];
-    let _ = f
-        .egress_vhdr(l2_len, plan.nheads as u16)
-        .emit(&mut hb, hdr_len);
+    let _ = f.egress_vhdr(l2_len, nheads as u16).emit(&mut hb, hdr_len);
     let at = {
-        let mem = q.mem().mem();
-        let segs = &plan.segs[..plan.nsegs];
+        let mem: &GuestMem = q.mem();
         // Header and MACs (and tag) in one write.
         let mut head = [0u8; virtio_net::HEADER_LEN + 16];
         head[..hdr_len].copy_from_slice(&hb[..hdr_len]);
@@ -1790,15 +1875,20 @@ fn deliver_vhost_user(
     };
     if at != total {
         // Unmapped memory under a validated buffer: the memory table changed under us.
-        undo(q, plan.nheads);
+        undo(q, nheads);
         return Err(DeliverError::Drop(DropReason::BadDescriptor));
     }
-    let mut left = total;
-    for &(head, cap) in &plan.heads[..plan.nheads] {
-        let used = left.min(u64::from(cap));
-        left -= used;
-        q.add_used(head, used as u32)
+    if single {
+        q.add_used(chain.head, total as u32)
             .map_err(DeliverError::Hostile)?;
+    } else {
+        let mut left = total;
+        for &(head, cap) in &plan.heads[..plan.nheads] {
+            let used = left.min(u64::from(cap));
+            left -= used;
+            q.add_used(head, used as u32)
+                .map_err(DeliverError::Hostile)?;
+        }
     }
     Ok(out_frame_len as usize)
 }

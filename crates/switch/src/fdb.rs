@@ -70,6 +70,10 @@ pub struct Fdb {
     capacity: usize,
     aging: Duration,
     full_misses: u64,
+    /// Counts changes that can alter a lookup's answer (an address added,
+    /// moved or removed): a decision remembered at one generation holds
+    /// while the generation (and the time) stay the same.
+    generation: u64,
 }
 
 impl Fdb {
@@ -82,6 +86,7 @@ impl Fdb {
             capacity,
             aging,
             full_misses: 0,
+            generation: 0,
         }
     }
 
@@ -96,6 +101,7 @@ impl Fdb {
             let moved = e.port != port;
             e.port = port;
             e.seen = now;
+            self.generation += u64::from(moved);
             return moved;
         }
         if self.map.len() >= self.capacity {
@@ -103,6 +109,7 @@ impl Fdb {
             return false;
         }
         self.map.insert(k, Entry { port, seen: now });
+        self.generation += 1;
         true
     }
 
@@ -121,14 +128,27 @@ impl Fdb {
         let aging = self.aging;
         self.map
             .retain(|_, e| now.saturating_duration_since(e.seen) <= aging);
-        before - self.map.len()
+        self.changed(before)
     }
 
     /// Forgets every address learned on `port` (the port went away or was reset).
     pub fn flush_port(&mut self, port: PortId) -> usize {
         let before = self.map.len();
         self.map.retain(|_, e| e.port != port);
-        before - self.map.len()
+        self.changed(before)
+    }
+
+    /// Entries removed since there were `before`; a removal is a change.
+    fn changed(&mut self, before: usize) -> usize {
+        let removed = before - self.map.len();
+        self.generation += u64::from(removed > 0);
+        removed
+    }
+
+    /// Changes so far (see the field): equal generations and equal times
+    /// give equal answers to [`Fdb::lookup`].
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     /// Number of entries.
@@ -199,8 +219,13 @@ mod tests {
             f.lookup(1, mac(1), t0 + Duration::from_millis(11_001)),
             None
         );
+        let g = f.generation();
         assert_eq!(f.age(t0 + Duration::from_secs(5)), 0);
-        assert_eq!(f.age(t0 + Duration::from_secs(12)), 1);
+        assert_eq!(f.generation(), g, "nothing removed, nothing changed");
+        assert!(!f.learn(1, mac(1), PortId(2), t0 + Duration::from_secs(2)));
+        assert_eq!(f.generation(), g, "a refresh is not a change");
+        assert_eq!(f.age(t0 + Duration::from_secs(13)), 1);
+        assert!(f.generation() > g, "a removal is a change");
         assert!(f.is_empty());
     }
 

@@ -8,6 +8,7 @@ use std::net::SocketAddrV4;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use vnio_switch::datapath::Datapath;
 use vnio_switch::endpoint::stack::Event;
 
 /// Runs endpoint `ep` as a responder on a thread until `stop`.
@@ -127,5 +128,60 @@ fn broadcast_floods_to_every_other_port_unicast_does_not() {
         let ports = sw.handle().list().unwrap();
         let p3 = ports.iter().find(|p| p.name == "p3").unwrap();
         assert_eq!(p3.stats.rx.packets, 1);
+    });
+}
+
+/// The switch remembers a port's last forwarding decision for the frames
+/// that follow it; what it learns in between must still count at once, at
+/// the same instant (the worker reads the clock only every few rounds).
+#[test]
+fn what_is_learned_counts_for_the_very_next_frame() {
+    bounded(Duration::from_secs(30), || {
+        let dir = Dir::new("memo");
+        let (mut dp, mut eps) = driven(&dir, 3);
+        let now = std::time::Instant::now();
+        let mut buf = [0u8; 2048];
+        let frame = |dst: u8, src: u8| {
+            let mut f = [0u8; 60];
+            f[..6].copy_from_slice(&mac(dst).0);
+            f[6..12].copy_from_slice(&mac(src).0);
+            f[12..14].copy_from_slice(&[0x88, 0xb5]);
+            f
+        };
+        let mut got = |dp: &mut Datapath, eps: &mut Vec<vnio_switch::endpoint::Endpoint>| {
+            dp.poll(now, 64);
+            eps.iter_mut()
+                .map(|e| {
+                    let mut n = 0;
+                    while e.poll_recv(&mut buf).is_some() {
+                        n += 1;
+                    }
+                    n
+                })
+                .collect::<Vec<_>>()
+        };
+        // Nobody has 02::09 yet: p1's frames to it flood to p2 and p3.
+        for _ in 0..3 {
+            eps[0].send_frame(&frame(9, 1)).unwrap();
+        }
+        assert_eq!(got(&mut dp, &mut eps), [0, 3, 3]);
+        // p3 answers from 02::09: learned there (and p1 is known: p1 only).
+        eps[2].send_frame(&frame(1, 9)).unwrap();
+        assert_eq!(got(&mut dp, &mut eps), [1, 0, 0]);
+        // Same instant, same addresses from p1 as before: now p3 only.
+        for _ in 0..3 {
+            eps[0].send_frame(&frame(9, 1)).unwrap();
+        }
+        assert_eq!(got(&mut dp, &mut eps), [0, 0, 3]);
+        // 02::09 moves to p2.
+        eps[1].send_frame(&frame(1, 9)).unwrap();
+        assert_eq!(got(&mut dp, &mut eps), [1, 0, 0]);
+        eps[0].send_frame(&frame(9, 1)).unwrap();
+        assert_eq!(got(&mut dp, &mut eps), [0, 1, 0]);
+        // p2 leaves the switch: what was learned there goes with it.
+        let p2 = dp.find("p2").unwrap();
+        dp.remove(p2);
+        eps[0].send_frame(&frame(9, 1)).unwrap();
+        assert_eq!(got(&mut dp, &mut eps), [0, 0, 1]);
     });
 }

@@ -7,6 +7,8 @@
 pub mod affinity;
 pub mod memfd;
 pub mod packet;
+pub mod prefetch;
+pub mod ring_mem;
 pub mod scm;
 pub mod spsc;
 pub mod tun;

@@ -4,9 +4,10 @@
 //! vm-memory's checked accessors and simply stop at anything unmapped.
 
 use super::chain::Seg;
+use super::memory::GuestMem;
 use vm_memory::{
-    Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion,
-    MemoryRegionAddress, VolatileSlice,
+    GuestAddress, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion, MemoryRegionAddress,
+    VolatileSlice,
 };
 
 /// Walks a buffer list from a byte offset, yielding (address, length) pieces.
@@ -43,21 +44,35 @@ impl<'a> Pieces<'a> {
     }
 }
 
-/// A slice of at most `n` bytes at `addr` that stays inside one region.
-fn slice(mem: &GuestMemoryMmap, addr: u64, n: u64) -> Option<VolatileSlice<'_, ()>> {
-    let r = mem.find_region(GuestAddress(addr))?;
-    let off = addr - r.start_addr().0;
-    let n = n.min(r.len() - off);
-    r.get_slice(MemoryRegionAddress(off), n as usize).ok()
+/// Guest memory as the copies see it: pieces that stay inside one region.
+pub trait Slices {
+    /// A slice of at most `n` bytes at `addr` that stays inside one region.
+    fn slice(&self, addr: u64, n: u64) -> Option<VolatileSlice<'_, ()>>;
+}
+
+impl Slices for GuestMemoryMmap {
+    fn slice(&self, addr: u64, n: u64) -> Option<VolatileSlice<'_, ()>> {
+        let r = self.find_region(GuestAddress(addr))?;
+        let off = addr - r.start_addr().0;
+        let n = n.min(r.len() - off);
+        r.get_slice(MemoryRegionAddress(off), n as usize).ok()
+    }
+}
+
+impl Slices for GuestMem {
+    #[inline]
+    fn slice(&self, addr: u64, n: u64) -> Option<VolatileSlice<'_, ()>> {
+        GuestMem::slice(self, addr, n)
+    }
 }
 
 /// Copies up to `len` bytes from `src` (after `src_skip`) to `dst` (after
 /// `dst_skip`), directly between the two memories. Returns bytes copied.
-pub fn copy(
-    src_mem: &GuestMemoryMmap,
+pub fn copy<S: Slices, D: Slices>(
+    src_mem: &S,
     src: &[Seg],
     src_skip: u64,
-    dst_mem: &GuestMemoryMmap,
+    dst_mem: &D,
     dst: &[Seg],
     dst_skip: u64,
     len: u64,
@@ -70,7 +85,7 @@ pub fn copy(
             break;
         };
         let Some((da, dn)) = d.peek(sn) else { break };
-        let (Some(from), Some(to)) = (slice(src_mem, sa, dn), slice(dst_mem, da, dn)) else {
+        let (Some(from), Some(to)) = (src_mem.slice(sa, dn), dst_mem.slice(da, dn)) else {
             break;
         };
         let n = from.len().min(to.len());
@@ -85,41 +100,35 @@ pub fn copy(
 }
 
 /// Reads up to `out.len()` bytes from guest buffers (after `skip`) into `out`.
-pub fn read(mem: &GuestMemoryMmap, segs: &[Seg], skip: u64, out: &mut [u8]) -> usize {
+pub fn read<M: Slices>(mem: &M, segs: &[Seg], skip: u64, out: &mut [u8]) -> usize {
     let mut p = Pieces::new(segs, skip);
     let mut done = 0;
     while done < out.len() {
         let Some((a, n)) = p.peek((out.len() - done) as u64) else {
             break;
         };
-        if mem
-            .read_slice(&mut out[done..done + n as usize], GuestAddress(a))
-            .is_err()
-        {
-            break;
-        }
-        p.advance(n);
-        done += n as usize;
+        let Some(from) = mem.slice(a, n) else { break };
+        let n = from.len();
+        from.copy_to(&mut out[done..done + n]);
+        p.advance(n as u64);
+        done += n;
     }
     done
 }
 
 /// Writes `data` into guest buffers after `skip`; returns bytes written.
-pub fn write(mem: &GuestMemoryMmap, segs: &[Seg], skip: u64, data: &[u8]) -> usize {
+pub fn write<M: Slices>(mem: &M, segs: &[Seg], skip: u64, data: &[u8]) -> usize {
     let mut p = Pieces::new(segs, skip);
     let mut done = 0;
     while done < data.len() {
         let Some((a, n)) = p.peek((data.len() - done) as u64) else {
             break;
         };
-        if mem
-            .write_slice(&data[done..done + n as usize], GuestAddress(a))
-            .is_err()
-        {
-            break;
-        }
-        p.advance(n);
-        done += n as usize;
+        let Some(to) = mem.slice(a, n) else { break };
+        let n = to.len();
+        to.copy_from(&data[done..done + n]);
+        p.advance(n as u64);
+        done += n;
     }
     done
 }

@@ -144,16 +144,24 @@ pub fn walk<M: GuestMemory + GuestMemoryBackend>(
         let at = desc_table.checked_add(u64::from(idx) * 16)?;
         read_descriptor(mem, at)
     };
-    walk_into(&mut chain, read, mem, queue_size, head, writable)?;
+    walk_into(
+        &mut chain,
+        read,
+        |addr, len| in_memory(mem, addr, len),
+        queue_size,
+        head,
+        writable,
+    )?;
     Ok(chain)
 }
 
-/// Like [`walk`], filling `chain` in place and reading descriptor `i` with
-/// `read_desc(i)` (None: the table entry is not in guest memory).
-pub fn walk_into<M: GuestMemory + GuestMemoryBackend>(
+/// Like [`walk`], filling `chain` in place, reading descriptor `i` with
+/// `read_desc(i)` (None: the table entry is not in guest memory) and
+/// asking `in_memory(addr, len)` whether a buffer is guest memory.
+pub fn walk_into(
     chain: &mut Chain,
     read_desc: impl Fn(u16) -> Option<Descriptor>,
-    mem: &M,
+    in_memory: impl Fn(u64, u32) -> bool,
     queue_size: u16,
     head: u16,
     writable: bool,
@@ -161,6 +169,32 @@ pub fn walk_into<M: GuestMemory + GuestMemoryBackend>(
     chain.head = head;
     chain.n = 0;
     chain.len = 0;
+    let (n, len) = walk_segs(
+        &mut chain.segs,
+        read_desc,
+        in_memory,
+        queue_size,
+        head,
+        writable,
+    )?;
+    chain.n = n;
+    chain.len = len;
+    Ok(())
+}
+
+/// The walk itself: the chain's buffers go to `segs`; `in_memory(addr,
+/// len)` says whether a buffer lies in guest memory. Returns how many
+/// buffers and their total length.
+pub fn walk_segs(
+    segs: &mut [Seg; MAX_SEGS],
+    read_desc: impl Fn(u16) -> Option<Descriptor>,
+    in_memory: impl Fn(u64, u32) -> bool,
+    queue_size: u16,
+    head: u16,
+    writable: bool,
+) -> Result<(usize, u64), ChainError> {
+    let mut n = 0;
+    let mut total: u64 = 0;
     let mut idx = head;
     let mut count: usize = 0;
     loop {
@@ -171,7 +205,7 @@ pub fn walk_into<M: GuestMemory + GuestMemoryBackend>(
         if count > usize::from(queue_size) {
             return Err(ChainError::Loop);
         }
-        if chain.n == MAX_SEGS {
+        if n == MAX_SEGS {
             return Err(ChainError::TooLong);
         }
         let d = read_desc(idx).ok_or(ChainError::OutOfMemory {
@@ -189,17 +223,17 @@ pub fn walk_into<M: GuestMemory + GuestMemoryBackend>(
             return Err(ChainError::ZeroLength);
         }
         let addr = d.addr().raw_value();
-        if !in_memory(mem, addr, d.len()) {
+        if !in_memory(addr, d.len()) {
             return Err(ChainError::OutOfMemory { addr, len: d.len() });
         }
-        chain.segs[chain.n] = Seg { addr, len: d.len() };
-        chain.n += 1;
-        chain.len += u64::from(d.len());
-        if chain.len > u64::from(u32::MAX) {
+        segs[n] = Seg { addr, len: d.len() };
+        n += 1;
+        total += u64::from(d.len());
+        if total > u64::from(u32::MAX) {
             return Err(ChainError::TooLarge);
         }
         if flags & F_NEXT == 0 {
-            return Ok(());
+            return Ok((n, total));
         }
         idx = d.next();
     }

@@ -7,7 +7,9 @@ use super::protocol::MemoryRegion;
 use std::fs::File;
 use std::sync::Arc;
 use vm_memory::GuestMemoryRegion;
-use vm_memory::{FileOffset, GuestAddress, GuestMemoryMmap, GuestRegionMmap, MmapRegion};
+use vm_memory::{
+    FileOffset, GuestAddress, GuestMemoryMmap, GuestRegionMmap, MmapRegion, VolatileSlice,
+};
 
 /// Why a memory table could not be mapped.
 #[derive(Debug, thiserror::Error)]
@@ -92,6 +94,59 @@ impl GuestMem {
             let end = off.checked_add(len)?;
             (end <= r.len()).then(|| (Arc::clone(r), off))
         })
+    }
+
+    /// The region holding guest address `addr` and the offset in it. A
+    /// front-end's table has a handful of regions (most often one): a
+    /// scan beats the generic lookup on the per-frame path.
+    #[inline]
+    fn find(&self, addr: u64) -> Option<(&GuestRegionMmap, u64)> {
+        self.mapped.iter().find_map(|r| {
+            let off = addr.wrapping_sub(r.start_addr().0);
+            (off < r.len()).then_some((&**r, off))
+        })
+    }
+
+    /// True when `[addr, addr + len)` is guest memory.
+    #[inline]
+    pub fn contains(&self, addr: u64, len: u32) -> bool {
+        match self.find(addr) {
+            Some((r, off)) => match off.checked_add(u64::from(len)) {
+                Some(end) if end <= r.len() => true,
+                // Across regions: the general check.
+                Some(_) => vm_memory::GuestMemoryBackend::check_range(
+                    &self.mem,
+                    GuestAddress(addr),
+                    len as usize,
+                ),
+                None => false,
+            },
+            None => false,
+        }
+    }
+
+    /// Up to `n` bytes at `addr` that stay inside one region.
+    #[inline]
+    pub fn slice(&self, addr: u64, n: u64) -> Option<VolatileSlice<'_, ()>> {
+        let (r, off) = self.find(addr)?;
+        let n = n.min(r.len() - off);
+        r.get_slice(vm_memory::MemoryRegionAddress(off), n as usize)
+            .ok()
+    }
+
+    /// Hints that the cache line at guest address `addr` will be read
+    /// (`write`: written) soon. Nothing happens outside guest memory.
+    #[inline]
+    pub fn prefetch(&self, addr: u64, write: bool) {
+        if let Some((r, off)) = self.find(addr) {
+            if let Ok(p) = r.get_host_address(vm_memory::MemoryRegionAddress(off)) {
+                if write {
+                    crate::sys::prefetch::write(p);
+                } else {
+                    crate::sys::prefetch::read(p);
+                }
+            }
+        }
     }
 
     /// The table the front-end sent.

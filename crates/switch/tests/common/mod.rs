@@ -10,8 +10,12 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 use vnio_switch::config::{Config, PortSpec, SwitchConfig};
 use vnio_switch::daemon::Switch;
+use vnio_switch::datapath::{Datapath, Port};
 use vnio_switch::endpoint::{Endpoint, EndpointConfig};
+use vnio_switch::fdb::Fdb;
+use vnio_switch::port::vhost_user::VhostUserPort;
 use vnio_switch::port::SocketMode;
+use vnio_switch::port::Watch;
 use vnio_switch::wire::{EthernetAddress, Ipv4Address};
 
 pub const T: Duration = Duration::from_secs(5);
@@ -76,6 +80,60 @@ pub fn endpoint(dir: &Dir, port: usize, n: u8) -> Endpoint {
         EndpointConfig::new(mac(n), ip(n)),
     )
     .unwrap()
+}
+
+/// A [`Datapath`] with vhost-user ports `p1..=pN` driven by the calling
+/// thread (no worker: the test passes time in and polls when it wants),
+/// with an endpoint on each port (`mac(i)`, `ip(i)`).
+pub fn driven(dir: &Dir, ports: usize) -> (Datapath, Vec<Endpoint>) {
+    let sw = SwitchConfig::default();
+    let mut dp = Datapath::new(Fdb::new(sw.fdb_capacity, sw.aging()));
+    for i in 1..=ports {
+        let name = format!("p{i}");
+        let spec = PortSpec::vhost_user(&name, dir.sock(&name), SocketMode::Server);
+        let port = VhostUserPort::new(&dir.sock(&name), SocketMode::Server).unwrap();
+        dp.add(
+            vnio_switch::PortId(i as u32),
+            name,
+            spec.policy().unwrap(),
+            spec.policies(&sw),
+            Port::VhostUser(port),
+        );
+    }
+    // The endpoints' handshakes wait for answers: they connect on a helper
+    // thread while this one serves the ports.
+    let socks: Vec<_> = (1..=ports).map(|i| dir.sock(&format!("p{i}"))).collect();
+    let connect = std::thread::spawn(move || {
+        socks
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let n = i as u8 + 1;
+                Endpoint::connect(s, EndpointConfig::new(mac(n), ip(n))).unwrap()
+            })
+            .collect::<Vec<_>>()
+    });
+    let running = |dp: &Datapath| {
+        dp.slots().all(|(_, s)| {
+            matches!(&s.port, Port::VhostUser(p) if p.device.ready(0) && p.device.ready(1))
+        })
+    };
+    let deadline = std::time::Instant::now() + T;
+    // The last requests need no answer: the endpoints may be done before
+    // the switch has read them.
+    while !connect.is_finished() || !running(&dp) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "endpoints did not connect"
+        );
+        let now = std::time::Instant::now();
+        for slot in 0..ports {
+            dp.on_event(slot, Watch::Listener, now);
+            dp.on_event(slot, Watch::Connection, now);
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    (dp, connect.join().unwrap())
 }
 
 /// Runs `f` on a thread and fails the test if it does not finish within `limit`.

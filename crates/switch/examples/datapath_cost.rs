@@ -1,0 +1,128 @@
+//! The forwarding loop's own cost per frame, without the cache misses of a
+//! second core: one thread drives a [`Datapath`] and both poll-mode
+//! endpoints (port a sends bursts, the datapath forwards, port b drains),
+//! so every line stays in this core's caches. What is left is instructions:
+//! the number to watch when changing the per-frame path (the anchor harness
+//! measures the real thing, across cores; see docs/switch.md).
+//!
+//! `cargo run --release -p vnio-switch --example datapath_cost [-- FRAME_LEN [SECONDS [ROUNDS]]]`
+//!
+//! Prints the median over ROUNDS (default 5) of nanoseconds per frame spent
+//! in the switch's polling rounds, and for the whole loop with the endpoints.
+
+use std::time::{Duration, Instant};
+use vnio_switch::config::{PortSpec, SwitchConfig};
+use vnio_switch::datapath::{Datapath, Port};
+use vnio_switch::endpoint::{Endpoint, EndpointConfig};
+use vnio_switch::fdb::Fdb;
+use vnio_switch::port::vhost_user::VhostUserPort;
+use vnio_switch::port::{SocketMode, Watch};
+use vnio_switch::wire::Ipv4Address;
+use vnio_switch::PortId;
+
+const BURST: usize = 32;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mut args = std::env::args().skip(1);
+    let len: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(64);
+    let secs: f64 = args.next().map(|a| a.parse()).transpose()?.unwrap_or(1.0);
+    let rounds: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(5);
+    let dir = std::env::temp_dir().join(format!("vnio-dpcost-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let sw = SwitchConfig::default();
+    let mut dp = Datapath::new(Fdb::new(sw.fdb_capacity, sw.aging()));
+    for (n, name) in ["a", "b"].iter().enumerate() {
+        let spec = PortSpec::vhost_user(name, dir.join(format!("{name}.sock")), SocketMode::Server);
+        let port = Port::VhostUser(VhostUserPort::new(
+            &dir.join(format!("{name}.sock")),
+            SocketMode::Server,
+        )?);
+        dp.add(
+            PortId(n as u32),
+            name.to_string(),
+            spec.policy()?,
+            spec.policies(&sw),
+            port,
+        );
+    }
+    // The endpoints' handshakes wait for answers: a helper thread connects
+    // them while this one serves the switch's side.
+    let (ma, mb) = ("02:00:00:00:00:01".parse()?, "02:00:00:00:00:02".parse()?);
+    let d = dir.clone();
+    let connect = std::thread::spawn(move || {
+        let a = Endpoint::connect(
+            &d.join("a.sock"),
+            EndpointConfig::new(ma, Ipv4Address([10, 0, 0, 1])),
+        );
+        let b = Endpoint::connect(
+            &d.join("b.sock"),
+            EndpointConfig::new(mb, Ipv4Address([10, 0, 0, 2])),
+        );
+        (a, b)
+    });
+    let running = |dp: &Datapath| {
+        dp.slots().all(|(_, s)| matches!(&s.port, Port::VhostUser(p) if p.device.ready(0) && p.device.ready(1)))
+    };
+    // The last requests need no answer: the endpoints may be done before
+    // the switch has read them.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !connect.is_finished() || !running(&dp) {
+        if Instant::now() > deadline {
+            return Err("the endpoints did not connect".into());
+        }
+        let now = Instant::now();
+        for slot in 0..2 {
+            dp.on_event(slot, Watch::Listener, now);
+            dp.on_event(slot, Watch::Connection, now);
+        }
+        std::thread::sleep(Duration::from_micros(100));
+    }
+    let (a, b) = connect.join().map_err(|_| "connect thread panicked")?;
+    let (mut a, mut b) = (a?, b?);
+
+    let mut ab = vec![0x11u8; len];
+    ab[..6].copy_from_slice(&mb.0);
+    ab[6..12].copy_from_slice(&ma.0);
+    ab[12..14].copy_from_slice(&[0x88, 0xb5]);
+    let mut ba = ab.clone();
+    ba[..6].copy_from_slice(&ma.0);
+    ba[6..12].copy_from_slice(&mb.0);
+    // b's address is learned: frames go to it, not flooded.
+    b.send_frame(&ba)?;
+    let mut buf = vec![0u8; 2048];
+    let burst: Vec<&[u8]> = vec![&ab; BURST];
+
+    let mut total = Vec::new();
+    let mut switch = Vec::new();
+    for _ in 0..rounds {
+        let (mut got, mut in_switch) = (0u64, Duration::ZERO);
+        let t0 = Instant::now();
+        let end = t0 + Duration::from_secs_f64(secs);
+        while Instant::now() < end {
+            for _ in 0..8 {
+                a.send_burst(&burst);
+                let t = Instant::now();
+                dp.poll(t, 64);
+                in_switch += t.elapsed();
+                while b.poll_recv(&mut buf).is_some() {
+                    got += 1;
+                }
+            }
+        }
+        let got = got.max(1) as f64;
+        total.push(t0.elapsed().as_nanos() as f64 / got);
+        switch.push(in_switch.as_nanos() as f64 / got);
+    }
+    total.sort_by(f64::total_cmp);
+    switch.sort_by(f64::total_cmp);
+    println!(
+        "{len} B, median of {rounds} rounds of {secs} s: {:.1} ns per frame in the switch (min {:.1}, max {:.1}), {:.1} with the endpoints",
+        switch[rounds / 2],
+        switch[0],
+        switch[rounds - 1],
+        total[rounds / 2],
+    );
+    drop(dp);
+    std::fs::remove_dir_all(&dir)?;
+    Ok(())
+}

@@ -1,0 +1,104 @@
+//! A virtqueue ring (descriptor table, available or used ring) in the
+//! front-end's mapped memory, accessed with plain atomic loads and stores.
+//!
+//! Every access to a ring is a few bytes at a known offset, several per
+//! frame. vm-memory's generic accessors re-derive the slice, its bounds and
+//! its alignment on each of them, which cost more than the rest of the ring
+//! handling; here the bounds are fixed when the queue starts and each access
+//! checks one offset against them. The front-end writes the same memory
+//! concurrently, so every access is atomic (relaxed unless the caller orders
+//! it), never a reference to plain data.
+
+use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use vm_memory::{GuestMemoryRegion, GuestRegionMmap, MemoryRegionAddress};
+
+/// `len` bytes of a mapped region, from offset `off`.
+#[derive(Debug)]
+pub struct RingMem {
+    /// Keeps the mapping alive as long as `base` is used.
+    _region: Arc<GuestRegionMmap>,
+    base: *mut u8,
+    len: usize,
+}
+
+// SAFETY: `base` points into the mapping `_region` owns, which lives as long
+// as this value wherever it is moved; every access through it is atomic, so
+// moving the value to another thread (a port handed to another worker)
+// cannot create a data race.
+unsafe impl Send for RingMem {}
+
+impl RingMem {
+    /// The ring at offset `off` of `region`, `len` bytes long; None when it
+    /// does not fit inside the region.
+    pub fn new(region: Arc<GuestRegionMmap>, off: u64, len: u64) -> Option<Self> {
+        if off.checked_add(len)? > region.len() {
+            return None;
+        }
+        let base = region.get_host_address(MemoryRegionAddress(off)).ok()?;
+        Some(Self {
+            _region: region,
+            base,
+            len: usize::try_from(len).ok()?,
+        })
+    }
+
+    /// The address of `size` bytes at `off`, when inside the ring and
+    /// aligned to `size` (atomics need natural alignment).
+    #[inline(always)]
+    fn at(&self, off: usize, size: usize) -> Option<*mut u8> {
+        if off.checked_add(size)? > self.len {
+            return None;
+        }
+        let p = self.base.wrapping_add(off);
+        (p as usize % size == 0).then_some(p)
+    }
+
+    /// Loads the little-endian u16 at `off`.
+    #[inline]
+    pub fn load_u16(&self, off: usize, order: Ordering) -> Option<u16> {
+        let p = self.at(off, 2)?;
+        // SAFETY: `p` is inside the live mapping and 2-byte aligned (`at`);
+        // AtomicU16 has the size and alignment of u16, and the access is
+        // atomic, so the front-end writing concurrently is not a data race.
+        let a = unsafe { AtomicU16::from_ptr(p.cast()) };
+        Some(u16::from_le(a.load(order)))
+    }
+
+    /// Loads the little-endian u64 at `off`.
+    #[inline]
+    pub fn load_u64(&self, off: usize, order: Ordering) -> Option<u64> {
+        let p = self.at(off, 8)?;
+        // SAFETY: as in `load_u16`, 8-byte aligned.
+        let a = unsafe { AtomicU64::from_ptr(p.cast()) };
+        Some(u64::from_le(a.load(order)))
+    }
+
+    /// Stores `v` little-endian at `off`.
+    #[inline]
+    pub fn store_u16(&self, off: usize, v: u16, order: Ordering) -> Option<()> {
+        let p = self.at(off, 2)?;
+        // SAFETY: as in `load_u16`.
+        let a = unsafe { AtomicU16::from_ptr(p.cast()) };
+        a.store(v.to_le(), order);
+        Some(())
+    }
+
+    /// Stores `v` little-endian at `off`.
+    #[inline]
+    pub fn store_u32(&self, off: usize, v: u32, order: Ordering) -> Option<()> {
+        let p = self.at(off, 4)?;
+        // SAFETY: as in `load_u16`, 4-byte aligned.
+        let a = unsafe { AtomicU32::from_ptr(p.cast()) };
+        a.store(v.to_le(), order);
+        Some(())
+    }
+
+    /// Hints that the line holding byte `off` will be read soon.
+    #[inline]
+    pub fn prefetch(&self, off: usize) {
+        if off < self.len {
+            super::prefetch::read(self.base.wrapping_add(off));
+        }
+    }
+}
