@@ -1802,7 +1802,7 @@ fn deliver_vhost_user(
     let out_frame_len = l2_len as u64 + rest_len;
     let total = hdr_len as u64 + out_frame_len;
 
-    match q.pop_into(chain) {
+    match q.take(chain) {
         Ok(true) => {}
         Ok(false) => return Err(DeliverError::Drop(DropReason::RingFull)),
         Err(e) => return Err(DeliverError::Hostile(e)),
@@ -1835,7 +1835,7 @@ fn deliver_vhost_user(
                 undo(q, plan.nheads);
                 return Err(DeliverError::Drop(DropReason::RingFull));
             }
-            match q.pop_into(chain) {
+            match q.take(chain) {
                 Ok(true) => {}
                 Ok(false) => {
                     undo(q, plan.nheads);
@@ -1917,7 +1917,5 @@ fn deliver_local(
 }
 
 fn undo(q: &mut crate::vhost_user::queue::ActiveQueue, n: usize) {
-    for _ in 0..n {
-        q.unpop();
-    }
+    q.untake(n);
 }

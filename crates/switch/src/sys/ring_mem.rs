@@ -65,13 +65,28 @@ impl RingMem {
         Some(u16::from_le(a.load(order)))
     }
 
-    /// Loads the little-endian u64 at `off`.
+    /// Loads the 16-byte entry `i` as two little-endian u64 (a descriptor):
+    /// one bounds check for both halves.
     #[inline]
-    pub fn load_u64(&self, off: usize, order: Ordering) -> Option<u64> {
+    pub fn load_u64_pair(&self, i: usize) -> Option<(u64, u64)> {
+        let off = i.checked_mul(16)?;
+        if off.checked_add(16)? > self.len {
+            return None;
+        }
         let p = self.at(off, 8)?;
-        // SAFETY: as in `load_u16`, 8-byte aligned.
-        let a = unsafe { AtomicU64::from_ptr(p.cast()) };
-        Some(u64::from_le(a.load(order)))
+        // SAFETY: as in `load_u16`: the 16 bytes at `p` are inside the live
+        // mapping (checked above) and `p` is 8-byte aligned (`at`), so both
+        // halves are aligned and in bounds.
+        let (lo, hi) = unsafe {
+            (
+                AtomicU64::from_ptr(p.cast()),
+                AtomicU64::from_ptr(p.wrapping_add(8).cast()),
+            )
+        };
+        Some((
+            u64::from_le(lo.load(Ordering::Relaxed)),
+            u64::from_le(hi.load(Ordering::Relaxed)),
+        ))
     }
 
     /// Stores `v` little-endian at `off`.

@@ -77,6 +77,20 @@ pub fn copy<S: Slices, D: Slices>(
     dst_skip: u64,
     len: u64,
 ) -> u64 {
+    // The common case: both ranges inside the first buffers (one piece each).
+    if let (Some(a), Some(b)) = (src.first(), dst.first()) {
+        if src_skip + len <= u64::from(a.len) && dst_skip + len <= u64::from(b.len) {
+            if let (Some(from), Some(to)) = (
+                src_mem.slice(a.addr + src_skip, len),
+                dst_mem.slice(b.addr + dst_skip, len),
+            ) {
+                if from.len() as u64 == len && to.len() as u64 == len {
+                    from.copy_to_volatile_slice(to);
+                    return len;
+                }
+            }
+        }
+    }
     let mut s = Pieces::new(src, src_skip);
     let mut d = Pieces::new(dst, dst_skip);
     let mut done = 0;
@@ -99,8 +113,29 @@ pub fn copy<S: Slices, D: Slices>(
     done
 }
 
+/// The common case of [`read`] and [`write`]: `[skip, skip + n)` lies in
+/// the first buffer, one slice; `f` moves the bytes. None otherwise.
+#[inline]
+fn first_piece<M: Slices>(
+    mem: &M,
+    segs: &[Seg],
+    skip: u64,
+    n: usize,
+    f: impl FnOnce(&VolatileSlice<'_, ()>) -> usize,
+) -> Option<usize> {
+    let a = segs.first()?;
+    if skip + n as u64 > u64::from(a.len) {
+        return None;
+    }
+    let s = mem.slice(a.addr + skip, n as u64)?;
+    (s.len() == n).then(|| f(&s))
+}
+
 /// Reads up to `out.len()` bytes from guest buffers (after `skip`) into `out`.
 pub fn read<M: Slices>(mem: &M, segs: &[Seg], skip: u64, out: &mut [u8]) -> usize {
+    if let Some(done) = first_piece(mem, segs, skip, out.len(), |s| s.copy_to(&mut *out)) {
+        return done;
+    }
     let mut p = Pieces::new(segs, skip);
     let mut done = 0;
     while done < out.len() {
@@ -118,6 +153,12 @@ pub fn read<M: Slices>(mem: &M, segs: &[Seg], skip: u64, out: &mut [u8]) -> usiz
 
 /// Writes `data` into guest buffers after `skip`; returns bytes written.
 pub fn write<M: Slices>(mem: &M, segs: &[Seg], skip: u64, data: &[u8]) -> usize {
+    if let Some(done) = first_piece(mem, segs, skip, data.len(), |s| {
+        s.copy_from(data);
+        data.len()
+    }) {
+        return done;
+    }
     let mut p = Pieces::new(segs, skip);
     let mut done = 0;
     while done < data.len() {

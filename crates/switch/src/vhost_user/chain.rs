@@ -102,6 +102,14 @@ impl Chain {
         self.len
     }
 
+    /// Sets the chain to validated buffers (a copy of one popped earlier).
+    pub fn set(&mut self, head: u16, segs: &[Seg], len: u64) {
+        self.head = head;
+        self.n = segs.len().min(MAX_SEGS);
+        self.segs[..self.n].copy_from_slice(&segs[..self.n]);
+        self.len = len;
+    }
+
     /// True when the chain has no bytes (never true for a validated chain).
     pub fn is_empty(&self) -> bool {
         self.len == 0

@@ -79,9 +79,7 @@ impl Ring {
 
     /// Descriptor `idx` as two 8-byte loads (the table is 16-byte aligned).
     fn descriptor(&self, idx: u16) -> Option<Descriptor> {
-        let at = usize::from(idx) * 16;
-        let lo = self.0.load_u64(at, Ordering::Relaxed)?;
-        let hi = self.0.load_u64(at + 8, Ordering::Relaxed)?;
+        let (lo, hi) = self.0.load_u64_pair(usize::from(idx))?;
         Some(Descriptor::new(
             lo,
             hi as u32,
@@ -95,12 +93,6 @@ impl Ring {
         self.0.prefetch(usize::from(idx) * 16);
     }
 }
-
-/// How many chains ahead of the one popped the descriptor is prefetched.
-const PREFETCH_DESC_AHEAD: u16 = 4;
-/// How many chains ahead of the one popped the first buffer is prefetched
-/// (its descriptor was prefetched earlier, so reading it rarely stalls).
-const PREFETCH_DATA_AHEAD: u16 = 2;
 
 /// Most chains popped at once by [`ActiveQueue::pop_burst`].
 pub const BURST: usize = 32;
@@ -175,6 +167,11 @@ pub struct ActiveQueue {
     call: Option<File>,
     writable: bool,
     used_pending: bool,
+    /// Chains popped ahead ([`ActiveQueue::take`]; moved out while being
+    /// refilled): the next one to hand out is `ahead_next`; the rest are not
+    /// consumed yet.
+    ahead: Option<Box<Burst>>,
+    ahead_next: usize,
 }
 
 /// Ring addresses in guest-physical space.
@@ -240,6 +237,8 @@ impl ActiveQueue {
             call,
             writable,
             used_pending: false,
+            ahead: Some(Box::new(Burst::new())),
+            ahead_next: 0,
         };
         // The worker polls a queue that just started; it asks for kicks again before it sleeps.
         q.disable_notification();
@@ -267,14 +266,6 @@ impl ActiveQueue {
         // once per batch, not once per chain.
         if self.avail_seen == self.next_avail.0 {
             self.avail_seen = self.avail.load(2, Ordering::Acquire)?;
-            // A new batch: start the pipeline (the later chains' prefetches
-            // are issued as the earlier ones are popped).
-            let n = self.avail_seen.wrapping_sub(self.next_avail.0);
-            if n <= self.size {
-                for k in 1..n.min(PREFETCH_DESC_AHEAD + 1) {
-                    self.prefetch_desc(k);
-                }
-            }
         }
         let pending = self.avail_seen.wrapping_sub(self.next_avail.0);
         if pending == 0 {
@@ -283,11 +274,8 @@ impl ActiveQueue {
         if pending > self.size {
             return Err(ChainError::IndexJump);
         }
-        let head = self
-            .avail
-            .read_u16(4 + 2 * u64::from(self.next_avail.0 % self.size))?;
+        let head = self.avail.read_u16(self.avail_slot(0))?;
         self.next_avail += Wrapping(1);
-        self.prefetch(pending - 1);
         let (desc, mem) = (&self.desc, &self.mem);
         chain::walk_into(
             chain,
@@ -300,37 +288,56 @@ impl ActiveQueue {
         Ok(true)
     }
 
-    /// Prefetches what the next chains will need, `pending` of them being
-    /// available: a software pipeline over the available ring, so that the
-    /// misses on the front-end's descriptors and buffers (written on
-    /// another core) overlap with the work on the chains before them.
-    /// Hints only: nothing is validated or trusted here, and addresses
-    /// outside guest memory are skipped.
-    fn prefetch(&self, pending: u16) {
-        if pending > PREFETCH_DESC_AHEAD {
-            self.prefetch_desc(PREFETCH_DESC_AHEAD);
+    /// Like [`ActiveQueue::pop_into`], from chains popped ahead a burst at a
+    /// time (the receive path takes one chain per frame from a ring the
+    /// driver refills in batches): each refill overlaps the misses on the
+    /// driver's descriptors and buffers. [`ActiveQueue::untake`] gives
+    /// chains back; [`ActiveQueue::stop`] returns the ones never taken.
+    pub fn take(&mut self, chain: &mut Chain) -> Result<bool, ChainError> {
+        let Some(mut ahead) = self.ahead.take() else {
+            return Ok(false);
+        };
+        let mut r = Ok(());
+        if self.ahead_next == ahead.len() {
+            self.ahead_next = 0;
+            r = self.pop_burst(&mut ahead, BURST);
         }
-        if pending > PREFETCH_DATA_AHEAD {
-            if let Ok(h) = self.avail.read_u16(self.avail_slot(PREFETCH_DATA_AHEAD)) {
-                if let Some(d) = (h < self.size).then(|| self.desc.descriptor(h)).flatten() {
-                    self.mem.prefetch(d.addr().0, self.writable);
-                }
+        let got = r.is_ok() && self.ahead_next < ahead.len();
+        if got {
+            let (head, segs, len) = ahead.chain(self.ahead_next);
+            chain.set(head, segs, len);
+            self.ahead_next += 1;
+        }
+        self.ahead = Some(ahead);
+        r.map(|()| got)
+    }
+
+    /// Chains popped ahead and not handed out yet.
+    fn ahead_left(&self) -> usize {
+        self.ahead
+            .as_ref()
+            .map_or(0, |a| a.len().saturating_sub(self.ahead_next))
+    }
+
+    /// Gives back the last `n` chains [`ActiveQueue::take`] handed out.
+    pub fn untake(&mut self, n: usize) {
+        if n <= self.ahead_next {
+            self.ahead_next -= n;
+        } else {
+            // Some came from an earlier burst: give back everything not
+            // consumed (contiguous in the available ring) and pop again.
+            let back = self.ahead_left() + n;
+            self.next_avail -= Wrapping(back as u16);
+            if let Some(a) = self.ahead.as_mut() {
+                a.n = 0;
             }
+            self.ahead_next = 0;
         }
     }
 
     /// The available ring's entry `ahead` chains after the next one.
     fn avail_slot(&self, ahead: u16) -> u64 {
         4 + 2 * u64::from(self.next_avail.0.wrapping_add(ahead) % self.size)
-    }
-
-    /// Prefetches the head descriptor of the chain `ahead` after the next one.
-    fn prefetch_desc(&self, ahead: u16) {
-        if let Ok(h) = self.avail.read_u16(self.avail_slot(ahead)) {
-            if h < self.size {
-                self.desc.prefetch_descriptor(h);
-            }
-        }
     }
 
     /// Pops and validates up to `max` (at most [`BURST`]) available chains
@@ -374,12 +381,12 @@ impl ActiveQueue {
                 self.writable,
             )?;
             // The virtio-net header and the Ethernet header after it: read
-            // first, and often across a line boundary (a driver that puts
-            // the header in the headroom before the frame, as DPDK does).
+            // (or written) first, and often across a line boundary (a driver
+            // that puts the header in the headroom before the frame, as DPDK does).
             let first = b.segs[used];
-            self.mem.prefetch(first.addr, false);
+            self.mem.prefetch(first.addr, self.writable);
             if first.len > 32 {
-                self.mem.prefetch(first.addr + 32, false);
+                self.mem.prefetch(first.addr + 32, self.writable);
             }
             used += cnt;
             b.lens[k] = len;
@@ -408,7 +415,8 @@ impl ActiveQueue {
     /// Where the device stops: used elements published, the next available index returned.
     pub fn stop(mut self) -> u16 {
         self.flush();
-        self.next_avail.0
+        // Chains popped ahead but never taken were not consumed.
+        (self.next_avail - Wrapping(self.ahead_left() as u16)).0
     }
 
     /// Returns a chain to the driver with `len` bytes written. The driver
@@ -671,6 +679,51 @@ mod tests {
             Err(ChainError::OutOfMemory { .. })
         ));
         assert_eq!(b.len(), 2, "the chains before the bad one are kept");
+    }
+
+    #[test]
+    fn chains_taken_ahead_come_back_whole() {
+        let (mut q, mut ring, mem, _call) = pair(false, true);
+        let mut ids = Vec::new();
+        for _ in 0..3 {
+            let id = ring.take().unwrap();
+            ring.publish(&mem, id, 256, true);
+            ids.push(id);
+        }
+        let mut c = Chain::new();
+        assert!(q.take(&mut c).unwrap());
+        assert_eq!((c.head, c.len()), (ids[0], 256));
+        assert_eq!(q.next_avail(), 3, "the three were popped at once");
+        // Given back: taken again, in order.
+        q.untake(1);
+        assert!(q.take(&mut c).unwrap());
+        assert_eq!(c.head, ids[0]);
+        assert!(q.take(&mut c).unwrap());
+        assert_eq!(c.head, ids[1]);
+        // Two more offered: the third chain is still ahead, taken first.
+        for _ in 0..2 {
+            let id = ring.take().unwrap();
+            ring.publish(&mem, id, 256, true);
+            ids.push(id);
+        }
+        assert!(q.take(&mut c).unwrap());
+        assert_eq!(c.head, ids[2]);
+        assert!(q.take(&mut c).unwrap(), "a new burst");
+        assert_eq!(c.head, ids[3]);
+        // Back across the two bursts: what was not consumed is popped again.
+        q.untake(2);
+        assert_eq!(q.next_avail(), 2);
+        let taken: Vec<u16> = (0..3)
+            .map(|_| {
+                assert!(q.take(&mut c).unwrap());
+                c.head
+            })
+            .collect();
+        assert_eq!(taken, ids[2..].to_vec());
+        assert!(!q.take(&mut c).unwrap(), "nothing more offered");
+        // Stopping returns where the driver's chains stop being consumed.
+        q.untake(1);
+        assert_eq!(q.stop(), 4);
     }
 
     #[test]
