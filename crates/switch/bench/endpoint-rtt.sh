@@ -14,6 +14,9 @@
 #
 #   crates/switch/bench/endpoint-rtt.sh [ROUNDS] [SECONDS]
 #   SWITCHES="vnio testpmd" crates/switch/bench/endpoint-rtt.sh 5 5
+#   VNIO_BASE=/tmp/old/vnio SWITCHES="base vnio testpmd ovs" crates/switch/bench/endpoint-rtt.sh 3 5
+#     ("base": another build of vnio's switch, e.g. before a change; the
+#     endpoints are always $VNIO's, so only the switch differs)
 #
 # Placement: switch on CPU 1, both endpoints in one thread on CPU 0 (two
 # busy-polling processes on one CPU would starve each other). Compare
@@ -48,6 +51,11 @@ trap 'exit 130' INT TERM
 [ -x "$vnio" ] || { echo "endpoint-rtt: build first: cargo build --release -p vnio" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || { echo "endpoint-rtt: needs root (DPDK and OVS)" >&2; exit 1; }
 
+start_base() {
+    [ -x "${VNIO_BASE:-}" ] || { echo "skip base: VNIO_BASE is not an executable"; return 1; }
+    switch_bin=$VNIO_BASE start_vnio
+}
+
 start_vnio() {
     cat >"$run/sw.toml" <<TOML
 [switch]
@@ -62,7 +70,7 @@ name = "b"
 kind = "vhost-user"
 socket = "$run/b.sock"
 TOML
-    taskset -c 1 "$vnio" switch --config "$run/sw.toml" 2>"$run/switch.log" &
+    taskset -c 1 "${switch_bin:-$vnio}" switch --config "$run/sw.toml" 2>"$run/switch.log" &
     pids+=($!)
     mode=connect
 }

@@ -94,6 +94,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let mut total = Vec::new();
     let mut switch = Vec::new();
+    let mut frames = 0u64;
     for _ in 0..rounds {
         let (mut got, mut in_switch) = (0u64, Duration::ZERO);
         let t0 = Instant::now();
@@ -109,6 +110,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 }
             }
         }
+        frames += got;
         let got = got.max(1) as f64;
         total.push(t0.elapsed().as_nanos() as f64 / got);
         switch.push(in_switch.as_nanos() as f64 / got);
@@ -116,7 +118,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     total.sort_by(f64::total_cmp);
     switch.sort_by(f64::total_cmp);
     println!(
-        "{len} B, median of {rounds} rounds of {secs} s: {:.1} ns per frame in the switch (min {:.1}, max {:.1}), {:.1} with the endpoints",
+        "{len} B, median of {rounds} rounds of {secs} s: {:.1} ns per frame in the switch (min {:.1}, max {:.1}), {:.1} with the endpoints; {frames} frames",
         switch[rounds / 2],
         switch[0],
         switch[rounds - 1],

@@ -238,6 +238,10 @@ pub struct Datapath {
     seg: Option<Box<[u8]>>,
     /// Counts changes to the ports and their policies (see [`FlowMemo`]).
     topo_gen: u64,
+    /// Frames of the current transmit burst still to forward, this one
+    /// included: how many receive chains a destination pops ahead when it
+    /// runs out (one frame in flight pops one: no latency for the rest).
+    rx_hint: usize,
 }
 
 impl Datapath {
@@ -263,6 +267,7 @@ impl Datapath {
             soft: Some(vec![0u8; MAX_FRAME as usize].into_boxed_slice()),
             seg: Some(vec![0u8; MAX_FRAME as usize].into_boxed_slice()),
             topo_gen: 0,
+            rx_hint: 1,
         }
     }
 
@@ -869,7 +874,10 @@ impl Datapath {
             while done < burst.len() {
                 let (_, segs, len) = burst.chain(done);
                 let src = Src::Guest { mem: &mem, segs };
-                if self.forward_frame(i, src, len, hdr_len, now) == Fwd::Wait {
+                self.rx_hint = burst.len() - done;
+                let fwd = self.forward_frame(i, src, len, hdr_len, now);
+                self.rx_hint = 1;
+                if fwd == Fwd::Wait {
                     // The uplink holds this port back: this frame and the
                     // ones after it stay in the guest's ring for a later round.
                     wait = true;
@@ -1581,13 +1589,14 @@ impl Datapath {
             slots,
             rx_chain,
             plan,
+            rx_hint,
             ..
         } = self;
         let Some(dst) = slots[j].as_mut() else {
             return false;
         };
         let result = match &mut dst.port {
-            Port::VhostUser(p) => deliver_vhost_user(p, frame, tagging, plan, rx_chain),
+            Port::VhostUser(p) => deliver_vhost_user(p, frame, tagging, plan, rx_chain, *rx_hint),
             Port::Tap(t) => {
                 let out = t.out_buf();
                 deliver_local(out, virtio_net::HEADER_LEN, frame, tagging).and_then(
@@ -1791,6 +1800,7 @@ fn deliver_vhost_user(
     tagging: Tagging,
     plan: &mut RxPlan,
     chain: &mut Chain,
+    hint: usize,
 ) -> Result<usize, DeliverError> {
     let hdr_len = p.device.vnet_hdr_len();
     let mrg = p.device.mrg_rxbuf();
@@ -1802,7 +1812,7 @@ fn deliver_vhost_user(
     let out_frame_len = l2_len as u64 + rest_len;
     let total = hdr_len as u64 + out_frame_len;
 
-    match q.take(chain) {
+    match q.take(chain, hint) {
         Ok(true) => {}
         Ok(false) => return Err(DeliverError::Drop(DropReason::RingFull)),
         Err(e) => return Err(DeliverError::Hostile(e)),
@@ -1835,7 +1845,7 @@ fn deliver_vhost_user(
                 undo(q, plan.nheads);
                 return Err(DeliverError::Drop(DropReason::RingFull));
             }
-            match q.take(chain) {
+            match q.take(chain, hint) {
                 Ok(true) => {}
                 Ok(false) => {
                     undo(q, plan.nheads);

@@ -291,16 +291,18 @@ impl ActiveQueue {
     /// Like [`ActiveQueue::pop_into`], from chains popped ahead a burst at a
     /// time (the receive path takes one chain per frame from a ring the
     /// driver refills in batches): each refill overlaps the misses on the
-    /// driver's descriptors and buffers. [`ActiveQueue::untake`] gives
+    /// driver's descriptors and buffers. A refill pops `want` chains (the
+    /// frames the caller has waiting, at most [`BURST`]): a single frame in
+    /// flight waits for one walk, not for 32. [`ActiveQueue::untake`] gives
     /// chains back; [`ActiveQueue::stop`] returns the ones never taken.
-    pub fn take(&mut self, chain: &mut Chain) -> Result<bool, ChainError> {
+    pub fn take(&mut self, chain: &mut Chain, want: usize) -> Result<bool, ChainError> {
         let Some(mut ahead) = self.ahead.take() else {
             return Ok(false);
         };
         let mut r = Ok(());
         if self.ahead_next == ahead.len() {
             self.ahead_next = 0;
-            r = self.pop_burst(&mut ahead, BURST);
+            r = self.pop_burst(&mut ahead, want.clamp(1, BURST));
         }
         let got = r.is_ok() && self.ahead_next < ahead.len();
         if got {
@@ -691,14 +693,14 @@ mod tests {
             ids.push(id);
         }
         let mut c = Chain::new();
-        assert!(q.take(&mut c).unwrap());
+        assert!(q.take(&mut c, BURST).unwrap());
         assert_eq!((c.head, c.len()), (ids[0], 256));
         assert_eq!(q.next_avail(), 3, "the three were popped at once");
         // Given back: taken again, in order.
         q.untake(1);
-        assert!(q.take(&mut c).unwrap());
+        assert!(q.take(&mut c, BURST).unwrap());
         assert_eq!(c.head, ids[0]);
-        assert!(q.take(&mut c).unwrap());
+        assert!(q.take(&mut c, BURST).unwrap());
         assert_eq!(c.head, ids[1]);
         // Two more offered: the third chain is still ahead, taken first.
         for _ in 0..2 {
@@ -706,21 +708,21 @@ mod tests {
             ring.publish(&mem, id, 256, true);
             ids.push(id);
         }
-        assert!(q.take(&mut c).unwrap());
+        assert!(q.take(&mut c, BURST).unwrap());
         assert_eq!(c.head, ids[2]);
-        assert!(q.take(&mut c).unwrap(), "a new burst");
+        assert!(q.take(&mut c, BURST).unwrap(), "a new burst");
         assert_eq!(c.head, ids[3]);
         // Back across the two bursts: what was not consumed is popped again.
         q.untake(2);
         assert_eq!(q.next_avail(), 2);
         let taken: Vec<u16> = (0..3)
             .map(|_| {
-                assert!(q.take(&mut c).unwrap());
+                assert!(q.take(&mut c, BURST).unwrap());
                 c.head
             })
             .collect();
         assert_eq!(taken, ids[2..].to_vec());
-        assert!(!q.take(&mut c).unwrap(), "nothing more offered");
+        assert!(!q.take(&mut c, BURST).unwrap(), "nothing more offered");
         // Stopping returns where the driver's chains stop being consumed.
         q.untake(1);
         assert_eq!(q.stop(), 4);
