@@ -128,6 +128,10 @@ pub struct PortRuntime {
     tx_idle: u32,
     /// The guest was asked to kick for new transmit buffers.
     tx_armed: bool,
+    /// An uplink's egress scheduler holds the frame at the head of the
+    /// transmit ring: the port is polled again on the scheduler's timer, not
+    /// on kicks (nothing behind that frame can leave first).
+    egress_held: bool,
     /// The LRO aggregate toward the port (vhost-user ports; moved out while in use).
     lro: Option<Box<LroCtx>>,
     /// The last forwarding decision for a frame from the port.
@@ -178,6 +182,7 @@ impl PortRuntime {
             hold: None,
             tx_idle: 0,
             tx_armed: false,
+            egress_held: false,
             lro: None,
             flow: None,
         }
@@ -192,6 +197,7 @@ impl PortRuntime {
         self.tx_idle = 0;
         self.tx_armed = false;
         self.flow = None;
+        self.egress_held = false;
         if let Some(l) = self.lro.as_mut() {
             l.agg.clear();
         }
@@ -668,7 +674,7 @@ impl Datapath {
     /// True when every transmit queue asks its guest for kicks (the worker may sleep).
     pub fn all_tx_armed(&self) -> bool {
         self.slots.iter().flatten().all(|s| match &s.port {
-            Port::VhostUser(p) => s.rt.tx_armed || !p.device.ready(TX_QUEUE),
+            Port::VhostUser(p) => s.rt.tx_armed || s.rt.egress_held || !p.device.ready(TX_QUEUE),
             _ => true,
         })
     }
@@ -678,6 +684,11 @@ impl Datapath {
     pub fn arm_notifications(&mut self) -> bool {
         let mut pending = false;
         for s in self.slots.iter_mut().flatten() {
+            if s.rt.egress_held {
+                // Its frames wait for the egress scheduler, whose timer
+                // wakes the worker: a kick would not let them go sooner.
+                continue;
+            }
             if let Port::VhostUser(p) = &mut s.port {
                 if let Some(q) = p.device.queue(TX_QUEUE) {
                     pending |= q.enable_notification();
@@ -862,6 +873,9 @@ impl Datapath {
         let Some(mut burst) = self.tx_burst.take() else {
             return 0;
         };
+        if let Some(s) = self.slots[i].as_mut() {
+            s.rt.egress_held = false;
+        }
         let mut n = 0;
         while n < budget {
             let want = (budget - n).min(BURST);
@@ -889,6 +903,11 @@ impl Datapath {
             // The chains forwarded go back to the guest together (the used
             // index is published once per round, in `poll`).
             let mut bad = None;
+            if wait {
+                if let Some(s) = self.slots[i].as_mut() {
+                    s.rt.egress_held = true;
+                }
+            }
             if let Some(q) = self.tx_queue(i) {
                 if wait {
                     q.unpop_n((burst.len() - done) as u16);
@@ -1174,7 +1193,10 @@ impl Datapath {
             u.sched.charge(bytes);
             return false;
         }
-        if u.tx_ready(uplink::HDR_LEN + bytes + 4) && u.sched.admit(id, bytes).is_ok() {
+        if !u.tx_ready(uplink::HDR_LEN + bytes + 4) {
+            // The ring is full: no verdict, but the port holds frames.
+            u.sched.ring_full(id);
+        } else if u.sched.admit(id, bytes).is_ok() {
             return false;
         }
         if let Some(s) = &self.slots[i] {
@@ -1655,6 +1677,10 @@ fn tx_budget(s: &mut Slot, popped: usize) {
     let Some(q) = p.device.queue(TX_QUEUE) else {
         return;
     };
+    if s.rt.egress_held && popped == 0 {
+        // Not idle: held back (polled on the scheduler's timer).
+        return;
+    }
     if popped > 0 {
         s.rt.tx_idle = 0;
         if s.rt.tx_armed {
