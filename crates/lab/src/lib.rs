@@ -14,6 +14,7 @@
 #![warn(missing_docs)]
 
 pub mod contention;
+pub mod guest;
 pub mod report;
 pub mod runner;
 pub mod scenario;

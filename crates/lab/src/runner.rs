@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use vnio_measure::result::Document;
 
 use crate::contention::{ContentionReport, Running};
+use crate::guest::GuestKit;
 use std::net::SocketAddr;
 use vnio_topo::Journal;
 
@@ -128,6 +129,9 @@ pub struct RunnerOptions {
     pub vnio: PathBuf,
     /// Journal for everything created.
     pub journal: Journal,
+    /// Image and accelerator for VM hosts ([`GuestKit::prepare`]); `None`
+    /// when the run has no VM host.
+    pub guests: Option<GuestKit>,
 }
 
 /// Why a run could not start. (Failures of single configurations or points
@@ -171,6 +175,8 @@ pub fn run(
     let ctx = BedContext {
         vnio: opts.vnio.clone(),
         journal: opts.journal.clone(),
+        guests: opts.guests.clone(),
+        stop: stop.clone(),
     };
     let mut summary = RunSummary::default();
     let mut record = |o: PointOutcome, summary: &mut RunSummary| -> Result<(), RunError> {
@@ -326,6 +332,9 @@ fn workload(
     if from.kind == HostKind::PollMode {
         return rr_via(bed, p, from, targets[0], run, opts, stop);
     }
+    if from.kind == HostKind::Vm {
+        return in_guest(from, &targets, p, run, knobs);
+    }
     let client = from
         .netns()
         .ok_or_else(|| format!("client {} is not a namespace host", w.from))?;
@@ -420,6 +429,95 @@ fn workload(
         }
     }
 }
+
+/// A guest client: the guest's own `vnio` runs the workload (through the
+/// command channel, no network path needed) and prints its result
+/// document. Its timestamps come from the guest's clock: under TCG they
+/// stretch with the emulation, so compare configurations, not absolutes.
+fn in_guest(
+    from: &crate::testbed::BedHost,
+    targets: &[&crate::testbed::BedHost],
+    p: &Point,
+    run: &RunSpec,
+    knobs: &crate::scenario::Knobs,
+) -> Result<Document, String> {
+    let guest = from
+        .guest()
+        .ok_or_else(|| format!("{} has no guest", from.name))?;
+    let w = &p.workload;
+    let fmt = crate::scenario::humantime::format;
+    let join = |v: Vec<String>| v.join(",");
+    let agents = join(targets.iter().map(|h| h.agent_addr().to_string()).collect());
+    let proto = match w.protocol {
+        Protocol::Tcp => "tcp",
+        Protocol::Udp => "udp",
+    };
+    let mut argv: Vec<String> = vec!["vnio".into(), w.kind.as_str().into()];
+    let mut push = |a: &[&str]| argv.extend(a.iter().map(|s| s.to_string()));
+    match w.kind {
+        WorkloadKind::Rr => {
+            push(&["-p", proto, "-t", &agents]);
+            push(&["-s", &format!("{},{}", w.size, w.response_size)]);
+            push(&["-b", &w.burst.to_string()]);
+            if w.nodelay {
+                push(&["--nodelay"]);
+            }
+            if w.dirty {
+                push(&["--dirty"]);
+            }
+            if let Some(r) = w.rate {
+                push(&["--rate", &r.to_string()]);
+            }
+            if knobs.rx_timestamp == Some(true) {
+                push(&["--rx-timestamp"]);
+            }
+        }
+        WorkloadKind::Stream => {
+            push(&["-p", proto, "-t", &agents, "-s", &w.size.to_string()]);
+            push(&["-b", &w.burst.max(1).to_string()]);
+            if w.reverse {
+                push(&["-R"]);
+            }
+            if let Some(r) = w.rate {
+                push(&["--rate", &r.to_string()]);
+            }
+        }
+        WorkloadKind::Ping => {
+            let hosts = join(targets.iter().map(|h| h.addr.to_string()).collect());
+            push(&[
+                "-t",
+                &hosts,
+                "-i",
+                &fmt(w.interval),
+                "-s",
+                &w.size.to_string(),
+            ]);
+            if knobs.rx_timestamp == Some(true) {
+                push(&["--rx-timestamp"]);
+            }
+        }
+    }
+    if let (Some(us), true) = (knobs.busy_poll_us, w.kind != WorkloadKind::Ping) {
+        push(&["--busy-poll", &us.to_string()]);
+    }
+    push(&["--sessions", &w.sessions.to_string()]);
+    push(&["-d", &fmt(run.duration), "--warmup", &fmt(run.warmup)]);
+    push(&["--iterations", &run.iterations.to_string(), "--json"]);
+    // The guest's clock and CPU run slow under TCG: generous, but bounded.
+    let timeout = (run.duration + run.warmup) * run.iterations * 4 + GUEST_SLACK;
+    let out = guest.exec(&argv, timeout)?;
+    serde_json::from_str(&out).map_err(|e| {
+        format!(
+            "the result of `{}` in VM {} does not parse: {e}",
+            argv.join(" "),
+            from.name
+        )
+    })
+}
+
+/// Time a workload in a guest may take beyond its length (startup, and
+/// the command channel under TCG).
+const GUEST_SLACK: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// UDP echo port of the poll-mode endpoint's responder.
 const ECHO_PORT: u16 = 7;

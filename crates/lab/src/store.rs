@@ -11,9 +11,20 @@ use rusqlite::{params, Connection, OptionalExtension};
 use serde::{Deserialize, Serialize};
 use vnio_measure::env::Environment;
 
+use crate::guest::GuestEnvironment;
 use crate::runner::{PointOutcome, Status};
 use crate::scenario::{Overrides, Plan, Source};
 use crate::testbed::BedDescription;
+
+/// The `environment` column: the host's environment, and the guests' when
+/// the run has VM hosts (an older row without them reads back as `None`).
+#[derive(Serialize, Deserialize)]
+struct EnvColumn {
+    #[serde(flatten)]
+    host: Environment,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    guests: Option<GuestEnvironment>,
+}
 
 /// Default location of the store.
 pub const DEFAULT_DB: &str = "results/lab.db";
@@ -174,6 +185,9 @@ pub struct StoredRun {
     pub row: RunRow,
     /// Environment at the start of the run.
     pub environment: Environment,
+    /// The guests' side of it (accelerator, QEMU, image), for runs with VM
+    /// hosts.
+    pub guests: Option<GuestEnvironment>,
     /// Overrides given on the command line or by the set.
     pub overrides: Overrides,
     /// Its scenarios, in run order.
@@ -290,6 +304,24 @@ impl Store {
             params![name, title, now_ns(), std::process::id(), revision, env, ov],
         ))?;
         Ok(self.conn.last_insert_rowid())
+    }
+
+    /// Record the guests' environment of run `run` (accelerator, QEMU,
+    /// image) next to the host's.
+    pub fn set_guests(&self, run: i64, guests: &GuestEnvironment) -> Result<(), StoreError> {
+        let env: String = self.sql(self.conn.query_row(
+            "SELECT environment FROM runs WHERE id = ?1",
+            params![run],
+            |r| r.get(0),
+        ))?;
+        let mut column: EnvColumn = serde_json::from_str(&env)
+            .map_err(|e| self.corrupt(run, format!("environment: {e}")))?;
+        column.guests = Some(guests.clone());
+        self.sql(self.conn.execute(
+            "UPDATE runs SET environment = ?2 WHERE id = ?1",
+            params![run, serde_json::to_string(&column).unwrap_or_default()],
+        ))?;
+        Ok(())
     }
 
     /// Record a scenario of run `run` (before its points).
@@ -463,7 +495,10 @@ impl Store {
             params![id],
             |r| Ok((r.get(0)?, r.get(1)?)),
         ))?;
-        let environment = serde_json::from_str(&env)
+        let EnvColumn {
+            host: environment,
+            guests,
+        } = serde_json::from_str(&env)
             .map_err(|e| self.corrupt(id, format!("environment: {e}")))?;
         let overrides =
             serde_json::from_str(&ov).map_err(|e| self.corrupt(id, format!("overrides: {e}")))?;
@@ -521,6 +556,7 @@ impl Store {
         Ok(StoredRun {
             row,
             environment,
+            guests,
             overrides,
             scenarios,
         })

@@ -1,21 +1,27 @@
 //! One configuration of a scenario built for real: a namespace per host,
 //! the wire joining them (veth, Linux bridge, or the vnio switch with tap
 //! and vhost-user ports), knobs applied, a `vnio agent` in every namespace
-//! host and a poll-mode endpoint process for every poll-mode host.
+//! host, a poll-mode endpoint process for every poll-mode host, and a QEMU
+//! guest (with its own agent) for every VM host: on a vhost-user port of
+//! the switch, or on a tap enslaved to the Linux bridge.
 //!
 //! Everything is journaled before (namespaces, scratch directory) or right
-//! after (processes) it exists, and dropping the [`Testbed`] removes it all:
-//! processes first, then namespaces (which take their interfaces along).
+//! after (processes, QEMU) it exists, and dropping the [`Testbed`] removes
+//! it all: guests first, then processes, then namespaces (which take their
+//! interfaces along).
 
 use std::fs::File;
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use crate::guest::{Guest, GuestKit, BOOT_TIMEOUT};
 use crate::scenario::{Configuration, HostKind, Knobs, PortPolicy, Scenario, WireKind};
 use vnio_topo::unique_id;
 use vnio_topo::Netns;
@@ -29,6 +35,9 @@ pub const AGENT_PORT: u16 = 7700;
 const PREFIX: u8 = 24;
 /// How long a part may take to come up.
 const READY: Duration = Duration::from_secs(10);
+/// How long a booted guest's agent may take to answer over the wire (the
+/// first frames wait for ARP, under TCG slowly).
+const AGENT_REACH: Duration = Duration::from_secs(60);
 /// Where scratch directories go (sockets, the switch's configuration, logs).
 pub const SCRATCH_ROOT: &str = "/run/vnio/lab";
 
@@ -130,8 +139,9 @@ pub struct BedHost {
     /// Poll-mode hosts: the switch port's vhost-user socket and the
     /// endpoint's MAC, for `vnio rr --via` when the host is a client.
     pub vhost_user: Option<(PathBuf, String)>,
-    // Processes before the namespace: fields drop in order, and a namespace
-    // goes away only once nothing runs in it.
+    // The guest, then processes, then the namespace: fields drop in order,
+    // and a namespace goes away only once nothing runs in it.
+    guest: Option<Guest>,
     agent: Option<Process>,
     endpoint: Option<Process>,
     netns: Option<Netns>,
@@ -143,9 +153,14 @@ impl BedHost {
         self.netns.as_ref()
     }
 
-    /// The agent's address (namespace hosts only).
+    /// The agent's address (namespace and VM hosts).
     pub fn agent_addr(&self) -> SocketAddr {
         SocketAddr::from((self.addr, AGENT_PORT))
+    }
+
+    /// The guest (VM hosts only).
+    pub fn guest(&self) -> Option<&Guest> {
+        self.guest.as_ref()
     }
 }
 
@@ -177,6 +192,20 @@ pub struct HostDescription {
     pub addr: Ipv4Addr,
     /// Interface in the namespace.
     pub ifname: Option<String>,
+    /// VM hosts: the guest as launched.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guest: Option<GuestDescription>,
+}
+
+/// A VM host as launched.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GuestDescription {
+    /// `kvm` or `tcg`.
+    pub accel: String,
+    /// Its NIC on the host side (`vhost-user port hN`, `tap NAME on br0`).
+    pub nic: String,
+    /// Seconds from QEMU's start to the guest's agent listening.
+    pub ready_s: f64,
 }
 
 /// A built configuration. Drop (or [`Testbed::teardown`]) removes it.
@@ -197,18 +226,16 @@ pub struct BedContext {
     pub vnio: PathBuf,
     /// Journal for everything created.
     pub journal: Journal,
+    /// Image and accelerator for VM hosts (None: VM hosts are refused).
+    pub guests: Option<GuestKit>,
+    /// Set on Ctrl-C: a guest still booting is given up (and removed).
+    pub stop: Arc<AtomicBool>,
 }
 
 impl Testbed {
     /// Build configuration `cfg` of `s`.
     pub fn build(s: &Scenario, cfg: &Configuration, ctx: &BedContext) -> Result<Testbed, BedError> {
         let knobs = s.knobs.layered(&cfg.knobs);
-        if knobs.port_policy == Some(PortPolicy::Direct) {
-            return Err(setup(
-                format!("configuration {}", cfg.name),
-                "port_policy \"direct\" is not supported by this build's vnio switch",
-            ));
-        }
         let scratch = Scratch::create(&ctx.journal)?;
         let (id, n) = unique_id();
         let octet = (n % 256) as u8;
@@ -228,10 +255,10 @@ impl Testbed {
         };
         for (i, h) in s.hosts.iter().enumerate() {
             let kind = cfg.hosts.get(&h.name).copied().unwrap_or(h.kind);
-            if kind == HostKind::Vm {
+            if kind == HostKind::Vm && ctx.guests.is_none() {
                 return Err(setup(
                     format!("host {}", h.name),
-                    "VM hosts are not built by the lab yet (vnio vm run exists; the lab does not launch guests)",
+                    "a VM host needs the guest image and QEMU, which this run did not prepare",
                 ));
             }
             let netns = match kind {
@@ -249,6 +276,7 @@ impl Testbed {
                 addr: Ipv4Addr::new(10, 77, octet, i as u8 + 1),
                 ifname: None,
                 vhost_user: None,
+                guest: None,
                 agent: None,
                 endpoint: None,
                 netns,
@@ -267,6 +295,7 @@ impl Testbed {
         }
         bed.apply_knobs(&knobs)?;
         bed.start_agents(ctx)?;
+        let guests = bed.start_guests(ctx, cfg.wire, octet)?;
         bed.description.hosts = bed
             .hosts
             .iter()
@@ -276,6 +305,10 @@ impl Testbed {
                 netns: h.netns.as_ref().map(|n| n.name().to_owned()),
                 addr: h.addr,
                 ifname: h.ifname.clone(),
+                guest: guests
+                    .iter()
+                    .find(|(n, _)| *n == h.name)
+                    .map(|(_, g)| g.clone()),
             })
             .collect();
         Ok(bed)
@@ -299,6 +332,10 @@ impl Testbed {
     /// Remove everything now, reporting the first failure.
     pub fn teardown(mut self) -> Result<(), BedError> {
         let mut first: Option<BedError> = None;
+        // Guests first: QEMU is stopped before the switch it is plugged into.
+        for h in &mut self.hosts {
+            drop(h.guest.take());
+        }
         for h in self.hosts.drain(..) {
             let BedHost {
                 agent,
@@ -357,13 +394,14 @@ impl Testbed {
         let _ = sw.add_bridge("br0")?.keep();
         sw.set_up("br0")?;
         for (i, host) in self.hosts.iter_mut().enumerate() {
-            if host.remote {
+            // Guests join with their tap once launched (start_guests).
+            if host.remote || host.kind == HostKind::Vm {
                 continue;
             }
             let Some(ns) = &host.netns else {
                 return Err(setup(
                     format!("host {}", host.name),
-                    "a bridge port needs a namespace host",
+                    "a bridge port needs a namespace or VM host",
                 ));
             };
             let port = format!("p{}", i + 1);
@@ -463,10 +501,20 @@ impl Testbed {
             // The studies make the measured VM latency-sensitive: the
             // policy goes to the workloads' clients' ports (each takes a
             // dedicated core; 2 vCPUs have one to give).
-            if knobs.port_policy == Some(PortPolicy::LatencyHigh)
-                && clients.contains(&host.name.as_str())
-            {
-                port.latency = vnio_switch::config::Latency::High;
+            let client = clients.contains(&host.name.as_str());
+            match knobs.port_policy {
+                Some(PortPolicy::LatencyHigh) if client => {
+                    port.latency = vnio_switch::config::Latency::High;
+                }
+                // The studies' DirectPath: the client's vNIC bound to a
+                // queue of the uplink (its MAC selects the queue), no
+                // switching on the way. Validation keeps it to vhost-user
+                // ports and scenarios with an uplink.
+                Some(PortPolicy::Direct) if client && host.kind != HostKind::Namespace => {
+                    port.direct = Some(UPLINK_PORT.into());
+                    port.mac = Some(host_mac(octet, i));
+                }
+                _ => {}
             }
             port.coalesce = coalesce;
             ports.push(port);
@@ -486,9 +534,15 @@ impl Testbed {
             let mut o = out.handle()?;
             o.set_controller("up", "br0")?;
             o.set_up("up")?;
-            let mut up = PortSpec::uplink("up", "up0");
+            let mut up = PortSpec::uplink(UPLINK_PORT, "up0");
             up.queues = knobs.uplink_queues;
-            ports.push(up);
+            if knobs.port_policy == Some(PortPolicy::Direct) {
+                // Queue 0 stays shared; a direct port takes one of its own.
+                up.queues = Some(up.queues.unwrap_or(1).max(2));
+            }
+            // First: a direct port names its uplink, which must exist
+            // when the port is added.
+            ports.insert(0, up);
             self.outside_ns = Some(out);
             self.description.notes.push(format!(
                 "switch uplink on a veth to the outside bridge, {} receive queue(s)",
@@ -552,9 +606,10 @@ impl Testbed {
                 }
                 _ => {
                     let sock = dir.join(format!("h{}.sock", i + 1));
-                    let mac = format!("52:54:00:77:{octet:02x}:{:02x}", i + 1);
+                    let mac = host_mac(octet, i);
                     host.vhost_user = Some((sock.clone(), mac.clone()));
-                    if clients.contains(&host.name.as_str()) {
+                    // Guests connect once launched (start_guests).
+                    if clients.contains(&host.name.as_str()) || host.kind == HostKind::Vm {
                         continue;
                     }
                     let log = dir.join(format!("endpoint-{}.log", host.name));
@@ -627,6 +682,131 @@ impl Testbed {
         Ok(())
     }
 
+    /// Launch a guest for every VM host, all at once (booting is most of
+    /// the time: tens of seconds each under TCG), put its NIC on the wire,
+    /// and wait until every guest's agent listens. Returns each guest's
+    /// description by host name.
+    fn start_guests(
+        &mut self,
+        ctx: &BedContext,
+        wire: WireKind,
+        octet: u8,
+    ) -> Result<Vec<(String, GuestDescription)>, BedError> {
+        if !self.hosts.iter().any(|h| h.kind == HostKind::Vm) {
+            return Ok(Vec::new());
+        }
+        let Some(kit) = &ctx.guests else {
+            return Err(setup(
+                "VM hosts",
+                "the guest image and QEMU were not prepared for this run",
+            ));
+        };
+        let root = self.scratch.path().join("vm");
+        let mut launched = Vec::new();
+        for (i, host) in self.hosts.iter_mut().enumerate() {
+            if host.kind != HostKind::Vm {
+                continue;
+            }
+            let what = format!("VM host {}", host.name);
+            let mac = host_mac(octet, i);
+            let (nic, place) = match wire {
+                WireKind::Switch => {
+                    let Some((sock, _)) = &host.vhost_user else {
+                        return Err(setup(what, "no switch port was made for it"));
+                    };
+                    (
+                        format!("vhost-user:{},mac={mac}", sock.display()),
+                        format!("vhost-user port h{}", i + 1),
+                    )
+                }
+                WireKind::Bridge => {
+                    // QEMU creates the tap (in the root namespace, where
+                    // the launcher runs); it moves to the bridge below.
+                    let (tap_id, _) = unique_id();
+                    let tap = format!("vnio{tap_id}v");
+                    (format!("tap:{tap},mac={mac}"), format!("tap {tap} on br0"))
+                }
+                WireKind::Veth => {
+                    return Err(setup(what, "a VM host needs wire = bridge or switch"))
+                }
+            };
+            let nic = format!("{nic},ip={}/{PREFIX}", host.addr)
+                .parse()
+                .map_err(|e: String| setup(&what, e))?;
+            let guest = Guest::launch(kit, &root, &host.name, nic, &ctx.journal, &ctx.stop)
+                .map_err(|e| setup(&what, e))?;
+            let tap = guest.host_ifname().map(str::to_owned);
+            host.guest = Some(guest);
+            if let (WireKind::Bridge, Some(tap), Some(wire_ns)) = (wire, tap, &self.wire_ns) {
+                let mut root_ns = vnio_topo::Handle::root_with_journal(&ctx.journal)?;
+                root_ns.move_to(&tap, wire_ns)?;
+                let mut w = wire_ns.handle()?;
+                w.set_controller(&tap, "br0")?;
+                w.set_up(&tap)?;
+            }
+            launched.push((i, place));
+        }
+        let mut out = Vec::new();
+        for (i, place) in launched {
+            let host = &mut self.hosts[i];
+            let Some(guest) = host.guest.as_mut() else {
+                continue;
+            };
+            let ready = guest
+                .wait_ready(BOOT_TIMEOUT, &ctx.stop)
+                .map_err(|e| setup(format!("VM host {}", host.name), e))?;
+            out.push((
+                host.name.clone(),
+                GuestDescription {
+                    accel: guest.accel().to_string(),
+                    nic: place,
+                    ready_s: ready.as_secs_f64(),
+                },
+            ));
+        }
+        // The agents answer over the wire, seen from a namespace host on it
+        // (guests on their own are checked by their first workload).
+        if let Some(ns) = self
+            .hosts
+            .iter()
+            .find(|h| !h.remote && h.netns.is_some())
+            .and_then(|h| h.netns.as_ref())
+        {
+            for host in self.hosts.iter().filter(|h| h.kind == HostKind::Vm) {
+                let addr = host.agent_addr();
+                let stop = ctx.stop.clone();
+                let reached = ns.run(move || {
+                    let deadline = Instant::now() + AGENT_REACH;
+                    while Instant::now() < deadline
+                        && !stop.load(std::sync::atomic::Ordering::Relaxed)
+                    {
+                        if TcpStream::connect_timeout(&addr, Duration::from_millis(500)).is_ok() {
+                            return true;
+                        }
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
+                    false
+                })?;
+                if !reached {
+                    return Err(setup(
+                        format!("VM host {}", host.name),
+                        format!(
+                            "its agent at {addr} does not answer from {} within {} s",
+                            ns.name(),
+                            AGENT_REACH.as_secs()
+                        ),
+                    ));
+                }
+            }
+        }
+        self.description.notes.push(format!(
+            "guests: accel {} ({})",
+            kit.accel().accel,
+            kit.accel().why
+        ));
+        Ok(out)
+    }
+
     fn start_agents(&mut self, ctx: &BedContext) -> Result<(), BedError> {
         let dir = self.scratch.path().to_path_buf();
         for host in &mut self.hosts {
@@ -669,6 +849,15 @@ impl Testbed {
         }
         Ok(())
     }
+}
+
+/// The switch's uplink port (toward the remote hosts' outside bridge).
+const UPLINK_PORT: &str = "up";
+
+/// The MAC of host `i` (from 0) on a vhost-user port: poll-mode endpoints
+/// and guests use it, and a direct port needs it to pick its uplink queue.
+fn host_mac(octet: u8, i: usize) -> String {
+    format!("52:54:00:77:{octet:02x}:{:02x}", i + 1)
 }
 
 /// Give `host` its address on `ifname` and bring it up.

@@ -88,41 +88,107 @@ fn the_quick_set_can_run_something_of_every_scenario() {
 }
 
 #[test]
-fn latency_modes_is_refused_with_reasons_until_the_switch_has_direct_ports() {
+fn latency_modes_runs_every_policy_and_builds_without_them_are_told_why() {
     let LabFile::Scenario(s) = scenario::load("latency-modes").unwrap().file else {
         panic!()
     };
     let plan = Plan::new(&s, &Overrides::default(), &Capabilities::current()).unwrap();
-    let names: Vec<&str> = plan.missing.iter().map(|(c, _)| c.as_str()).collect();
-    assert_eq!(names, ["direct"]);
-    assert!(plan.missing[0].1[0].contains("direct"));
-    // Without latency-high ports, that configuration is refused too.
+    assert!(plan.missing.is_empty(), "{:?}", plan.missing);
+    let names: Vec<&str> = plan
+        .configurations
+        .iter()
+        .map(|c| c.name.as_str())
+        .collect();
+    assert_eq!(names, ["default", "coalesce-off", "latency-high", "direct"]);
+    // A build without direct or latency-high ports refuses those, saying so.
     let older = Capabilities {
         latency_high: false,
+        direct: false,
         ..Capabilities::current()
     };
     let plan = Plan::new(&s, &Overrides::default(), &older).unwrap();
-    assert_eq!(plan.missing.len(), 2);
+    let refused: Vec<&str> = plan.missing.iter().map(|(c, _)| c.as_str()).collect();
+    assert_eq!(refused, ["latency-high", "direct"]);
     assert!(plan.missing[0].1[0].contains("latency-high"));
-    // The others alone are runnable.
-    let only = Overrides {
-        configurations: vec![
-            "default".into(),
-            "coalesce-off".into(),
-            "latency-high".into(),
-        ],
-        ..Default::default()
-    };
-    let plan = Plan::new(&s, &only, &Capabilities::current()).unwrap();
-    assert!(plan.missing.is_empty());
-    let all = Capabilities {
-        direct: true,
-        ..Capabilities::current()
-    };
-    assert!(Plan::new(&s, &Overrides::default(), &all)
+    assert!(plan.missing[1].1[0].contains("direct"));
+}
+
+#[test]
+fn guest_scenarios_plan_their_boots_and_builds_without_guests_refuse_them() {
+    for name in ["vm-vm", "vm-native"] {
+        let LabFile::Scenario(s) = scenario::load(name).unwrap().file else {
+            panic!()
+        };
+        let plan = Plan::new(&s, &Overrides::default(), &Capabilities::current()).unwrap();
+        assert!(plan.missing.is_empty(), "{name}: {:?}", plan.missing);
+        assert!(plan.has_vm_hosts());
+        // Every configuration but the native reference boots guests.
+        assert_eq!(plan.guest_configurations, plan.configurations.len() - 1);
+        assert!(plan.points.iter().all(|p| p.skip.is_none()), "{name}");
+        // A few minutes under TCG, boots included.
+        assert!(plan.estimate() < Duration::from_secs(300), "{name}");
+        let native = Overrides {
+            configurations: vec!["native".into()],
+            ..Default::default()
+        };
+        assert!(!Plan::new(&s, &native, &Capabilities::current())
+            .unwrap()
+            .has_vm_hosts());
+        let no_vm = Capabilities {
+            vm: false,
+            ..Capabilities::current()
+        };
+        let plan = Plan::new(&s, &Overrides::default(), &no_vm).unwrap();
+        assert_eq!(plan.missing.len(), plan.configurations.len() - 1, "{name}");
+        assert!(plan.missing[0].1[0].contains("is a VM"));
+    }
+}
+
+#[test]
+fn vm_hosts_and_direct_ports_are_checked_with_their_reasons() {
+    let vm = MINIMAL.replace("name = \"server\"", "name = \"server\"\nkind = \"vm\"");
+    assert!(error(&vm).contains("a VM host needs wire = \"switch\""));
+    let switch = vm.replace("wire = \"veth\"", "wire = \"switch\"");
+    scenario(&switch);
+    scenario(&vm.replace("wire = \"veth\"", "wire = \"bridge\""));
+    let pinned = vm.replace(
+        "wire = \"veth\"",
+        "wire = \"switch\"\nknobs = { agent_cpus = [1] }",
+    );
+    assert!(error(&pinned).contains("a guest has its own"));
+    // A VM client and a poll-mode target do not speak the same protocol.
+    let mixed = MINIMAL
+        .replace("name = \"client\"", "name = \"client\"\nkind = \"vm\"")
+        .replace(
+            "wire = \"veth\"",
+            "wire = \"switch\"\nhosts = { server = \"poll-mode\" }",
+        );
+    let s = scenario(&mixed);
+    let plan = Plan::new(&s, &Overrides::default(), &Capabilities::current()).unwrap();
+    assert!(plan.points[0]
+        .skip
+        .as_deref()
         .unwrap()
-        .missing
-        .is_empty());
+        .contains("poll-mode target"));
+    // Direct ports: vhost-user clients, and an uplink to bind to.
+    let direct = MINIMAL
+        .replace(
+            "name = \"client\"",
+            "name = \"client\"\nkind = \"poll-mode\"",
+        )
+        .replace(
+            "wire = \"veth\"",
+            "wire = \"switch\"\nknobs = { port_policy = \"direct\" }",
+        )
+        .replace("kind = \"rr\"", "kind = \"rr\"\nprotocol = \"udp\"");
+    assert!(error(&direct).contains("the scenario needs a remote host"));
+    let remote = direct.replace("name = \"server\"", "name = \"server\"\nremote = true");
+    scenario(&remote);
+    let tap = remote.replace(
+        "name = \"client\"\nkind = \"poll-mode\"",
+        "name = \"client\"",
+    );
+    assert!(error(&tap).contains("\"direct\" applies to vhost-user ports"));
 }
 
 #[test]

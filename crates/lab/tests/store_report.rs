@@ -241,3 +241,56 @@ fn two_runs_compare_point_by_point() {
     assert!(html.contains("+0%"), "identical runs differ by 0%");
     let _ = std::fs::remove_dir_all(db.parent().unwrap().parent().unwrap());
 }
+
+#[test]
+fn the_guests_accelerator_is_stored_with_the_run_and_reported() {
+    use vnio_lab::guest::GuestEnvironment;
+    use vnio_lab::testbed::{BedDescription, GuestDescription, HostDescription};
+    let db = temp_db("guests");
+    let (store, id, _) = stored_run(&db, "vm-vm");
+    // A run without guests says so; older rows have no guests field at all.
+    let html = report::render(&store.load(id).unwrap());
+    assert!(html.contains("none (no VM host in this run)"));
+    let guests = GuestEnvironment {
+        accel: "tcg".into(),
+        why: "/dev/kvm cannot run a stock guest".into(),
+        qemu: "QEMU emulator version 7.2.22".into(),
+        image: "0123456789abcdef".into(),
+        kernel: "6.1.0-56-amd64".into(),
+    };
+    store.set_guests(id, &guests).unwrap();
+    let bed = BedDescription {
+        configuration: "switch".into(),
+        wire: vnio_lab::scenario::WireKind::Switch,
+        knobs: Default::default(),
+        hosts: vec![HostDescription {
+            name: "b".into(),
+            kind: vnio_lab::scenario::HostKind::Vm,
+            netns: None,
+            addr: "10.77.1.2".parse().unwrap(),
+            ifname: None,
+            guest: Some(GuestDescription {
+                accel: "tcg".into(),
+                nic: "vhost-user port h2".into(),
+                ready_s: 14.25,
+            }),
+        }],
+        notes: Vec::new(),
+    };
+    store.set_testbeds(id, "vm-vm", &[bed]).unwrap();
+    let loaded = store.load(id).unwrap();
+    assert_eq!(loaded.guests.as_ref(), Some(&guests));
+    // The host's environment is untouched by the guests' next to it.
+    assert_eq!(loaded.environment, Environment::default());
+    let html = report::render(&loaded);
+    assert!(
+        html.contains("TCG (/dev/kvm cannot run a stock guest)"),
+        "environment row"
+    );
+    assert!(html.contains("guests ran under TCG"), "the warning");
+    assert!(
+        html.contains("TCG guest on vhost-user port h2, agent ready 14.2 s"),
+        "the testbed"
+    );
+    let _ = std::fs::remove_dir_all(db.parent().unwrap().parent().unwrap());
+}

@@ -65,6 +65,13 @@ pub enum Entry {
 }
 
 impl Entry {
+    /// The entry of running process `pid` (pid and start time), for a
+    /// process started by other means than [`crate::Process`] (e.g. QEMU,
+    /// which the VM launcher spawns); `None` once it has exited.
+    pub fn process(pid: i32) -> Option<Entry> {
+        process_start_time(pid).map(|start_time| Entry::Process { pid, start_time })
+    }
+
     fn kind_and_name(&self) -> (&'static str, String) {
         match self {
             Entry::Netns(name) => ("netns", name.clone()),

@@ -3,7 +3,7 @@
 use std::process::{Child, Command, ExitStatus};
 
 use crate::error::{Context, Result};
-use crate::journal::{process_start_time, Entry, Journal};
+use crate::journal::{Entry, Journal};
 
 /// A child process owned by the lab: recorded in the journal right after it
 /// is spawned (its pid cannot be known before), killed with SIGKILL and
@@ -32,7 +32,7 @@ impl Process {
             .what(|| format!("starting process {program}"))?;
         let pid = child.id() as i32;
         // A child that already exited has no start time; nothing to record.
-        let entry = process_start_time(pid).map(|start_time| Entry::Process { pid, start_time });
+        let entry = Entry::process(pid);
         let mut process = Process {
             child,
             journal: journal.clone(),

@@ -27,6 +27,7 @@ use crate::spec::{Backend, VmSpec};
 use crate::state::{self, Owned, Phase, State, VmDir};
 use crate::switchport;
 use vnio_switch::config::Latency as SwitchLatency;
+use vnio_topo::{Entry, Journal};
 
 /// How to launch.
 #[derive(Debug, Clone)]
@@ -45,6 +46,11 @@ pub struct LaunchOptions {
     /// How long QEMU may take to open its monitor (a vhost-user NIC in
     /// server mode waits there for the switch to connect).
     pub start_timeout: Duration,
+    /// A crash journal (the lab's) to record QEMU in right after it is
+    /// spawned, so `vnio lab clean` kills it if the launching process dies;
+    /// a failed launch forgets it, a successful one hands the entry back in
+    /// [`Launched::journaled`].
+    pub journal: Option<Journal>,
 }
 
 impl LaunchOptions {
@@ -57,6 +63,7 @@ impl LaunchOptions {
             reprobe: false,
             interrupt,
             start_timeout: Duration::from_secs(60),
+            journal: None,
         }
     }
 }
@@ -72,6 +79,9 @@ pub struct Launched {
     pub plan: Plan,
     /// QEMU (the caller may wait for it, or drop it: QEMU keeps running).
     pub child: Child,
+    /// QEMU's entry in [`LaunchOptions::journal`], for the caller to forget
+    /// once it has stopped the VM.
+    pub journaled: Option<Entry>,
 }
 
 /// What a launch would do: image, accelerator, host facts and the plan.
@@ -267,13 +277,22 @@ pub fn launch(spec: &VmSpec, opts: &LaunchOptions) -> Result<Launched> {
         }
     }
     let mut child = None;
-    let result = start(&dir, &mut st, &prepared.plan, opts, &mut child, lock);
+    let mut journaled = None;
+    let result = start(
+        &dir,
+        &mut st,
+        &prepared.plan,
+        opts,
+        (&mut child, &mut journaled),
+        lock,
+    );
     match result {
         Ok(()) => Ok(Launched {
             dir,
             state: st,
             plan: prepared.plan,
             child: child.expect("a started VM has a QEMU"),
+            journaled,
         }),
         Err(e) => {
             let e = match (e, &mut child) {
@@ -290,6 +309,9 @@ pub fn launch(spec: &VmSpec, opts: &LaunchOptions) -> Result<Launched> {
                 (e, _) => e,
             };
             teardown(&dir, &st, child.as_mut());
+            if let (Some(j), Some(entry)) = (&opts.journal, &journaled) {
+                let _ = j.forget(entry);
+            }
             Err(e)
         }
     }
@@ -357,15 +379,17 @@ fn check_interrupt(opts: &LaunchOptions) -> Result<()> {
     }
 }
 
-/// The steps after the state directory exists; errors are undone by the caller.
+/// The steps after the state directory exists; errors are undone by the
+/// caller, which gets QEMU and its journal entry through `slots`.
 fn start(
     dir: &VmDir,
     st: &mut State,
     plan: &Plan,
     opts: &LaunchOptions,
-    child_slot: &mut Option<Child>,
+    slots: (&mut Option<Child>, &mut Option<Entry>),
     lock: RootLock,
 ) -> Result<()> {
+    let (child_slot, journal_slot) = slots;
     let mut net: Option<vnio_topo::Handle> = None;
     // Host interfaces before QEMU: macvtaps (QEMU gets their fds) and bridges.
     let mut pass = Vec::new();
@@ -424,6 +448,13 @@ fn start(
     st.pid = Some(child.id());
     st.launched_ns = state::monotonic_ns();
     let child = child_slot.insert(child);
+    if let Some(j) = &opts.journal {
+        if let Some(entry) = Entry::process(child.id() as i32) {
+            j.record(&entry)
+                .ctx(|| "recording QEMU in the journal".into())?;
+            *journal_slot = Some(entry);
+        }
+    }
     st.save(dir)?;
     // QEMU holds the macvtap devices now.
     drop(keep_open);

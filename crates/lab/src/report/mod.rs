@@ -332,7 +332,7 @@ fn scenario_section(h: &mut String, index: usize, s: &StoredScenario) {
                 .iter()
                 .map(|d| {
                     format!(
-                        "{} ({}, {}{}{})",
+                        "{} ({}, {}{}{}{})",
                         d.name,
                         d.kind.as_str(),
                         d.addr,
@@ -343,6 +343,15 @@ fn scenario_section(h: &mut String, index: usize, s: &StoredScenario) {
                         d.netns
                             .as_ref()
                             .map(|n| format!(", netns {n}"))
+                            .unwrap_or_default(),
+                        d.guest
+                            .as_ref()
+                            .map(|g| format!(
+                                ", {} guest on {}, agent ready {:.1} s after QEMU started",
+                                g.accel.to_uppercase(),
+                                g.nic,
+                                g.ready_s
+                            ))
                             .unwrap_or_default()
                     )
                 })
@@ -563,6 +572,20 @@ fn environment(h: &mut String, run: &StoredRun) {
             ),
         ),
         ("vnio", format!("{} ({})", e.vnio_version, run.row.revision)),
+        (
+            "guests",
+            match &run.guests {
+                Some(g) => format!(
+                    "{} ({}); {}; image {}, kernel {}",
+                    g.accel.to_uppercase(),
+                    g.why,
+                    g.qemu,
+                    g.image,
+                    g.kernel
+                ),
+                None => "none (no VM host in this run)".into(),
+            },
+        ),
         ("overrides", describe_overrides(&run.overrides)),
     ];
     for (k, v) in rows {
@@ -573,9 +596,18 @@ fn environment(h: &mut String, run: &StoredRun) {
         );
     }
     h.push_str("</table>\n");
-    if !e.warnings.is_empty() {
+    let mut warnings = e.warnings.clone();
+    if run.guests.as_ref().is_some_and(|g| g.accel == "tcg") {
+        warnings.push(
+            "guests ran under TCG (QEMU's binary translator, no hardware virtualisation): \
+             their latencies are inflated and their clocks stretch; compare configurations \
+             with each other, not with the studies' absolute figures"
+                .into(),
+        );
+    }
+    if !warnings.is_empty() {
         h.push_str("<ul class=\"error\">");
-        for w in &e.warnings {
+        for w in &warnings {
             let _ = write!(h, "<li>{}</li>", escape(w));
         }
         h.push_str("</ul>\n");

@@ -37,6 +37,8 @@ pub const SHIPPED: &[Shipped] = shipped![
     "cpu-contention",
     "bandwidth-contention",
     "latency-modes",
+    "vm-native",
+    "vm-vm",
 ];
 
 /// The shipped scenario called `name`.

@@ -201,9 +201,17 @@ pub struct Plan {
     /// Configurations this build cannot run, with the reasons. A run with
     /// any is refused.
     pub missing: Vec<(String, Vec<String>)>,
+    /// Configurations with VM hosts (each boots its guests).
+    pub guest_configurations: usize,
 }
 
 impl Plan {
+    /// True when a configuration of the plan has a VM host (the run must
+    /// prepare the guest image and QEMU first).
+    pub fn has_vm_hosts(&self) -> bool {
+        self.guest_configurations > 0
+    }
+
     /// Expand `s` with `o` applied.
     pub fn new(s: &Scenario, o: &Overrides, caps: &Capabilities) -> Result<Plan, String> {
         let mut run = s.run.clone();
@@ -267,22 +275,33 @@ impl Plan {
                 }
             }
         }
+        let guest_configurations = configurations
+            .iter()
+            .filter(|c| {
+                s.hosts
+                    .iter()
+                    .any(|h| super::validate::kind_in(s, c, &h.name) == HostKind::Vm)
+            })
+            .count();
         Ok(Plan {
             run,
             configurations,
             points,
             missing,
+            guest_configurations,
         })
     }
 
     /// Rough wall time: each measured point costs its iterations plus about
-    /// a second of set-up, each configuration a few seconds to build.
+    /// a second of set-up, each configuration a few seconds to build, and
+    /// one with guests their boot (under TCG about half a minute).
     pub fn estimate(&self) -> Duration {
         let per_iteration = self.run.duration + self.run.warmup + Duration::from_millis(700);
         let measured = self.points.iter().filter(|p| p.skip.is_none()).count() as u32;
         per_iteration * self.run.iterations * measured
             + Duration::from_secs(1) * measured
             + Duration::from_secs(3) * self.configurations.len() as u32
+            + Duration::from_secs(30) * self.guest_configurations as u32
     }
 }
 

@@ -149,7 +149,17 @@ pub(super) fn scenario(origin: &str, s: &Scenario) -> Result<(), ScenarioError> 
                     ),
                 );
             }
+            if kind == HostKind::Vm && cfg.wire == WireKind::Veth {
+                return c.fail(
+                    format!("{at}: host `{}`", h.name),
+                    "a VM host needs wire = \"switch\" (a vhost-user port) or \"bridge\" (a tap on the Linux bridge)",
+                );
+            }
         }
+        let has_vm = s
+            .hosts
+            .iter()
+            .any(|h| kind_in(s, cfg, &h.name) == HostKind::Vm);
         let remote: Vec<&str> = s
             .hosts
             .iter()
@@ -185,6 +195,31 @@ pub(super) fn scenario(origin: &str, s: &Scenario) -> Result<(), ScenarioError> 
         }
         let knobs = s.knobs.layered(&cfg.knobs);
         check_knobs(&c, &format!("{at}: knobs"), &knobs, cfg.wire)?;
+        if has_vm && (knobs.client_cpus.is_some() || knobs.agent_cpus.is_some()) {
+            return c.fail(
+                format!("{at}: knobs"),
+                "client_cpus and agent_cpus pin threads to host CPUs; a guest has its own: leave them out with VM hosts",
+            );
+        }
+        if knobs.port_policy == Some(PortPolicy::Direct) {
+            if remote.is_empty() {
+                return c.fail(
+                    format!("{at}: knobs.port_policy"),
+                    "\"direct\" binds the client's port to a queue of the switch's uplink: the scenario needs a remote host (remote = true)",
+                );
+            }
+            for w in &s.workloads {
+                if kind_in(s, cfg, &w.from) == HostKind::Namespace {
+                    return c.fail(
+                        format!("{at}: knobs.port_policy"),
+                        format!(
+                            "\"direct\" applies to vhost-user ports: client `{}` is a namespace on a tap port (make it poll-mode or vm)",
+                            w.from
+                        ),
+                    );
+                }
+            }
+        }
     }
     check_knobs(&c, "knobs", &s.knobs, WireKind::Switch)?;
 
@@ -487,7 +522,7 @@ fn check_workload(
 /// by `run` with the list of what is missing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Capabilities {
-    /// `vnio vm run` exists (VM hosts).
+    /// The lab launches guests for VM hosts (through the vm crate).
     pub vm: bool,
     /// The measurement engine can drive a vhost-user port as a client
     /// (`vnio rr --via vhost-user:SOCK`).
@@ -502,10 +537,10 @@ impl Capabilities {
     /// This build.
     pub fn current() -> Capabilities {
         Capabilities {
-            vm: false,
+            vm: true,
             poll_mode_client: true,
             latency_high: true,
-            direct: false,
+            direct: true,
         }
     }
 
@@ -515,7 +550,7 @@ impl Capabilities {
         for h in &s.hosts {
             if kind_in(s, cfg, &h.name) == HostKind::Vm && !self.vm {
                 out.push(format!(
-                    "host `{}` is a VM: VM hosts are not built by the lab yet (vnio vm run exists; the lab does not launch guests)",
+                    "host `{}` is a VM: this build does not launch guests",
                     h.name
                 ));
             }
@@ -546,6 +581,19 @@ impl Capabilities {
         w: &WorkloadSpec,
     ) -> Option<String> {
         let poll = |h: &str| kind_in(s, cfg, h) == HostKind::PollMode;
+        let vm = |h: &str| kind_in(s, cfg, h) == HostKind::Vm;
+        if poll(&w.from) && w.to.iter().any(|t| vm(t)) {
+            return Some(format!(
+                "client `{}` is a poll-mode endpoint: its `vnio rr --via` runs in the target's namespace, and a VM target has none",
+                w.from
+            ));
+        }
+        if vm(&w.from) && w.to.iter().any(|t| poll(t)) {
+            return Some(format!(
+                "client `{}` is a VM: a poll-mode target answers UDP echo, not the agent protocol the guest's vnio speaks",
+                w.from
+            ));
+        }
         let udp_rr = w.kind == WorkloadKind::Rr && w.protocol == Some(Protocol::Udp);
         if poll(&w.from) {
             if !self.poll_mode_client {

@@ -9,6 +9,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use clap::Subcommand;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use vnio_lab::guest::GuestKit;
 use vnio_lab::report::{self, Row};
 use vnio_lab::runner::{self, Event, Observer, RunnerOptions, Status};
 use vnio_lab::scenario::{self, Capabilities, LabFile, Overrides, Plan, Scenario, Source};
@@ -532,15 +533,31 @@ fn run_scenario(
             .context("installing signal handler")?;
         signal_hook::flag::register(sig, stop.clone()).context("installing signal handler")?;
     }
+    let guests = if runs.iter().any(|(_, _, plan)| plan.has_vm_hosts()) {
+        eprintln!("vnio lab: preparing the guests (image, accelerator)");
+        let kit = GuestKit::prepare().map_err(|e| anyhow::anyhow!("VM hosts: {e}"))?;
+        let g = kit.environment();
+        eprintln!(
+            "vnio lab: guests: image {} (kernel {}), accel {} ({})",
+            g.image, g.kernel, g.accel, g.why
+        );
+        Some(kit)
+    } else {
+        None
+    };
     let store = Store::open(db)?;
     let env = vnio_measure::env::Environment::capture(250);
     let revision = store::revision();
     let run_id = store.begin_run(&source.name, &title_of(&source), &revision, &env, cli)?;
+    if let Some(kit) = &guests {
+        store.set_guests(run_id, &kit.environment())?;
+    }
     let total: usize = runs.iter().map(|(_, _, p)| p.points.len()).sum();
     let bars = Bars::new(total as u64);
     let opts = RunnerOptions {
         vnio: std::env::current_exe().context("locating the vnio binary")?,
         journal: vnio_lab::Journal::default(),
+        guests,
     };
     let mut failure: Option<String> = None;
     for (seq, (src, s, plan)) in runs.iter().enumerate() {

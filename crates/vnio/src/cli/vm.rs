@@ -370,6 +370,8 @@ fn run_vm(a: RunArgs, root: PathBuf, cache: PathBuf) -> anyhow::Result<i32> {
         reprobe: a.reprobe,
         interrupt: interrupt.clone(),
         start_timeout: Duration::from_secs(60),
+        // `vnio vm` keeps its own state; the lab's journal is for lab runs.
+        journal: None,
     };
     if a.print_qemu || a.print_libvirt {
         vnio_tune::sys::default_sigpipe();
