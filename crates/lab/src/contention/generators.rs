@@ -196,6 +196,7 @@ fn drive_one(
     conn.set_nodelay(true)?;
     let mut reader = conn.try_clone()?;
     reader.set_read_timeout(Some(TICK))?;
+    conn.set_write_timeout(Some(TICK))?;
     let answered = AtomicU64::new(0);
     let done = AtomicBool::new(false);
     std::thread::scope(|s| {
@@ -251,11 +252,39 @@ fn send_paced(
             std::thread::sleep(Duration::from_millis(1));
             continue;
         }
-        conn.write_all(&request)?;
+        if !write_until_stopped(&mut conn, &request, stop)? {
+            break;
+        }
         n += 1;
         sent_total.fetch_add(1, Ordering::Relaxed);
     }
     Ok(())
+}
+
+/// Write all of `buf`, giving up when `stop` is set: a saturated server
+/// stops reading, the socket's buffer fills, and a plain blocking write
+/// would then outlast SIGTERM. Needs a write timeout on the socket.
+/// False when stopped before all of it went.
+fn write_until_stopped(conn: &mut &TcpStream, buf: &[u8], stop: &AtomicBool) -> io::Result<bool> {
+    let mut done = 0;
+    while done < buf.len() {
+        match conn.write(&buf[done..]) {
+            Ok(0) => return Err(ErrorKind::WriteZero.into()),
+            Ok(n) => done += n,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
+                ) =>
+            {
+                if stop.load(Ordering::Relaxed) {
+                    return Ok(false);
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(true)
 }
 
 /// Send `size`-byte UDP datagrams to `target` at `rate` per second in bursts
