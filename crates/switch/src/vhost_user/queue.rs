@@ -360,7 +360,8 @@ impl ActiveQueue {
         for k in 0..n {
             let h = self.avail.read_u16(self.avail_slot(k as u16))?;
             b.heads[k] = h;
-            if h < self.size {
+            // A lone chain is read right away: a hint would only cost.
+            if n > 1 && h < self.size {
                 self.desc.prefetch_descriptor(h);
             }
         }
@@ -386,9 +387,11 @@ impl ActiveQueue {
             // (or written) first, and often across a line boundary (a driver
             // that puts the header in the headroom before the frame, as DPDK does).
             let first = b.segs[used];
-            self.mem.prefetch(first.addr, self.writable);
-            if first.len > 32 {
-                self.mem.prefetch(first.addr + 32, self.writable);
+            if n > 1 {
+                self.mem.prefetch(first.addr, self.writable);
+                if first.len > 32 {
+                    self.mem.prefetch(first.addr + 32, self.writable);
+                }
             }
             used += cnt;
             b.lens[k] = len;
