@@ -10,7 +10,8 @@ use crate::coalesce::{Coalescer, Decision};
 use crate::config::Policies;
 use crate::fdb::Fdb;
 use crate::forward::{decide, Destination, L2Header, PortPolicy};
-use crate::lro::{self, Lro};
+use crate::lro;
+use crate::lro::place::{Delivered, InPlace, PlaceError};
 use crate::mesh::{Kind, Peer, PeerSetup, Record, RemotePort, WorkerId, RECORD_HEADER};
 use crate::netqueue::QueueRequest;
 use crate::offload::{self, Caps, Reject, Work};
@@ -19,7 +20,7 @@ use crate::port::uplink::{self, UplinkPort};
 use crate::port::vhost_user::{ResetCause, VhostUserPort};
 use crate::port::{Watch, Watched};
 use crate::stats::{DropReason, PortStats};
-use crate::vhost_user::buffers;
+use crate::vhost_user::buffers::{self, Src};
 use crate::vhost_user::chain::{Chain, ChainError, Seg, MAX_SEGS};
 use crate::vhost_user::conn::ConnError;
 use crate::vhost_user::device::{RX_QUEUE, TX_QUEUE};
@@ -151,14 +152,11 @@ struct FlowMemo {
     decision: Result<crate::forward::Decision, DropReason>,
 }
 
-/// An LRO aggregate and how it leaves the port.
+/// An LRO aggregate (built in the port's receive buffers) and how it leaves the port.
 #[derive(Debug)]
 struct LroCtx {
-    agg: Lro,
+    agg: InPlace,
     tagging: Tagging,
-    macs: [u8; 12],
-    src_tag_len: u64,
-    tci_pcp: u16,
     /// When its first segment came.
     started: Instant,
     /// When its last segment came.
@@ -199,7 +197,8 @@ impl PortRuntime {
         self.flow = None;
         self.egress_held = false;
         if let Some(l) = self.lro.as_mut() {
-            l.agg.clear();
+            // The queue is gone: its chains with it.
+            l.agg.abandon();
         }
     }
 }
@@ -303,11 +302,8 @@ impl Datapath {
         if matches!(slot.port, Port::VhostUser(_)) {
             // Reserved once per port: aggregating never allocates.
             slot.rt.lro = Some(Box::new(LroCtx {
-                agg: Lro::new(),
+                agg: InPlace::new(),
                 tagging: Tagging::Untagged,
-                macs: [0; 12],
-                src_tag_len: 0,
-                tci_pcp: 0,
                 started: Instant::now(),
                 last: Instant::now(),
             }));
@@ -471,6 +467,8 @@ impl Datapath {
 
     /// Removes the port in slot `idx`, forgetting its addresses.
     pub fn remove(&mut self, idx: usize) -> Option<Slot> {
+        // The aggregate's chains go back with a delivery, not with the port.
+        self.lro_deliver(idx, Instant::now());
         self.topo_gen += 1;
         let s = self.slots.get_mut(idx)?.take()?;
         self.fdb.flush_port(s.id);
@@ -714,6 +712,11 @@ impl Datapath {
 
     /// Handles an event on one of slot `idx`'s watched descriptors.
     pub fn on_event(&mut self, idx: usize, what: Watch, now: Instant) {
+        if what == Watch::Connection {
+            // The front-end's messages may stop or remap the queues: an LRO
+            // aggregate's receive chains are returned first.
+            self.lro_deliver(idx, now);
+        }
         let Some(s) = self.slots.get_mut(idx).and_then(Option::as_mut) else {
             return;
         };
@@ -1027,6 +1030,7 @@ impl Datapath {
         if let Some(to) = direct {
             let frame = Frame {
                 src,
+                head: &pre[hdr_len..got],
                 hdr_len,
                 vhdr,
                 macs: pre[hdr_len..hdr_len + 12].try_into().unwrap_or([0; 12]),
@@ -1113,6 +1117,7 @@ impl Datapath {
         macs.copy_from_slice(&pre[hdr_len..hdr_len + 12]);
         let frame = Frame {
             src,
+            head: &pre[hdr_len..got],
             hdr_len,
             vhdr,
             macs,
@@ -1316,6 +1321,7 @@ impl Datapath {
         macs.copy_from_slice(&bytes[..12]);
         let frame = Frame {
             src: Src::Local(bytes),
+            head: head_of(bytes),
             hdr_len: 0,
             vhdr: r.vhdr,
             macs,
@@ -1405,9 +1411,10 @@ impl Datapath {
     }
 
     /// Software LRO toward slot `j`: merges the frame into the port's
-    /// aggregate when it can (returns true: nothing else to do now);
-    /// otherwise ends the aggregate first (so nothing is reordered), maybe
-    /// starting a new one with this frame.
+    /// aggregate (built in place in the port's receive buffers) when it can
+    /// (returns true: nothing else to do now); otherwise ends the aggregate
+    /// first (so nothing is reordered), maybe starting a new one with this
+    /// frame.
     fn lro_offer(
         &mut self,
         j: usize,
@@ -1416,67 +1423,134 @@ impl Datapath {
         caps: Caps,
         now: Instant,
     ) -> bool {
-        let Some(slot) = self.slots[j].as_mut() else {
+        let Datapath {
+            slots,
+            rx_chain,
+            rx_hint,
+            ..
+        } = self;
+        let want = *rx_hint;
+        let Some(slot) = slots[j].as_mut() else {
             return false;
         };
-        let wanted = slot.policies.effective_lro()
-            && caps.csum
-            && matches!(&slot.port, Port::VhostUser(p) if p.device.mrg_rxbuf());
-        // The common case on the per-frame path: nothing to merge into and
-        // nothing held.
-        if !wanted && !slot.rt.lro.as_ref().is_some_and(|c| c.agg.active()) {
-            return false;
-        }
-        let Some(mut ctx) = slot.rt.lro.take() else {
+        let wanted = slot.policies.effective_lro() && caps.csum;
+        let (Port::VhostUser(p), Some(ctx)) = (&mut slot.port, slot.rt.lro.as_mut()) else {
             return false;
         };
-        let mut absorbed = false;
-        let mut hdr = [0u8; lro::PEEK_LEN];
         let len = frame.frame_len as usize;
-        let seg = if wanted {
-            let n = frame
-                .src
-                .read(frame.hdr_len as u64, &mut hdr[..lro::PEEK_LEN.min(len)]);
-            lro::Segment::parse(&hdr[..n], len, 14 + frame.src_tag_len as usize, &frame.vhdr)
+        let mut peek = [0u8; lro::PEEK_LEN];
+        let mut hdr = frame.head;
+        let seg = if wanted && p.device.mrg_rxbuf() {
+            if hdr.len() < lro::PEEK_LEN.min(len) {
+                // The headers beyond what forwarding read (only frames that may merge).
+                let n = frame
+                    .src
+                    .read(frame.hdr_len as u64, &mut peek[..lro::PEEK_LEN.min(len)]);
+                hdr = &peek[..n];
+            }
+            lro::Segment::parse(hdr, len, 14 + frame.src_tag_len as usize, &frame.vhdr)
                 .filter(|s| if s.v6 { caps.tso6 } else { caps.tso4 })
         } else {
             None
         };
-        if let Some(seg) = seg {
-            let hdr = &hdr[..lro::PEEK_LEN.min(len)];
-            let payload_at = (frame.hdr_len + seg.hdr_end) as u64;
-            if ctx.agg.active()
-                && ctx.tagging == tagging
-                && ctx
-                    .agg
-                    .append(&seg, hdr, &frame.vhdr, |d| frame.src.read(payload_at, d))
-            {
-                if let Some(s) = &self.slots[j] {
-                    crate::stats::bump(&s.stats.rx.lro_merged, 1);
-                }
-                ctx.last = now;
-                absorbed = true;
-            } else {
-                self.lro_deliver(j, &mut ctx, now);
-                if ctx.agg.start(&seg, &frame.vhdr, len, |d| {
-                    frame.src.read(frame.hdr_len as u64, d)
-                }) {
-                    ctx.tagging = tagging;
-                    ctx.macs = frame.macs;
-                    ctx.src_tag_len = frame.src_tag_len;
-                    ctx.tci_pcp = frame.tci_pcp;
-                    ctx.started = now;
-                    ctx.last = now;
-                    absorbed = true;
+        let Some(seg) = seg else {
+            if ctx.agg.active() {
+                self.lro_deliver(j, now);
+            }
+            return false;
+        };
+        let hdr_len = p.device.vnet_hdr_len();
+        let Some(q) = p.device.queue(RX_QUEUE) else {
+            return false;
+        };
+        let src_off = frame.hdr_len as u64;
+        let mut ended = Ok(None);
+        let mut hostile = None;
+        let absorbed = 'offer: {
+            if ctx.agg.active() && ctx.tagging == tagging {
+                match ctx.agg.append(
+                    q,
+                    rx_chain,
+                    &seg,
+                    hdr,
+                    &frame.vhdr,
+                    &frame.src,
+                    src_off,
+                    want,
+                ) {
+                    Ok(true) => {
+                        crate::stats::bump(&slot.stats.rx.lro_merged, 1);
+                        ctx.last = now;
+                        return true;
+                    }
+                    Ok(false) => {}
+                    Err(e) => {
+                        hostile = Some(e);
+                        break 'offer true;
+                    }
                 }
             }
-        } else {
-            self.lro_deliver(j, &mut ctx, now);
+            if ctx.agg.active() {
+                ended = ctx.agg.finish(q);
+                if ended.is_err() {
+                    break 'offer false;
+                }
+            }
+            let (l2, l2_len) = frame.egress_l2(tagging);
+            match ctx.agg.start(
+                q,
+                rx_chain,
+                &seg,
+                hdr,
+                &frame.vhdr,
+                &frame.src,
+                src_off,
+                &l2[..l2_len],
+                frame.src_tag_len as usize,
+                hdr_len,
+                want,
+            ) {
+                Ok(started) => {
+                    if started {
+                        ctx.tagging = tagging;
+                        ctx.started = now;
+                        ctx.last = now;
+                    }
+                    started
+                }
+                Err(e) => {
+                    hostile = Some(e);
+                    true
+                }
+            }
+        };
+        if let Some(e) = hostile {
+            ended = Err(PlaceError::Hostile(e));
         }
-        if let Some(s) = self.slots[j].as_mut() {
-            s.rt.lro = Some(ctx);
-        }
+        self.lro_account(j, ended, now);
         absorbed
+    }
+
+    /// The end of a batch: the worker found nothing to forward for a while
+    /// and is about to sleep. Every LRO aggregate ends now (the flow paused,
+    /// perhaps waiting for this very data) rather than at its deadline,
+    /// which would take a timer and a wake-up. True when one was delivered
+    /// (a polling round must publish it and call the guest first).
+    pub fn end_batch(&mut self, now: Instant) -> bool {
+        let mut delivered = false;
+        for j in 0..self.slots.len() {
+            let active = self
+                .slots
+                .get(j)
+                .and_then(Option::as_ref)
+                .and_then(|s| s.rt.lro.as_ref())
+                .is_some_and(|l| l.agg.active());
+            if active {
+                self.lro_deliver(j, now);
+                delivered = true;
+            }
+        }
+        delivered
     }
 
     /// Ends slot `j`'s aggregate if its time is up; otherwise returns when it will be.
@@ -1487,46 +1561,59 @@ impl Datapath {
         }
         let due = (ctx.last + LRO_IDLE).min(ctx.started + LRO_HOLD);
         if now >= due {
-            self.lro_flush(j, now);
+            self.lro_deliver(j, now);
             None
         } else {
             Some(due)
         }
     }
 
-    /// Ends slot `j`'s aggregate, if any.
-    fn lro_flush(&mut self, j: usize, now: Instant) {
-        let Some(mut ctx) = self
-            .slots
-            .get_mut(j)
-            .and_then(Option::as_mut)
-            .and_then(|s| s.rt.lro.take())
-        else {
+    /// Ends slot `j`'s aggregate, if any: delivered into the buffers it was built in.
+    fn lro_deliver(&mut self, j: usize, now: Instant) {
+        let Some(s) = self.slots.get_mut(j).and_then(Option::as_mut) else {
             return;
         };
-        self.lro_deliver(j, &mut ctx, now);
-        if let Some(s) = self.slots[j].as_mut() {
-            s.rt.lro = Some(ctx);
+        let (Port::VhostUser(p), Some(ctx)) = (&mut s.port, s.rt.lro.as_mut()) else {
+            return;
+        };
+        if !ctx.agg.active() {
+            return;
         }
+        let ended = match p.device.queue(RX_QUEUE) {
+            Some(q) => ctx.agg.finish(q),
+            None => {
+                ctx.agg.abandon();
+                Ok(None)
+            }
+        };
+        self.lro_account(j, ended, now);
     }
 
-    /// Delivers what `ctx` aggregated (one frame) to slot `j`.
-    fn lro_deliver(&mut self, j: usize, ctx: &mut LroCtx, now: Instant) {
-        let (tagging, macs, src_tag_len, tci_pcp) =
-            (ctx.tagging, ctx.macs, ctx.src_tag_len, ctx.tci_pcp);
-        let Some((bytes, vhdr, _)) = ctx.agg.finish() else {
+    /// Counts how an aggregate ended (a broken ring resets the port).
+    fn lro_account(
+        &mut self,
+        j: usize,
+        ended: Result<Option<Delivered>, PlaceError>,
+        now: Instant,
+    ) {
+        let Some(s) = self.slots.get_mut(j).and_then(Option::as_mut) else {
             return;
         };
-        let f = Frame {
-            src: Src::Local(bytes),
-            hdr_len: 0,
-            vhdr,
-            macs,
-            src_tag_len,
-            tci_pcp,
-            frame_len: bytes.len() as u64,
-        };
-        self.deliver_one(j, &f, tagging, now);
+        match ended {
+            Ok(None) => {}
+            Ok(Some(d)) => {
+                s.stats.rx.frame(d.len);
+                s.rt.round_rx += 1;
+            }
+            Err(PlaceError::Unmapped) => s.stats.rx.drop(DropReason::BadDescriptor),
+            Err(PlaceError::Hostile(e)) => {
+                s.stats.rx.drop(DropReason::BadDescriptor);
+                if let Some(l) = s.rt.lro.as_mut() {
+                    l.agg.abandon();
+                }
+                self.reset(j, now, &format_args!("receive queue: {e}"));
+            }
+        }
     }
 
     /// The software fallback: the frame is copied out once (it is read in
@@ -1549,6 +1636,7 @@ impl Datapath {
         let l3 = 14 + frame.src_tag_len as usize;
         let local = |bytes, vhdr| Frame {
             src: Src::Local(bytes),
+            head: head_of(bytes),
             hdr_len: 0,
             vhdr,
             ..*frame
@@ -1579,6 +1667,7 @@ impl Datapath {
                 |b, h| {
                     let f = Frame {
                         src: Src::Local(b),
+                        head: head_of(b),
                         hdr_len: 0,
                         vhdr: *h,
                         frame_len: b.len() as u64,
@@ -1739,31 +1828,18 @@ fn signal_rx(
     }
 }
 
-/// Where a frame's bytes are: in a front-end's memory, or in a local buffer.
-#[derive(Clone, Copy)]
-enum Src<'a> {
-    Guest { mem: &'a GuestMem, segs: &'a [Seg] },
-    Local(&'a [u8]),
-}
-
-impl Src<'_> {
-    fn read(&self, skip: u64, out: &mut [u8]) -> usize {
-        match self {
-            Src::Guest { mem, segs } => buffers::read(*mem, segs, skip, out),
-            Src::Local(b) => {
-                let from = (skip as usize).min(b.len());
-                let n = out.len().min(b.len() - from);
-                out[..n].copy_from_slice(&b[from..from + n]);
-                n
-            }
-        }
-    }
+/// A local frame's first bytes, as [`Frame::head`].
+fn head_of(b: &[u8]) -> &[u8] {
+    &b[..b.len().min(lro::PEEK_LEN)]
 }
 
 /// A frame being forwarded: where it is and what its first bytes say.
 #[derive(Clone, Copy)]
 struct Frame<'a> {
     src: Src<'a>,
+    /// Its first bytes from the MACs, as read already (the L2 header at
+    /// least; up to [`lro::PEEK_LEN`] of a local frame).
+    head: &'a [u8],
     hdr_len: usize,
     vhdr: VirtioNetHdrRepr,
     macs: [u8; 12],

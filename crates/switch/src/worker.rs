@@ -534,6 +534,11 @@ impl Worker {
             // a dedicated worker never sleeps.
             let sleep =
                 self.dedicated.is_none() && idle > self.cfg.idle_polls && self.dp.all_tx_armed();
+            if sleep && self.dp.end_batch(now) {
+                // LRO aggregates went out: a round publishes them and calls first.
+                idle = 0;
+                continue;
+            }
             let timeout = if sleep {
                 // Other workers ring the doorbell only while this flag is up:
                 // raise it, then look at their rings once more (the fence

@@ -148,3 +148,73 @@ fn segments_reach_a_tso_receiver_as_few_large_frames() {
         assert_eq!(merged("p2"), before);
     });
 }
+
+/// Frames at `b` until `n` arrived or `T` passed: (header, bytes, when).
+fn collect(
+    b: &mut Endpoint,
+    n: usize,
+) -> Vec<(vnio_switch::wire::VirtioNetHdrRepr, Vec<u8>, Instant)> {
+    let mut buf = vec![0u8; 70_000];
+    let mut v = Vec::new();
+    let end = Instant::now() + T;
+    while v.len() < n && Instant::now() < end {
+        if let Some((h, len)) = b.poll_recv_with(&mut buf) {
+            v.push((h, buf[..len].to_vec(), Instant::now()));
+        }
+    }
+    v
+}
+
+#[test]
+fn another_frame_ends_the_aggregate_first_and_a_pause_ends_it_in_time() {
+    bounded(Duration::from_secs(60), || {
+        let dir = Dir::new("lro-flush");
+        let sw = switch(&dir, 2);
+        let mut a = ep(&dir, 1, 1, 0);
+        let mut b = ep(&dir, 2, 2, feature::GUEST_CSUM | feature::GUEST_TSO4);
+        learn(&mut [&mut a, &mut b]);
+        let (frames, data) = segments(2);
+        // Five segments, a frame of another kind to the same port, five more: one burst.
+        let mut other = vec![0u8; 60];
+        other[..6].copy_from_slice(&mac(2).0);
+        other[6..12].copy_from_slice(&mac(1).0);
+        other[12..14].copy_from_slice(&[0x88, 0xb5]);
+        let mut burst: Vec<&[u8]> = frames[..5].iter().map(|f| f.as_slice()).collect();
+        burst.push(&other);
+        burst.extend(frames[5..10].iter().map(|f| f.as_slice()));
+        assert_eq!(a.send_burst(&burst), 11);
+        let got = collect(&mut b, 3);
+        let kinds: Vec<(u8, usize)> = got.iter().map(|(h, f, _)| (h.gso_type, f.len())).collect();
+        let hdr_end = 14 + 20 + 32;
+        assert_eq!(
+            kinds,
+            vec![
+                (GSO_TCPV4, hdr_end + 5 * MSS),
+                (GSO_NONE, 60),
+                (GSO_TCPV4, hdr_end + 5 * MSS)
+            ],
+            "the aggregate before the other frame, the rest after it"
+        );
+        assert_eq!(&got[0].1[hdr_end..], &data[..5 * MSS]);
+        assert_eq!(&got[2].1[hdr_end..], &data[5 * MSS..10 * MSS]);
+
+        // Three segments, then nothing: the aggregate does not wait for more.
+        let t0 = Instant::now();
+        let burst: Vec<&[u8]> = frames[10..13].iter().map(|f| f.as_slice()).collect();
+        assert_eq!(a.send_burst(&burst), 3);
+        let got = collect(&mut b, 1);
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].1.len(), hdr_end + 3 * MSS);
+        let waited = got[0].2 - t0;
+        // The bound is 50 µs after the first segment; a loaded host adds its scheduling.
+        assert!(waited < Duration::from_millis(500), "{waited:?}");
+        let merged = sw
+            .handle()
+            .list()
+            .unwrap()
+            .into_iter()
+            .find(|p| p.name == "p2")
+            .unwrap();
+        assert_eq!(merged.stats.rx.lro_merged, 4 + 4 + 2);
+    });
+}

@@ -374,10 +374,16 @@ impl Endpoint {
     /// available-index update, at most one kick), as a driver's batch.
     /// Returns how many went out before the ring filled.
     pub fn send_burst(&mut self, frames: &[&[u8]]) -> usize {
+        self.send_burst_with(&VirtioNetHdrRepr::default(), frames)
+    }
+
+    /// Like [`Endpoint::send_burst`], every frame with the offload metadata
+    /// `hdr` (the offloads must have been negotiated).
+    pub fn send_burst_with(&mut self, hdr: &VirtioNetHdrRepr, frames: &[&[u8]]) -> usize {
         self.q.tx.stage();
         let mut n = 0;
         for f in frames {
-            if self.q.send_staged(&VirtioNetHdrRepr::default(), f).is_err() {
+            if self.q.send_staged(hdr, f).is_err() {
                 break;
             }
             n += 1;

@@ -5,6 +5,7 @@
 
 use super::chain::Seg;
 use super::memory::GuestMem;
+use crate::wire::checksum;
 use vm_memory::{
     GuestAddress, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion, MemoryRegionAddress,
     VolatileSlice,
@@ -172,6 +173,123 @@ pub fn write<M: Slices>(mem: &M, segs: &[Seg], skip: u64, data: &[u8]) -> usize 
         done += n;
     }
     done
+}
+
+/// Bytes staged at a time by the copies that checksum on the way: small
+/// enough to stay in the first-level cache between the read and the write.
+const STAGE: usize = 2048;
+
+/// Adds the sum of `bytes`, which come `at` bytes into the data being
+/// summed, to `acc` (a piece at an odd offset is byte-swapped).
+fn sum_at(acc: u32, at: u64, bytes: &[u8]) -> u32 {
+    let s = checksum::sum(bytes);
+    checksum::add(acc, if at % 2 == 1 { checksum::odd(s) } else { s })
+}
+
+/// Like [`copy`], also returning the one's-complement sum of the bytes
+/// copied (what [`checksum::sum`] gives over them): each piece is read
+/// once into a small staging buffer, summed there and written from there,
+/// so the bytes cross memory once.
+pub fn copy_sum<S: Slices, D: Slices>(
+    src_mem: &S,
+    src: &[Seg],
+    src_skip: u64,
+    dst_mem: &D,
+    dst: &[Seg],
+    dst_skip: u64,
+    len: u64,
+) -> (u64, u32) {
+    let mut stage = [0u8; STAGE];
+    let mut s = Pieces::new(src, src_skip);
+    let mut d = Pieces::new(dst, dst_skip);
+    let (mut done, mut acc) = (0u64, 0u32);
+    while done < len {
+        let Some((sa, sn)) = s.peek((len - done).min(STAGE as u64)) else {
+            break;
+        };
+        let Some((da, dn)) = d.peek(sn) else { break };
+        let (Some(from), Some(to)) = (src_mem.slice(sa, dn), dst_mem.slice(da, dn)) else {
+            break;
+        };
+        let n = from.len().min(to.len());
+        let got = from.copy_to(&mut stage[..n]);
+        acc = sum_at(acc, done, &stage[..got]);
+        to.copy_from(&stage[..got]);
+        s.advance(got as u64);
+        d.advance(got as u64);
+        done += got as u64;
+        if got < n {
+            break;
+        }
+    }
+    (done, acc)
+}
+
+/// Like [`write()`], also returning the one's-complement sum of the bytes written.
+pub fn write_sum<M: Slices>(mem: &M, segs: &[Seg], skip: u64, data: &[u8]) -> (usize, u32) {
+    let n = write(mem, segs, skip, data);
+    (n, checksum::sum(&data[..n]))
+}
+
+/// Where a frame's bytes are: in a front-end's memory, or in a local buffer.
+#[derive(Clone, Copy)]
+pub enum Src<'a> {
+    /// Guest buffers (validated).
+    Guest {
+        /// The guest's memory.
+        mem: &'a GuestMem,
+        /// The buffers.
+        segs: &'a [Seg],
+    },
+    /// Local bytes.
+    Local(&'a [u8]),
+}
+
+impl Src<'_> {
+    /// Reads up to `out.len()` bytes after `skip`; returns bytes read.
+    pub fn read(&self, skip: u64, out: &mut [u8]) -> usize {
+        match self {
+            Src::Guest { mem, segs } => read(*mem, segs, skip, out),
+            Src::Local(b) => {
+                let from = (skip as usize).min(b.len());
+                let n = out.len().min(b.len() - from);
+                out[..n].copy_from_slice(&b[from..from + n]);
+                n
+            }
+        }
+    }
+
+    /// Copies `len` bytes after `skip` into guest buffers `dst` (after
+    /// `dst_skip`); with `sum`, also returns their one's-complement sum
+    /// (else 0). Returns bytes copied and the sum.
+    pub fn copy_to_guest<D: Slices>(
+        &self,
+        skip: u64,
+        dst_mem: &D,
+        dst: &[Seg],
+        dst_skip: u64,
+        len: u64,
+        sum: bool,
+    ) -> (u64, u32) {
+        match (self, sum) {
+            (Src::Guest { mem, segs }, false) => {
+                (copy(*mem, segs, skip, dst_mem, dst, dst_skip, len), 0)
+            }
+            (Src::Guest { mem, segs }, true) => {
+                copy_sum(*mem, segs, skip, dst_mem, dst, dst_skip, len)
+            }
+            (Src::Local(b), _) => {
+                let from = (skip as usize).min(b.len());
+                let to = (from as u64 + len).min(b.len() as u64) as usize;
+                if sum {
+                    let (n, s) = write_sum(dst_mem, dst, dst_skip, &b[from..to]);
+                    (n as u64, s)
+                } else {
+                    (write(dst_mem, dst, dst_skip, &b[from..to]) as u64, 0)
+                }
+            }
+        }
+    }
 }
 
 #[cfg(test)]
