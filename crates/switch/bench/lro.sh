@@ -9,7 +9,7 @@
 # receiver that sleeps on its call eventfd like a guest's NAPI.
 # VNIO_BENCH_CASE=on|off|on-full|off-partial|... runs some cases only;
 # VNIO_BENCH_VERBOSE=1 prints the switch's counters after each case;
-# VNIO_BENCH_COALESCE=POLICY sets the receiving port's coalescing (default off).
+# VNIO_BENCH_COALESCE=POLICY sets the receiving port's coalescing (default adaptive).
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 cd "$here/../../.."

@@ -32,8 +32,7 @@
 //! `off`, `on-full`, `off-partial`, ... runs those cases only (for
 //! profiling); `VNIO_BENCH_VERBOSE=1` prints the switch's counters after
 //! each case; `VNIO_BENCH_COALESCE` sets the receiving port's interrupt
-//! coalescing (default `off`: under `adaptive` a window-limited stream
-//! without LRO stalls on held calls, see docs/switch.md).
+//! coalescing (default: the switch's default, adaptive).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -124,8 +123,9 @@ struct Window {
     sent: AtomicU64,
     /// Stream bytes the receiver consumed.
     acked: AtomicU64,
-    /// The sender waits for `acked` to move.
+    /// The sender waits for `acked` to reach `wanted`.
     parked: AtomicBool,
+    wanted: AtomicU64,
     stop: AtomicBool,
     /// The sender sent its last burst (`sent` is final).
     finished: AtomicBool,
@@ -164,8 +164,11 @@ fn send(a: &mut Endpoint, w: &Window, partial: bool) -> u64 {
     let burst_bytes = (BURST * MSS) as u64;
     while !w.stop.load(Ordering::Relaxed) {
         if seq_off + burst_bytes > w.acked.load(Ordering::Acquire) + WINDOW {
-            // Blocks like a TCP sender waiting for an acknowledgment (spinning
-            // would take a CPU from the threads being measured).
+            // Blocks like a TCP sender waiting for window space (spinning
+            // would take a CPU from the threads being measured); woken once
+            // there is room for a whole burst, as a socket's write space.
+            w.wanted
+                .store(seq_off + burst_bytes - WINDOW, Ordering::SeqCst);
             w.parked.store(true, Ordering::SeqCst);
             if seq_off + burst_bytes > w.acked.load(Ordering::SeqCst) + WINDOW {
                 std::thread::park_timeout(Duration::from_millis(5));
@@ -279,7 +282,7 @@ fn receive(b: &mut Endpoint, w: &Window, sender: &std::thread::Thread) -> Stream
             next += payload.len() as u64;
             s.bytes += payload.len() as u64;
             w.acked.store(next, Ordering::SeqCst);
-            if w.parked.load(Ordering::SeqCst) {
+            if w.parked.load(Ordering::SeqCst) && next >= w.wanted.load(Ordering::SeqCst) {
                 sender.unpark();
             }
         }
@@ -393,10 +396,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut buf = vec![0u8; 70_000];
     while a.poll_recv(&mut buf).is_some() {}
     while b.poll_recv(&mut buf).is_some() {}
-    // The receiving port's interrupt coalescing (VNIO_BENCH_COALESCE, default off).
-    let coalesce: Coalesce = std::env::var("VNIO_BENCH_COALESCE")
-        .unwrap_or_else(|_| "off".into())
-        .parse()?;
+    // The receiving port's interrupt coalescing (VNIO_BENCH_COALESCE; the default policy otherwise).
+    let coalesce: Coalesce = match std::env::var("VNIO_BENCH_COALESCE") {
+        Ok(c) => c.parse()?,
+        Err(_) => Coalesce::default(),
+    };
     let set = |on: bool| {
         sw.handle()
             .set_port(
@@ -410,7 +414,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .unwrap();
     };
     println!(
-        "# stream: {MSS}-byte TCP segments, fully checksummed, in bursts of {BURST}; window {} KiB; queues of {QUEUE}; receiver's coalescing {coalesce}; {secs} s per case; {reps} rounds of LRO off then on, with full checksums (the sender has no offloads: the switch verifies what it merges) then partial ones (checksum offload: trusted); receiver: NAPI polls of 64, sleeps on its call eventfd, copies out, software checksum unless offloaded, byte check; the switch worker sleeps when idle",
+        "# stream: {MSS}-byte TCP segments in bursts of {BURST}; window {} KiB; queues of {QUEUE}; receiver's coalescing {coalesce}; {secs} s per case; {reps} rounds of LRO off then on, with full checksums (the sender has no offloads: the switch verifies what it merges) then partial ones (checksum offload: trusted); receiver: NAPI polls of 64, sleeps on its call eventfd, copies out, software checksum unless offloaded, byte check; the switch worker sleeps when idle",
         WINDOW / 1024
     );
     println!("# request-response: one 100-byte PSH segment each way between busy-polling endpoints, {} s per case", secs / 2.0);
