@@ -25,6 +25,13 @@
 #
 #   crates/switch/bench/latency-modes.sh [ROUNDS=3] [SECONDS=5] [RATE=10000]
 #   CONFIGS="default high direct" limits the configurations.
+#   SHIELD=1 isolates CPU 1 for the run without a reboot: every other task on
+#            the host moves to a cpuset holding CPU 0 only (cgroup v1
+#            cpuset, restored at exit), so latency high's worker has its
+#            core to itself, as isolcpus would give it; default and direct
+#            then run their switch on CPU 0 with everything else (a port
+#            that is not latency-sensitive gets no core of its own). If the
+#            script is SIGKILLed, the next run puts stranded tasks back.
 #
 # Placement: the switch may use CPUs 0 and 1 (latency high: its dedicated
 # worker takes CPU 1, the shared worker CPU 0); the measuring threads and
@@ -53,7 +60,36 @@ cleanup() {
     ip link del "$up" 2>/dev/null || true
     ip link del "$mgmt" 2>/dev/null || true
     [ -n "${KEEP:-}" ] || rm -rf "$run"
+    [ -z "$shield" ] || shield_off "$shield"
 }
+# The shield: a cpuset with CPU 0 only, for every task but this script and
+# what it starts (they stay in the root cpuset, CPUs 0-1).
+cs=/sys/fs/cgroup/cpuset
+shield_off() {   # DIR: move its tasks back to the root cpuset and remove it
+    local p
+    for _ in 1 2 3; do
+        for p in $(cat "$1/cgroup.procs" 2>/dev/null); do echo "$p" >"$cs/cgroup.procs" 2>/dev/null || true; done
+    done
+    rmdir "$1" 2>/dev/null || echo "latency-modes: could not remove cpuset $1 (tasks left: $(wc -l <"$1/tasks"))" >&2
+}
+shield_on() {
+    local hk=$cs/vnio-lm-hk$$ p
+    [ -w "$cs/cgroup.procs" ] || { echo "latency-modes: SHIELD=1 needs the cgroup v1 cpuset controller at $cs" >&2; exit 1; }
+    mkdir "$hk"
+    shield=$hk
+    echo 0 >"$hk/cpuset.cpus"
+    cat "$cs/cpuset.mems" >"$hk/cpuset.mems"
+    # Twice: a process forked while the first pass ran is caught by the second.
+    for _ in 1 2; do
+        for p in $(cat "$cs/cgroup.procs"); do
+            [ "$p" = $$ ] || echo "$p" >"$hk/cgroup.procs" 2>/dev/null || true
+        done
+    done
+    echo "latency-modes: CPU 1 shielded: $(wc -l <"$cs/tasks") tasks left on CPUs 0-1 (this script, pinned kernel threads), $(wc -l <"$hk/tasks") moved to CPU 0" >&2
+}
+shield=
+for stale in "$cs"/vnio-lm-hk*; do [ -d "$stale" ] && shield_off "$stale"; done
+
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
@@ -89,7 +125,10 @@ mac = "$mac"
 latency = "$lat"
 $direct
 TOML
-    taskset -c 0,1 "$vnio" switch --config "$run/sw.toml" 2>"$run/switch.log" &
+    local cpus=0,1
+    # Shielded, only latency high may use CPU 1.
+    [ -z "${SHIELD:-}" ] || [ "$lat" = high ] || cpus=0
+    taskset -c $cpus "$vnio" switch --config "$run/sw.toml" 2>"$run/switch.log" &
     swpid=$!
     pids+=("$swpid")
     for _ in $(seq 100); do [ -S "$run/ctl.sock" ] && break; sleep 0.05; done
@@ -157,6 +196,7 @@ ip -n "$ns" neigh replace 10.93.0.10 lladdr "$mac" dev "$wire"
 ip netns exec "$ns" taskset -c 0 "$vnio" agent --listen 0.0.0.0:7700 2>"$run/agent.log" &
 agent=$!
 sleep 0.3
+[ -z "${SHIELD:-}" ] || shield_on
 
 configs=${CONFIGS:-default high high-rt direct}
 echo "kind,config,round,p50_ns,p99_ns,p9999_ns,ops,switch_cpu_pct" >"$out"
@@ -171,7 +211,8 @@ done
 
 . "$here/env.sh"
 echo "# latency-modes: 64 B UDP round trips to the wire at ${rate}/s, ${secs}s x $rounds rounds per configuration;" \
-    "switch on CPUs 0-1 (high: dedicated worker CPU 1, shared CPU 0), measuring threads and agent on CPU 0"
+    "switch on CPUs 0-1 (high: dedicated worker CPU 1, shared CPU 0), measuring threads and agent on CPU 0" \
+    "${SHIELD:+; CPU 1 shielded (every other task on CPU 0; default and direct switch on CPU 0)}"
 python3 - "$out" <<'PY'
 import csv, statistics, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
