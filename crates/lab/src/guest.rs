@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
+use vnio_measure::client::one_line;
 use vnio_topo::{Entry, Journal};
 use vnio_vm::accel::{self, Accel, AccelDecision};
 use vnio_vm::image::{self, Image, ImageOptions};
@@ -61,12 +62,13 @@ impl GuestKit {
     /// decide the accelerator (`auto`: KVM only if a probe guest boots on
     /// it; the verdict is cached). One line on failure.
     pub fn prepare() -> Result<GuestKit, String> {
-        let line = |e: vnio_vm::Error| chain(&e);
+        let line = |e: vnio_vm::Error| one_line(&e);
         let qemu = accel::qemu_version().map_err(line)?;
         let opts = ImageOptions::new();
-        let built = image::build(&opts).map_err(|e| format!("the guest image: {}", chain(&e)))?;
+        let built =
+            image::build(&opts).map_err(|e| format!("the guest image: {}", one_line(&e)))?;
         let accel = accel::decide(AccelChoice::Auto, &built.image, &opts.cache, false)
-            .map_err(|e| format!("choosing the accelerator: {}", chain(&e)))?;
+            .map_err(|e| format!("choosing the accelerator: {}", one_line(&e)))?;
         Ok(GuestKit {
             image: built.image,
             accel,
@@ -89,18 +91,6 @@ impl GuestKit {
             kernel: self.image.manifest.kernel_release.clone(),
         }
     }
-}
-
-/// An error with its causes, on one line.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cause = c.source();
-    }
-    s
 }
 
 /// One running guest; dropping it stops the VM and removes what it owned.
@@ -139,7 +129,7 @@ impl Guest {
         opts.start_timeout = Duration::from_secs(120);
         opts.journal = Some(journal.clone());
         let launched = launch::launch(&spec, &opts)
-            .map_err(|e| format!("launching VM {name}: {}", chain(&e)))?;
+            .map_err(|e| format!("launching VM {name}: {}", one_line(&e)))?;
         Ok(Guest {
             dir: launched.dir,
             state: launched.state,
@@ -213,7 +203,7 @@ impl Guest {
     pub fn exec(&self, argv: &[String], timeout: Duration) -> Result<String, String> {
         let name = self.dir.name();
         let out = vnio_vm::exec::exec(&self.dir, argv, timeout)
-            .map_err(|e| format!("VM {name}: {}", chain(&e)))?;
+            .map_err(|e| format!("VM {name}: {}", one_line(&e)))?;
         if out.success() {
             return Ok(out.stdout);
         }

@@ -99,11 +99,7 @@ stop_switch() {
 }
 
 record() {   # KIND CONFIG ROUND DOC CPU%
-    python3 -c '
-import json, sys
-d = json.loads(sys.argv[4]); m = d["iterations"][d["chosen"]]["merged"]; l = m["latency"]
-print(",".join(map(str, [sys.argv[1], sys.argv[2], sys.argv[3], l["p50_ns"], l["p99_ns"], l["p9999_ns"], m["ops"], sys.argv[5]])))' \
-        "$@" >>"$out"
+    python3 "$here/rtt_rows.py" row "$1" "$2" "$3" "$5" "$4" >>"$out"
 }
 
 one() {   # KIND CONFIG ROUND
@@ -136,7 +132,7 @@ one() {   # KIND CONFIG ROUND
 
 configs=${CONFIGS:-default high high-rt}
 ip netns add "$ns"
-echo "kind,config,round,p50_ns,p99_ns,p9999_ns,ops,switch_cpu_pct" >"$out"
+python3 "$here/rtt_rows.py" header >"$out"
 for r in $(seq "$rounds"); do
     for kind in poll kernel; do
         for cfg in $configs; do
@@ -149,25 +145,4 @@ done
 . "$here/env.sh"
 echo "# latency-high: 64 B UDP round trips at ${rate}/s, ${secs}s x $rounds rounds per configuration;" \
     "switch on CPUs 0-1 (high: dedicated worker CPU 1, shared CPU 0), measuring threads on CPU 0"
-python3 - "$out" <<'PY'
-import csv, statistics, sys
-rows = list(csv.DictReader(open(sys.argv[1])))
-by = {}
-for r in rows:
-    by.setdefault((r["kind"], r["config"]), []).append(r)
-def med(v, k):
-    return statistics.median(float(x[k]) for x in v)
-print(f"{'endpoints':<10} {'config':<8} {'rounds':>6} {'p50 us':>8} {'p99 us':>8} {'p99.99 us':>10} {'switch CPU %':>13}")
-res = {}
-for (kind, cfg), v in sorted(by.items()):
-    m = {k: med(v, k) for k in ("p50_ns", "p99_ns", "p9999_ns", "switch_cpu_pct")}
-    res[(kind, cfg)] = m
-    print(f"{kind:<10} {cfg:<8} {len(v):>6} {m['p50_ns']/1e3:>8.1f} {m['p99_ns']/1e3:>8.1f} {m['p9999_ns']/1e3:>10.1f} {m['switch_cpu_pct']:>13.0f}")
-for kind in ("poll", "kernel"):
-    d = res.get((kind, "default"))
-    for cfg in ("high", "high-rt"):
-        h = res.get((kind, cfg))
-        if d and h:
-            print(f"{kind}: {cfg}/default p50 {h['p50_ns']/d['p50_ns']:.2f}, p99 {h['p99_ns']/d['p99_ns']:.2f}, "
-                  f"p99.99 {h['p9999_ns']/d['p9999_ns']:.2f}; switch CPU {d['switch_cpu_pct']:.0f}% -> {h['switch_cpu_pct']:.0f}%")
-PY
+python3 "$here/rtt_rows.py" summary "$out"
