@@ -1,0 +1,449 @@
+//! The switch's uplink policies with real Linux guests (QEMU, TCG here),
+//! reaching a namespace's kernel across an uplink port on a veth pair
+//! (uplink with 3 receive queues and a small egress capacity):
+//! - guest a's first NIC on a direct-mode port (bound 1:1 to an uplink
+//!   receive queue, never switched);
+//! - guest b on a switched port with its own uplink receive queue
+//!   (NetQueue), share 300 and a small egress limit (Network I/O Control),
+//!   and a non-default transmit busy-poll budget (asynchronous transmit);
+//! - guest a's second NIC on a switched port with share 100 and no limit,
+//!   left on the shared queue (the queues ran out).
+//!
+//! Each guest pings the namespace and sends it TCP streams checked byte for
+//! byte (b and a's second NIC at the same time, contending for the link),
+//! while the switch's counters show each policy acting: a's direct frames on
+//! its own queue and never in the FDB; b's frames held back (its limit),
+//! a's switched frames held back with no limit of their own (the link's
+//! scheduler), both streams through; b's queue taking the namespace's
+//! answers; b kicking once per ping without a busy-poll budget and not at
+//! all with an endless one. Nothing is timed. Without root, QEMU or the
+//! guests' static vnio: one "skip:" line.
+
+mod common;
+
+use std::io::Read;
+use std::net::{IpAddr, TcpListener};
+use std::time::{Duration, Instant};
+
+use common::*;
+use vnio_switch::config::{Config, PolicyUpdate, PortSpec, SwitchConfig};
+use vnio_switch::daemon::Switch;
+use vnio_switch::port::SocketMode;
+use vnio_switch::worker::PortInfo;
+use vnio_vm::exec::exec;
+use vnio_vm::spec::VmSpec;
+use vnio_vm::state::VmDir;
+
+/// b's egress limit: far below what even a TCG guest's TCP sends, so the
+/// limiter must hold frames back (counted, never timed).
+const LIMIT_MBPS: u64 = 2;
+/// The uplink's egress capacity the shares divide: below what a TCG guest's
+/// TCP sends, so a port without a limit is held by the link's scheduler.
+const CAPACITY_MBPS: u64 = 4;
+/// b's transmit busy-poll budget as configured (the switch's default here
+/// is its `idle_polls`, 4).
+const TX_BUDGET: u32 = 1000;
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+/// The md5 of `data`, as `md5sum` prints it (the guests use busybox's).
+fn md5(data: &[u8]) -> String {
+    let mut child = std::process::Command::new("md5sum")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("md5sum");
+    std::io::Write::write_all(child.stdin.as_mut().unwrap(), data).unwrap();
+    drop(child.stdin.take());
+    let out = child.wait_with_output().unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap_or("")
+        .to_string()
+}
+
+/// Sends `kib` KiB of random bytes over TCP from guest `from` to a
+/// listener in the namespace (`listener`, bound there at `to`) and asserts
+/// that all of them arrived with the sender's md5.
+fn to_namespace(from: &VmDir, listener: TcpListener, to: &str, kib: usize, what: &str) {
+    let receiver = std::thread::spawn(move || {
+        let (mut conn, _) = listener.accept().unwrap();
+        conn.set_read_timeout(Some(Duration::from_secs(120)))
+            .unwrap();
+        let mut data = Vec::new();
+        conn.read_to_end(&mut data).unwrap();
+        data
+    });
+    let out = exec(
+        from,
+        &sh(&format!(
+            "dd if=/dev/urandom of=/tmp/data bs=1024 count={kib} 2>/dev/null && md5sum < /tmp/data && nc {to} < /tmp/data"
+        )),
+        Duration::from_secs(180),
+    )
+    .unwrap();
+    assert!(out.success(), "{what}: sending: {out:?}");
+    let sent = out
+        .stdout
+        .split_whitespace()
+        .next()
+        .unwrap_or("")
+        .to_string();
+    let data = receiver.join().expect("the namespace's receiver");
+    assert_eq!(data.len(), kib * 1024, "{what}: bytes that arrived");
+    assert_eq!(md5(&data), sent, "{what}: the stream arrived intact");
+}
+
+fn port<'a>(list: &'a [PortInfo], name: &str) -> &'a PortInfo {
+    list.iter().find(|p| p.name == name).unwrap()
+}
+
+#[test]
+fn uplink_policies_carry_real_guest_traffic() {
+    let Some(kit) = Kit::get("uplink policies with real guests") else {
+        return;
+    };
+    bounded(Duration::from_secs(600), move || {
+        let started = Instant::now();
+        let n = run_id();
+        let work = Dir::new("uplinkpol");
+        let sock = |p: &str| work.join(&format!("{p}.sock"));
+
+        // The far side: a namespace holding one end of a veth; the switch's
+        // uplink is the other end. Both go with the namespace (the guard
+        // and the namespace are dropped on every exit, panics included).
+        let ns = vnio_topo::Netns::create(&format!("vnio-upol{n}")).expect("netns");
+        let (va, vb) = (format!("vnupa{n}"), format!("vnupb{n}"));
+        let mut root = vnio_topo::Handle::root().unwrap();
+        let _ = root.delete_if_exists(&va);
+        let _veth = root.add_veth(&va, &vb, Some(&ns)).expect("veth");
+        let _ = std::fs::write(format!("/proc/sys/net/ipv6/conf/{va}/disable_ipv6"), "1");
+        root.set_up(&va).unwrap();
+        // Two subnets on the far side: a's second NIC is on the other one,
+        // so each of a's NICs carries its own subnet's traffic.
+        let (far, far2) = (format!("10.{n}.6.1"), format!("10.{n}.7.1"));
+        {
+            let mut inside = ns.handle().unwrap();
+            inside.add_address(&vb, ip(&far), 24).unwrap();
+            inside.add_address(&vb, ip(&far2), 24).unwrap();
+            inside.set_up(&vb).unwrap();
+        }
+        let nic = |port: &str, ip: String| {
+            format!("vhost-user:{},ip={ip}/24", sock(port).display())
+                .parse()
+                .unwrap()
+        };
+        let mut a = VmSpec::new(&format!("ua{n}"));
+        a.nics = vec![
+            nic("pa", format!("10.{n}.6.11")),
+            nic("pc", format!("10.{n}.7.11")),
+        ];
+        let mut b = VmSpec::new(&format!("ub{n}"));
+        b.nics = vec![nic("pb", format!("10.{n}.6.12"))];
+        for s in [&mut a, &mut b] {
+            s.accel = vnio_vm::spec::AccelChoice::Auto;
+        }
+        let (a_mac, b_mac) = (a.mac(0).to_string(), b.mac(0).to_string());
+
+        // Queue 0 is shared; a's direct binding takes one of the others and
+        // b (uplink_queue auto) the last.
+        let mut up = PortSpec::uplink("up", &va);
+        up.queues = Some(3);
+        up.capacity_mbps = Some(CAPACITY_MBPS);
+        let mut pa = PortSpec::vhost_user("pa", sock("pa"), SocketMode::Server);
+        pa.mac = Some(a_mac.clone());
+        pa.direct = Some("up".into());
+        // b's MAC is not configured: its queue takes the address the switch
+        // learns from b's first frame.
+        let mut pb = PortSpec::vhost_user("pb", sock("pb"), SocketMode::Server);
+        pb.share = Some(300);
+        pb.limit_mbps = Some(LIMIT_MBPS);
+        pb.tx_poll_budget = Some(TX_BUDGET);
+        // a's second NIC: the default share (100), no limit; added last, it
+        // finds no queue left and shares queue 0.
+        let pc = PortSpec::vhost_user("pc", sock("pc"), SocketMode::Server);
+        let sw = Switch::start(Config {
+            switch: SwitchConfig {
+                control: sock("control"),
+                idle_polls: 4,
+                ..SwitchConfig::default()
+            },
+            ports: vec![up, pa, pb, pc],
+        })
+        .expect("switch");
+
+        // Both guests boot at once; booted when the command channel answers.
+        let mut guard = Guard::default();
+        let la = kit.launch(&a, &mut guard);
+        let lb = kit.launch(&b, &mut guard);
+        println!("accel: {} ({})", la.state.accel.accel, la.state.accel.why);
+        for (l, s) in [(&la, &a), (&lb, &b)] {
+            let end = Instant::now() + BOOT;
+            while !exec(&l.dir, &sh("true"), Duration::from_secs(10)).is_ok_and(|o| o.success()) {
+                assert!(Instant::now() < end, "{} did not come up", s.name);
+                std::thread::sleep(Duration::from_secs(2));
+            }
+            println!(
+                "{} up {:.0} s after the test started",
+                s.name,
+                started.elapsed().as_secs_f64()
+            );
+        }
+        let t = Duration::from_secs(120);
+        let list = sw.handle().list().unwrap();
+        let (pa, pb, pc, upi) = (
+            port(&list, "pa"),
+            port(&list, "pb"),
+            port(&list, "pc"),
+            port(&list, "up"),
+        );
+        println!(
+            "up: capacity {:?} Mbit/s; pb: share {:?} limit {:?} Mbit/s, tx_poll_budget {}; pc: share {:?} limit {:?}; pa: direct on up",
+            upi.egress.capacity_mbps,
+            pb.egress.share,
+            pb.egress.limit_mbps,
+            pb.policy.tx_poll_budget,
+            pc.egress.share,
+            pc.egress.limit_mbps
+        );
+        assert_eq!(upi.egress.capacity_mbps, Some(CAPACITY_MBPS));
+        assert_eq!(pb.egress.limit_mbps, Some(LIMIT_MBPS));
+        assert_eq!(pb.egress.share, Some(300));
+        assert_eq!(pc.egress.limit_mbps, None);
+        assert_eq!(pb.policy.tx_poll_budget, TX_BUDGET);
+        assert_eq!(pa.egress.limit_mbps, None, "a direct port has no QoS");
+
+        // a answers ARP only on the NIC that has the address asked for: a
+        // request flooded to its switched NIC must not pull the direct
+        // NIC's traffic onto the switched path.
+        let out = exec(
+            &la.dir,
+            &sh("echo 1 > /proc/sys/net/ipv4/conf/all/arp_ignore"),
+            t,
+        )
+        .unwrap();
+        assert!(out.success(), "arp_ignore in a: {out:?}");
+        // All reach the namespace's kernel: a's ARP request leaves
+        // directly, the namespace's reply comes back on a's queue.
+        for (l, who, to) in [
+            (&la, "a", &far),
+            (&la, "a's 2nd NIC", &far2),
+            (&lb, "b", &far),
+        ] {
+            let out = exec(&l.dir, &sh(&format!("ping -c 3 -W 5 {to}")), t).unwrap();
+            assert!(out.success(), "ping {who} -> namespace: {}", out.stdout);
+        }
+        let listen = |at: &str, port: u16| {
+            let addr = format!("{at}:{port}");
+            ns.run(move || TcpListener::bind(addr))
+                .unwrap()
+                .expect("a listener in the namespace")
+        };
+
+        // a: 1 MiB over the direct port.
+        let before = sw.handle().list().unwrap();
+        to_namespace(
+            &la.dir,
+            listen(&far, 5001),
+            &format!("{far} 5001"),
+            1024,
+            "1 MiB a -> namespace (direct port)",
+        );
+        let after = sw.handle().list().unwrap();
+        let queue_of = |list: &[PortInfo], owner: &str| {
+            port(list, "up")
+                .stats
+                .uplink_queues
+                .iter()
+                .find(|q| q.owner.as_deref() == Some(owner))
+                .cloned()
+                .unwrap_or_else(|| panic!("no uplink queue owned by {owner}: {list:?}"))
+        };
+        let qa0 = queue_of(&before, "pa");
+        let qa = queue_of(&after, "pa");
+        let (pa0, pa1) = (port(&before, "pa"), port(&after, "pa"));
+        println!(
+            "direct: pa sent {} frames, got {}; its uplink queue {} ({}) took {} frames from the namespace; egress waits {}",
+            pa1.stats.tx.packets - pa0.stats.tx.packets,
+            pa1.stats.rx.packets - pa0.stats.rx.packets,
+            qa.queue,
+            qa.mac.as_deref().unwrap_or("?"),
+            qa.packets - qa0.packets,
+            pa1.stats.tx.egress_waits
+        );
+        assert_ne!(qa.queue, 0, "a direct port has a queue of its own");
+        assert_eq!(qa.mac.as_deref(), Some(a_mac.as_str()));
+        // The namespace's ACKs came on a's queue and went to a as they were.
+        assert!(qa.packets - qa0.packets > 10, "{qa:?}");
+        assert!(pa1.stats.rx.packets - pa0.stats.rx.packets >= qa.packets - qa0.packets);
+        assert!(pa1.stats.tx.bytes - pa0.stats.tx.bytes > 1024 * 1024);
+        assert_eq!(pa1.stats.tx.egress_waits, 0, "no QoS on the direct path");
+        let fdb = sw.handle().fdb().unwrap();
+        assert!(
+            fdb.iter().all(|e| e.mac.to_string() != a_mac),
+            "the direct port is never switched, so never learned: {fdb:?}"
+        );
+
+        // b and a's switched NIC at once: 512 KiB each, contending for the
+        // link; b at most LIMIT_MBPS, pc with no limit of its own.
+        let before = sw.handle().list().unwrap();
+        let (lbd, lad) = (lb.dir.clone(), la.dir.clone());
+        let (lis_b, lis_c) = (listen(&far, 5002), listen(&far2, 5003));
+        let (to_b, to_c) = (format!("{far} 5002"), format!("{far2} 5003"));
+        let from_b = std::thread::spawn(move || {
+            to_namespace(
+                &lbd,
+                lis_b,
+                &to_b,
+                512,
+                "512 KiB b -> namespace (own queue, share 300, egress limit)",
+            )
+        });
+        to_namespace(
+            &lad,
+            lis_c,
+            &to_c,
+            512,
+            "512 KiB a's 2nd NIC -> namespace (shared queue, share 100)",
+        );
+        from_b.join().expect("b's transfer");
+        let after = sw.handle().list().unwrap();
+        let delta = |name: &str| {
+            let (p0, p1) = (&port(&before, name).stats.tx, &port(&after, name).stats.tx);
+            (
+                p1.packets - p0.packets,
+                p1.bytes - p0.bytes,
+                p1.egress_waits - p0.egress_waits,
+                p1.notifications_received - p0.notifications_received,
+            )
+        };
+        let (b_frames, b_bytes, b_waits, b_kicks) = delta("pb");
+        let (c_frames, c_bytes, c_waits, _) = delta("pc");
+        println!(
+            "egress: pb (share 300, limit {LIMIT_MBPS} Mbit/s) sent {b_frames} frames, {b_bytes} bytes, held back {b_waits} times; pc (share 100, no limit) sent {c_frames} frames, {c_bytes} bytes, held back {c_waits} times by the link ({CAPACITY_MBPS} Mbit/s)"
+        );
+        println!("async tx: pb sent {b_frames} frames with {b_kicks} kicks (busy-poll budget {TX_BUDGET})");
+        assert!(
+            b_waits > 0,
+            "b's limit held its frames: {:?}",
+            port(&after, "pb").stats.tx
+        );
+        assert!(
+            c_waits > 0,
+            "the link's scheduler held pc, which has no limit: {:?}",
+            port(&after, "pc").stats.tx
+        );
+        assert!(
+            b_bytes > 512 * 1024 && c_bytes > 512 * 1024,
+            "both were scheduled"
+        );
+        for name in ["pb", "pc"] {
+            assert_eq!(
+                port(&after, name).stats.tx.drops["ring_full"],
+                0,
+                "{name}: held, not dropped"
+            );
+        }
+        let qb0 = queue_of(&before, "pb");
+        let qb = queue_of(&after, "pb");
+        let queues = &port(&after, "up").stats.uplink_queues;
+        println!(
+            "netqueue: pb owns uplink queue {} ({}), which took {} frames from the namespace; pc has none: shared queue 0 has taken {} frames in all; owners {:?}",
+            qb.queue,
+            qb.mac.as_deref().unwrap_or("?"),
+            qb.packets - qb0.packets,
+            queues[0].packets,
+            queues.iter().map(|q| (q.queue, q.owner.clone())).collect::<Vec<_>>()
+        );
+        assert!(qb.queue != 0 && qb.queue != qa.queue, "{qb:?}");
+        assert_eq!(
+            qb.mac.as_deref(),
+            Some(b_mac.as_str()),
+            "b's queue takes the address learned from b"
+        );
+        assert!(
+            qb.packets - qb0.packets > 10,
+            "the namespace's ACKs came on b's queue"
+        );
+        assert!(
+            queues.iter().all(|q| q.owner.as_deref() != Some("pc")),
+            "no queue left for pc"
+        );
+        assert!(fdb_has(&sw, &b_mac), "b is switched: the FDB learned it");
+
+        // Asynchronous transmit: with no busy-poll budget the queue asks for
+        // a kick as soon as it is found empty, so each of 5 pings 300 ms
+        // apart is kicked (kicks the worker finds together count once: a
+        // host that stalls the switch for 300 ms merges some); with an
+        // endless budget the worker keeps polling and the guest sends them
+        // without one (at most the first, if the queue was armed when the
+        // budget changed).
+        let kicks_with = |budget: u32| {
+            let info = sw
+                .handle()
+                .set_port(
+                    "pb",
+                    PolicyUpdate {
+                        tx_poll_budget: Some(budget),
+                        ..Default::default()
+                    },
+                )
+                .unwrap();
+            assert_eq!(info.policy.tx_poll_budget, budget);
+            // Let the queue settle into the budget's state.
+            std::thread::sleep(Duration::from_millis(300));
+            let k0 = port(&sw.handle().list().unwrap(), "pb")
+                .stats
+                .tx
+                .notifications_received;
+            let out = exec(&lb.dir, &sh(&format!("ping -c 5 -i 0.3 -W 5 {far}")), t).unwrap();
+            assert!(out.success(), "ping b -> namespace: {}", out.stdout);
+            port(&sw.handle().list().unwrap(), "pb")
+                .stats
+                .tx
+                .notifications_received
+                - k0
+        };
+        let kicked = kicks_with(0);
+        let polled = kicks_with(u32::MAX);
+        // Back to the configured budget: the worker may sleep again.
+        sw.handle()
+            .set_port(
+                "pb",
+                PolicyUpdate {
+                    tx_poll_budget: Some(TX_BUDGET),
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+        println!("tx busy-poll: 5 pings from b cost {kicked} kicks with budget 0, {polled} with an endless budget");
+        assert!(kicked >= 3, "budget 0: every ping after a pause is kicked");
+        assert!(polled <= 1, "an endless budget: polled, not kicked");
+
+        let list = sw.handle().list().unwrap();
+        for p in &list {
+            assert_eq!(p.stats.resets, 0, "{}: {:?}", p.name, p.stats);
+            assert_eq!(p.stats.tx.drops["malformed"], 0, "{}", p.name);
+        }
+        for name in ["pa", "pb"] {
+            assert_eq!(port(&list, name).stats.connections, 1, "{name}");
+        }
+        drop(guard);
+        drop(sw);
+        println!(
+            "uplink policies: {:.0} s from start to the guests' stop",
+            started.elapsed().as_secs_f64()
+        );
+    });
+}
+
+fn fdb_has(sw: &Switch, mac: &str) -> bool {
+    sw.handle()
+        .fdb()
+        .unwrap()
+        .iter()
+        .any(|e| e.mac.to_string() == mac)
+}
