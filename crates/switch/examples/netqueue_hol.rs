@@ -15,7 +15,8 @@
 //!   into the switch's ring inside that `send`); the same thread drains the
 //!   neighbour when it is a poll-mode endpoint;
 //! - the probe, a thread pinned to the switch's CPU under SCHED_FIFO,
-//!   asleep but for its pings: one ICMP echo every `--ping-us`, woken by
+//!   asleep but for its pings: one ICMP echo every `--ping-us` on average
+//!   (uniformly 0.5 to 1.5 times it), woken by
 //!   the latency port's call (its coalescing is off). It takes the switch's
 //!   CPU a few µs per ping and never stops the flood, so the reply lands in
 //!   its receive ring among the flood's frames, as on a real uplink.
@@ -567,12 +568,20 @@ impl Bench {
                 let end = Instant::now() + window;
                 let mut next = Instant::now();
                 let mut seq: u16 = 0;
+                let mut rng: u64 = 0x9e37_79b9_7f4a_7c15;
                 while Instant::now() < end {
                     let now = Instant::now();
                     if next > now {
                         std::thread::sleep(next - now);
                     }
-                    next += every;
+                    // Intervals drawn uniformly from 0.5 to 1.5 times
+                    // `--ping-us` (xorshift): a fixed interval could lock
+                    // onto a period on the switch's CPU (`--switch-share`)
+                    // and sample only one phase of it.
+                    rng ^= rng << 13;
+                    rng ^= rng >> 7;
+                    rng ^= rng << 17;
+                    next += every.mul_f64(0.5 + (rng >> 11) as f64 / (1u64 << 53) as f64);
                     seq = seq.wrapping_add(1);
                     let sent = Instant::now();
                     lat.ping(self.peer_ip, 0x4e51, seq, b"netqueue probe")
@@ -612,8 +621,8 @@ impl Bench {
         let secs = took.as_secs_f64();
         Ok(Row {
             offered_kpps: sent as f64 / secs / 1e3,
-            delivered_kpps: (c1.0 - c0.0) as f64 / secs / 1e3,
-            ring_drops: c1.1 - c0.1,
+            delivered_kpps: c1.0.saturating_sub(c0.0) as f64 / secs / 1e3,
+            ring_drops: c1.1.saturating_sub(c0.1),
             rtts_us: rtts,
             lost,
         })
