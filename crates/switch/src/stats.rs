@@ -97,8 +97,9 @@ pub struct QueueStats {
     /// TCP segments merged by LRO into a frame started by an earlier one
     /// (deliveries saved).
     pub lro_merged: AtomicU64,
-    /// Frames the uplink's egress scheduler held in the guest's ring for a
-    /// later round (limit or contended link; not drops).
+    /// Times the uplink's egress scheduler held the port's next frame in
+    /// the guest's ring for a later round (limit or contended link; not
+    /// drops): a frame held over several rounds counts once per round.
     pub egress_waits: AtomicU64,
     drops: [AtomicU64; 7],
 }
@@ -203,7 +204,7 @@ pub struct QueueSnapshot {
     /// Segments LRO merged into an earlier one's frame.
     #[serde(default)]
     pub lro_merged: u64,
-    /// Frames held back by an uplink's egress scheduler.
+    /// Holds by an uplink's egress scheduler (once per round a frame waits).
     #[serde(default)]
     pub egress_waits: u64,
     /// Drops by reason name.
@@ -316,7 +317,7 @@ pub fn prometheus(ports: &[(String, PortStatsSnapshot)]) -> String {
     );
     family(
         "egress_waits_total",
-        "Frames an uplink's egress scheduler held in the guest's ring for a later round.",
+        "Rounds in which an uplink's egress scheduler held the port's next frame in the guest's ring.",
         "counter",
         &mut dirs(|q| q.egress_waits).into_iter(),
     );

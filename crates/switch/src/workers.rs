@@ -161,17 +161,8 @@ impl Workers {
         ready_rx
             .recv_timeout(ANSWER_TIMEOUT)
             .map_err(|e| e.to_string())??;
-        if let (Some(c), None) = (core, rt) {
-            // Measured (bench/latency-modes.sh on a loaded host): an
-            // ordinary busy-polling thread on a shared core gets only its
-            // fair share, and the port's latency becomes the scheduler's.
-            if crate::sys::affinity::is_isolated(c) == Some(false) {
-                log::warn!(
-                    "latency high: core {c} is not isolated (isolcpus or a cpuset): other tasks \
-                     share it, and the busy-polling worker gets only a fair share of it under \
-                     load; isolate the core or set dedicated_rt_priority"
-                );
-            }
+        if let Some(c) = core {
+            warn_dedicated_core(c, rt);
         }
         for (peer, setup) in theirs {
             if let Some(l) = self.links.iter().find(|l| l.id == peer) {
@@ -485,5 +476,29 @@ impl Workers {
 impl Drop for Workers {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+/// Says at start what will undo a dedicated worker's busy polling. Both were
+/// measured with bench/latency-modes.sh: an ordinary thread on a shared core
+/// got 4 % of it on a loaded host (its port's p50 in the hundreds of ms);
+/// under SCHED_FIFO with the kernel's RT throttling on, the worker is
+/// stopped 50 ms in every second (its port's p99 about 40 ms).
+fn warn_dedicated_core(c: usize, rt: Option<u8>) {
+    use crate::sys::affinity::{is_isolated, rt_throttling};
+    match (rt, rt_throttling()) {
+        (Some(p), Some((runtime, period))) => log::warn!(
+            "latency high: the kernel's RT throttling (sched_rt_runtime_us {runtime} of \
+             {period}) stops the SCHED_FIFO {p} worker on core {c} for {} ms in every {} ms, \
+             a latency spike each time; isolate the core and leave dedicated_rt_priority unset",
+            (period - runtime) / 1000,
+            period / 1000
+        ),
+        (None, _) if is_isolated(c) == Some(false) => log::warn!(
+            "latency high: core {c} is not isolated (isolcpus or a cpuset): other tasks \
+             share it, and the busy-polling worker gets only a fair share of it under \
+             load; isolate the core"
+        ),
+        _ => {}
     }
 }

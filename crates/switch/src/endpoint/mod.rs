@@ -61,7 +61,6 @@ use std::time::{Duration, Instant};
 use vhost::vhost_user::{Frontend, VhostUserFrontend, VhostUserProtocolFeatures};
 use vhost::{VhostBackend, VhostUserMemoryRegionInfo, VringConfigData};
 use vm_memory::{Address, Bytes, FileOffset, GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
-use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
 /// Features the endpoint asks for (when offered).
@@ -165,7 +164,6 @@ pub struct Endpoint {
     _memfd: File,
     q: Queues,
     call: [EventFd; 2],
-    epoll: Epoll,
     host: HostConfig,
     arp: ArpCache,
     frame: Box<[u8; MAX_FRAME]>,
@@ -306,14 +304,6 @@ impl Endpoint {
                     .map_err(hs("SET_VRING_ENABLE"))?;
             }
         }
-        let epoll = Epoll::new().map_err(EndpointError::Setup)?;
-        epoll
-            .ctl(
-                ControlOperation::Add,
-                call[RXQ].as_raw_fd(),
-                EpollEvent::new(EventSet::IN, 0),
-            )
-            .map_err(EndpointError::Setup)?;
         let hdr_len = virtio_net::HEADER_LEN;
         Ok(Self {
             frontend: fe,
@@ -328,7 +318,6 @@ impl Endpoint {
                 stats: EndpointStats::default(),
             },
             call,
-            epoll,
             host: HostConfig {
                 mac: cfg.mac,
                 ip: cfg.ip,
@@ -442,24 +431,24 @@ impl Endpoint {
     }
 
     /// Blocks until the back-end signals received frames or `timeout` passes.
+    ///
+    /// The timeout is kept to the nanosecond (ppoll, not epoll's whole
+    /// milliseconds): an open-loop sender sleeps here until its next send,
+    /// and a wait rounded up to 1 ms made every send late by up to that.
     pub fn wait(&mut self, timeout: Duration) -> Result<bool, EndpointError> {
         if self.q.rx.arm_call(&self.q.mem) {
             return Ok(true);
         }
-        let mut evs = [EpollEvent::default(); 1];
-        let n = match self
-            .epoll
-            .wait(timeout.as_millis().min(i32::MAX as u128) as i32, &mut evs)
-        {
-            Ok(n) => n,
+        let readable = match crate::sys::wait::readable_within(&self.call[RXQ], timeout) {
+            Ok(r) => r,
             // A signal (e.g. the one that asks the caller to stop) is not a failure.
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => return Ok(false),
             Err(e) => return Err(EndpointError::Wait(e)),
         };
-        if n > 0 {
+        if readable {
             let _ = self.call[RXQ].read();
         }
-        Ok(n > 0)
+        Ok(readable)
     }
 
     /// Polls (and waits on notifications) until `f` accepts an event or `timeout` passes.

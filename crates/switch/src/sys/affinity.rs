@@ -56,12 +56,41 @@ pub fn realtime_current_thread(priority: u8) -> io::Result<()> {
     Ok(())
 }
 
-/// Whether `cpu` is isolated from the scheduler's load balancing (the
-/// kernel's `isolcpus=`, listed in /sys/devices/system/cpu/isolated).
-/// `None` when the kernel does not say.
+/// Whether `cpu` is kept free of other tasks: isolated from the scheduler
+/// (the kernel's `isolcpus=`, listed in /sys/devices/system/cpu/isolated),
+/// or outside the CPUs init may use (a cpuset or affinity that moved the
+/// system off it, as `cset shield` or `bench/latency-modes.sh SHIELD=1`
+/// do). `None` when the kernel says neither.
 pub fn is_isolated(cpu: usize) -> Option<bool> {
-    let list = std::fs::read_to_string("/sys/devices/system/cpu/isolated").ok()?;
-    Some(in_cpu_list(list.trim(), cpu))
+    let isolated = std::fs::read_to_string("/sys/devices/system/cpu/isolated").ok();
+    if isolated
+        .as_deref()
+        .is_some_and(|l| in_cpu_list(l.trim(), cpu))
+    {
+        return Some(true);
+    }
+    let init = std::fs::read_to_string("/proc/1/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+                .map(|l| l.trim().to_string())
+        });
+    match (isolated, init) {
+        (_, Some(init)) => Some(!in_cpu_list(&init, cpu)),
+        (Some(_), None) => Some(false),
+        (None, None) => None,
+    }
+}
+
+/// The kernel's real-time throttling, `(runtime, period)` in µs, when it
+/// is on: SCHED_FIFO threads on a CPU are stopped once they have run
+/// `runtime` in a `period` (950 ms in 1 s by default), whatever else waits.
+pub fn rt_throttling() -> Option<(u64, u64)> {
+    let read = |f: &str| std::fs::read_to_string(format!("/proc/sys/kernel/{f}")).ok();
+    let runtime: i64 = read("sched_rt_runtime_us")?.trim().parse().ok()?;
+    let period: u64 = read("sched_rt_period_us")?.trim().parse().ok()?;
+    (runtime >= 0 && (runtime as u64) < period).then_some((runtime as u64, period))
 }
 
 /// Whether `cpu` is in a kernel CPU list such as "1-3,6".

@@ -12,3 +12,4 @@ pub mod ring_mem;
 pub mod scm;
 pub mod spsc;
 pub mod tun;
+pub mod wait;

@@ -242,9 +242,9 @@ impl Datagrams for EndpointPath {
 
 impl EndpointPath {
     fn sleep(&mut self, ns: u64) -> io::Result<()> {
-        let ms = ns.div_ceil(1_000_000).min(50);
+        // At most 50 ms, so a stop request is seen soon.
         self.ep
-            .wait(Duration::from_millis(ms))
+            .wait(Duration::from_nanos(ns.min(50_000_000)))
             .map(|_| ())
             .map_err(|e| io::Error::other(error_chain(&e)))
     }
