@@ -20,6 +20,8 @@
 # thread on CPU 1; the probe sleeps on CPU 0 under SCHED_FIFO.
 #   NEIGHBOUR=tap    the neighbour is a tap port with a kernel UDP socket
 #                    (frees the generator's CPU from draining it)
+#   BUDGET=8         the switch's frames per port (uplink: per queue) per
+#                    round (default 64): how long a round a frame may wait
 #   SHARE=20         leave the switch 20% of CPU 0 (a SCHED_FIFO thread
 #                    takes the rest of every 100 µs): a switch whose
 #                    capacity is below the generator's, as in the studies
@@ -35,8 +37,8 @@ trap '[ -z "${AUTOGROUP_NICE:-}" ] || echo "$old_nice" > /proc/self/autogroup' E
 echo "== environment"
 echo "kernel $(uname -r); $(nproc) CPUs; $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
 echo "vnio $(git -C "$root" rev-parse --short HEAD)$(git -C "$root" diff --quiet || echo +dirty); autogroup $(cat /proc/self/autogroup); load $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "steps=${STEPS:-8} secs=${SECS:-3} ping every ${PING_US:-200} us; 256-byte UDP flood in bursts of ${BURST:-32}; neighbour ${NEIGHBOUR:-vhost-user}; switch share ${SHARE:-100}%; budget 64 frames per queue per round, in turns of 8"
+echo "steps=${STEPS:-8} secs=${SECS:-3} ping every ${PING_US:-200} us; 256-byte UDP flood in bursts of ${BURST:-32}; neighbour ${NEIGHBOUR:-vhost-user}; switch share ${SHARE:-100}%; budget ${BUDGET:-64} frames per queue per round, in turns of 8"
 echo "== results (round trips in µs)"
 taskset -c 1 "$target/release/examples/netqueue_hol" --vnio "$target/release/vnio" \
     --steps "${STEPS:-8}" --secs "${SECS:-3}" --ping-us "${PING_US:-200}" --burst "${BURST:-32}" \
-    --neighbour "${NEIGHBOUR:-vhost-user}" --switch-share "${SHARE:-100}" ${MAX_KPPS:+--max-kpps $MAX_KPPS}
+    --neighbour "${NEIGHBOUR:-vhost-user}" --switch-share "${SHARE:-100}" --budget "${BUDGET:-64}" ${MAX_KPPS:+--max-kpps $MAX_KPPS}

@@ -67,6 +67,8 @@ struct Args {
     burst: u64,
     /// Percent of the switch's CPU left to the switch (100: all of it).
     switch_share: u32,
+    /// The switch's frames per queue per polling round.
+    budget: u32,
 }
 
 fn args() -> Result<Args, String> {
@@ -83,6 +85,7 @@ fn args() -> Result<Args, String> {
         ping_us: 200,
         burst: 32,
         switch_share: 100,
+        budget: 64,
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
@@ -102,6 +105,7 @@ fn args() -> Result<Args, String> {
                 }
             }
             "--idle-polls" => a.idle_polls = num(&v)? as u32,
+            "--budget" => a.budget = (num(&v)? as u32).max(1),
             "--steps" => a.steps = (num(&v)? as u32).max(1),
             "--secs" => a.secs = num(&v)?,
             "--max-kpps" => a.max_kpps = Some(num(&v)?),
@@ -262,12 +266,13 @@ impl Bench {
             Neighbour::Tap => format!("kind = \"tap\"\nifname = \"{}\"", self.tap_name()),
         };
         let cfg = format!(
-            "[switch]\ncontrol = \"{ctl}\"\nidle_polls = {idle}\n\n\
+            "[switch]\ncontrol = \"{ctl}\"\nidle_polls = {idle}\nbudget = {budget}\n\n\
              [[port]]\nname = \"lat\"\nkind = \"vhost-user\"\nsocket = \"{lat}\"\nmac = \"{LAT_MAC}\"\ncoalesce = \"off\"\n\n\
              [[port]]\nname = \"nbr\"\n{nbr_port}\nmac = \"{NBR_MAC}\"\n\n\
              [[port]]\nname = \"up\"\nkind = \"uplink\"\nifname = \"{up}\"\nqueues = {queues}\n",
             ctl = self.dir.join("ctl.sock").display(),
             idle = self.a.idle_polls,
+            budget = self.a.budget,
             lat = self.dir.join("lat.sock").display(),
             up = self.up,
         );
