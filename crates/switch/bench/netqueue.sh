@@ -22,6 +22,11 @@
 #                    (frees the generator's CPU from draining it)
 #   BUDGET=8         the switch's frames per port (uplink: per queue) per
 #                    round (default 64): how long a round a frame may wait
+#   LATENCY_HIGH=1   the latency port is latency-high: its worker has CPU 1,
+#                    where the probe sleeps; the switch's shared worker and
+#                    the generator share CPU 0. On its own queue the port's
+#                    worker serves that queue itself (the uplink lends it),
+#                    so its frames never cross the flooded shared worker.
 #   SHARE=20         leave the switch 20% of CPU 0 (a SCHED_FIFO thread
 #                    takes the rest of every 100 µs): a switch whose
 #                    capacity is below the generator's, as in the studies
@@ -38,7 +43,13 @@ echo "== environment"
 echo "kernel $(uname -r); $(nproc) CPUs; $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
 echo "vnio $(git -C "$root" rev-parse --short HEAD)$(git -C "$root" diff --quiet || echo +dirty); autogroup $(cat /proc/self/autogroup); load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "steps=${STEPS:-8} secs=${SECS:-3} ping every ${PING_US:-200} us; 256-byte UDP flood in bursts of ${BURST:-32}; neighbour ${NEIGHBOUR:-vhost-user}; switch share ${SHARE:-100}%; budget ${BUDGET:-64} frames per queue per round, in turns of 8"
+if [ -n "${LATENCY_HIGH:-}" ]; then
+    placement=(--latency-high 1 --cpu 0); wrap=0
+    echo "latency port latency-high on CPU 1 (with the probe); shared worker and generator on CPU 0"
+else
+    placement=(); wrap=1
+fi
 echo "== results (round trips in µs)"
-taskset -c 1 "$target/release/examples/netqueue_hol" --vnio "$target/release/vnio" \
+taskset -c $wrap "$target/release/examples/netqueue_hol" "${placement[@]}" --vnio "$target/release/vnio" \
     --steps "${STEPS:-8}" --secs "${SECS:-3}" --ping-us "${PING_US:-200}" --burst "${BURST:-32}" \
     --neighbour "${NEIGHBOUR:-vhost-user}" --switch-share "${SHARE:-100}" --budget "${BUDGET:-64}" ${MAX_KPPS:+--max-kpps $MAX_KPPS}

@@ -69,6 +69,9 @@ struct Args {
     switch_share: u32,
     /// The switch's frames per queue per polling round.
     budget: u32,
+    /// The latency port is latency-high with its worker on this core (the
+    /// switch may use it too; the probe moves there).
+    latency_high: Option<usize>,
 }
 
 fn args() -> Result<Args, String> {
@@ -86,6 +89,7 @@ fn args() -> Result<Args, String> {
         burst: 32,
         switch_share: 100,
         budget: 64,
+        latency_high: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
@@ -111,6 +115,7 @@ fn args() -> Result<Args, String> {
             "--max-kpps" => a.max_kpps = Some(num(&v)?),
             "--switch-cpu" => a.switch_cpu = num(&v)? as usize,
             "--cpu" => a.cpu = num(&v)? as usize,
+            "--latency-high" => a.latency_high = Some(num(&v)? as usize),
             "--ping-us" => a.ping_us = num(&v)? as u64,
             "--burst" => a.burst = (num(&v)? as u64).max(1),
             "--switch-share" => {
@@ -267,7 +272,7 @@ impl Bench {
         };
         let cfg = format!(
             "[switch]\ncontrol = \"{ctl}\"\nidle_polls = {idle}\nbudget = {budget}\n\n\
-             [[port]]\nname = \"lat\"\nkind = \"vhost-user\"\nsocket = \"{lat}\"\nmac = \"{LAT_MAC}\"\ncoalesce = \"off\"\n\n\
+             [[port]]\nname = \"lat\"\nkind = \"vhost-user\"\nsocket = \"{lat}\"\nmac = \"{LAT_MAC}\"\ncoalesce = \"off\"\n{lat_high}\n\
              [[port]]\nname = \"nbr\"\n{nbr_port}\nmac = \"{NBR_MAC}\"\n\n\
              [[port]]\nname = \"up\"\nkind = \"uplink\"\nifname = \"{up}\"\nqueues = {queues}\n",
             ctl = self.dir.join("ctl.sock").display(),
@@ -275,11 +280,19 @@ impl Bench {
             budget = self.a.budget,
             lat = self.dir.join("lat.sock").display(),
             up = self.up,
+            lat_high = self
+                .a
+                .latency_high
+                .map_or(String::new(), |c| format!("latency = \"high\"\ncore = {c}\n")),
         );
+        let switch_cpus = match self.a.latency_high {
+            Some(c) => format!("{},{c}", self.a.switch_cpu),
+            None => self.a.switch_cpu.to_string(),
+        };
         std::fs::write(self.dir.join("switch.toml"), cfg)?;
         let sw = SwitchProc(
             Command::new("taskset")
-                .args(["-c", &self.a.switch_cpu.to_string(), &self.a.vnio])
+                .args(["-c", &switch_cpus, &self.a.vnio])
                 .args(["switch", "--config"])
                 .arg(self.dir.join("switch.toml"))
                 .stdout(Stdio::null())
@@ -562,7 +575,7 @@ impl Bench {
             let c0 = self.counters();
             counting.store(true, Ordering::Relaxed);
             let probe = sc.spawn(|| -> Result<(Vec<f64>, u32), String> {
-                vnio_switch::cpu::pin_current_thread(&[a.switch_cpu])
+                vnio_switch::cpu::pin_current_thread(&[a.latency_high.unwrap_or(a.switch_cpu)])
                     .map_err(|e| e.to_string())?;
                 if let Err(e) = vnio_switch::cpu::realtime_current_thread(10) {
                     eprintln!("probe: no real-time priority ({e}): its wake-ups wait for the switch's time slice");

@@ -314,7 +314,11 @@ impl Datapath {
     /// Takes in a port another worker detached; returns its slot index.
     pub fn attach(&mut self, slot: Slot) -> usize {
         self.topo_gen += 1;
-        self.remote.retain(|r| r.id != slot.id);
+        // A lent uplink queue is the uplink only for unicast frames: floods
+        // to the wire still go through the uplink's own worker.
+        if !is_lent(&slot.port) {
+            self.remote.retain(|r| r.id != slot.id);
+        }
         // What was learned on it here came through another worker's ring.
         self.fdb.flush_port(slot.id);
         let idx = match self.slots.iter().position(Option::is_none) {
@@ -394,12 +398,130 @@ impl Datapath {
     pub fn check_queue_request(&self, req: QueueRequest) -> Result<(), String> {
         for s in self.slots.iter().flatten() {
             if let Port::Uplink(u) = &s.port {
+                if u.lent().is_some() {
+                    continue;
+                }
                 u.table()
                     .check(req)
                     .map_err(|e| format!("uplink {}: {e}", s.name))?;
             }
         }
         Ok(())
+    }
+
+    /// Lends vNIC `id`'s own receive queue on every uplink here to the
+    /// worker it runs on (a latency-high port's, see [`UplinkPort::lend`]).
+    /// The vNIC joins each uplink's table first (it is served elsewhere,
+    /// so it did not join on arrival). Queues lent already are not lent
+    /// again; a vNIC left on the shared queue gets nothing.
+    pub fn lend_queues(
+        &mut self,
+        id: PortId,
+        req: QueueRequest,
+        mac: crate::wire::EthernetAddress,
+    ) -> Vec<Lent> {
+        let mut out = Vec::new();
+        for (i, s) in self.slots.iter_mut().enumerate() {
+            let Some(s) = s else { continue };
+            let Port::Uplink(u) = &mut s.port else {
+                continue;
+            };
+            if u.lent().is_some() {
+                continue;
+            }
+            u.update_queues(|t| match t.join(id, req, Some(mac)) {
+                Ok(c) => c | t.set_mac(id, mac),
+                Err(e) => {
+                    log::warn!(
+                        "uplink {}: port id {id} stays on the shared queue: {e}",
+                        s.name
+                    );
+                    false
+                }
+            });
+            let q = u.table().queue_of(id);
+            if let Some(port) = u.lend(q) {
+                log::info!(
+                    "uplink {}: receive queue {q} lent to the worker of port id {id}",
+                    s.name
+                );
+                // Its socket is no longer this worker's to watch.
+                if !self.dirty.contains(&i) {
+                    self.dirty.push(i);
+                }
+                out.push(Lent {
+                    uplink: s.id,
+                    name: format!("{}:q{q}", s.name),
+                    policy: s.policy.clone(),
+                    policies: s.policies,
+                    port,
+                });
+            }
+        }
+        out
+    }
+
+    /// Takes in a queue another worker's uplink lent (its frames come
+    /// straight to this worker's ports, and theirs leave through it).
+    pub fn hold(&mut self, l: Lent) -> usize {
+        let Lent {
+            uplink,
+            name,
+            policy,
+            policies,
+            port,
+        } = l;
+        self.add(uplink, name, policy, policies, Port::Uplink(port))
+    }
+
+    /// Gives back the lent queues held here (of uplink `of` only, when set).
+    pub fn release_lent(&mut self, of: Option<PortId>) -> Vec<Lent> {
+        let mut out = Vec::new();
+        for i in 0..self.slots.len() {
+            let lent = self.slots[i]
+                .as_ref()
+                .is_some_and(|s| is_lent(&s.port) && of.is_none_or(|u| u == s.id));
+            if !lent {
+                continue;
+            }
+            if let Some(s) = self.remove(i) {
+                self.mark_dirty(i);
+                if let Port::Uplink(port) = s.port {
+                    out.push(Lent {
+                        uplink: s.id,
+                        name: s.name,
+                        policy: s.policy,
+                        policies: s.policies,
+                        port,
+                    });
+                }
+            }
+        }
+        out
+    }
+
+    /// Takes back queues lent with [`Datapath::lend_queues`]; `leaving`: the
+    /// vNIC they were lent for is gone (it leaves the tables too).
+    pub fn restore(&mut self, lent: Vec<Lent>, leaving: Option<PortId>) {
+        for l in lent {
+            let at = self.slots.iter().position(|s| {
+                s.as_ref()
+                    .is_some_and(|s| s.id == l.uplink && matches!(s.port, Port::Uplink(_)))
+            });
+            if let Some(i) = at {
+                if let Some(Port::Uplink(u)) = self.slots[i].as_mut().map(|s| &mut s.port) {
+                    u.take_back(l.port);
+                }
+                self.mark_dirty(i);
+            }
+        }
+        if let Some(id) = leaving {
+            for s in self.slots.iter_mut().flatten() {
+                if let Port::Uplink(u) = &mut s.port {
+                    u.update_queues(|t| t.leave(id));
+                }
+            }
+        }
     }
 
     /// A new vNIC joins every uplink's queue table; a new uplink takes in
@@ -1155,7 +1277,8 @@ impl Datapath {
                         continue;
                     };
                     // Direct-mode ports are not switched: no floods either.
-                    if s.id == src_id || s.direct_up.is_some() {
+                    // A lent uplink queue's lender floods to the wire.
+                    if s.id == src_id || s.direct_up.is_some() || is_lent(&s.port) {
                         continue;
                     }
                     if let Some(tagging) = s.policy.vlan.egress(d.vid) {
@@ -1341,9 +1464,10 @@ impl Datapath {
             let Some(s) = self.slots[j].as_ref() else {
                 continue;
             };
+            // A flood reached the wire through the uplink's own worker.
             let wanted = match r.dest {
                 Some(p) => s.id == p,
-                None => s.id != r.src,
+                None => s.id != r.src && !is_lent(&s.port),
             };
             if !wanted {
                 continue;
@@ -1763,6 +1887,26 @@ impl Datapath {
             }
         }
     }
+}
+
+/// An uplink receive queue on its way to or from the worker of its owner.
+#[derive(Debug)]
+pub struct Lent {
+    /// The uplink that lent it.
+    pub uplink: PortId,
+    /// Its name while held: the uplink's, then `:q` and its number.
+    pub name: String,
+    /// The uplink's forwarding policy (VLANs), which it keeps while held.
+    pub policy: PortPolicy,
+    /// The uplink's latency policies.
+    pub policies: Policies,
+    /// The queue with its own transmit sockets.
+    pub port: UplinkPort,
+}
+
+/// Whether `port` is an uplink queue lent by another worker's uplink.
+fn is_lent(port: &Port) -> bool {
+    matches!(port, Port::Uplink(u) if u.lent().is_some())
 }
 
 /// Frames an uplink receive queue gives per turn before the next queue's

@@ -21,7 +21,7 @@ mod sys;
 /// Where a thread runs, for tools and benchmarks built on the switch (the
 /// switch's own workers use the same calls).
 pub mod cpu {
-    pub use crate::sys::affinity::{pin_current_thread, realtime_current_thread};
+    pub use crate::sys::affinity::{allowed, pin_current_thread, realtime_current_thread};
 }
 pub mod vhost_user;
 pub mod vlan;

@@ -235,6 +235,9 @@ pub struct UplinkQueueSnapshot {
     /// The vNIC that owns it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
+    /// The owner's identity (to name an owner served by another worker).
+    #[serde(skip)]
+    pub owner_id: Option<crate::PortId>,
     /// The destination MAC it takes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mac: Option<String>,
@@ -244,6 +247,10 @@ pub struct UplinkQueueSnapshot {
     pub bytes: u64,
     /// Frames the kernel dropped because its ring was full.
     pub kernel_drops: u64,
+    /// Lent to the worker of its owner (a latency-high vNIC): the counters
+    /// above stopped when it left; it goes on as port `<uplink>:q<queue>`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub lent: bool,
 }
 
 /// Renders ports' counters in the Prometheus text exposition format.

@@ -8,7 +8,7 @@
 
 use crate::coalesce::Coalesce;
 use crate::config::{Latency, PolicyUpdate, PortKind, PortSpec, SwitchConfig};
-use crate::datapath::{Datapath, Port, Slot};
+use crate::datapath::{Datapath, Lent, Port, Slot};
 use crate::fdb::{Fdb, FdbEntry};
 use crate::mesh::{Doorbell, PeerSetup, RemotePort, WorkerId};
 use crate::port::tap::TapPort;
@@ -118,6 +118,19 @@ pub enum Command {
     List(Sender<Vec<PortInfo>>),
     /// The FDB.
     Fdb(Sender<Vec<FdbEntry>>),
+    /// Lend a vNIC's own uplink receive queues to the worker it runs on.
+    Lend(
+        crate::PortId,
+        crate::netqueue::QueueRequest,
+        crate::wire::EthernetAddress,
+        Sender<Vec<Lent>>,
+    ),
+    /// Serve uplink queues another worker lent.
+    Hold(Vec<Lent>, Sender<()>),
+    /// Give back the lent queues held here (of one uplink, when set).
+    Release(Option<crate::PortId>, Sender<Vec<Lent>>),
+    /// Take back lent queues; the vNIC they were lent for may be leaving.
+    Restore(Vec<Lent>, Option<crate::PortId>, Sender<()>),
     /// Stop the worker.
     Stop,
 }
@@ -244,22 +257,28 @@ impl Worker {
         else {
             return Vec::new();
         };
+        // A lent queue's holder names it by its number on the uplink.
+        let held = u.lent();
         (0..u.queue_count())
             .map(|q| {
                 let owner = u.table().owner(q);
-                let (packets, bytes, kernel_drops) = match u.queue_mut(q) {
-                    Some(rx) => (rx.packets, rx.bytes, rx.kernel_drops()),
-                    None => (0, 0, 0),
+                let lent = u.lent_out(q);
+                let (packets, bytes, kernel_drops) = match (u.queue_mut(q), lent) {
+                    (Some(rx), _) => (rx.packets, rx.bytes, rx.kernel_drops()),
+                    (None, Some((p, b))) => (p, b, 0),
+                    (None, None) => (0, 0, 0),
                 };
                 UplinkQueueSnapshot {
-                    queue: q,
+                    queue: held.unwrap_or(q),
                     owner: owner.and_then(|(id, _)| {
                         names.iter().find(|(i, _)| *i == id).map(|(_, n)| n.clone())
                     }),
+                    owner_id: owner.map(|(id, _)| id),
                     mac: owner.and_then(|(_, m)| m).map(|m| m.to_string()),
                     packets,
                     bytes,
                     kernel_drops,
+                    lent: lent.is_some(),
                 }
             })
             .collect()
@@ -277,6 +296,9 @@ impl Worker {
                 p.device.ready(0) && p.device.ready(1),
             ),
             Port::Tap(t) => ("tap", t.ifname().to_string(), None, true, true),
+            Port::Uplink(u) if u.lent().is_some() => {
+                ("uplink-queue", u.ifname().to_string(), None, true, true)
+            }
             Port::Uplink(u) => ("uplink", u.ifname().to_string(), None, true, true),
         };
         Some(PortInfo {
@@ -499,6 +521,25 @@ impl Worker {
                 }
                 Command::Fdb(reply) => {
                     let _ = reply.send(self.dp.fdb().entries(Instant::now()));
+                }
+                Command::Lend(id, req, mac, reply) => {
+                    let _ = reply.send(self.dp.lend_queues(id, req, mac));
+                }
+                Command::Hold(lent, reply) => {
+                    for l in lent {
+                        let name = l.name.clone();
+                        let slot = self.dp.hold(l);
+                        self.sync(slot);
+                        log::info!("{name}: served by this worker");
+                    }
+                    let _ = reply.send(());
+                }
+                Command::Release(of, reply) => {
+                    let _ = reply.send(self.dp.release_lent(of));
+                }
+                Command::Restore(lent, leaving, reply) => {
+                    self.dp.restore(lent, leaving);
+                    let _ = reply.send(());
                 }
                 Command::Stop => return false,
             }

@@ -6,11 +6,13 @@
 //! ([`crate::mesh`]). Nothing here is on the data path: the control plane
 //! takes a lock, the workers never do.
 
-use crate::config::{Latency, Policies, PolicyUpdate, PortSpec, SwitchConfig};
+use crate::config::{Latency, Policies, PolicyUpdate, PortKind, PortSpec, SwitchConfig};
 use crate::datapath::Slot;
 use crate::fdb::FdbEntry;
 use crate::mesh::{Doorbell, PeerSetup, RemotePort, WorkerId};
+use crate::netqueue::QueueRequest;
 use crate::vlan::VlanMode;
+use crate::wire::EthernetAddress;
 use crate::worker::{Command, PortInfo, Worker};
 use crate::PortId;
 use std::sync::mpsc::{self, Sender};
@@ -61,6 +63,13 @@ struct Entry {
     policies: Policies,
     /// Bound to an uplink queue (direct mode): stays with the uplink's worker.
     direct: bool,
+    /// An uplink (its queues may be lent to latency-high ports' workers).
+    uplink: bool,
+    /// The uplink receive queue it asks for, and its configured MAC (a
+    /// queue follows a MAC; a latency-high port's worker takes its queue
+    /// along only when the MAC is configured).
+    queue: QueueRequest,
+    mac: Option<EthernetAddress>,
 }
 
 /// Every worker and where each port lives.
@@ -318,6 +327,7 @@ impl Workers {
         };
         let id = PortId(self.next_port);
         let name = spec.name.clone();
+        let uplink = spec.kind == PortKind::Uplink;
         let r = self
             .link(worker)?
             .ask(|tx| Command::Add(spec, id, tx))
@@ -333,7 +343,18 @@ impl Workers {
                     direct: policy.direct.is_some(),
                     vlan: policy.vlan,
                     policies,
+                    uplink,
+                    queue: policy.uplink_queue,
+                    mac: policy.mac,
                 });
+                if uplink {
+                    // Its queues go to the latency-high ports already here.
+                    for i in 0..self.ports.len() {
+                        self.lend_to(i);
+                    }
+                } else {
+                    self.lend_to(self.ports.len() - 1);
+                }
                 Ok(info)
             }
             Err(e) => {
@@ -351,6 +372,14 @@ impl Workers {
             .position(|p| p.name == name)
             .ok_or_else(|| format!("no port {name}"))?;
         let (id, worker) = (self.ports[i].id, self.ports[i].worker);
+        if self.ports[i].uplink {
+            // Its lent queues close with it.
+            for l in self.links.iter().filter(|l| l.core.is_some()) {
+                let _ = l.ask(|tx| Command::Release(Some(id), tx));
+            }
+        } else {
+            self.recall(worker, Some(id));
+        }
         self.link(worker)?
             .ask(|tx| Command::Del(name.to_string(), tx))??;
         self.ports.remove(i);
@@ -402,7 +431,10 @@ impl Workers {
                 let core = self.choose_core(new.core, None)?;
                 let to = self.spawn(Some(core))?;
                 match self.relocate(i, to, new) {
-                    Ok(info) => Ok(info),
+                    Ok(info) => {
+                        self.lend_to(i);
+                        Ok(info)
+                    }
                     Err(e) => {
                         self.retire(to);
                         Err(e)
@@ -410,6 +442,7 @@ impl Workers {
                 }
             }
             (Latency::High, Latency::Normal) => {
+                self.recall(worker, None);
                 let to = self.shared();
                 let info = self.relocate(i, to, new)?;
                 self.retire(worker);
@@ -437,6 +470,65 @@ impl Workers {
         }
     }
 
+    /// Lends port `i`'s own uplink receive queues to its worker when that
+    /// is a dedicated one (see [`crate::datapath::Datapath::lend_queues`]):
+    /// its frames to and from the wire then never cross the shared worker.
+    /// Failing leaves them with the shared worker, as before, and says so.
+    fn lend_to(&self, i: usize) {
+        let Some(p) = self.ports.get(i) else { return };
+        let Some(mac) = p.mac else { return };
+        if p.uplink || p.queue == QueueRequest::Shared || p.policies.latency != Latency::High {
+            return;
+        }
+        let shared = self.shared();
+        let lent = match self
+            .link(shared)
+            .and_then(|l| l.ask(|tx| Command::Lend(p.id, p.queue, mac, tx)))
+        {
+            Ok(lent) if !lent.is_empty() => lent,
+            Ok(_) => return,
+            Err(e) => {
+                log::warn!(
+                    "port {}: its uplink queues stay with the shared worker: {e}",
+                    p.name
+                );
+                return;
+            }
+        };
+        if let Err(e) = self
+            .link(p.worker)
+            .and_then(|l| l.ask(|tx| Command::Hold(lent, tx)))
+        {
+            log::warn!(
+                "port {}: its worker could not take its uplink queues: {e}",
+                p.name
+            );
+        }
+    }
+
+    /// Takes back the uplink queues dedicated worker `w` holds; `leaving`:
+    /// the port they were lent for is being removed.
+    fn recall(&self, w: WorkerId, leaving: Option<PortId>) {
+        let Ok(l) = self.link(w) else { return };
+        if l.core.is_none() {
+            return;
+        }
+        let lent = match l.ask(|tx| Command::Release(None, tx)) {
+            Ok(lent) => lent,
+            Err(e) => {
+                log::warn!("worker {w}: cannot take back its uplink queues: {e}");
+                Vec::new()
+            }
+        };
+        let shared = self.shared();
+        if let Err(e) = self
+            .link(shared)
+            .and_then(|l| l.ask(|tx| Command::Restore(lent, leaving, tx)))
+        {
+            log::warn!("the shared worker cannot take back uplink queues: {e}");
+        }
+    }
+
     /// Every port, in the order they were added.
     pub fn list(&self) -> Result<Vec<PortInfo>, String> {
         let mut all = Vec::new();
@@ -444,6 +536,18 @@ impl Workers {
             all.extend(l.ask(Command::List)?);
         }
         all.sort_by_key(|p| p.id);
+        // A worker names only its own ports: owners elsewhere are named here.
+        for q in all
+            .iter_mut()
+            .flat_map(|p| p.stats.uplink_queues.iter_mut())
+        {
+            if q.owner.is_none() {
+                q.owner = q
+                    .owner_id
+                    .and_then(|id| self.ports.iter().find(|p| p.id == id))
+                    .map(|p| p.name.clone());
+            }
+        }
         Ok(all)
     }
 

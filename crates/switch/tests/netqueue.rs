@@ -163,3 +163,177 @@ fn each_vnic_gets_its_own_uplink_queue_while_they_last() {
     }
     bounded(Duration::from_secs(40), run);
 }
+
+/// The uplink as listed, and the port serving its lent queue, if any.
+fn lent_view(
+    sw: &Switch,
+) -> (
+    Vec<UplinkQueueSnapshot>,
+    Option<vnio_switch::worker::PortInfo>,
+) {
+    let all = sw.handle().list().unwrap();
+    let up = all.iter().find(|p| p.name == "up").unwrap();
+    let held = all.iter().find(|p| p.kind == "uplink-queue").cloned();
+    (up.stats.uplink_queues.clone(), held)
+}
+
+/// Frames the far end of the veth receives from `src` within `T`.
+fn far_receives(far: &mut UplinkPort, src: EthernetAddress, n: usize) {
+    let mut q = far.take_queue(0).unwrap();
+    let (mut got, deadline) = (0, Instant::now() + T);
+    while got < n {
+        match q.peek() {
+            Some(vnio_switch::port::uplink::Rx::Frame(f)) => {
+                if f.len() >= HDR_LEN + 12 && f[HDR_LEN + 6..HDR_LEN + 12] == src.0 {
+                    got += 1;
+                }
+                q.release();
+            }
+            Some(_) => q.release(),
+            None => {
+                assert!(
+                    Instant::now() < deadline,
+                    "{got} of {n} frames reached the wire"
+                );
+                std::thread::yield_now();
+            }
+        }
+    }
+    far.put_queue(0, q);
+}
+
+fn run_lent() {
+    let dir = Dir::new("netql");
+    let n = std::process::id() % 1000;
+    let (a, b) = (format!("vnla{n}"), format!("vnlb{n}"));
+    let mut h = vnio_lab::Handle::root().unwrap();
+    let _veth = h.add_veth(&a, &b, None).unwrap();
+    for i in [&a, &b] {
+        let _ = std::fs::write(format!("/proc/sys/net/ipv6/conf/{i}/disable_ipv6"), "1");
+        h.set_up(i).unwrap();
+    }
+    let mut up = PortSpec::uplink("up", &a);
+    up.queues = Some(3);
+    let mut p1 = PortSpec::vhost_user("p1", dir.sock("p1"), SocketMode::Server);
+    p1.mac = Some(mac(1).to_string());
+    p1.latency = vnio_switch::config::Latency::High;
+    let mut p2 = PortSpec::vhost_user("p2", dir.sock("p2"), SocketMode::Server);
+    p2.mac = Some(mac(2).to_string());
+    let cfg = Config {
+        switch: SwitchConfig {
+            control: dir.sock("control"),
+            idle_polls: 4,
+            ..Default::default()
+        },
+        ports: vec![up, p1, p2],
+    };
+    let sw = Switch::start(cfg).unwrap();
+    let mut e1 = endpoint(&dir, 1, 1);
+    let mut e2 = endpoint(&dir, 2, 2);
+    let mut far = UplinkPort::new(&b).unwrap();
+
+    // p1 runs on a worker of its own, which serves p1's uplink queue.
+    let (q, held) = lent_view(&sw);
+    let mine = q
+        .iter()
+        .position(|q| q.owner.as_deref() == Some("p1"))
+        .unwrap_or_else(|| panic!("p1 owns a queue: {q:?}"));
+    assert!(q[mine].lent, "{q:?}");
+    let held = held.expect("a port serves the lent queue");
+    assert_eq!(held.name, format!("up:q{mine}"));
+    assert_eq!(held.stats.uplink_queues[0].queue, mine);
+    let theirs = q
+        .iter()
+        .position(|q| q.owner.as_deref() == Some("p2"))
+        .unwrap();
+    assert!(!q[theirs].lent, "p2 is served by the shared worker: {q:?}");
+
+    // From the wire: p1's frames come through the lent queue only (both
+    // MACs known first: a frame for an unknown one is flooded to both).
+    announce(&mut e1);
+    announce(&mut e2);
+    far_receives(&mut far, mac(2), 1);
+    let before = lent_view(&sw);
+    flood(&mut far, mac(1), 300, &mut e1);
+    flood(&mut far, mac(2), 100, &mut e2);
+    let after = lent_view(&sw);
+    let took = |v: &(
+        Vec<UplinkQueueSnapshot>,
+        Option<vnio_switch::worker::PortInfo>,
+    )| { v.1.as_ref().unwrap().stats.uplink_queues[0].packets };
+    assert_eq!(took(&after) - took(&before), 300, "{after:?}");
+    assert_eq!(after.0[theirs].packets - before.0[theirs].packets, 100);
+    assert_eq!(
+        after.0[0].packets, before.0[0].packets,
+        "nothing on the shared queue"
+    );
+
+    // To the wire: p1's unicast leaves through the lent queue's own
+    // sockets (the far end was learned from the flood), not the uplink's.
+    let sent_up = |v: &(
+        Vec<UplinkQueueSnapshot>,
+        Option<vnio_switch::worker::PortInfo>,
+    )| { v.1.as_ref().unwrap().stats.rx.packets };
+    let up_rx = || {
+        sw.handle()
+            .list()
+            .unwrap()
+            .into_iter()
+            .find(|p| p.name == "up")
+            .unwrap()
+            .stats
+            .rx
+            .packets
+    };
+    let (before, up_before) = (lent_view(&sw), up_rx());
+    for _ in 0..50 {
+        announce(&mut e1);
+    }
+    far_receives(&mut far, mac(1), 50);
+    assert_eq!(sent_up(&lent_view(&sw)) - sent_up(&before), 50);
+    assert_eq!(
+        up_rx(),
+        up_before,
+        "the shared worker's uplink sent none of them"
+    );
+
+    // Back to latency normal: the queue returns to the shared worker.
+    let normal = vnio_switch::config::PolicyUpdate {
+        latency: Some(vnio_switch::config::Latency::Normal),
+        ..Default::default()
+    };
+    sw.handle().set_port("p1", normal).unwrap();
+    let (q, held) = lent_view(&sw);
+    assert!(held.is_none() && !q[mine].lent, "{q:?}");
+    assert_eq!(q[mine].owner.as_deref(), Some("p1"));
+    let before = q[mine].packets;
+    flood(&mut far, mac(1), 100, &mut e1);
+    let after = lent_view(&sw).0;
+    assert_eq!(after[mine].packets - before, 100, "{after:?}");
+
+    // High again, then removed: lent, then back and free.
+    let high = vnio_switch::config::PolicyUpdate {
+        latency: Some(vnio_switch::config::Latency::High),
+        ..Default::default()
+    };
+    sw.handle().set_port("p1", high).unwrap();
+    assert!(lent_view(&sw).0[mine].lent);
+    flood(&mut far, mac(1), 100, &mut e1);
+    sw.handle().del_port("p1").unwrap();
+    let (q, held) = lent_view(&sw);
+    assert!(held.is_none() && !q[mine].lent, "{q:?}");
+    assert_eq!(q[mine].owner, None, "{q:?}");
+}
+
+#[test]
+fn a_latency_high_port_takes_its_uplink_queue_to_its_worker() {
+    if !vnio_lab::is_root() {
+        println!("skip: uplink queue test needs root");
+        return;
+    }
+    if vnio_switch::cpu::allowed().map_or(0, |c| c.len()) < 2 {
+        println!("skip: latency high needs a second CPU to dedicate");
+        return;
+    }
+    bounded(Duration::from_secs(40), run_lent);
+}

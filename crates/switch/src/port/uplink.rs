@@ -16,7 +16,7 @@
 use super::{Watch, Watched};
 use crate::egress::Scheduler;
 use crate::netqueue::QueueTable;
-use crate::sys::packet::{self, BpfInsn, PlainTx, RxRing, TxRing};
+use crate::sys::packet::{self, BpfInsn, PlainTx, RxRing, SocketHandle, TxRing};
 use std::io;
 use std::os::fd::AsRawFd;
 
@@ -200,6 +200,22 @@ pub struct UplinkPort {
     /// Shares, limits and reservations of the vNICs sending out.
     pub sched: Scheduler,
     opts: UplinkOptions,
+    /// Queues lent to another worker (see [`UplinkPort::lend`]): their
+    /// filters still follow the table through a second descriptor.
+    lent_out: Vec<Option<LentOut>>,
+    /// This port is one queue lent by the uplink, held by the worker of
+    /// the queue's owner: the queue's number there.
+    lent: Option<usize>,
+}
+
+/// What an uplink keeps of a queue it lent.
+#[derive(Debug)]
+struct LentOut {
+    handle: SocketHandle,
+    program: Vec<BpfInsn>,
+    /// Its counters when it left.
+    packets: u64,
+    bytes: u64,
 }
 
 impl UplinkPort {
@@ -215,12 +231,8 @@ impl UplinkPort {
             what,
             source,
         };
-        let mtu = packet::mtu(ifname).map_err(|e| err("socket (interface MTU)", e))?;
-        let fs = packet::frame_size_for(mtu);
-        let tx = TxRing::open(ifname, fs, opts.tx_frames, opts.qdisc_bypass)
-            .map_err(|e| err("transmit ring", e))?;
-        let big_tx =
-            PlainTx::open(ifname, opts.qdisc_bypass).map_err(|e| err("transmit socket", e))?;
+        let fs = frame_size(ifname).map_err(|e| err("socket (interface MTU)", e))?;
+        let (tx, big_tx) = open_tx(ifname, fs, opts).map_err(|(what, e)| err(what, e))?;
         let table = QueueTable::new(opts.queues);
         let mut queues = Vec::with_capacity(table.queues());
         for q in 0..table.queues() {
@@ -240,7 +252,89 @@ impl UplinkPort {
             table,
             sched: Scheduler::new(opts.capacity_bps.or_else(|| link_speed_bps(ifname))),
             opts: opts.clone(),
+            lent_out: (0..opts.queues.max(1)).map(|_| None).collect(),
+            lent: None,
         })
+    }
+
+    /// Lends receive queue `q` (not the shared one) to the worker of its
+    /// owner, a latency-high vNIC: the port returned receives that queue
+    /// and sends on transmit sockets of its own, so the owner's frames to
+    /// and from the wire never wait for this port's worker. Its filter
+    /// keeps following the table here. None when `q` is the shared queue,
+    /// lent already, or the transmit sockets cannot be opened (said in the
+    /// log).
+    pub fn lend(&mut self, q: usize) -> Option<UplinkPort> {
+        if q == 0 || self.lent.is_some() {
+            return None;
+        }
+        let opened = frame_size(&self.ifname)
+            .map_err(|e| ("socket (interface MTU)", e))
+            .and_then(|fs| open_tx(&self.ifname, fs, &self.opts));
+        let (tx, big_tx) = match opened {
+            Ok(t) => t,
+            Err((what, e)) => {
+                log::warn!("uplink {}: queue {q} stays here: {what}: {e}", self.ifname);
+                return None;
+            }
+        };
+        let handle = match self.queues.get(q)?.as_ref()?.ring.handle() {
+            Ok(h) => h,
+            Err(e) => {
+                log::warn!("uplink {}: queue {q} stays here: {e}", self.ifname);
+                return None;
+            }
+        };
+        let rx = self.queues[q].take()?;
+        self.lent_out[q] = Some(LentOut {
+            handle,
+            program: rx.program.clone(),
+            packets: rx.packets,
+            bytes: rx.bytes,
+        });
+        Some(UplinkPort {
+            ifname: self.ifname.clone(),
+            queues: vec![Some(rx)],
+            tx,
+            big_tx,
+            big_buf: vec![0u8; BUF_LEN].into_boxed_slice(),
+            big_pending: false,
+            table: QueueTable::new(1),
+            // Shares divide the link here; the holder only enforces its
+            // owner's limit (the owner's frames bypass this scheduler).
+            sched: Scheduler::new(None),
+            opts: self.opts.clone(),
+            lent_out: vec![None],
+            lent: Some(q),
+        })
+    }
+
+    /// Takes back a queue [`UplinkPort::lend`] gave (the holder's
+    /// transmit sockets close with it).
+    pub fn take_back(&mut self, mut held: UplinkPort) {
+        let (Some(q), Some(rx)) = (held.lent, held.queues.pop().flatten()) else {
+            return;
+        };
+        let Some(out) = self.lent_out.get_mut(q).and_then(Option::take) else {
+            return;
+        };
+        self.queues[q] = Some(rx);
+        // The table may have changed the filter meanwhile.
+        if let Some(rx) = self.queues[q].as_mut() {
+            rx.program = out.program;
+        }
+    }
+
+    /// For a lent queue's holder: the queue's number on the uplink.
+    pub fn lent(&self) -> Option<usize> {
+        self.lent
+    }
+
+    /// Whether queue `q` is lent to another worker, and the frames and
+    /// bytes taken from it before it left.
+    pub fn lent_out(&self, q: usize) -> Option<(u64, u64)> {
+        let o = self.lent_out.get(q)?.as_ref()?;
+        Some((o.packets, o.bytes))
     }
 
     /// The interface.
@@ -270,13 +364,26 @@ impl UplinkPort {
     /// and installs the filter programs that changed. Not on the per-frame
     /// path: a few system calls per change.
     pub fn update_queues(&mut self, f: impl FnOnce(&mut QueueTable) -> bool) {
-        if !f(&mut self.table) {
+        // A lent queue's filter is the lender's to keep.
+        if self.lent.is_some() || !f(&mut self.table) {
             return;
         }
         // The dedicated queues first: a moving address is briefly taken by
         // two queues rather than by none.
         for q in (0..self.queues.len()).rev() {
             let program = self.table.program(q);
+            if let Some(Some(out)) = self.lent_out.get_mut(q) {
+                if out.program != program {
+                    match out.handle.set_filter(&program) {
+                        Ok(()) => out.program = program,
+                        Err(e) => log::warn!(
+                            "uplink {}: lent queue {q}: cannot set its filter: {e}",
+                            self.ifname
+                        ),
+                    }
+                }
+                continue;
+            }
             let Some(Some(rx)) = self.queues.get_mut(q) else {
                 continue;
             };
@@ -388,6 +495,23 @@ impl UplinkPort {
         self.flush();
         ok
     }
+}
+
+/// The ring slot size for `ifname`'s MTU.
+fn frame_size(ifname: &str) -> io::Result<usize> {
+    Ok(packet::frame_size_for(packet::mtu(ifname)?))
+}
+
+/// An uplink's transmit ring and its socket for frames larger than a slot.
+fn open_tx(
+    ifname: &str,
+    frame_size: usize,
+    opts: &UplinkOptions,
+) -> Result<(TxRing, PlainTx), (&'static str, io::Error)> {
+    let tx = TxRing::open(ifname, frame_size, opts.tx_frames, opts.qdisc_bypass)
+        .map_err(|e| ("transmit ring", e))?;
+    let big_tx = PlainTx::open(ifname, opts.qdisc_bypass).map_err(|e| ("transmit socket", e))?;
+    Ok((tx, big_tx))
 }
 
 /// Moves a virtio-net header's offsets (checksum start, GSO header length)

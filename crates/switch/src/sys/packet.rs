@@ -394,23 +394,14 @@ impl RxRing {
 
     /// Frames the kernel dropped because the ring was full, since the last call.
     pub fn take_drops(&self) -> io::Result<u32> {
-        let mut st = [0u32; 2];
-        let mut len = std::mem::size_of_val(&st) as libc::socklen_t;
-        // SAFETY: PACKET_STATISTICS writes a struct tpacket_stats (two u32s)
-        // into `st`, whose size `len` states.
-        let r = unsafe {
-            libc::getsockopt(
-                self.fd.as_raw_fd(),
-                SOL_PACKET,
-                PACKET_STATISTICS,
-                st.as_mut_ptr().cast(),
-                &mut len,
-            )
-        };
-        if r < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(st[1])
+        take_drops(self.fd.as_raw_fd())
+    }
+
+    /// A second descriptor of this socket: its filter can be changed
+    /// through it while the ring is served elsewhere (an uplink queue lent
+    /// to another worker).
+    pub fn handle(&self) -> io::Result<SocketHandle> {
+        Ok(SocketHandle(self.fd.try_clone()?))
     }
 
     /// The next received frame, if the kernel has handed one over.
@@ -662,6 +653,40 @@ impl PlainTx {
         }
         Ok(n as usize)
     }
+}
+
+/// A receive socket's second descriptor (see [`RxRing::handle`]).
+#[derive(Debug)]
+pub struct SocketHandle(OwnedFd);
+
+impl SocketHandle {
+    /// Replaces the socket's filter.
+    pub fn set_filter(&self, filter: &[BpfInsn]) -> io::Result<()> {
+        attach_filter(self.0.as_raw_fd(), filter)
+    }
+}
+
+/// The ring-full drops of packet socket `fd` since the last read (the
+/// kernel resets its counter on every read).
+fn take_drops(fd: RawFd) -> io::Result<u32> {
+    let mut st = [0u32; 2];
+
+    let mut len = std::mem::size_of_val(&st) as libc::socklen_t;
+    // SAFETY: PACKET_STATISTICS writes a struct tpacket_stats (two u32s)
+    // into `st`, whose size `len` states.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            SOL_PACKET,
+            PACKET_STATISTICS,
+            st.as_mut_ptr().cast(),
+            &mut len,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(st[1])
 }
 
 fn attach_filter(fd: RawFd, filter: &[BpfInsn]) -> io::Result<()> {
