@@ -480,7 +480,7 @@ impl Datapath {
         for i in 0..self.slots.len() {
             let lent = self.slots[i]
                 .as_ref()
-                .is_some_and(|s| is_lent(&s.port) && of.is_none_or(|u| u == s.id));
+                .is_some_and(|s| is_lent(&s.port) && of.map_or(true, |u| u == s.id));
             if !lent {
                 continue;
             }
