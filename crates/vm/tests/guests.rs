@@ -300,7 +300,6 @@ fn a_guest_reaches_the_host_through_switch_tap_and_uplink_ports() {
         return;
     };
     bounded(Duration::from_secs(600), move || {
-        use std::io::Read;
         let n = run_id();
         let work = Dir::new("uplink");
         let (tap, va, vb) = (format!("vniog{n}"), format!("vnga{n}"), format!("vngb{n}"));
@@ -331,10 +330,7 @@ fn a_guest_reaches_the_host_through_switch_tap_and_uplink_ports() {
         let listener = TcpListener::bind(format!("10.234.{n}.1:5001")).unwrap();
 
         let mut guard = Guard::default();
-        let mut spec = VmSpec::new(&format!("g{n}"));
-        spec.nics = vec![format!("vhost-user:{},ip=10.234.{n}.2/24", sock.display())
-            .parse()
-            .unwrap()];
+        let spec = vhost_user_guest(&format!("g{n}"), &sock, &format!("10.234.{n}.2"));
         let g = kit.launch(&spec, &mut guard);
         let stop = AtomicBool::new(false);
         let ready = wait_agent(&g.dir, None, BOOT, &stop).expect("agent");
@@ -377,42 +373,11 @@ fn a_guest_reaches_the_host_through_switch_tap_and_uplink_ports() {
             out.stdout
         );
 
-        let receiver = std::thread::spawn(move || {
-            let (mut conn, _) = listener.accept().unwrap();
-            conn.set_read_timeout(Some(Duration::from_secs(60)))
-                .unwrap();
-            let mut data = Vec::new();
-            conn.read_to_end(&mut data).unwrap();
-            data
-        });
-        let out = exec(
+        tcp_to_listener(
             &g.dir,
-            &sh(&format!(
-                "dd if=/dev/urandom of=/tmp/data bs=1024 count=256 2>/dev/null; md5sum < /tmp/data; nc 10.234.{n}.1 5001 < /tmp/data"
-            )),
-            t,
-        )
-        .unwrap();
-        let data = receiver.join().unwrap();
-        let sent = out
-            .stdout
-            .split_whitespace()
-            .next()
-            .unwrap_or("")
-            .to_string();
-        assert_eq!(data.len(), 256 * 1024);
-        let mut md5 = std::process::Command::new("md5sum")
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        std::io::Write::write_all(md5.stdin.as_mut().unwrap(), &data).unwrap();
-        drop(md5.stdin.take());
-        let got = String::from_utf8(md5.wait_with_output().unwrap().stdout).unwrap();
-        assert_eq!(
-            got.split_whitespace().next(),
-            Some(sent.as_str()),
-            "the stream through the tap arrived intact"
+            listener,
+            256,
+            "256 KiB guest -> host through the tap port",
         );
         for p in sw.handle().list().unwrap() {
             assert_eq!(p.stats.resets, 0, "{}", p.name);

@@ -24,7 +24,6 @@ use vnio_switch::config::{Config, PolicyUpdate, PortSpec, SwitchConfig};
 use vnio_switch::daemon::Switch;
 use vnio_switch::port::SocketMode;
 use vnio_vm::exec::exec;
-use vnio_vm::spec::VmSpec;
 
 fn env(name: &str, default: u32) -> u32 {
     std::env::var(name)
@@ -80,26 +79,13 @@ fn lro_with_real_guests_frames_and_cpu() {
         })
         .expect("switch");
         let (a_ip, b_ip) = (format!("10.{n}.8.11"), format!("10.{n}.8.12"));
-        let spec = |name: &str, port: &str, ip: &str| {
-            let mut s = VmSpec::new(&format!("{name}{n}"));
-            s.accel = vnio_vm::spec::AccelChoice::Auto;
-            s.nics = vec![format!("vhost-user:{},ip={ip}/24", sock(port).display())
-                .parse()
-                .unwrap()];
-            s
-        };
-        let (a, b) = (spec("lroa", "p1", &a_ip), spec("lrob", "p2", &b_ip));
+        let a = vhost_user_guest(&format!("lroa{n}"), &sock("p1"), &a_ip);
+        let b = vhost_user_guest(&format!("lrob{n}"), &sock("p2"), &b_ip);
         let mut guard = Guard::default();
         let la = kit.launch(&a, &mut guard);
         let lb = kit.launch(&b, &mut guard);
         let t = Duration::from_secs(600);
-        for l in [&la, &lb] {
-            let end = Instant::now() + BOOT;
-            while !exec(&l.dir, &sh("true"), Duration::from_secs(10)).is_ok_and(|o| o.success()) {
-                assert!(Instant::now() < end, "guest did not come up");
-                std::thread::sleep(Duration::from_secs(2));
-            }
-        }
+        wait_booted(&[&la, &lb]);
         let (qa, qb) = (la.child.id(), lb.child.id());
         let out = exec(&la.dir, &sh(&format!("ping -c 3 -W 5 {b_ip}")), t).unwrap();
         assert!(out.success(), "ping a -> b: {}", out.stdout);

@@ -11,14 +11,13 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 use vnio_switch::config::{Config, Latency, PolicyUpdate, PortSpec, SwitchConfig};
 use vnio_switch::daemon::Switch;
 use vnio_switch::port::SocketMode;
 use vnio_vm::exec::exec;
-use vnio_vm::spec::VmSpec;
 
 fn onoff(on: bool) -> &'static str {
     if on {
@@ -57,27 +56,13 @@ fn latency_policies_carry_real_guest_traffic() {
         })
         .expect("switch");
         let (a_ip, b_ip) = (format!("10.{n}.9.11"), format!("10.{n}.9.12"));
-        let spec = |name: &str, port: &str, ip: &str| {
-            let mut s = VmSpec::new(&format!("{name}{n}"));
-            s.accel = vnio_vm::spec::AccelChoice::Auto;
-            s.nics = vec![format!("vhost-user:{},ip={ip}/24", sock(port).display())
-                .parse()
-                .unwrap()];
-            s
-        };
-        let (a, b) = (spec("pa", "p1", &a_ip), spec("pb", "p2", &b_ip));
+        let a = vhost_user_guest(&format!("pa{n}"), &sock("p1"), &a_ip);
+        let b = vhost_user_guest(&format!("pb{n}"), &sock("p2"), &b_ip);
         let mut guard = Guard::default();
         let la = kit.launch(&a, &mut guard);
         let lb = kit.launch(&b, &mut guard);
         let t = Duration::from_secs(120);
-        // Booted when the command channel answers.
-        for l in [&la, &lb] {
-            let end = Instant::now() + BOOT;
-            while !exec(&l.dir, &sh("true"), Duration::from_secs(10)).is_ok_and(|o| o.success()) {
-                assert!(Instant::now() < end, "guest did not come up");
-                std::thread::sleep(Duration::from_secs(2));
-            }
-        }
+        wait_booted(&[&la, &lb]);
         let port = |name: &str| {
             sw.handle()
                 .list()

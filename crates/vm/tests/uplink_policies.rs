@@ -21,7 +21,6 @@
 
 mod common;
 
-use std::io::Read;
 use std::net::{IpAddr, TcpListener};
 use std::time::{Duration, Instant};
 
@@ -31,8 +30,6 @@ use vnio_switch::daemon::Switch;
 use vnio_switch::port::SocketMode;
 use vnio_switch::worker::PortInfo;
 use vnio_vm::exec::exec;
-use vnio_vm::spec::VmSpec;
-use vnio_vm::state::VmDir;
 
 /// b's egress limit: far below what even a TCG guest's TCP sends, so the
 /// limiter must hold frames back (counted, never timed).
@@ -46,55 +43,6 @@ const TX_BUDGET: u32 = 1000;
 
 fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
-}
-
-/// The md5 of `data`, as `md5sum` prints it (the guests use busybox's).
-fn md5(data: &[u8]) -> String {
-    let mut child = std::process::Command::new("md5sum")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("md5sum");
-    std::io::Write::write_all(child.stdin.as_mut().unwrap(), data).unwrap();
-    drop(child.stdin.take());
-    let out = child.wait_with_output().unwrap();
-    String::from_utf8_lossy(&out.stdout)
-        .split_whitespace()
-        .next()
-        .unwrap_or("")
-        .to_string()
-}
-
-/// Sends `kib` KiB of random bytes over TCP from guest `from` to a
-/// listener in the namespace (`listener`, bound there at `to`) and asserts
-/// that all of them arrived with the sender's md5.
-fn to_namespace(from: &VmDir, listener: TcpListener, to: &str, kib: usize, what: &str) {
-    let receiver = std::thread::spawn(move || {
-        let (mut conn, _) = listener.accept().unwrap();
-        conn.set_read_timeout(Some(Duration::from_secs(120)))
-            .unwrap();
-        let mut data = Vec::new();
-        conn.read_to_end(&mut data).unwrap();
-        data
-    });
-    let out = exec(
-        from,
-        &sh(&format!(
-            "dd if=/dev/urandom of=/tmp/data bs=1024 count={kib} 2>/dev/null && md5sum < /tmp/data && nc {to} < /tmp/data"
-        )),
-        Duration::from_secs(180),
-    )
-    .unwrap();
-    assert!(out.success(), "{what}: sending: {out:?}");
-    let sent = out
-        .stdout
-        .split_whitespace()
-        .next()
-        .unwrap_or("")
-        .to_string();
-    let data = receiver.join().expect("the namespace's receiver");
-    assert_eq!(data.len(), kib * 1024, "{what}: bytes that arrived");
-    assert_eq!(md5(&data), sent, "{what}: the stream arrived intact");
 }
 
 fn port<'a>(list: &'a [PortInfo], name: &str) -> &'a PortInfo {
@@ -131,21 +79,13 @@ fn uplink_policies_carry_real_guest_traffic() {
             inside.add_address(&vb, ip(&far2), 24).unwrap();
             inside.set_up(&vb).unwrap();
         }
-        let nic = |port: &str, ip: String| {
-            format!("vhost-user:{},ip={ip}/24", sock(port).display())
+        let mut a = vhost_user_guest(&format!("ua{n}"), &sock("pa"), &format!("10.{n}.6.11"));
+        a.nics.push(
+            format!("vhost-user:{},ip=10.{n}.7.11/24", sock("pc").display())
                 .parse()
-                .unwrap()
-        };
-        let mut a = VmSpec::new(&format!("ua{n}"));
-        a.nics = vec![
-            nic("pa", format!("10.{n}.6.11")),
-            nic("pc", format!("10.{n}.7.11")),
-        ];
-        let mut b = VmSpec::new(&format!("ub{n}"));
-        b.nics = vec![nic("pb", format!("10.{n}.6.12"))];
-        for s in [&mut a, &mut b] {
-            s.accel = vnio_vm::spec::AccelChoice::Auto;
-        }
+                .unwrap(),
+        );
+        let b = vhost_user_guest(&format!("ub{n}"), &sock("pb"), &format!("10.{n}.6.12"));
         let (a_mac, b_mac) = (a.mac(0).to_string(), b.mac(0).to_string());
 
         // Queue 0 is shared; a's direct binding takes one of the others and
@@ -175,23 +115,12 @@ fn uplink_policies_carry_real_guest_traffic() {
         })
         .expect("switch");
 
-        // Both guests boot at once; booted when the command channel answers.
+        // Both guests boot at once.
         let mut guard = Guard::default();
         let la = kit.launch(&a, &mut guard);
         let lb = kit.launch(&b, &mut guard);
         println!("accel: {} ({})", la.state.accel.accel, la.state.accel.why);
-        for (l, s) in [(&la, &a), (&lb, &b)] {
-            let end = Instant::now() + BOOT;
-            while !exec(&l.dir, &sh("true"), Duration::from_secs(10)).is_ok_and(|o| o.success()) {
-                assert!(Instant::now() < end, "{} did not come up", s.name);
-                std::thread::sleep(Duration::from_secs(2));
-            }
-            println!(
-                "{} up {:.0} s after the test started",
-                s.name,
-                started.elapsed().as_secs_f64()
-            );
-        }
+        wait_booted(&[&la, &lb]);
         let t = Duration::from_secs(120);
         let list = sw.handle().list().unwrap();
         let (pa, pb, pc, upi) = (
@@ -245,10 +174,9 @@ fn uplink_policies_carry_real_guest_traffic() {
 
         // a: 1 MiB over the direct port.
         let before = sw.handle().list().unwrap();
-        to_namespace(
+        tcp_to_listener(
             &la.dir,
             listen(&far, 5001),
-            &format!("{far} 5001"),
             1024,
             "1 MiB a -> namespace (direct port)",
         );
@@ -292,20 +220,17 @@ fn uplink_policies_carry_real_guest_traffic() {
         let before = sw.handle().list().unwrap();
         let (lbd, lad) = (lb.dir.clone(), la.dir.clone());
         let (lis_b, lis_c) = (listen(&far, 5002), listen(&far2, 5003));
-        let (to_b, to_c) = (format!("{far} 5002"), format!("{far2} 5003"));
         let from_b = std::thread::spawn(move || {
-            to_namespace(
+            tcp_to_listener(
                 &lbd,
                 lis_b,
-                &to_b,
                 512,
                 "512 KiB b -> namespace (own queue, share 300, egress limit)",
             )
         });
-        to_namespace(
+        tcp_to_listener(
             &lad,
             lis_c,
-            &to_c,
             512,
             "512 KiB a's 2nd NIC -> namespace (shared queue, share 100)",
         );

@@ -1,19 +1,23 @@
 //! Shared by the guest tests: what must be present (root, QEMU, the
 //! guests' static vnio), the image, launching with a private state root,
-//! and a guard that stops every VM a test launched, even when it panics.
+//! a guard that stops every VM a test launched, even when it panics, guests
+//! on switch ports and waiting for them to boot, and TCP streams from a
+//! guest checked byte for byte.
 
 #![allow(dead_code)]
 
+use std::io::Read;
+use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use vnio_vm::image::{self, Image, ImageOptions};
 use vnio_vm::launch::{self, LaunchOptions, Launched};
-use vnio_vm::spec::VmSpec;
-use vnio_vm::state::VmDir;
+use vnio_vm::spec::{AccelChoice, VmSpec};
+use vnio_vm::state::{self, VmDir};
 
 /// How long a TCG guest may take to boot to its agent on a busy 2-CPU CI host.
 pub const BOOT: Duration = Duration::from_secs(240);
@@ -109,6 +113,39 @@ impl Kit {
         guard.root = self.root.0.clone();
         launch::launch(spec, &self.options())
             .unwrap_or_else(|e| panic!("launching {}: {e}", spec.name))
+    }
+}
+
+/// Guest `name` with one NIC on the switch's vhost-user socket `sock`, at
+/// `ip`/24; KVM where the host has it, TCG otherwise (the tests check
+/// traffic and counters, not speed).
+pub fn vhost_user_guest(name: &str, sock: &Path, ip: &str) -> VmSpec {
+    let mut s = VmSpec::new(name);
+    s.accel = AccelChoice::Auto;
+    s.nics = vec![format!("vhost-user:{},ip={ip}/24", sock.display())
+        .parse()
+        .unwrap()];
+    s
+}
+
+/// Waits until each guest's command channel answers, which is when it has
+/// booted (at most [`BOOT`] each), and prints how long after its launch.
+pub fn wait_booted(guests: &[&Launched]) {
+    for l in guests {
+        let name = l.dir.name();
+        let end = Instant::now() + BOOT;
+        while !vnio_vm::exec::exec(&l.dir, &sh("true"), Duration::from_secs(10))
+            .is_ok_and(|o| o.success())
+        {
+            assert!(Instant::now() < end, "{name} did not come up");
+            std::thread::sleep(Duration::from_secs(2));
+        }
+        // The launch instant is in the state on CLOCK_MONOTONIC.
+        let since = Duration::from_nanos(state::monotonic_ns().saturating_sub(l.state.launched_ns));
+        println!(
+            "{name} booted {:.0} s after its launch",
+            since.as_secs_f64()
+        );
     }
 }
 
@@ -225,6 +262,25 @@ pub fn sh(cmd: &str) -> Vec<String> {
     vec!["sh".into(), "-c".into(), cmd.into()]
 }
 
+/// Makes `kib` KiB of random bytes in guest `from` and sends them with
+/// busybox nc (`nc_args`: options, address, port), within `t`; their md5 as
+/// `md5sum` prints it.
+fn send_random(from: &VmDir, kib: u32, nc_args: &str, t: Duration, what: &str) -> String {
+    let send = format!(
+        "dd if=/dev/urandom of=/tmp/out bs=1024 count={kib} 2>/dev/null && md5sum < /tmp/out && nc {nc_args} < /tmp/out"
+    );
+    let out = vnio_vm::exec::exec(from, &sh(&send), t).unwrap();
+    assert!(
+        out.success(),
+        "{what}: sending {kib} KiB (nc {nc_args}): {out:?}"
+    );
+    out.stdout
+        .split_whitespace()
+        .next()
+        .unwrap_or("")
+        .to_string()
+}
+
 /// Sends `kib` KiB of random bytes over TCP from guest `from` to guest `to`
 /// (listening at `to_ip`:`port`; busybox nc at both ends) and asserts that
 /// all of them arrived with the sender's md5. `what` names the transfer in a
@@ -236,20 +292,7 @@ pub fn tcp_transfer(from: &VmDir, to: &VmDir, to_ip: &str, port: u16, kib: u32, 
     let listen = format!("(sleep 600 | nc -l -p {port} > {file} 2>/dev/null) > /dev/null 2>&1 &");
     let out = vnio_vm::exec::exec(to, &sh(&listen), t).unwrap();
     assert!(out.success(), "{what}: listener: {out:?}");
-    let send = format!(
-        "dd if=/dev/urandom of=/tmp/out bs=1024 count={kib} 2>/dev/null && md5sum < /tmp/out && nc -w 10 {to_ip} {port} < /tmp/out"
-    );
-    let out = vnio_vm::exec::exec(from, &sh(&send), t).unwrap();
-    assert!(
-        out.success(),
-        "{what}: sending {kib} KiB to {to_ip}: {out:?}"
-    );
-    let sent = out
-        .stdout
-        .split_whitespace()
-        .next()
-        .unwrap_or("")
-        .to_string();
+    let sent = send_random(from, kib, &format!("-w 10 {to_ip} {port}"), t, what);
     let bytes = u64::from(kib) * 1024;
     let wait = format!(
         "n=0; while [ \"$(wc -c < {file})\" -lt {bytes} ] && [ $n -lt 300 ]; do usleep 100000; n=$((n+1)); done; md5sum < {file}; wc -c < {file}"
@@ -261,4 +304,52 @@ pub fn tcp_transfer(from: &VmDir, to: &VmDir, to_ip: &str, port: u16, kib: u32, 
         (Some(sent.as_str()), Some(bytes.to_string().as_str())),
         "{what}: the TCP stream arrived intact"
     );
+}
+
+/// The md5 of `data`, as `md5sum` prints it (what the guests' busybox
+/// prints for the bytes they sent).
+fn md5(data: &[u8]) -> String {
+    let mut child = std::process::Command::new("md5sum")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("md5sum");
+    std::io::Write::write_all(child.stdin.as_mut().unwrap(), data).unwrap();
+    drop(child.stdin.take());
+    let out = child.wait_with_output().unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap_or("")
+        .to_string()
+}
+
+/// Sends `kib` KiB of random bytes over TCP from guest `from` to
+/// `listener` (in the host or a namespace: the address it is bound to is
+/// where the guest connects) and asserts that all of them arrived with the
+/// sender's md5. `what` names the transfer in a failure.
+pub fn tcp_to_listener(from: &VmDir, listener: TcpListener, kib: u32, what: &str) {
+    let to = listener.local_addr().expect("the listener's address");
+    let receiver = std::thread::spawn(move || {
+        let (mut conn, _) = listener.accept().unwrap();
+        conn.set_read_timeout(Some(Duration::from_secs(120)))
+            .unwrap();
+        let mut data = Vec::new();
+        conn.read_to_end(&mut data).unwrap();
+        data
+    });
+    let sent = send_random(
+        from,
+        kib,
+        &format!("{} {}", to.ip(), to.port()),
+        Duration::from_secs(180),
+        what,
+    );
+    let data = receiver.join().expect("the receiver");
+    assert_eq!(
+        data.len(),
+        kib as usize * 1024,
+        "{what}: bytes that arrived"
+    );
+    assert_eq!(md5(&data), sent, "{what}: the stream arrived intact");
 }
