@@ -10,7 +10,7 @@
 use std::collections::HashSet;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -146,6 +146,91 @@ fn settled_leftovers(pid: u32, journal: &Path, namespaces: &HashSet<u64>) -> Vec
     }
 }
 
+/// A `vnio lab` command started with its namespaces watched, so that what
+/// it leaves can be checked once it has ended or been killed.
+struct Watched {
+    child: Child,
+    done: Arc<AtomicBool>,
+    watcher: std::thread::JoinHandle<HashSet<u64>>,
+}
+
+impl Watched {
+    fn start(cmd: &mut Command) -> Self {
+        let child = cmd.spawn().unwrap();
+        let done = Arc::new(AtomicBool::new(false));
+        let watcher = watch_namespaces(child.id(), done.clone());
+        Self {
+            child,
+            done,
+            watcher,
+        }
+    }
+
+    /// Its output once it has ended, and the namespaces it made.
+    fn finish(self) -> (Output, HashSet<u64>) {
+        let out = self.child.wait_with_output().unwrap();
+        self.done.store(true, Ordering::Relaxed);
+        (out, self.watcher.join().unwrap())
+    }
+
+    /// SIGKILLs it, as a crash would: it cleans nothing up. The namespaces
+    /// it made.
+    fn kill(mut self) -> HashSet<u64> {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+        self.done.store(true, Ordering::Relaxed);
+        self.watcher.join().unwrap()
+    }
+}
+
+/// What a run that ended left to check: its output and the namespaces it
+/// made (all gone).
+struct Finished {
+    stdout: String,
+    stderr: String,
+    namespaces: HashSet<u64>,
+}
+
+/// Runs `cmd` (a `vnio lab run`, journal at `journal`) to its end and
+/// asserts that it succeeded (`what` failed, otherwise) and that nothing of
+/// it is left.
+fn run_leaving_nothing(cmd: &mut Command, journal: &Path, what: &str) -> Finished {
+    let run = Watched::start(cmd.stdout(Stdio::piped()).stderr(Stdio::piped()));
+    let pid = run.child.id();
+    let (out, namespaces) = run.finish();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{what} failed:\n{stdout}\n{stderr}");
+    let left = settled_leftovers(pid, journal, &namespaces);
+    assert!(left.is_empty(), "left behind:\n{}", left.join("\n"));
+    Finished {
+        stdout,
+        stderr,
+        namespaces,
+    }
+}
+
+/// `vnio lab clean` after run `pid` was killed: it succeeds and nothing of
+/// the run is left. What clean said.
+fn clean_leaves_nothing(journal: &Path, pid: u32, namespaces: &HashSet<u64>) -> String {
+    let said = succeeds(lab(journal).arg("clean"));
+    let left = settled_leftovers(pid, journal, namespaces);
+    assert!(left.is_empty(), "left after clean:\n{}", left.join("\n"));
+    said
+}
+
+/// Runs `cmd` to its end and asserts that it succeeded; its stdout.
+fn succeeds(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed:\n{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
 /// The quick set and the guest run take turns: TCG guests booting next to
 /// the quick set's measurements starve its contention generators (on 2
 /// CPUs a load server then answers nothing), which is a result about the
@@ -176,48 +261,35 @@ fn quick_set_builds_runs_stores_reports_and_leaves_nothing() {
         dir.join("lab.db"),
         dir.join("quick.html"),
     );
-    let child = lab(&journal)
-        .args([
-            "run",
-            "quick",
-            "--quick",
-            "--duration",
-            "300ms",
-            "--warmup",
-            "100ms",
-        ])
-        .arg("--db")
-        .arg(&db)
-        .arg("--report")
-        .arg(&report)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let done = Arc::new(AtomicBool::new(false));
-    let watcher = watch_namespaces(pid, done.clone());
-    let out = child.wait_with_output().unwrap();
-    done.store(true, Ordering::Relaxed);
-    let namespaces = watcher.join().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "vnio lab run quick failed:\n{stdout}\n{stderr}"
+    let run = run_leaving_nothing(
+        lab(&journal)
+            .args([
+                "run",
+                "quick",
+                "--quick",
+                "--duration",
+                "300ms",
+                "--warmup",
+                "100ms",
+            ])
+            .arg("--db")
+            .arg(&db)
+            .arg("--report")
+            .arg(&report),
+        &journal,
+        "vnio lab run quick",
     );
     assert!(
-        stdout.contains(&format!("report: {}", report.display())),
-        "{stdout}"
+        run.stdout
+            .contains(&format!("report: {}", report.display())),
+        "{}",
+        run.stdout
     );
     assert!(
-        namespaces.len() >= 4,
-        "the run built namespaces ({namespaces:?})"
+        run.namespaces.len() >= 4,
+        "the run built namespaces ({:?})",
+        run.namespaces
     );
-
-    // Nothing of the run remains.
-    let left = settled_leftovers(pid, &journal, &namespaces);
-    assert!(left.is_empty(), "left behind:\n{}", left.join("\n"));
 
     // The store holds every scenario of the set and every point.
     let store = vnio_lab::store::Store::open(&db).unwrap();
@@ -296,57 +368,41 @@ fn quick_set_builds_runs_stores_reports_and_leaves_nothing() {
 
     // The report re-renders from the store alone, identically.
     let again = dir.join("again.html");
-    let st = lab(&journal)
-        .args(["report", "last", "--db"])
-        .arg(&db)
-        .arg("-o")
-        .arg(&again)
-        .output()
-        .unwrap();
-    assert!(
-        st.status.success(),
-        "{}",
-        String::from_utf8_lossy(&st.stderr)
+    succeeds(
+        lab(&journal)
+            .args(["report", "last", "--db"])
+            .arg(&db)
+            .arg("-o")
+            .arg(&again),
     );
     let html = std::fs::read_to_string(&report).unwrap();
     assert_eq!(html, std::fs::read_to_string(&again).unwrap());
     assert!(html.matches("<svg").count() >= 14, "figures in the report");
 
     // A second run of one scenario compares with the first.
-    let st = lab(&journal)
-        .args([
-            "run",
-            "ping-sessions",
-            "-c",
-            "native",
-            "--quick",
-            "--duration",
-            "200ms",
-            "--warmup",
-            "100ms",
-            "--db",
-        ])
-        .arg(&db)
-        .output()
-        .unwrap();
-    assert!(
-        st.status.success(),
-        "{}",
-        String::from_utf8_lossy(&st.stderr)
+    succeeds(
+        lab(&journal)
+            .args([
+                "run",
+                "ping-sessions",
+                "-c",
+                "native",
+                "--quick",
+                "--duration",
+                "200ms",
+                "--warmup",
+                "100ms",
+                "--db",
+            ])
+            .arg(&db),
     );
     let cmp = dir.join("cmp.html");
-    let st = lab(&journal)
-        .args(["compare", "last-1", "last", "--db"])
-        .arg(&db)
-        .arg("-o")
-        .arg(&cmp)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&st.stdout);
-    assert!(
-        st.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&st.stderr)
+    let text = succeeds(
+        lab(&journal)
+            .args(["compare", "last-1", "last", "--db"])
+            .arg(&db)
+            .arg("-o")
+            .arg(&cmp),
     );
     assert!(text.contains("2 common points"), "{text}");
     assert!(std::fs::read_to_string(&cmp).unwrap().contains("<svg"));
@@ -479,18 +535,16 @@ to = "server"
 "#,
     )
     .unwrap();
-    let mut child = lab(&journal)
-        .arg("run")
-        .arg(&scenario)
-        .arg("--db")
-        .arg(&db)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let done = Arc::new(AtomicBool::new(false));
-    let watcher = watch_namespaces(pid, done.clone());
+    let mut run = Watched::start(
+        lab(&journal)
+            .arg("run")
+            .arg(&scenario)
+            .arg("--db")
+            .arg(&db)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    );
+    let pid = run.child.id();
     // Wait until the switch, 4 agents, 2 load servers and the driver run.
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
@@ -499,7 +553,7 @@ to = "server"
             break;
         }
         assert!(
-            child.try_wait().unwrap().is_none(),
+            run.child.try_wait().unwrap().is_none(),
             "the run ended early: {text}"
         );
         assert!(
@@ -509,11 +563,8 @@ to = "server"
         std::thread::sleep(Duration::from_millis(50));
     }
     std::thread::sleep(Duration::from_millis(300));
-    child.kill().unwrap();
-    child.wait().unwrap();
+    let namespaces = run.kill();
     std::thread::sleep(Duration::from_millis(200));
-    done.store(true, Ordering::Relaxed);
-    let namespaces = watcher.join().unwrap();
     let before = leftovers(pid, &journal, &namespaces);
     assert!(
         before.iter().filter(|l| l.starts_with("process ")).count() >= 7
@@ -521,16 +572,8 @@ to = "server"
         "a SIGKILLed run leaves its parts: {before:?}"
     );
 
-    let out = lab(&journal).arg("clean").output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = clean_leaves_nothing(&journal, pid, &namespaces);
     assert!(text.contains("removed netns vnio-"), "{text}");
-    let left = settled_leftovers(pid, &journal, &namespaces);
-    assert!(left.is_empty(), "left after clean:\n{}", left.join("\n"));
 
     // The store says the run was killed.
     let out = lab(&journal)
@@ -696,32 +739,18 @@ fn a_guest_run_stores_its_accelerator_and_leaves_nothing_also_when_killed() {
     );
     let scenario = dir.join("guest.toml");
     std::fs::write(&scenario, GUEST_SCENARIO).unwrap();
-    let child = lab(&journal)
-        .arg("run")
-        .arg(&scenario)
-        .arg("--db")
-        .arg(&db)
-        .arg("--report")
-        .arg(&report)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let done = Arc::new(AtomicBool::new(false));
-    let watcher = watch_namespaces(pid, done.clone());
-    let out = child.wait_with_output().unwrap();
-    done.store(true, Ordering::Relaxed);
-    let namespaces = watcher.join().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "the guest run failed:\n{stdout}\n{stderr}"
+    let run = run_leaving_nothing(
+        lab(&journal)
+            .arg("run")
+            .arg(&scenario)
+            .arg("--db")
+            .arg(&db)
+            .arg("--report")
+            .arg(&report),
+        &journal,
+        "the guest run",
     );
-    println!("{stderr}");
-    let left = settled_leftovers(pid, &journal, &namespaces);
-    assert!(left.is_empty(), "left behind:\n{}", left.join("\n"));
+    println!("{}", run.stderr);
 
     // Stored: the accelerator with the run, each guest with its testbed,
     // every point measured both ways.
@@ -770,47 +799,40 @@ fn a_guest_run_stores_its_accelerator_and_leaves_nothing_also_when_killed() {
 
     // Killed while its guest boots: the orphaned QEMU goes with `clean`.
     let log = dir.join("killed.log");
-    let mut child = lab(&journal)
-        .arg("run")
-        .arg(&scenario)
-        .args(["-c", "bridge", "--db"])
-        .arg(&db)
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let done = Arc::new(AtomicBool::new(false));
-    let watcher = watch_namespaces(pid, done.clone());
+    let mut run = Watched::start(
+        lab(&journal)
+            .arg("run")
+            .arg(&scenario)
+            .args(["-c", "bridge", "--db"])
+            .arg(&db)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap()),
+    );
+    let pid = run.child.id();
     let deadline = Instant::now() + Duration::from_secs(120);
     while qemus(&journal).is_empty() {
-        assert!(child.try_wait().unwrap().is_none(), "the run ended early");
+        assert!(
+            run.child.try_wait().unwrap().is_none(),
+            "the run ended early"
+        );
         assert!(Instant::now() < deadline, "no QEMU started");
         std::thread::sleep(Duration::from_millis(50));
     }
     // Let the launcher finish (tap moved onto the bridge, guest running).
     std::thread::sleep(Duration::from_secs(2));
     let before = qemus(&journal);
-    assert!(child.try_wait().unwrap().is_none(), "the run ended early");
-    child.kill().unwrap();
-    child.wait().unwrap();
-    done.store(true, Ordering::Relaxed);
-    let namespaces = watcher.join().unwrap();
+    assert!(
+        run.child.try_wait().unwrap().is_none(),
+        "the run ended early"
+    );
+    let namespaces = run.kill();
     assert!(
         !qemus(&journal).is_empty(),
         "QEMU outlives the killed run (before the kill: {before:?}; journal: {}; the run said: {})",
         std::fs::read_to_string(&journal).unwrap_or_default(),
         std::fs::read_to_string(&log).unwrap_or_default()
     );
-    let out = lab(&journal).arg("clean").output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let left = settled_leftovers(pid, &journal, &namespaces);
-    assert!(left.is_empty(), "left after clean:\n{}", left.join("\n"));
+    clean_leaves_nothing(&journal, pid, &namespaces);
     assert!(qemus(&journal).is_empty());
     let _ = std::fs::remove_dir_all(&dir);
 }
