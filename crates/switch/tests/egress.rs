@@ -197,14 +197,7 @@ fn drain(far: &mut UplinkPort) {
 
 fn run() {
     let dir = Dir::new("egress");
-    let n = std::process::id() % 1000;
-    let (a, b) = (format!("vnea{n}"), format!("vneb{n}"));
-    let mut h = vnio_lab::Handle::root().unwrap();
-    let _veth = h.add_veth(&a, &b, None).unwrap();
-    for i in [&a, &b] {
-        let _ = std::fs::write(format!("/proc/sys/net/ipv6/conf/{i}/disable_ipv6"), "1");
-        h.set_up(i).unwrap();
-    }
+    let (_veth, a, b) = veth_up("vne");
     let mut up = PortSpec::uplink("up", &a);
     up.capacity_mbps = Some(100);
     let mut p1 = PortSpec::vhost_user("p1", dir.sock("p1"), SocketMode::Server);

@@ -65,14 +65,7 @@ fn announce(ep: &mut Endpoint) {
 
 fn run() {
     let dir = Dir::new("netq");
-    let n = std::process::id() % 1000;
-    let (a, b) = (format!("vnqa{n}"), format!("vnqb{n}"));
-    let mut h = vnio_lab::Handle::root().unwrap();
-    let _veth = h.add_veth(&a, &b, None).unwrap();
-    for i in [&a, &b] {
-        let _ = std::fs::write(format!("/proc/sys/net/ipv6/conf/{i}/disable_ipv6"), "1");
-        h.set_up(i).unwrap();
-    }
+    let (_veth, a, b) = veth_up("vnq");
     let mut up = PortSpec::uplink("up", &a);
     up.queues = Some(3);
     let mut p1 = PortSpec::vhost_user("p1", dir.sock("p1"), SocketMode::Server);
@@ -204,14 +197,7 @@ fn far_receives(far: &mut UplinkPort, src: EthernetAddress, n: usize) {
 
 fn run_lent() {
     let dir = Dir::new("netql");
-    let n = std::process::id() % 1000;
-    let (a, b) = (format!("vnla{n}"), format!("vnlb{n}"));
-    let mut h = vnio_lab::Handle::root().unwrap();
-    let _veth = h.add_veth(&a, &b, None).unwrap();
-    for i in [&a, &b] {
-        let _ = std::fs::write(format!("/proc/sys/net/ipv6/conf/{i}/disable_ipv6"), "1");
-        h.set_up(i).unwrap();
-    }
+    let (_veth, a, b) = veth_up("vnl");
     let mut up = PortSpec::uplink("up", &a);
     up.queues = Some(3);
     let mut p1 = PortSpec::vhost_user("p1", dir.sock("p1"), SocketMode::Server);

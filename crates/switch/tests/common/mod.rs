@@ -145,3 +145,19 @@ pub fn bounded<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send 
     rx.recv_timeout(limit)
         .expect("test step exceeded its time limit")
 }
+
+/// A veth pair `<tag>a<n>` / `<tag>b<n>` (`n` from the process id, so
+/// parallel test binaries do not collide), both ends up with IPv6 off (no
+/// router solicitations among the test's frames). The pair goes when the
+/// returned link drops. Root only.
+pub fn veth_up(tag: &str) -> (vnio_lab::Link, String, String) {
+    let n = std::process::id() % 1000;
+    let (a, b) = (format!("{tag}a{n}"), format!("{tag}b{n}"));
+    let mut h = vnio_lab::Handle::root().unwrap();
+    let veth = h.add_veth(&a, &b, None).unwrap();
+    for i in [&a, &b] {
+        let _ = std::fs::write(format!("/proc/sys/net/ipv6/conf/{i}/disable_ipv6"), "1");
+        h.set_up(i).unwrap();
+    }
+    (veth, a, b)
+}
