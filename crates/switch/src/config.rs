@@ -83,6 +83,10 @@ pub struct SwitchConfig {
     /// address (e.g. "127.0.0.1:9469"); off when absent.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub metrics_listen: Option<std::net::SocketAddr>,
+    /// Most guest memory one vhost-user front-end may have the switch map,
+    /// in MiB (default 1 TiB): a memory table above it is refused and the
+    /// port reset.
+    pub max_guest_memory_mib: u64,
 }
 
 impl Default for SwitchConfig {
@@ -95,6 +99,7 @@ impl Default for SwitchConfig {
             idle_polls: 64,
             dedicated_rt_priority: None,
             metrics_listen: None,
+            max_guest_memory_mib: crate::vhost_user::memory::DEFAULT_MAX_MEMORY >> 20,
         }
     }
 }
@@ -103,6 +108,11 @@ impl SwitchConfig {
     /// The aging time.
     pub fn aging(&self) -> Duration {
         Duration::from_secs(self.aging_secs)
+    }
+
+    /// The cap on one front-end's mapped guest memory, in bytes.
+    pub fn max_guest_memory(&self) -> u64 {
+        self.max_guest_memory_mib.saturating_mul(1 << 20)
     }
 }
 

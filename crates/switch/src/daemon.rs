@@ -93,6 +93,8 @@ pub struct Switch {
 impl Switch {
     /// Starts the worker, adds the configured ports, and serves the control socket.
     pub fn start(config: Config) -> Result<Self, StartError> {
+        // Before any worker pins itself: the watchdog keeps this thread's CPUs.
+        crate::sys::watchdog::start();
         let handle = WorkerHandle {
             workers: Arc::new(Mutex::new(Workers::start(config.switch.clone())?)),
         };

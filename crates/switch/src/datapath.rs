@@ -224,6 +224,10 @@ pub struct Datapath {
     fdb: Fdb,
     /// Slots whose watched descriptors changed outside an event (resets).
     dirty: Vec<usize>,
+    /// The SIGBUS handler's epoch last seen ([`crate::sys::sigbus::epoch`]).
+    sigbus_epoch: u64,
+    /// A queue failed to signal its call eventfd this round.
+    call_failed: bool,
     /// Where frames read from tap ports land (moved out while in use).
     scratch: Option<Box<[u8]>>,
     /// The transmit chains being forwarded (moved out while in use).
@@ -256,6 +260,8 @@ impl Datapath {
             slots: Vec::new(),
             fdb,
             dirty: Vec::with_capacity(64),
+            sigbus_epoch: crate::sys::sigbus::epoch(),
+            call_failed: false,
             scratch: Some(vec![0u8; tap::BUF_LEN].into_boxed_slice()),
             tx_burst: Some(Box::new(Burst::new())),
             rx_chain: Box::new(Chain::new()),
@@ -702,8 +708,31 @@ impl Datapath {
         }
     }
 
-    /// Resets a port after an error: drops its front-end, forgets its
-    /// addresses, counts it, and says so once in the log.
+    /// True when slot `idx` has descriptors to close once the worker
+    /// unwatched them ([`Datapath::release_retired`]).
+    pub fn has_retired(&mut self, idx: usize) -> bool {
+        match self.slots.get_mut(idx).and_then(Option::as_mut) {
+            Some(Slot {
+                port: Port::VhostUser(p),
+                ..
+            }) => p.has_retired(),
+            _ => false,
+        }
+    }
+
+    /// Closes slot `idx`'s retired descriptors (the worker unwatched them).
+    pub fn release_retired(&mut self, idx: usize) {
+        if let Some(Slot {
+            port: Port::VhostUser(p),
+            ..
+        }) = self.slots.get_mut(idx).and_then(Option::as_mut)
+        {
+            p.release_retired();
+        }
+    }
+
+    /// Resets a port after an error: counts it, says why once in the log,
+    /// and restarts it ([`Datapath::restart`]).
     pub fn reset(&mut self, idx: usize, now: Instant, why: &dyn std::fmt::Display) {
         let Some(s) = self.slots.get_mut(idx).and_then(Option::as_mut) else {
             return;
@@ -712,6 +741,17 @@ impl Datapath {
             .resets
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         log::warn!("port {}: reset: {why}", s.name);
+        self.restart(idx, now);
+    }
+
+    /// The one way a port goes back to its initial state (after an error or
+    /// a front-end that left): its front-end and device state dropped (the
+    /// descriptors retired until unwatched), its run-time state restarted,
+    /// its addresses forgotten here and in the other workers.
+    fn restart(&mut self, idx: usize, now: Instant) {
+        let Some(s) = self.slots.get_mut(idx).and_then(Option::as_mut) else {
+            return;
+        };
         match &mut s.port {
             Port::VhostUser(p) => p.reset(now),
             Port::Tap(_) | Port::Uplink(_) => {}
@@ -721,6 +761,41 @@ impl Datapath {
         self.fdb.flush_port(id);
         self.flush_remote(id);
         self.mark_dirty(idx);
+    }
+
+    /// Resets the ports whose guest memory vanished under the switch or
+    /// whose call eventfd would have blocked. Cheap when nothing happened:
+    /// one load of the SIGBUS handler's epoch and one flag a queue.
+    fn reset_broken(&mut self, now: Instant) {
+        let epoch = crate::sys::sigbus::epoch();
+        let lost = epoch != self.sigbus_epoch;
+        if !lost && !self.call_failed {
+            return;
+        }
+        self.sigbus_epoch = epoch;
+        self.call_failed = false;
+        for i in 0..self.slots.len() {
+            let Some(Slot {
+                port: Port::VhostUser(p),
+                ..
+            }) = self.slots[i].as_mut()
+            else {
+                continue;
+            };
+            if lost && p.device.memory_lost() {
+                self.reset(
+                    i,
+                    now,
+                    &"guest memory vanished under the switch (its file was truncated); the switch read zeros there",
+                );
+            } else if let Some((q, e)) = p.device.take_call_failure() {
+                self.reset(
+                    i,
+                    now,
+                    &format_args!("queue {q}: cannot signal the call eventfd: {e}"),
+                );
+            }
+        }
     }
 
     fn mark_dirty(&mut self, idx: usize) {
@@ -765,9 +840,11 @@ impl Datapath {
                         if let Some(t) = s.rt.hold {
                             next = Some(next.map_or(t, |n| n.min(t)));
                         }
+                        self.call_failed |= vq.call_failed();
                     }
                     if let Some(vq) = p.device.queue(TX_QUEUE) {
                         vq.signal(&s.stats.tx);
+                        self.call_failed |= vq.call_failed();
                     }
                 }
                 // The round's frames to the wire leave in one system call;
@@ -783,6 +860,7 @@ impl Datapath {
         }
         self.next_deadline = next;
         self.flush_peers();
+        self.reset_broken(now);
         work
     }
 
@@ -862,12 +940,7 @@ impl Datapath {
                 Ok(()) => {}
                 Err(ResetCause::Conn(ConnError::Closed)) => {
                     log::info!("port {}: front-end disconnected", s.name);
-                    p.reset(now);
-                    s.rt.restart();
-                    let id = s.id;
-                    self.fdb.flush_port(id);
-                    self.flush_remote(id);
-                    self.mark_dirty(idx);
+                    self.restart(idx, now);
                 }
                 Err(e) => {
                     let msg = crate::error_chain(&e);

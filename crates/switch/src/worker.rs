@@ -223,13 +223,21 @@ impl Worker {
         if self.registered.len() <= slot {
             self.registered.resize_with(slot + 1, Vec::new);
         }
-        if self.registered[slot] == now_watched {
+        let retired = self.dp.has_retired(slot);
+        if self.registered[slot] == now_watched && !retired {
             return;
         }
+        // Unwatch first, then close what the port retired: a descriptor
+        // closed while still registered would keep its registration (the
+        // front-end holds the same file) and its number could be reused by
+        // another port's descriptor, which the Delete would then silence.
         for (fd, _) in self.registered[slot].drain(..) {
             let _ = self
                 .epoll
                 .ctl(ControlOperation::Delete, fd, EpollEvent::default());
+        }
+        if retired {
+            self.dp.release_retired(slot);
         }
         for &(fd, w) in &now_watched {
             if let Err(e) = self.epoll.ctl(
@@ -359,10 +367,11 @@ impl Worker {
                     .socket
                     .as_ref()
                     .ok_or("a vhost-user port needs a socket")?;
-                Port::VhostUser(
+                let mut p =
                     VhostUserPort::with_offloads(socket, spec.mode, spec.offloads.unwrap_or(true))
-                        .map_err(|x| e(&x))?,
-                )
+                        .map_err(|x| e(&x))?;
+                p.set_max_memory(self.cfg.max_guest_memory());
+                Port::VhostUser(p)
             }
             PortKind::Tap => {
                 let ifname = spec.ifname.as_deref().unwrap_or(&spec.name);

@@ -43,7 +43,10 @@ impl Guest {
             userspace_addr: 0,
             mmap_offset: 0,
         };
-        let mem = Arc::new(GuestMem::from_table(vec![(r, f)]).unwrap());
+        let mem = Arc::new(
+            GuestMem::from_table(vec![(r, f)], crate::vhost_user::memory::DEFAULT_MAX_MEMORY)
+                .unwrap(),
+        );
         let mut ring = DriverRing::new(mem.mem(), layout, false);
         let mut posted = vec![Vec::new(); usize::from(size)];
         for k in 0..chains {

@@ -8,7 +8,9 @@
 use super::{SocketMode, Watch, Watched};
 use crate::vhost_user::conn::{ConnError, Connection};
 use crate::vhost_user::device::{Device, Reply, NUM_QUEUES};
+use crate::vhost_user::memory::DEFAULT_MAX_MEMORY;
 use crate::vhost_user::protocol::{self, code, parse_request};
+use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -64,6 +66,14 @@ pub struct VhostUserPort {
     next_attempt: Option<Instant>,
     /// Offer the checksum and TSO offloads to front-ends.
     offloads: bool,
+    /// Most guest memory a front-end may map through this port.
+    max_memory: u64,
+    /// Descriptors this port stopped using, still watched by the worker:
+    /// closed by [`VhostUserPort::release_retired`] once unwatched, never
+    /// before (a closed descriptor's epoll registration lives on while the
+    /// front-end holds the file, and its number may be reused).
+    retired: Vec<File>,
+    retired_conns: Vec<Connection>,
 }
 
 impl VhostUserPort {
@@ -102,7 +112,24 @@ impl VhostUserPort {
             device: Device::offering(offloads),
             next_attempt: None,
             offloads,
+            max_memory: DEFAULT_MAX_MEMORY,
+            retired: Vec::new(),
+            retired_conns: Vec::new(),
         })
+    }
+
+    /// Caps the guest memory a front-end may map through this port (from
+    /// its next connection on).
+    pub fn set_max_memory(&mut self, bytes: u64) {
+        self.max_memory = bytes;
+        if !self.connected() {
+            self.device = self.fresh_device();
+        }
+    }
+
+    /// The device a new front-end starts with.
+    fn fresh_device(&self) -> Device {
+        Device::offering(self.offloads).with_max_memory(self.max_memory)
     }
 
     /// The socket path.
@@ -146,7 +173,7 @@ impl VhostUserPort {
         match l.accept() {
             Ok((s, _)) => {
                 self.conn = Some(Connection::new(s)?);
-                self.device = Device::offering(self.offloads);
+                self.device.retire(&mut self.retired);
                 Ok(true)
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(false),
@@ -166,7 +193,7 @@ impl VhostUserPort {
         match UnixStream::connect(&self.path).and_then(Connection::new) {
             Ok(c) => {
                 self.conn = Some(c);
-                self.device = Device::offering(self.offloads);
+                self.device.retire(&mut self.retired);
                 true
             }
             Err(_) => false,
@@ -212,12 +239,34 @@ impl VhostUserPort {
         Ok(())
     }
 
-    /// Drops the connection and the device state; the port waits for (or
-    /// retries) a new front-end.
+    /// Returns the port to the state it had before any front-end: no
+    /// connection, a fresh device (same offer, same memory cap), the next
+    /// connection attempt (client mode) one interval away. The old
+    /// connection and descriptors are retired, not closed: the worker
+    /// unwatches them, then calls [`VhostUserPort::release_retired`].
     pub fn reset(&mut self, now: Instant) {
-        self.conn = None;
-        self.device = Device::offering(self.offloads);
+        self.retired_conns.extend(self.conn.take());
+        self.device.retire(&mut self.retired);
         self.next_attempt = Some(now + RECONNECT_INTERVAL);
+    }
+
+    /// True when descriptors wait to be closed once unwatched.
+    pub fn has_retired(&mut self) -> bool {
+        self.device.take_retired(&mut self.retired);
+        !self.retired.is_empty() || !self.retired_conns.is_empty()
+    }
+
+    /// Closes the retired descriptors; the caller removed them from its
+    /// epoll set first.
+    pub fn release_retired(&mut self) {
+        self.device.take_retired(&mut self.retired);
+        self.retired.clear();
+        self.retired_conns.clear();
+    }
+
+    /// True when the port is as a fresh one: no front-end, no device state.
+    pub fn is_pristine(&self) -> bool {
+        self.conn.is_none() && format!("{:?}", self.device) == format!("{:?}", self.fresh_device())
     }
 }
 

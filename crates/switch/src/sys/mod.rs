@@ -5,11 +5,14 @@
 #![allow(unsafe_code)]
 
 pub mod affinity;
+pub mod eventfd;
 pub mod memfd;
 pub mod packet;
 pub mod prefetch;
 pub mod ring_mem;
 pub mod scm;
+pub mod sigbus;
 pub mod spsc;
 pub mod tun;
 pub mod wait;
+pub mod watchdog;

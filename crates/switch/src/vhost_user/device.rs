@@ -84,6 +84,15 @@ pub enum DeviceError {
     /// A ring address is not inside the front-end's memory.
     #[error("queue {0}: ring address not in the memory table")]
     RingAddress(usize),
+    /// A kick or call descriptor that is not an eventfd (a pipe or a
+    /// socket could block the worker in ways an eventfd cannot).
+    #[error("queue {index}: the {what} descriptor is not an eventfd")]
+    NotEventfd {
+        /// Queue index.
+        index: usize,
+        /// "kick" or "call".
+        what: &'static str,
+    },
     /// A queue could not start.
     #[error("queue {index} cannot start")]
     Queue {
@@ -130,6 +139,21 @@ pub struct Device {
     mem: Option<Arc<GuestMem>>,
     vrings: [Vring; NUM_QUEUES],
     mtu: Option<u64>,
+    /// Most bytes of guest memory the front-end may have mapped.
+    max_memory: u64,
+    /// Kick eventfds replaced or dropped since the worker last looked:
+    /// kept open until the worker removed them from its epoll set, so no
+    /// registration outlives its descriptor (or names a reused number).
+    retired: Vec<File>,
+}
+
+fn check_eventfd(fd: Option<&File>, index: usize, what: &'static str) -> Result<(), DeviceError> {
+    match fd {
+        Some(f) if !crate::sys::eventfd::is_eventfd(f) => {
+            Err(DeviceError::NotEventfd { index, what })
+        }
+        _ => Ok(()),
+    }
 }
 
 fn queue_index(i: u32) -> Result<usize, DeviceError> {
@@ -155,8 +179,51 @@ impl Device {
             } else {
                 feature::OFFERED & !feature::OFFLOADS
             },
+            max_memory: super::memory::DEFAULT_MAX_MEMORY,
             ..Self::default()
         }
+    }
+
+    /// The same device with a cap on the guest memory it maps.
+    pub fn with_max_memory(mut self, bytes: u64) -> Self {
+        self.max_memory = bytes;
+        self
+    }
+
+    /// Every descriptor the device holds, handed over for the caller to
+    /// close after unwatching them; the device is left as new (same offer,
+    /// same cap).
+    pub fn retire(&mut self, out: &mut Vec<File>) {
+        let fresh = Self {
+            offered: self.offered,
+            max_memory: self.max_memory,
+            ..Self::default()
+        };
+        let old = std::mem::replace(self, fresh);
+        out.extend(old.retired);
+        out.extend(old.vrings.into_iter().filter_map(|v| v.kick));
+    }
+
+    /// Kick descriptors dropped by requests since the last call, to close
+    /// once unwatched.
+    pub fn take_retired(&mut self, out: &mut Vec<File>) {
+        out.append(&mut self.retired);
+    }
+
+    /// True when the front-end's memory vanished under the switch (the
+    /// port must be reset).
+    pub fn memory_lost(&self) -> bool {
+        self.mem.as_ref().is_some_and(|m| m.lost())
+    }
+
+    /// Why a queue's last call could not be signalled, if it could not.
+    pub fn take_call_failure(&mut self) -> Option<(usize, std::io::Error)> {
+        self.vrings.iter_mut().enumerate().find_map(|(i, v)| {
+            v.active
+                .as_mut()
+                .and_then(ActiveQueue::take_call_failure)
+                .map(|e| (i, e))
+        })
     }
 
     /// Applies one request.
@@ -178,14 +245,13 @@ impl Device {
             }
             Request::SetOwner | Request::SendRarp => Reply::Ack,
             Request::ResetOwner | Request::ResetDevice => {
-                *self = Self {
-                    offered: self.offered,
-                    ..Self::default()
-                };
+                let mut kicks = Vec::new();
+                self.retire(&mut kicks);
+                self.retired = kicks;
                 Reply::Ack
             }
             Request::SetMemTable(table) => {
-                let mem = Arc::new(GuestMem::from_table(table)?);
+                let mem = Arc::new(GuestMem::from_table(table, self.max_memory)?);
                 self.mem = Some(mem);
                 // Running queues continue on the new memory from where they are.
                 for i in 0..NUM_QUEUES {
@@ -221,19 +287,22 @@ impl Device {
                     v.base = q.stop();
                 }
                 // The ring is stopped until the next SET_VRING_KICK.
-                v.kick = None;
+                self.retired.extend(v.kick.take());
                 v.kick_set = false;
                 Reply::VringState(index, u32::from(v.base))
             }
             Request::SetVringKick { index, fd } => {
                 let i = queue_index(u32::from(index))?;
-                self.vrings[i].kick = fd;
+                check_eventfd(fd.as_ref(), i, "kick")?;
+                let old = std::mem::replace(&mut self.vrings[i].kick, fd);
+                self.retired.extend(old);
                 self.vrings[i].kick_set = true;
                 self.try_start(i)?;
                 Reply::Ack
             }
             Request::SetVringCall { index, fd } => {
                 let i = queue_index(u32::from(index))?;
+                check_eventfd(fd.as_ref(), i, "call")?;
                 self.vrings[i].call = fd;
                 if self.vrings[i].active.is_some() {
                     let q = self.vrings[i].active.take().map(ActiveQueue::stop);
@@ -339,12 +408,11 @@ impl Device {
         self.vrings[i].kick.as_ref().map(|f| f.as_raw_fd())
     }
 
-    /// Drains queue `i`'s kick eventfd; returns true when there was a kick.
+    /// Drains queue `i`'s kick eventfd, never blocking; returns true when
+    /// there was a kick.
     pub fn drain_kick(&self, i: usize) -> bool {
-        use std::io::Read;
-        let mut b = [0u8; 8];
         match self.vrings[i].kick.as_ref() {
-            Some(mut f) => matches!(f.read(&mut b), Ok(8)),
+            Some(f) => matches!(crate::sys::eventfd::read_nowait(f), Ok(Some(_))),
             None => false,
         }
     }

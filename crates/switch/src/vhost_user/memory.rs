@@ -4,7 +4,9 @@
 //! to guest physical addresses here.
 
 use super::protocol::MemoryRegion;
+use crate::sys::sigbus;
 use std::fs::File;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::sync::Arc;
 use vm_memory::GuestMemoryRegion;
 use vm_memory::{
@@ -32,7 +34,48 @@ pub enum MemoryError {
     /// A region could not be placed at its guest address.
     #[error("memory region at guest address {0:#x} is invalid")]
     Region(u64),
+    /// A region extends past the end of the file that backs it (mapping
+    /// it would fault on first access).
+    #[error(
+        "memory region at guest address {gpa:#x} needs {needed} bytes of its file, which has {size}"
+    )]
+    ShortFile {
+        /// Guest address of the region.
+        gpa: u64,
+        /// `mmap_offset + memory_size`.
+        needed: u64,
+        /// The file's size.
+        size: u64,
+    },
+    /// A region's descriptor is not a regular file (memfd, tmpfs, hugetlbfs).
+    #[error("memory region at guest address {0:#x} is not backed by a regular file")]
+    NotAFile(u64),
+    /// The table maps more than the port may.
+    #[error("memory table of {total} bytes exceeds the port's cap of {cap} bytes")]
+    OverCap {
+        /// Bytes the table maps.
+        total: u64,
+        /// The cap.
+        cap: u64,
+    },
+    /// The file could not be examined.
+    #[error("cannot examine the file of the memory region at guest address {gpa:#x}")]
+    Stat {
+        /// Guest address of the region.
+        gpa: u64,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Too many guest memory mappings in the process.
+    #[error(transparent)]
+    Registry(#[from] crate::sys::sigbus::Full),
 }
+
+/// Default cap on the guest memory one port may map: 1 TiB, above any
+/// guest this switch is likely to serve, below what a hostile front-end
+/// would need to exhaust the switch's address space with a few ports.
+pub const DEFAULT_MAX_MEMORY: u64 = 1 << 40;
 
 /// Mapped guest memory plus the front-end's view of it.
 #[derive(Debug)]
@@ -40,14 +83,27 @@ pub struct GuestMem {
     mem: GuestMemoryMmap,
     regions: Vec<MemoryRegion>,
     mapped: Vec<Arc<GuestRegionMmap>>,
+    /// The mappings' registrations with the SIGBUS handler; dropped (first
+    /// field to go, see `Drop`) before the memory is unmapped.
+    guards: Vec<sigbus::Mapping>,
 }
 
 impl GuestMem {
-    /// Maps every region of a memory table (shared, read-write).
-    pub fn from_table(table: Vec<(MemoryRegion, File)>) -> Result<Self, MemoryError> {
+    /// Maps every region of a memory table (shared, read-write), refusing
+    /// a table that maps more than `cap` bytes or a region its file cannot
+    /// back.
+    pub fn from_table(table: Vec<(MemoryRegion, File)>, cap: u64) -> Result<Self, MemoryError> {
+        let total = table
+            .iter()
+            .fold(0u64, |t, (r, _)| t.saturating_add(r.memory_size));
+        if total > cap {
+            return Err(MemoryError::OverCap { total, cap });
+        }
         let mut mapped = Vec::with_capacity(table.len());
         let mut regions = Vec::with_capacity(table.len());
+        let mut pages = Vec::with_capacity(table.len());
         for (r, file) in table {
+            pages.push(check_file(&r, &file)?);
             let size =
                 usize::try_from(r.memory_size).map_err(|_| MemoryError::TooLarge(r.memory_size))?;
             let mmap = MmapRegion::from_file(FileOffset::new(file, r.mmap_offset), size).map_err(
@@ -61,6 +117,10 @@ impl GuestMem {
             mapped.push(region);
             regions.push(r);
         }
+        let mut guards = Vec::with_capacity(mapped.len());
+        for (m, page) in mapped.iter().zip(pages) {
+            guards.push(sigbus::Mapping::register(m.as_ptr(), m.size(), page)?);
+        }
         mapped.sort_by_key(vm_memory::GuestMemoryRegion::start_addr);
         let mapped: Vec<Arc<GuestRegionMmap>> = mapped.into_iter().map(Arc::new).collect();
         let mem = GuestMemoryMmap::from_arc_regions(mapped.clone()).map_err(MemoryError::Table)?;
@@ -68,7 +128,15 @@ impl GuestMem {
             mem,
             regions,
             mapped,
+            guards,
         })
+    }
+
+    /// True once a page of this memory vanished under the switch (its file
+    /// was truncated): the switch now reads zeros there and the port must
+    /// be reset.
+    pub fn lost(&self) -> bool {
+        self.guards.iter().any(sigbus::Mapping::lost)
     }
 
     /// The mapped memory.
@@ -155,6 +223,38 @@ impl GuestMem {
     }
 }
 
+impl Drop for GuestMem {
+    fn drop(&mut self) {
+        // Unregistered before the fields drop, so no address is in the
+        // registry after its memory is unmapped. (A ring that outlives this
+        // holds its region mapped, unregistered, only while its queue is
+        // dropped.)
+        self.guards.clear();
+    }
+}
+
+/// Checks that `r`'s file backs all of it; returns its page size (the
+/// block size: 4 KiB, or the huge page size on hugetlbfs).
+fn check_file(r: &MemoryRegion, file: &File) -> Result<usize, MemoryError> {
+    let gpa = r.guest_phys_addr;
+    let meta = file
+        .metadata()
+        .map_err(|source| MemoryError::Stat { gpa, source })?;
+    let ft = meta.file_type();
+    if !ft.is_file() || ft.is_block_device() {
+        return Err(MemoryError::NotAFile(gpa));
+    }
+    let needed = r.mmap_offset.saturating_add(r.memory_size);
+    if meta.len() < needed {
+        return Err(MemoryError::ShortFile {
+            gpa,
+            needed,
+            size: meta.len(),
+        });
+    }
+    Ok(usize::try_from(meta.blksize()).unwrap_or(4096).max(4096))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -169,7 +269,7 @@ mod tests {
             userspace_addr: 0x7000_0000,
             mmap_offset: 0,
         };
-        let g = GuestMem::from_table(vec![(r, f)]).unwrap();
+        let g = GuestMem::from_table(vec![(r, f)], DEFAULT_MAX_MEMORY).unwrap();
         assert_eq!(
             g.va_to_gpa(0x7000_0100, 16),
             Some(GuestAddress(0x1000_0100))
@@ -200,6 +300,73 @@ mod tests {
             guest_phys_addr: 0x1000,
             ..r
         };
-        assert!(GuestMem::from_table(vec![(r, a), (r2, b)]).is_err());
+        assert!(GuestMem::from_table(vec![(r, a), (r2, b)], DEFAULT_MAX_MEMORY).is_err());
+    }
+
+    fn region(size: u64) -> MemoryRegion {
+        MemoryRegion {
+            guest_phys_addr: 0,
+            memory_size: size,
+            userspace_addr: 0,
+            mmap_offset: 0,
+        }
+    }
+
+    #[test]
+    fn refuses_a_file_shorter_than_its_region() {
+        let f = crate::sys::memfd::create("short", 0x1000).unwrap();
+        let e = GuestMem::from_table(vec![(region(0x2000), f)], DEFAULT_MAX_MEMORY).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                MemoryError::ShortFile {
+                    needed: 0x2000,
+                    size: 0x1000,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn refuses_what_is_not_a_file() {
+        let (r, _w) = std::io::pipe().unwrap();
+        let e = GuestMem::from_table(
+            vec![(region(0x1000), File::from(std::os::fd::OwnedFd::from(r)))],
+            DEFAULT_MAX_MEMORY,
+        )
+        .unwrap_err();
+        assert!(matches!(e, MemoryError::NotAFile(0)), "{e}");
+    }
+
+    #[test]
+    fn refuses_a_table_over_the_cap() {
+        let f = crate::sys::memfd::create("big", 0x4000).unwrap();
+        let e = GuestMem::from_table(vec![(region(0x4000), f)], 0x3000).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                MemoryError::OverCap {
+                    total: 0x4000,
+                    cap: 0x3000
+                }
+            ),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_truncated_region_is_lost_not_fatal() {
+        let f = crate::sys::memfd::create("trunc", 0x4000).unwrap();
+        let g = GuestMem::from_table(
+            vec![(region(0x4000), f.try_clone().unwrap())],
+            DEFAULT_MAX_MEMORY,
+        )
+        .unwrap();
+        assert!(!g.lost());
+        f.set_len(0).unwrap();
+        assert_eq!(g.mem().read_obj::<u64>(GuestAddress(0x3000)).unwrap(), 0);
+        assert!(g.lost());
     }
 }

@@ -13,7 +13,6 @@ use super::memory::GuestMem;
 use crate::stats::QueueStats;
 use crate::sys::ring_mem::RingMem;
 use std::fs::File;
-use std::io::Write;
 use std::num::Wrapping;
 use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
@@ -165,6 +164,8 @@ pub struct ActiveQueue {
     unpublished: bool,
     event_idx: bool,
     call: Option<File>,
+    /// Set when signalling `call` failed (it would have blocked).
+    call_failed: Option<std::io::Error>,
     writable: bool,
     used_pending: bool,
     /// Chains popped ahead ([`ActiveQueue::take`]; moved out while being
@@ -235,6 +236,7 @@ impl ActiveQueue {
             unpublished: false,
             event_idx,
             call,
+            call_failed: None,
             writable,
             used_pending: false,
             ahead: Some(Box::new(Burst::new())),
@@ -491,11 +493,25 @@ impl ActiveQueue {
         self.flush();
         self.used_pending = false;
         self.num_added = Wrapping(0);
-        if let Some(mut call) = self.call.as_ref() {
-            if call.write(&1u64.to_ne_bytes()).is_ok() {
-                crate::stats::bump(&stats.notifications_sent, 1);
+        if let Some(call) = self.call.as_ref() {
+            match crate::sys::eventfd::signal(call) {
+                Ok(()) => crate::stats::bump(&stats.notifications_sent, 1),
+                // The front-end made its call eventfd block (or broke it):
+                // the caller resets the port at the end of the round.
+                Err(e) => self.call_failed = Some(e),
             }
         }
+    }
+
+    /// True when signalling the call eventfd failed (the port must be reset).
+    #[inline]
+    pub fn call_failed(&self) -> bool {
+        self.call_failed.is_some()
+    }
+
+    /// Why the last call could not be signalled, once (the port is reset).
+    pub fn take_call_failure(&mut self) -> Option<std::io::Error> {
+        self.call_failed.take()
     }
 
     /// The driver does not want a call for what was added so far (it polls).
@@ -564,8 +580,13 @@ mod tests {
             userspace_addr: 0,
             mmap_offset: 0,
         };
-        let dev_mem =
-            Arc::new(GuestMem::from_table(vec![(region, f.try_clone().unwrap())]).unwrap());
+        let dev_mem = Arc::new(
+            GuestMem::from_table(
+                vec![(region, f.try_clone().unwrap())],
+                crate::vhost_user::memory::DEFAULT_MAX_MEMORY,
+            )
+            .unwrap(),
+        );
         let ring = DriverRing::new(&driver_mem, layout, event_idx);
         let call = crate::sys::memfd::create("not-an-eventfd", 0).unwrap();
         let addrs = RingAddrs {

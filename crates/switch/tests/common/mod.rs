@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod attacks;
 pub mod raw;
 
 use std::path::PathBuf;

@@ -63,6 +63,12 @@ fn memfd(size: u64) -> File {
 
 impl RawFrontend {
     pub fn connect(path: &Path) -> Self {
+        Self::connect_with(path, false)
+    }
+
+    /// Like [`RawFrontend::connect`]; `blocking`: kick and call eventfds
+    /// without EFD_NONBLOCK (legal: the spec does not ask for it).
+    pub fn connect_with(path: &Path, blocking: bool) -> Self {
         let deadline = Instant::now() + Duration::from_secs(5);
         let sock = loop {
             match UnixStream::connect(path) {
@@ -87,7 +93,8 @@ impl RawFrontend {
         let base_va = mem.get_host_address(GuestAddress(0)).unwrap() as u64;
         let rx = DriverRing::new(&mem, rx_l, false);
         let tx = DriverRing::new(&mem, tx_l, false);
-        let ev = || EventFd::new(EFD_NONBLOCK).unwrap();
+        let flags = if blocking { 0 } else { EFD_NONBLOCK };
+        let ev = || EventFd::new(flags).unwrap();
         Self {
             sock,
             mem,
@@ -247,6 +254,14 @@ impl RawFrontend {
         self.kick[1].write(1).unwrap();
     }
 
+    /// True once every frame sent so far was taken by the switch.
+    pub fn tx_reaped(&mut self) -> bool {
+        while let Some((id, _)) = self.tx.reap(&self.mem) {
+            self.tx.release(id);
+        }
+        self.tx.available() == usize::from(QSIZE)
+    }
+
     pub fn recv_frame(&mut self, timeout: Duration) -> Option<Vec<u8>> {
         let deadline = Instant::now() + timeout;
         loop {
@@ -294,6 +309,20 @@ impl RawFrontend {
             .unwrap();
         self.mem.write_obj(idx, GuestAddress(l.avail + 2)).unwrap();
         self.kick[1].write(1).unwrap();
+    }
+
+    /// The file behind the shared memory (to truncate it under the switch).
+    pub fn memory_file(&self) -> &File {
+        &self.memfd
+    }
+
+    /// Sends SET_MEM_TABLE announcing `size` bytes of memory (more than
+    /// the file has, when hostile).
+    pub fn send_mem_table_of(&self, size: u64) {
+        let mut b = self.mem_table_body();
+        b[16..24].copy_from_slice(&size.to_le_bytes());
+        self.send(code::SET_MEM_TABLE, 0, &b, &[self.memfd.as_raw_fd()])
+            .unwrap();
     }
 
     /// True when the switch closed the connection.
