@@ -1,6 +1,12 @@
 //! `vnio agent`: the far side of every workload. One thread per control
 //! connection, one per data session; a bad client costs only its own threads,
 //! and every thread and socket of a test is gone when the test ends.
+//!
+//! Anyone on the network may talk to an agent, so what a test commits is
+//! reserved from a budget first ([`crate::budget`]), UDP addresses prove
+//! they receive before the agent sends them more than they sent
+//! ([`crate::cookie`]), every send rate is capped, and every wait ends when
+//! the client or the agent stops.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
@@ -10,14 +16,17 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use crate::budget::{Budget, Ledger, Need, Reservation, SINK_BUF, UDP_BUF};
 use crate::clock;
+use crate::cookie::{self, Cookies};
 use crate::cpu::CpuTime;
 use crate::env::Placement;
 use crate::pace::Schedule;
 use crate::pin;
 use crate::proto::{
     read_msg, write_msg, AgentReport, Counters, FrameError, Limits, Request, Response, TestSpec,
-    Transport, Workload, PROTO_VERSION, UDP_HEADER, UDP_HELLO_SEQ,
+    Transport, Workload, PROTO_VERSION, UDP_COOKIE_LEN, UDP_COOKIE_SEQ, UDP_HEADER, UDP_HELLO_SEQ,
+    UDP_PROVEN_SEQ,
 };
 use crate::session::{read_full, would_block, write_full};
 use crate::sys;
@@ -37,6 +46,35 @@ pub struct AgentConfig {
     pub limits: Limits,
     /// Control connections served at once; more are refused.
     pub max_clients: usize,
+    /// A client that sends no request this long outside a test is dropped.
+    pub idle: Duration,
+    /// Threads and session buffers, per client and in total.
+    pub budget: Budget,
+}
+
+/// The default idle timeout after hello.
+pub const IDLE: Duration = Duration::from_secs(30);
+
+impl AgentConfig {
+    /// An agent on `listen` with the default limits, budget and timeouts.
+    pub fn new(listen: SocketAddr) -> AgentConfig {
+        AgentConfig {
+            listen,
+            token: None,
+            limits: Limits::default(),
+            max_clients: 64,
+            idle: IDLE,
+            budget: Budget::default(),
+        }
+    }
+}
+
+/// What every client thread shares.
+struct Context {
+    config: AgentConfig,
+    ledger: Ledger,
+    cookies: Arc<Cookies>,
+    stop: Arc<AtomicBool>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -105,22 +143,29 @@ impl Agent {
             .set_nonblocking(true)
             .map_err(AgentError::Accept)?;
         let mut handlers: Vec<JoinHandle<()>> = Vec::new();
+        let cx = Arc::new(Context {
+            ledger: Ledger::new(self.config.budget),
+            cookies: Arc::default(),
+            config: self.config.clone(),
+            stop: self.stop.clone(),
+        });
         while !self.stop.load(Ordering::Relaxed) {
             match self.listener.accept() {
                 Ok((stream, peer)) => {
                     handlers.retain(|h| !h.is_finished());
                     let _ = stream.set_nonblocking(false);
                     if self.clients.load(Ordering::Relaxed) >= self.config.max_clients {
-                        refuse(stream, "agent busy: too many clients at once, retry later");
+                        let m = "agent busy: too many clients at once (--max-clients), retry later";
+                        eprintln!("vnio agent: client {peer}: refused: {m}");
+                        refuse(stream, m);
                         continue;
                     }
                     self.clients.fetch_add(1, Ordering::Relaxed);
-                    let (config, clients, stop) =
-                        (self.config.clone(), self.clients.clone(), self.stop.clone());
+                    let (cx, clients) = (cx.clone(), self.clients.clone());
                     let spawned = std::thread::Builder::new()
                         .name(format!("ctl-{peer}"))
                         .spawn(move || {
-                            if let Err(e) = serve_client(stream, peer, &config, &stop) {
+                            if let Err(e) = serve_client(stream, peer, &cx) {
                                 eprintln!("vnio agent: client {peer}: {e}");
                             }
                             clients.fetch_sub(1, Ordering::Relaxed);
@@ -169,13 +214,22 @@ enum ClientError {
     Refused(String),
 }
 
-fn serve_client(
-    mut ctl: TcpStream,
-    peer: SocketAddr,
-    config: &AgentConfig,
-    agent_stop: &AtomicBool,
-) -> Result<(), ClientError> {
+/// Tells the client why, in one line, and logs the same line.
+fn tell_refusal(ctl: &mut TcpStream, peer: SocketAddr, message: &str) -> Result<(), FrameError> {
+    eprintln!("vnio agent: client {peer}: refused: {message}");
+    write_msg(
+        ctl,
+        &Response::Error {
+            message: format!("refused: {message}"),
+        },
+    )
+}
+
+fn serve_client(mut ctl: TcpStream, peer: SocketAddr, cx: &Context) -> Result<(), ClientError> {
+    let config = &cx.config;
     ctl.set_read_timeout(Some(HANDSHAKE))
+        .map_err(FrameError::from)?;
+    ctl.set_write_timeout(Some(HANDSHAKE))
         .map_err(FrameError::from)?;
     ctl.set_nodelay(true).map_err(FrameError::from)?;
     let hello: Result<Request, _> = read_msg(&mut ctl);
@@ -221,9 +275,19 @@ fn serve_client(
     let local_ip = ctl.local_addr().map_err(FrameError::from)?.ip();
     loop {
         ctl.set_read_timeout(Some(POLL)).map_err(FrameError::from)?;
-        let req = match read_with_stop(&mut ctl, agent_stop, None) {
+        // Between tests a client holds a slot and a thread: only so long.
+        let idle_until = clock::now_ns() + config.idle.as_nanos() as u64;
+        let req = match read_with_stop(&mut ctl, &cx.stop, Some(idle_until)) {
             Ok(Some(r)) => r,
-            Ok(None) => return Ok(()),
+            Ok(None) if cx.stop.load(Ordering::Relaxed) => return Ok(()),
+            Ok(None) => {
+                let m = format!(
+                    "idle: no request for {} s, closing the connection",
+                    config.idle.as_secs_f64()
+                );
+                let _ = write_msg(&mut ctl, &Response::Error { message: m.clone() });
+                return Err(ClientError::Refused(m));
+            }
             Err(FrameError::Closed) => return Ok(()),
             Err(e) => {
                 let _ = write_msg(
@@ -237,24 +301,22 @@ fn serve_client(
         };
         match req {
             Request::Start { spec } => {
-                if let Err(reason) = config.limits.check(&spec) {
-                    write_msg(
-                        &mut ctl,
-                        &Response::Error {
-                            message: format!("refused: {reason}"),
-                        },
-                    )?;
+                if let Err(reason) = config.limits.check(&spec, clock::realtime_ns()) {
+                    tell_refusal(&mut ctl, peer, &reason)?;
                     continue;
                 }
-                let test = match Test::start(&spec, local_ip, peer.ip()) {
+                let budget = match cx.ledger.reserve(Need::of(&spec)) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        tell_refusal(&mut ctl, peer, &e.to_string())?;
+                        continue;
+                    }
+                };
+                let test = match Test::start(&spec, local_ip, peer.ip(), cx, budget) {
                     Ok(t) => t,
                     Err(e) => {
-                        write_msg(
-                            &mut ctl,
-                            &Response::Error {
-                                message: format!("cannot set up the test: {e}"),
-                            },
-                        )?;
+                        let m = format!("cannot set up the test: {e}");
+                        tell_refusal(&mut ctl, peer, &m)?;
                         continue;
                     }
                 };
@@ -267,7 +329,7 @@ fn serve_client(
                 )?;
                 let deadline =
                     clock::now_ns() + spec.duration_ms * 1_000_000 + GRACE.as_nanos() as u64;
-                let outcome = read_with_stop(&mut ctl, agent_stop, Some(deadline));
+                let outcome = read_with_stop(&mut ctl, &cx.stop, Some(deadline));
                 let report = test.finish();
                 match outcome {
                     Ok(Some(Request::Stop)) => write_msg(&mut ctl, &Response::Report { report })?,
@@ -331,12 +393,15 @@ fn read_with_stop(
     }
 }
 
-/// One running test: its data sockets and session threads.
+/// One running test: its data sockets, session threads and budget. Dropping
+/// it (a set-up that failed half-way included) stops and joins every thread
+/// it started and gives the budget back.
 struct Test {
     key: u64,
     ports: Vec<u16>,
     shared: Arc<Shared>,
     threads: Vec<JoinHandle<SessionEnd>>,
+    _budget: Reservation,
 }
 
 struct Shared {
@@ -344,6 +409,19 @@ struct Shared {
     foreign: AtomicU64,
     /// Session threads started by the TCP acceptor, joined at the end.
     late_threads: std::sync::Mutex<Vec<JoinHandle<SessionEnd>>>,
+}
+
+/// What a session needs to know besides its socket.
+struct Session {
+    index: usize,
+    key: u64,
+    /// Data must come from here: the control connection's address, or the
+    /// one the client declared.
+    client_ip: IpAddr,
+    spec: TestSpec,
+    /// The agent's ceiling on what this session sends per second.
+    max_pps: u64,
+    shared: Arc<Shared>,
 }
 
 #[derive(Default)]
@@ -366,30 +444,46 @@ fn random_key() -> u64 {
 }
 
 impl Test {
-    fn start(spec: &TestSpec, local_ip: IpAddr, control_ip: IpAddr) -> std::io::Result<Test> {
-        let key = random_key();
-        // Data must come from the client's address (or the one it declared),
-        // and carry the test's key.
-        let client_ip = spec.data_from.unwrap_or(control_ip);
-        let shared = Arc::new(Shared {
-            stop: AtomicBool::new(false),
-            foreign: AtomicU64::new(0),
-            late_threads: Default::default(),
-        });
-        let mut threads = Vec::new();
-        let mut ports = Vec::new();
+    fn start(
+        spec: &TestSpec,
+        local_ip: IpAddr,
+        control_ip: IpAddr,
+        cx: &Context,
+        budget: Reservation,
+    ) -> std::io::Result<Test> {
+        let mut test = Test {
+            key: random_key(),
+            ports: Vec::new(),
+            shared: Arc::new(Shared {
+                stop: AtomicBool::new(false),
+                foreign: AtomicU64::new(0),
+                late_threads: Default::default(),
+            }),
+            threads: Vec::new(),
+            _budget: budget,
+        };
         let sessions = spec.sessions as usize;
+        let session = |index| Session {
+            index,
+            key: test.key,
+            client_ip: spec.data_from.unwrap_or(control_ip),
+            spec: spec.clone(),
+            // Sessions share the agent's rate cap; an unpaced source gets its share.
+            max_pps: (cx.config.limits.max_rate_pps / sessions.max(1) as u64).max(1),
+            shared: test.shared.clone(),
+        };
+        // Every `?` below drops `test`, which stops what was started.
         match spec.workload.transport() {
             Transport::Tcp => {
                 let listener = TcpListener::bind(SocketAddr::new(local_ip, 0))?;
-                ports.push(listener.local_addr()?.port());
+                test.ports.push(listener.local_addr()?.port());
                 listener.set_nonblocking(true)?;
-                let (spec, shared2) = (spec.clone(), shared.clone());
-                threads.push(
+                let s = session(usize::MAX);
+                test.threads.push(
                     std::thread::Builder::new()
                         .name("tcp-accept".into())
                         .spawn(move || {
-                            accept_sessions(listener, key, client_ip, &spec, &shared2);
+                            accept_sessions(listener, &s);
                             SessionEnd {
                                 index: usize::MAX,
                                 ..Default::default()
@@ -398,39 +492,31 @@ impl Test {
                 );
             }
             Transport::Udp => {
-                let mut sockets = Vec::with_capacity(sessions);
-                for _ in 0..sessions {
-                    let s = UdpSocket::bind(SocketAddr::new(local_ip, 0))?;
-                    s.set_read_timeout(Some(POLL))?;
-                    ports.push(s.local_addr()?.port());
-                    sockets.push(s);
-                }
-                for (i, s) in sockets.into_iter().enumerate() {
-                    let (spec, shared2) = (spec.clone(), shared.clone());
-                    threads.push(std::thread::Builder::new().name(format!("udp-{i}")).spawn(
-                        move || {
-                            run_session(i, &spec, |c| {
-                                udp_session(&s, key, client_ip, &spec, &shared2, c)
-                            })
-                        },
-                    )?);
+                for i in 0..sessions {
+                    let sock = UdpSocket::bind(SocketAddr::new(local_ip, 0))?;
+                    sock.set_read_timeout(Some(POLL))?;
+                    test.ports.push(sock.local_addr()?.port());
+                    let s = session(i);
+                    let cookies = cx.cookies_handle();
+                    test.threads.push(
+                        std::thread::Builder::new()
+                            .name(format!("udp-{i}"))
+                            .spawn(move || {
+                                run_session(&s, |c| udp_session(&sock, &s, &cookies, c))
+                            })?,
+                    );
                 }
             }
         }
-        Ok(Test {
-            key,
-            ports,
-            shared,
-            threads,
-        })
+        Ok(test)
     }
 
-    /// Stops every session, joins every thread, sums what they did.
-    fn finish(self) -> AgentReport {
+    /// Stops every session and joins every thread; what they did.
+    fn join_all(&mut self) -> Vec<SessionEnd> {
         self.shared.stop.store(true, Ordering::Relaxed);
         let mut ends: Vec<SessionEnd> = self
             .threads
-            .into_iter()
+            .drain(..)
             .filter_map(|h| h.join().ok())
             .collect();
         let late: Vec<_> = self
@@ -443,6 +529,12 @@ impl Test {
             late.into_iter()
                 .filter_map(|h: JoinHandle<SessionEnd>| h.join().ok()),
         );
+        ends
+    }
+
+    /// Ends the test; the sum of what its sessions did.
+    fn finish(mut self) -> AgentReport {
+        let mut ends = self.join_all();
         ends.retain(|e| e.index != usize::MAX);
         ends.sort_by_key(|e| e.index);
         let mut report = AgentReport {
@@ -458,32 +550,40 @@ impl Test {
     }
 }
 
+impl Drop for Test {
+    fn drop(&mut self) {
+        self.join_all();
+    }
+}
+
+impl Context {
+    /// The cookie secret, for a session thread.
+    fn cookies_handle(&self) -> Arc<Cookies> {
+        self.cookies.clone()
+    }
+}
+
 /// Runs one session's work on the calling thread with its placement and CPU
 /// accounting around it.
-fn run_session(index: usize, spec: &TestSpec, work: impl FnOnce(&mut Counters)) -> SessionEnd {
+fn run_session(s: &Session, work: impl FnOnce(&mut Counters)) -> SessionEnd {
     let placement = pin::enter(
-        format!("agent session {index}"),
-        pin::pick(&spec.cpus, index),
+        format!("agent session {}", s.index),
+        pin::pick(&s.spec.cpus, s.index),
     );
     let cpu0 = CpuTime::thread();
     let mut counters = Counters::default();
     work(&mut counters);
     SessionEnd {
-        index,
+        index: s.index,
         counters,
         cpu: CpuTime::thread().since(cpu0),
         placement: Some(pin::finish(placement)),
     }
 }
 
-fn accept_sessions(
-    listener: TcpListener,
-    key: u64,
-    client_ip: IpAddr,
-    spec: &TestSpec,
-    shared: &Arc<Shared>,
-) {
-    let mut seen = vec![false; spec.sessions as usize];
+fn accept_sessions(listener: TcpListener, test: &Session) {
+    let shared = &test.shared;
+    let mut seen = vec![false; test.spec.sessions as usize];
     while !shared.stop.load(Ordering::Relaxed) && seen.iter().any(|s| !s) {
         let (mut stream, peer) = match listener.accept() {
             Ok(x) => x,
@@ -497,13 +597,14 @@ fn accept_sessions(
             }
         };
         // Only the client that set up the test, presenting its key, is served.
+        // A TCP handshake already proves the peer receives at its address.
         let _ = stream.set_nonblocking(false);
         let _ = stream.set_read_timeout(Some(HANDSHAKE));
         let mut hdr = [0u8; 12];
         let index = match stream.read_exact(&mut hdr) {
             Ok(())
-                if peer.ip() == client_ip
-                    && u64::from_be_bytes(hdr[..8].try_into().unwrap_or_default()) == key =>
+                if peer.ip() == test.client_ip
+                    && u64::from_be_bytes(hdr[..8].try_into().unwrap_or_default()) == test.key =>
             {
                 u32::from_be_bytes(hdr[8..].try_into().unwrap_or_default()) as usize
             }
@@ -514,14 +615,22 @@ fn accept_sessions(
             continue;
         }
         seen[index] = true;
-        let (spec2, shared2) = (spec.clone(), shared.clone());
+        let s = Session {
+            index,
+            key: test.key,
+            client_ip: test.client_ip,
+            spec: test.spec.clone(),
+            max_pps: test.max_pps,
+            shared: shared.clone(),
+        };
         let h = std::thread::Builder::new()
             .name(format!("tcp-{index}"))
-            .spawn(move || {
-                run_session(index, &spec2, |c| tcp_session(stream, &spec2, &shared2, c))
-            });
-        if let (Ok(h), Ok(mut late)) = (h, shared.late_threads.lock()) {
-            late.push(h);
+            .spawn(move || run_session(&s, |c| tcp_session(stream, &s, c)));
+        match (h, shared.late_threads.lock()) {
+            (Ok(h), Ok(mut late)) => late.push(h),
+            (Ok(h), Err(_)) => drop(h.join()),
+            // The connection closes with the dropped closure: the client sees it.
+            (Err(e), _) => eprintln!("vnio agent: cannot start data session {index}: {e}"),
         }
     }
 }
@@ -530,7 +639,37 @@ fn stopped(shared: &Shared) -> bool {
     shared.stop.load(Ordering::Relaxed)
 }
 
-fn tcp_session(mut s: TcpStream, spec: &TestSpec, shared: &Shared, c: &mut Counters) {
+/// Sleeps until CLOCK_REALTIME reaches `unix_ns` in slices, so that the end
+/// of the test ends the wait; false if it ended it.
+fn sleep_until_realtime(unix_ns: u64, shared: &Shared) -> bool {
+    loop {
+        if stopped(shared) {
+            return false;
+        }
+        let left = unix_ns.saturating_sub(clock::realtime_ns());
+        if left == 0 {
+            return true;
+        }
+        std::thread::sleep(Duration::from_nanos(left).min(POLL));
+    }
+}
+
+/// Waits until CLOCK_MONOTONIC reaches `due_ns`, precisely at the end (see
+/// [`clock::wait_until`]) and in slices before; false if the test ended.
+fn wait_until(due_ns: u64, shared: &Shared) -> bool {
+    let slice = POLL.as_nanos() as u64;
+    while due_ns.saturating_sub(clock::now_ns()) > slice {
+        if stopped(shared) {
+            return false;
+        }
+        std::thread::sleep(POLL);
+    }
+    clock::wait_until(due_ns);
+    !stopped(shared)
+}
+
+fn tcp_session(mut s: TcpStream, test: &Session, c: &mut Counters) {
+    let (spec, shared) = (&test.spec, &*test.shared);
     let _ = s.set_nodelay(true);
     let _ = s.set_read_timeout(Some(POLL));
     let _ = s.set_write_timeout(Some(POLL));
@@ -555,7 +694,7 @@ fn tcp_session(mut s: TcpStream, spec: &TestSpec, shared: &Shared, c: &mut Count
             }
         }
         Workload::Sink { .. } => {
-            let mut buf = vec![0u8; 256 * 1024];
+            let mut buf = vec![0u8; SINK_BUF];
             while !stopped(shared) {
                 match s.read(&mut buf) {
                     Ok(0) => break,
@@ -568,8 +707,11 @@ fn tcp_session(mut s: TcpStream, spec: &TestSpec, shared: &Shared, c: &mut Count
                 }
             }
         }
+        // TCP needs no pacing cap: the client's receive window bounds it.
         Workload::Source { size, .. } => {
-            clock::sleep_until_realtime(spec.start_at_unix_ns);
+            if !sleep_until_realtime(spec.start_at_unix_ns, shared) {
+                return;
+            }
             let buf = vec![0x5au8; size as usize];
             let end = clock::now_ns() + spec.duration_ms * 1_000_000;
             while !stopped(shared) && clock::now_ns() < end {
@@ -595,54 +737,20 @@ fn datagram_header(buf: &[u8], key: u64) -> Option<u64> {
     Some(u64::from_be_bytes(buf[8..16].try_into().ok()?))
 }
 
-fn udp_session(
-    s: &UdpSocket,
-    key: u64,
-    client_ip: IpAddr,
-    spec: &TestSpec,
-    shared: &Shared,
-    c: &mut Counters,
-) {
+fn udp_session(sock: &UdpSocket, test: &Session, cookies: &Cookies, c: &mut Counters) {
+    let (spec, shared, key) = (&test.spec, &*test.shared, test.key);
     if let Some(us) = spec.busy_poll_us {
-        let _ = sys::set_busy_poll(s.as_fd(), us);
+        let _ = sys::set_busy_poll(sock.as_fd(), us);
     }
-    let mut buf = vec![0u8; 65536];
-    match spec.workload {
-        Workload::Echo { response, .. } | Workload::Source { size: response, .. } => {
-            let is_source = matches!(spec.workload, Workload::Source { .. });
-            let mut out = vec![0x5au8; response as usize];
-            while !stopped(shared) {
-                let (n, from) = match s.recv_from(&mut buf) {
-                    Ok(x) => x,
-                    Err(_) => continue,
-                };
-                let seq = match datagram_header(&buf[..n], key) {
-                    Some(seq) if from.ip() == client_ip => seq,
-                    _ => {
-                        shared.foreign.fetch_add(1, Ordering::Relaxed);
-                        continue;
-                    }
-                };
-                if is_source {
-                    if seq == UDP_HELLO_SEQ {
-                        udp_source(s, from, key, spec, shared, &mut out, c);
-                        return;
-                    }
-                    continue;
-                }
-                c.packets_in += 1;
-                c.bytes_in += n as u64;
-                out[..UDP_HEADER].copy_from_slice(&buf[..UDP_HEADER]);
-                if s.send_to(&out, from).is_ok() {
-                    c.packets_out += 1;
-                    c.bytes_out += out.len() as u64;
-                }
-            }
-        }
+    let mut buf = vec![0u8; UDP_BUF];
+    let is_source = matches!(spec.workload, Workload::Source { .. });
+    let response = match spec.workload {
+        Workload::Echo { response, .. } | Workload::Source { size: response, .. } => response,
+        // A sink sends nothing, so its senders need prove nothing.
         Workload::Sink { .. } => {
             while !stopped(shared) {
-                if let Ok((n, from)) = s.recv_from(&mut buf) {
-                    if from.ip() == client_ip && datagram_header(&buf[..n], key).is_some() {
+                if let Ok((n, from)) = sock.recv_from(&mut buf) {
+                    if from.ip() == test.client_ip && datagram_header(&buf[..n], key).is_some() {
                         c.packets_in += 1;
                         c.bytes_in += n as u64;
                     } else {
@@ -650,20 +758,58 @@ fn udp_session(
                     }
                 }
             }
+            return;
+        }
+    };
+    let mut out = vec![0x5au8; response as usize];
+    // The one address this session answers, once it has echoed its cookie.
+    let mut proven: Option<SocketAddr> = None;
+    while !stopped(shared) {
+        let (n, from) = match sock.recv_from(&mut buf) {
+            Ok(x) => x,
+            Err(_) => continue,
+        };
+        let seq = match datagram_header(&buf[..n], key) {
+            Some(seq) if from.ip() == test.client_ip => seq,
+            _ => {
+                shared.foreign.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+        };
+        let cookie = cookies.of(key, test.index, from);
+        match seq {
+            // Never answer with more bytes than came: no amplification.
+            UDP_HELLO_SEQ if n >= UDP_COOKIE_LEN => {
+                let _ = sock.send_to(&cookie::datagram(key, UDP_COOKIE_SEQ, cookie), from);
+            }
+            UDP_COOKIE_SEQ if cookie::cookie_in(&buf[..n]) == Some(cookie) => {
+                proven = Some(from);
+                let _ = sock.send_to(&cookie::datagram(key, UDP_PROVEN_SEQ, cookie), from);
+                if is_source {
+                    udp_source(sock, from, test, &mut out, c);
+                    return;
+                }
+            }
+            _ if proven == Some(from) && !is_source => {
+                c.packets_in += 1;
+                c.bytes_in += n as u64;
+                out[..UDP_HEADER].copy_from_slice(&buf[..UDP_HEADER]);
+                if sock.send_to(&out, from).is_ok() {
+                    c.packets_out += 1;
+                    c.bytes_out += out.len() as u64;
+                }
+            }
+            _ => {
+                shared.foreign.fetch_add(1, Ordering::Relaxed);
+            }
         }
     }
 }
 
-/// Sends paced datagrams to the client that announced `to`.
-fn udp_source(
-    s: &UdpSocket,
-    to: SocketAddr,
-    key: u64,
-    spec: &TestSpec,
-    shared: &Shared,
-    out: &mut [u8],
-    c: &mut Counters,
-) {
+/// Sends paced datagrams to the client at `to` (a proven address), at the
+/// rate it asked for or, unpaced, at the session's share of `--max-rate`.
+fn udp_source(s: &UdpSocket, to: SocketAddr, test: &Session, out: &mut [u8], c: &mut Counters) {
+    let (spec, shared) = (&test.spec, &*test.shared);
     let Workload::Source {
         rate_pps, burst, ..
     } = spec.workload
@@ -673,25 +819,25 @@ fn udp_source(
     if s.connect(to).is_err() {
         return;
     }
-    out[..8].copy_from_slice(&key.to_be_bytes());
-    clock::sleep_until_realtime(spec.start_at_unix_ns);
+    let (rate, burst) = if rate_pps == 0 {
+        (test.max_pps, 32.min(test.max_pps))
+    } else {
+        (rate_pps.min(test.max_pps), u64::from(burst))
+    };
+    out[..8].copy_from_slice(&test.key.to_be_bytes());
+    if !sleep_until_realtime(spec.start_at_unix_ns, shared) {
+        return;
+    }
     let start = clock::now_ns();
     let end = start + spec.duration_ms * 1_000_000;
-    let schedule = (rate_pps > 0).then(|| Schedule::new(start, rate_pps, u64::from(burst)));
+    let schedule = Schedule::new(start, rate, burst);
     let mut seq = 0u64;
-    let mut k = 0u64;
-    while !stopped(shared) {
-        if let Some(sch) = &schedule {
-            let due = sch.burst_at(k);
-            if due >= end {
-                break;
-            }
-            clock::wait_until(due);
-            k += 1;
-        } else if clock::now_ns() >= end {
+    for k in 0.. {
+        let due = schedule.burst_at(k);
+        if due >= end || !wait_until(due, shared) {
             break;
         }
-        for _ in 0..schedule.as_ref().map_or(32, |s| s.burst()) {
+        for _ in 0..schedule.burst() {
             out[8..16].copy_from_slice(&seq.to_be_bytes());
             seq += 1;
             // A full socket buffer drops the datagram: that is what UDP loss is.
