@@ -89,7 +89,11 @@ pub fn prove<D: Datagrams>(s: &mut D, key: u64, over: impl Fn() -> bool) -> Resu
                 PROVE_WITHIN.as_secs()
             )));
         }
-        if last_sent.map_or(true, |l| t - l > RESEND.as_nanos() as u64) {
+        let resend = match last_sent {
+            None => true,
+            Some(l) => t - l > RESEND.as_nanos() as u64,
+        };
+        if resend {
             match s.send(&out) {
                 Ok(()) => {}
                 Err(e) if e.kind() == ErrorKind::WouldBlock => {}

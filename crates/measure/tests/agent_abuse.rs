@@ -198,7 +198,7 @@ fn a_start_instant_beyond_ten_seconds_is_refused() {
         1,
     );
     s.start_at_unix_ns = clock::realtime_ns() + 3600 * 1_000_000_000;
-    let e = c.start(&s).err().expect("a start an hour ahead is refused");
+    let e = c.start(&s).expect_err("a start an hour ahead is refused");
     assert!(e.to_string().contains("ahead"), "{e}");
     // The connection stays usable.
     s.start_at_unix_ns = clock::realtime_ns();
