@@ -495,7 +495,7 @@ impl Test {
                     sock.set_read_timeout(Some(POLL))?;
                     test.ports.push(sock.local_addr()?.port());
                     let s = session(i);
-                    let cookies = cx.cookies_handle();
+                    let cookies = cx.cookies.clone();
                     test.threads.push(
                         std::thread::Builder::new()
                             .name(format!("udp-{i}"))
@@ -551,12 +551,5 @@ impl Test {
 impl Drop for Test {
     fn drop(&mut self) {
         self.join_all();
-    }
-}
-
-impl Context {
-    /// The cookie secret, for a session thread.
-    fn cookies_handle(&self) -> Arc<Cookies> {
-        self.cookies.clone()
     }
 }
