@@ -1,26 +1,33 @@
 //! `vnio agent`: the far side of every workload. One thread per control
 //! connection, one per data session; a bad client costs only its own threads,
 //! and every thread and socket of a test is gone when the test ends.
+//!
+//! Anyone on the network may talk to an agent, so what a test commits is
+//! reserved from a budget first ([`crate::budget`]), UDP addresses prove
+//! they receive before the agent sends them more than they sent
+//! ([`crate::cookie`]), every send rate is capped, and every wait ends when
+//! the client or the agent stops.
 
-use std::io::{ErrorKind, Read, Write};
+use std::io::{ErrorKind, Read};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
-use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use crate::budget::{Budget, Ledger, Need, Reservation};
+mod session;
+
+use session::{accept_sessions, run_session, udp_session};
+
 use crate::clock;
+use crate::cookie::Cookies;
 use crate::cpu::CpuTime;
 use crate::env::Placement;
-use crate::pace::Schedule;
-use crate::pin;
 use crate::proto::{
     read_msg, write_msg, AgentReport, Counters, FrameError, Limits, Request, Response, TestSpec,
-    Transport, Workload, PROTO_VERSION, UDP_HEADER, UDP_HELLO_SEQ,
+    Transport, PROTO_VERSION,
 };
-use crate::session::{read_full, would_block, write_full};
-use crate::sys;
 
 /// How often blocked threads look at their stop flag.
 const POLL: Duration = Duration::from_millis(100);
@@ -37,6 +44,35 @@ pub struct AgentConfig {
     pub limits: Limits,
     /// Control connections served at once; more are refused.
     pub max_clients: usize,
+    /// A client that sends no request this long outside a test is dropped.
+    pub idle: Duration,
+    /// Threads and session buffers, per client and in total.
+    pub budget: Budget,
+}
+
+/// The default idle timeout after hello.
+pub const IDLE: Duration = Duration::from_secs(30);
+
+impl AgentConfig {
+    /// An agent on `listen` with the default limits, budget and timeouts.
+    pub fn new(listen: SocketAddr) -> AgentConfig {
+        AgentConfig {
+            listen,
+            token: None,
+            limits: Limits::default(),
+            max_clients: 64,
+            idle: IDLE,
+            budget: Budget::default(),
+        }
+    }
+}
+
+/// What every client thread shares.
+struct Context {
+    config: AgentConfig,
+    ledger: Ledger,
+    cookies: Arc<Cookies>,
+    stop: Arc<AtomicBool>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -105,22 +141,29 @@ impl Agent {
             .set_nonblocking(true)
             .map_err(AgentError::Accept)?;
         let mut handlers: Vec<JoinHandle<()>> = Vec::new();
+        let cx = Arc::new(Context {
+            ledger: Ledger::new(self.config.budget),
+            cookies: Arc::default(),
+            config: self.config.clone(),
+            stop: self.stop.clone(),
+        });
         while !self.stop.load(Ordering::Relaxed) {
             match self.listener.accept() {
                 Ok((stream, peer)) => {
                     handlers.retain(|h| !h.is_finished());
                     let _ = stream.set_nonblocking(false);
                     if self.clients.load(Ordering::Relaxed) >= self.config.max_clients {
-                        refuse(stream, "agent busy: too many clients at once, retry later");
+                        let m = "agent busy: too many clients at once (--max-clients), retry later";
+                        eprintln!("vnio agent: client {peer}: refused: {m}");
+                        refuse(stream, m);
                         continue;
                     }
                     self.clients.fetch_add(1, Ordering::Relaxed);
-                    let (config, clients, stop) =
-                        (self.config.clone(), self.clients.clone(), self.stop.clone());
+                    let (cx, clients) = (cx.clone(), self.clients.clone());
                     let spawned = std::thread::Builder::new()
                         .name(format!("ctl-{peer}"))
                         .spawn(move || {
-                            if let Err(e) = serve_client(stream, peer, &config, &stop) {
+                            if let Err(e) = serve_client(stream, peer, &cx) {
                                 eprintln!("vnio agent: client {peer}: {e}");
                             }
                             clients.fetch_sub(1, Ordering::Relaxed);
@@ -169,13 +212,22 @@ enum ClientError {
     Refused(String),
 }
 
-fn serve_client(
-    mut ctl: TcpStream,
-    peer: SocketAddr,
-    config: &AgentConfig,
-    agent_stop: &AtomicBool,
-) -> Result<(), ClientError> {
+/// Tells the client why, in one line, and logs the same line.
+fn tell_refusal(ctl: &mut TcpStream, peer: SocketAddr, message: &str) -> Result<(), FrameError> {
+    eprintln!("vnio agent: client {peer}: refused: {message}");
+    write_msg(
+        ctl,
+        &Response::Error {
+            message: format!("refused: {message}"),
+        },
+    )
+}
+
+fn serve_client(mut ctl: TcpStream, peer: SocketAddr, cx: &Context) -> Result<(), ClientError> {
+    let config = &cx.config;
     ctl.set_read_timeout(Some(HANDSHAKE))
+        .map_err(FrameError::from)?;
+    ctl.set_write_timeout(Some(HANDSHAKE))
         .map_err(FrameError::from)?;
     ctl.set_nodelay(true).map_err(FrameError::from)?;
     let hello: Result<Request, _> = read_msg(&mut ctl);
@@ -221,9 +273,19 @@ fn serve_client(
     let local_ip = ctl.local_addr().map_err(FrameError::from)?.ip();
     loop {
         ctl.set_read_timeout(Some(POLL)).map_err(FrameError::from)?;
-        let req = match read_with_stop(&mut ctl, agent_stop, None) {
+        // Between tests a client holds a slot and a thread: only so long.
+        let idle_until = clock::now_ns() + config.idle.as_nanos() as u64;
+        let req = match read_with_stop(&mut ctl, &cx.stop, Some(idle_until)) {
             Ok(Some(r)) => r,
-            Ok(None) => return Ok(()),
+            Ok(None) if cx.stop.load(Ordering::Relaxed) => return Ok(()),
+            Ok(None) => {
+                let m = format!(
+                    "idle: no request for {} s, closing the connection",
+                    config.idle.as_secs_f64()
+                );
+                let _ = write_msg(&mut ctl, &Response::Error { message: m.clone() });
+                return Err(ClientError::Refused(m));
+            }
             Err(FrameError::Closed) => return Ok(()),
             Err(e) => {
                 let _ = write_msg(
@@ -237,24 +299,22 @@ fn serve_client(
         };
         match req {
             Request::Start { spec } => {
-                if let Err(reason) = config.limits.check(&spec) {
-                    write_msg(
-                        &mut ctl,
-                        &Response::Error {
-                            message: format!("refused: {reason}"),
-                        },
-                    )?;
+                if let Err(reason) = config.limits.check(&spec, clock::realtime_ns()) {
+                    tell_refusal(&mut ctl, peer, &reason)?;
                     continue;
                 }
-                let test = match Test::start(&spec, local_ip, peer.ip()) {
+                let budget = match cx.ledger.reserve(Need::of(&spec)) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        tell_refusal(&mut ctl, peer, &e.to_string())?;
+                        continue;
+                    }
+                };
+                let test = match Test::start(&spec, local_ip, peer.ip(), cx, budget) {
                     Ok(t) => t,
                     Err(e) => {
-                        write_msg(
-                            &mut ctl,
-                            &Response::Error {
-                                message: format!("cannot set up the test: {e}"),
-                            },
-                        )?;
+                        let m = format!("cannot set up the test: {e}");
+                        tell_refusal(&mut ctl, peer, &m)?;
                         continue;
                     }
                 };
@@ -267,7 +327,7 @@ fn serve_client(
                 )?;
                 let deadline =
                     clock::now_ns() + spec.duration_ms * 1_000_000 + GRACE.as_nanos() as u64;
-                let outcome = read_with_stop(&mut ctl, agent_stop, Some(deadline));
+                let outcome = read_with_stop(&mut ctl, &cx.stop, Some(deadline));
                 let report = test.finish();
                 match outcome {
                     Ok(Some(Request::Stop)) => write_msg(&mut ctl, &Response::Report { report })?,
@@ -331,12 +391,15 @@ fn read_with_stop(
     }
 }
 
-/// One running test: its data sockets and session threads.
+/// One running test: its data sockets, session threads and budget. Dropping
+/// it (a set-up that failed half-way included) stops and joins every thread
+/// it started and gives the budget back.
 struct Test {
     key: u64,
     ports: Vec<u16>,
     shared: Arc<Shared>,
     threads: Vec<JoinHandle<SessionEnd>>,
+    _budget: Reservation,
 }
 
 struct Shared {
@@ -344,6 +407,19 @@ struct Shared {
     foreign: AtomicU64,
     /// Session threads started by the TCP acceptor, joined at the end.
     late_threads: std::sync::Mutex<Vec<JoinHandle<SessionEnd>>>,
+}
+
+/// What a session needs to know besides its socket.
+struct Session {
+    index: usize,
+    key: u64,
+    /// Data must come from here: the control connection's address, or the
+    /// one the client declared.
+    client_ip: IpAddr,
+    spec: TestSpec,
+    /// The agent's ceiling on what this session sends per second.
+    max_pps: u64,
+    shared: Arc<Shared>,
 }
 
 #[derive(Default)]
@@ -366,30 +442,46 @@ fn random_key() -> u64 {
 }
 
 impl Test {
-    fn start(spec: &TestSpec, local_ip: IpAddr, control_ip: IpAddr) -> std::io::Result<Test> {
-        let key = random_key();
-        // Data must come from the client's address (or the one it declared),
-        // and carry the test's key.
-        let client_ip = spec.data_from.unwrap_or(control_ip);
-        let shared = Arc::new(Shared {
-            stop: AtomicBool::new(false),
-            foreign: AtomicU64::new(0),
-            late_threads: Default::default(),
-        });
-        let mut threads = Vec::new();
-        let mut ports = Vec::new();
+    fn start(
+        spec: &TestSpec,
+        local_ip: IpAddr,
+        control_ip: IpAddr,
+        cx: &Context,
+        budget: Reservation,
+    ) -> std::io::Result<Test> {
+        let mut test = Test {
+            key: random_key(),
+            ports: Vec::new(),
+            shared: Arc::new(Shared {
+                stop: AtomicBool::new(false),
+                foreign: AtomicU64::new(0),
+                late_threads: Default::default(),
+            }),
+            threads: Vec::new(),
+            _budget: budget,
+        };
         let sessions = spec.sessions as usize;
+        let session = |index| Session {
+            index,
+            key: test.key,
+            client_ip: spec.data_from.unwrap_or(control_ip),
+            spec: spec.clone(),
+            // Sessions share the agent's rate cap; an unpaced source gets its share.
+            max_pps: (cx.config.limits.max_rate_pps / sessions.max(1) as u64).max(1),
+            shared: test.shared.clone(),
+        };
+        // Every `?` below drops `test`, which stops what was started.
         match spec.workload.transport() {
             Transport::Tcp => {
                 let listener = TcpListener::bind(SocketAddr::new(local_ip, 0))?;
-                ports.push(listener.local_addr()?.port());
+                test.ports.push(listener.local_addr()?.port());
                 listener.set_nonblocking(true)?;
-                let (spec, shared2) = (spec.clone(), shared.clone());
-                threads.push(
+                let s = session(usize::MAX);
+                test.threads.push(
                     std::thread::Builder::new()
                         .name("tcp-accept".into())
                         .spawn(move || {
-                            accept_sessions(listener, key, client_ip, &spec, &shared2);
+                            accept_sessions(listener, &s);
                             SessionEnd {
                                 index: usize::MAX,
                                 ..Default::default()
@@ -398,39 +490,31 @@ impl Test {
                 );
             }
             Transport::Udp => {
-                let mut sockets = Vec::with_capacity(sessions);
-                for _ in 0..sessions {
-                    let s = UdpSocket::bind(SocketAddr::new(local_ip, 0))?;
-                    s.set_read_timeout(Some(POLL))?;
-                    ports.push(s.local_addr()?.port());
-                    sockets.push(s);
-                }
-                for (i, s) in sockets.into_iter().enumerate() {
-                    let (spec, shared2) = (spec.clone(), shared.clone());
-                    threads.push(std::thread::Builder::new().name(format!("udp-{i}")).spawn(
-                        move || {
-                            run_session(i, &spec, |c| {
-                                udp_session(&s, key, client_ip, &spec, &shared2, c)
-                            })
-                        },
-                    )?);
+                for i in 0..sessions {
+                    let sock = UdpSocket::bind(SocketAddr::new(local_ip, 0))?;
+                    sock.set_read_timeout(Some(POLL))?;
+                    test.ports.push(sock.local_addr()?.port());
+                    let s = session(i);
+                    let cookies = cx.cookies.clone();
+                    test.threads.push(
+                        std::thread::Builder::new()
+                            .name(format!("udp-{i}"))
+                            .spawn(move || {
+                                run_session(&s, |c| udp_session(&sock, &s, &cookies, c))
+                            })?,
+                    );
                 }
             }
         }
-        Ok(Test {
-            key,
-            ports,
-            shared,
-            threads,
-        })
+        Ok(test)
     }
 
-    /// Stops every session, joins every thread, sums what they did.
-    fn finish(self) -> AgentReport {
+    /// Stops every session and joins every thread; what they did.
+    fn join_all(&mut self) -> Vec<SessionEnd> {
         self.shared.stop.store(true, Ordering::Relaxed);
         let mut ends: Vec<SessionEnd> = self
             .threads
-            .into_iter()
+            .drain(..)
             .filter_map(|h| h.join().ok())
             .collect();
         let late: Vec<_> = self
@@ -443,6 +527,12 @@ impl Test {
             late.into_iter()
                 .filter_map(|h: JoinHandle<SessionEnd>| h.join().ok()),
         );
+        ends
+    }
+
+    /// Ends the test; the sum of what its sessions did.
+    fn finish(mut self) -> AgentReport {
+        let mut ends = self.join_all();
         ends.retain(|e| e.index != usize::MAX);
         ends.sort_by_key(|e| e.index);
         let mut report = AgentReport {
@@ -458,247 +548,8 @@ impl Test {
     }
 }
 
-/// Runs one session's work on the calling thread with its placement and CPU
-/// accounting around it.
-fn run_session(index: usize, spec: &TestSpec, work: impl FnOnce(&mut Counters)) -> SessionEnd {
-    let placement = pin::enter(
-        format!("agent session {index}"),
-        pin::pick(&spec.cpus, index),
-    );
-    let cpu0 = CpuTime::thread();
-    let mut counters = Counters::default();
-    work(&mut counters);
-    SessionEnd {
-        index,
-        counters,
-        cpu: CpuTime::thread().since(cpu0),
-        placement: Some(pin::finish(placement)),
-    }
-}
-
-fn accept_sessions(
-    listener: TcpListener,
-    key: u64,
-    client_ip: IpAddr,
-    spec: &TestSpec,
-    shared: &Arc<Shared>,
-) {
-    let mut seen = vec![false; spec.sessions as usize];
-    while !shared.stop.load(Ordering::Relaxed) && seen.iter().any(|s| !s) {
-        let (mut stream, peer) = match listener.accept() {
-            Ok(x) => x,
-            Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                std::thread::sleep(Duration::from_millis(5));
-                continue;
-            }
-            Err(_) => {
-                std::thread::sleep(POLL);
-                continue;
-            }
-        };
-        // Only the client that set up the test, presenting its key, is served.
-        let _ = stream.set_nonblocking(false);
-        let _ = stream.set_read_timeout(Some(HANDSHAKE));
-        let mut hdr = [0u8; 12];
-        let index = match stream.read_exact(&mut hdr) {
-            Ok(())
-                if peer.ip() == client_ip
-                    && u64::from_be_bytes(hdr[..8].try_into().unwrap_or_default()) == key =>
-            {
-                u32::from_be_bytes(hdr[8..].try_into().unwrap_or_default()) as usize
-            }
-            _ => usize::MAX,
-        };
-        if index >= seen.len() || seen[index] {
-            shared.foreign.fetch_add(1, Ordering::Relaxed);
-            continue;
-        }
-        seen[index] = true;
-        let (spec2, shared2) = (spec.clone(), shared.clone());
-        let h = std::thread::Builder::new()
-            .name(format!("tcp-{index}"))
-            .spawn(move || {
-                run_session(index, &spec2, |c| tcp_session(stream, &spec2, &shared2, c))
-            });
-        if let (Ok(h), Ok(mut late)) = (h, shared.late_threads.lock()) {
-            late.push(h);
-        }
-    }
-}
-
-fn stopped(shared: &Shared) -> bool {
-    shared.stop.load(Ordering::Relaxed)
-}
-
-fn tcp_session(mut s: TcpStream, spec: &TestSpec, shared: &Shared, c: &mut Counters) {
-    let _ = s.set_nodelay(true);
-    let _ = s.set_read_timeout(Some(POLL));
-    let _ = s.set_write_timeout(Some(POLL));
-    if let Some(us) = spec.busy_poll_us {
-        let _ = sys::set_busy_poll(s.as_fd(), us);
-    }
-    match spec.workload {
-        Workload::Echo {
-            request, response, ..
-        } => {
-            let mut req = vec![0u8; request as usize];
-            let resp = vec![0x5au8; response as usize];
-            let over = || stopped(shared);
-            while read_full(&mut s, &mut req, over).is_ok() {
-                c.packets_in += 1;
-                c.bytes_in += u64::from(request);
-                if write_full(&mut s, &resp, over).is_err() {
-                    break;
-                }
-                c.packets_out += 1;
-                c.bytes_out += u64::from(response);
-            }
-        }
-        Workload::Sink { .. } => {
-            let mut buf = vec![0u8; 256 * 1024];
-            while !stopped(shared) {
-                match s.read(&mut buf) {
-                    Ok(0) => break,
-                    Ok(n) => {
-                        c.packets_in += 1;
-                        c.bytes_in += n as u64;
-                    }
-                    Err(e) if would_block(&e) => {}
-                    Err(_) => break,
-                }
-            }
-        }
-        Workload::Source { size, .. } => {
-            clock::sleep_until_realtime(spec.start_at_unix_ns);
-            let buf = vec![0x5au8; size as usize];
-            let end = clock::now_ns() + spec.duration_ms * 1_000_000;
-            while !stopped(shared) && clock::now_ns() < end {
-                match s.write(&buf) {
-                    Ok(0) => break,
-                    Ok(n) => {
-                        c.packets_out += 1;
-                        c.bytes_out += n as u64;
-                    }
-                    Err(e) if would_block(&e) => {}
-                    Err(_) => break,
-                }
-            }
-        }
-    }
-}
-
-/// Key and sequence number of a datagram from the client, if it is one.
-fn datagram_header(buf: &[u8], key: u64) -> Option<u64> {
-    if buf.len() < UDP_HEADER || u64::from_be_bytes(buf[..8].try_into().ok()?) != key {
-        return None;
-    }
-    Some(u64::from_be_bytes(buf[8..16].try_into().ok()?))
-}
-
-fn udp_session(
-    s: &UdpSocket,
-    key: u64,
-    client_ip: IpAddr,
-    spec: &TestSpec,
-    shared: &Shared,
-    c: &mut Counters,
-) {
-    if let Some(us) = spec.busy_poll_us {
-        let _ = sys::set_busy_poll(s.as_fd(), us);
-    }
-    let mut buf = vec![0u8; 65536];
-    match spec.workload {
-        Workload::Echo { response, .. } | Workload::Source { size: response, .. } => {
-            let is_source = matches!(spec.workload, Workload::Source { .. });
-            let mut out = vec![0x5au8; response as usize];
-            while !stopped(shared) {
-                let (n, from) = match s.recv_from(&mut buf) {
-                    Ok(x) => x,
-                    Err(_) => continue,
-                };
-                let seq = match datagram_header(&buf[..n], key) {
-                    Some(seq) if from.ip() == client_ip => seq,
-                    _ => {
-                        shared.foreign.fetch_add(1, Ordering::Relaxed);
-                        continue;
-                    }
-                };
-                if is_source {
-                    if seq == UDP_HELLO_SEQ {
-                        udp_source(s, from, key, spec, shared, &mut out, c);
-                        return;
-                    }
-                    continue;
-                }
-                c.packets_in += 1;
-                c.bytes_in += n as u64;
-                out[..UDP_HEADER].copy_from_slice(&buf[..UDP_HEADER]);
-                if s.send_to(&out, from).is_ok() {
-                    c.packets_out += 1;
-                    c.bytes_out += out.len() as u64;
-                }
-            }
-        }
-        Workload::Sink { .. } => {
-            while !stopped(shared) {
-                if let Ok((n, from)) = s.recv_from(&mut buf) {
-                    if from.ip() == client_ip && datagram_header(&buf[..n], key).is_some() {
-                        c.packets_in += 1;
-                        c.bytes_in += n as u64;
-                    } else {
-                        shared.foreign.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// Sends paced datagrams to the client that announced `to`.
-fn udp_source(
-    s: &UdpSocket,
-    to: SocketAddr,
-    key: u64,
-    spec: &TestSpec,
-    shared: &Shared,
-    out: &mut [u8],
-    c: &mut Counters,
-) {
-    let Workload::Source {
-        rate_pps, burst, ..
-    } = spec.workload
-    else {
-        return;
-    };
-    if s.connect(to).is_err() {
-        return;
-    }
-    out[..8].copy_from_slice(&key.to_be_bytes());
-    clock::sleep_until_realtime(spec.start_at_unix_ns);
-    let start = clock::now_ns();
-    let end = start + spec.duration_ms * 1_000_000;
-    let schedule = (rate_pps > 0).then(|| Schedule::new(start, rate_pps, u64::from(burst)));
-    let mut seq = 0u64;
-    let mut k = 0u64;
-    while !stopped(shared) {
-        if let Some(sch) = &schedule {
-            let due = sch.burst_at(k);
-            if due >= end {
-                break;
-            }
-            clock::wait_until(due);
-            k += 1;
-        } else if clock::now_ns() >= end {
-            break;
-        }
-        for _ in 0..schedule.as_ref().map_or(32, |s| s.burst()) {
-            out[8..16].copy_from_slice(&seq.to_be_bytes());
-            seq += 1;
-            // A full socket buffer drops the datagram: that is what UDP loss is.
-            if s.send(out).is_ok() {
-                c.packets_out += 1;
-                c.bytes_out += out.len() as u64;
-            }
-        }
+impl Drop for Test {
+    fn drop(&mut self) {
+        self.join_all();
     }
 }

@@ -4,8 +4,10 @@
 //! Nothing here prints: the CLI renders what these functions return.
 
 pub mod agent;
+pub mod budget;
 pub mod client;
 pub mod clock;
+pub mod cookie;
 pub mod cpu;
 pub mod env;
 pub mod pace;

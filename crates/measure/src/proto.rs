@@ -3,7 +3,9 @@
 //!
 //! Data traffic then flows on separate sockets. Every data socket starts by
 //! presenting the test's random key, so an agent only ever serves or sends to
-//! the client whose control connection set the test up.
+//! the client whose control connection set the test up. A UDP address must
+//! also prove it receives what the agent sends there before the agent sends
+//! it anything bigger than what it got (see [`crate::cookie`]).
 
 use std::io::{Read, Write};
 
@@ -13,15 +15,25 @@ use crate::cpu::CpuTime;
 use crate::env::Placement;
 
 /// Bumped on any incompatible change of the messages below.
-pub const PROTO_VERSION: u32 = 1;
+/// 2: UDP sessions prove their address with a cookie before data flows.
+pub const PROTO_VERSION: u32 = 2;
 /// A control message larger than this is garbage, not a test description.
 pub const MAX_MESSAGE: usize = 64 * 1024;
 /// Every UDP datagram starts with the test key and a sequence number.
 pub const UDP_HEADER: usize = 16;
 /// The largest UDP payload over IPv4.
 pub const MAX_UDP_PAYLOAD: u32 = 65_507;
-/// The sequence number a client sends to announce its address to a UDP source.
+/// The sequence number a client sends to announce its address; the agent
+/// answers with a cookie (never more bytes than the hello carried).
 pub const UDP_HELLO_SEQ: u64 = u64::MAX;
+/// The agent's cookie to an announced address, and the client's echo of it.
+pub const UDP_COOKIE_SEQ: u64 = u64::MAX - 1;
+/// The agent's acknowledgement: the address is proven, data may flow.
+pub const UDP_PROVEN_SEQ: u64 = u64::MAX - 2;
+/// Hello, cookie and acknowledgement datagrams: the header and the cookie.
+pub const UDP_COOKIE_LEN: usize = UDP_HEADER + 8;
+/// Most packets a paced source sends back to back.
+pub const MAX_BURST: u32 = 65_536;
 
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
@@ -52,7 +64,8 @@ pub enum Workload {
     /// Receive and count (client-to-agent stream).
     Sink { transport: Transport },
     /// Send (agent-to-client stream): `size` bytes per write or datagram;
-    /// UDP paced at `rate_pps` per session in bursts of `burst` (0: unpaced).
+    /// UDP paced at `rate_pps` per session in bursts of `burst` (0: as fast as
+    /// the agent allows, i.e. its `--max-rate` shared among the sessions).
     Source {
         transport: Transport,
         size: u32,
@@ -80,13 +93,17 @@ pub struct TestSpec {
     /// CPUs for the agent's session threads, used round-robin; empty: unpinned.
     pub cpus: Vec<usize>,
     pub busy_poll_us: Option<u32>,
-    /// CLOCK_REALTIME instant at which sources start sending.
+    /// CLOCK_REALTIME instant at which sources start sending; an agent
+    /// refuses one more than [`MAX_START_AHEAD_NS`] ahead of its clock.
     pub start_at_unix_ns: u64,
     /// The address data sessions come from when it is not the control
     /// connection's (a kernel-bypass endpoint on a switch port has its own).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data_from: Option<std::net::IpAddr>,
 }
+
+/// How far ahead a test's start instant may be.
+pub const MAX_START_AHEAD_NS: u64 = 10_000_000_000;
 
 /// What an agent accepts from one client.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -109,8 +126,17 @@ impl Default for Limits {
 }
 
 impl Limits {
-    /// Why `spec` is refused, if it is.
-    pub fn check(&self, spec: &TestSpec) -> Result<(), String> {
+    /// Why `spec` is refused, if it is, with the agent's clock at `now_unix_ns`.
+    pub fn check(&self, spec: &TestSpec, now_unix_ns: u64) -> Result<(), String> {
+        let ahead = spec.start_at_unix_ns.saturating_sub(now_unix_ns);
+        if ahead > MAX_START_AHEAD_NS {
+            return Err(format!(
+                "start instant {} s ahead of this agent's clock exceeds the limit of {} s \
+                 (are both clocks synchronised?)",
+                ahead / 1_000_000_000,
+                MAX_START_AHEAD_NS / 1_000_000_000
+            ));
+        }
         if spec.sessions == 0 {
             return Err("a test needs at least one session".into());
         }
@@ -131,7 +157,17 @@ impl Limits {
             Workload::Echo {
                 request, response, ..
             } => &[*request, *response],
-            Workload::Source { size, rate_pps, .. } => {
+            Workload::Source {
+                size,
+                rate_pps,
+                burst,
+                ..
+            } => {
+                if *burst > MAX_BURST {
+                    return Err(format!(
+                        "burst {burst} exceeds this agent's limit of {MAX_BURST} packets"
+                    ));
+                }
                 let total = rate_pps.saturating_mul(u64::from(spec.sessions));
                 if total > self.max_rate_pps {
                     return Err(format!(
@@ -362,13 +398,13 @@ mod tests {
             request: 256,
             response: 256,
         };
-        assert!(l.check(&spec(echo.clone(), 1)).is_ok());
+        assert!(l.check(&spec(echo.clone(), 1), 0).is_ok());
         assert!(l
-            .check(&spec(echo.clone(), 0))
+            .check(&spec(echo.clone(), 0), 0)
             .unwrap_err()
             .contains("at least one"));
         assert!(l
-            .check(&spec(echo, 65))
+            .check(&spec(echo, 65), 0)
             .unwrap_err()
             .contains("--max-sessions"));
         let small = Workload::Echo {
@@ -376,20 +412,23 @@ mod tests {
             request: 8,
             response: 64,
         };
-        assert!(l.check(&spec(small, 1)).unwrap_err().contains("header"));
+        assert!(l.check(&spec(small, 1), 0).unwrap_err().contains("header"));
         let big = Workload::Echo {
             transport: Transport::Udp,
             request: 70_000,
             response: 64,
         };
-        assert!(l.check(&spec(big, 1)).unwrap_err().contains("at most"));
+        assert!(l.check(&spec(big, 1), 0).unwrap_err().contains("at most"));
         let fast = Workload::Source {
             transport: Transport::Udp,
             size: 64,
             rate_pps: 1_000_000,
             burst: 8,
         };
-        assert!(l.check(&spec(fast, 8)).unwrap_err().contains("--max-rate"));
+        assert!(l
+            .check(&spec(fast, 8), 0)
+            .unwrap_err()
+            .contains("--max-rate"));
         let mut long = spec(
             Workload::Sink {
                 transport: Transport::Tcp,
@@ -397,6 +436,29 @@ mod tests {
             1,
         );
         long.duration_ms = 10 * 3_600_000;
-        assert!(l.check(&long).unwrap_err().contains("--max-duration"));
+        assert!(l.check(&long, 0).unwrap_err().contains("--max-duration"));
+        let bursty = Workload::Source {
+            transport: Transport::Udp,
+            size: 64,
+            rate_pps: 1,
+            burst: u32::MAX,
+        };
+        assert!(l.check(&spec(bursty, 1), 0).unwrap_err().contains("burst"));
+    }
+
+    #[test]
+    fn start_instant_far_ahead_is_refused() {
+        let l = Limits::default();
+        let mut s = spec(
+            Workload::Sink {
+                transport: Transport::Tcp,
+            },
+            1,
+        );
+        let now = 1_000 * 1_000_000_000;
+        s.start_at_unix_ns = now + MAX_START_AHEAD_NS;
+        assert!(l.check(&s, now).is_ok());
+        s.start_at_unix_ns = now + 3600 * 1_000_000_000;
+        assert!(l.check(&s, now).unwrap_err().contains("ahead"));
     }
 }

@@ -330,6 +330,7 @@ fn udp_closed_on<D: Datagrams>(
     let mut ring = Ring::new(burst as usize * 4);
     let (mut seq, mut outstanding, mut last_answer) = (0u64, 0u64, now());
     let w = &ctx.window;
+    ctx.prove(&mut s)?;
     ctx.wait_start();
     let mut send =
         |s: &mut D, seq: &mut u64, ring: &mut Ring, req: &mut [u8]| -> Result<(), Ended> {
@@ -526,6 +527,7 @@ fn udp_open_on<D: Datagrams>(
     let mut buf = vec![0u8; 65536];
     // A ring wide enough for one second of requests at this rate.
     let mut ring = Ring::new((rate as usize).clamp(64, MAX_OUTSTANDING));
+    ctx.prove(&mut s)?;
     ctx.wait_start();
     let sched = ctx.schedule(rate);
     let mut seq = 0u64;

@@ -53,6 +53,9 @@ pub struct SessionCtx {
     pub window: Window,
     pub intervals: Arc<Intervals>,
     pub cpu: Option<usize>,
+    /// The far end is an agent: a UDP session proves its address to it
+    /// before data flows ([`crate::cookie`]); a plain echo service is not.
+    pub agent_protocol: bool,
 }
 
 impl SessionCtx {
@@ -72,6 +75,15 @@ impl SessionCtx {
         let period = 1_000_000_000 / rate.max(1);
         let phase = period * self.index as u64 / self.sessions.max(1) as u64;
         crate::pace::Schedule::new(self.window.start_ns + phase, rate, 1)
+    }
+
+    /// Proves this UDP session's address to its agent (nothing to prove to
+    /// a plain echo service), before the start instant.
+    pub fn prove<D: crate::path::Datagrams>(&self, s: &mut D) -> Result<(), Ended> {
+        if !self.agent_protocol {
+            return Ok(());
+        }
+        crate::cookie::prove(s, self.key, || self.window.interrupted())
     }
 
     /// Waits for the agreed start instant.
@@ -225,6 +237,7 @@ fn iteration(
                 window: window.clone(),
                 intervals: intervals.clone(),
                 cpu: crate::pin::pick(&c.cpus, global),
+                agent_protocol: !c.plain_echo,
             };
             global += 1;
             let f = job.session.clone();

@@ -17,7 +17,8 @@ use serde::Serialize;
 
 use crate::clock;
 use crate::pace::Schedule;
-use crate::proto::{AgentReport, Transport, Workload, UDP_HEADER, UDP_HELLO_SEQ};
+use crate::path::KernelUdp;
+use crate::proto::{AgentReport, Transport, Workload, UDP_HEADER, UDP_PROVEN_SEQ};
 use crate::result::Measured;
 use crate::run::{Common, Job, SessionCtx};
 use crate::session::{now, Ended, Outcome};
@@ -262,24 +263,25 @@ fn udp(ctx: &SessionCtx, p: &StreamParams, tally: &mut Tally) -> Result<(), Ende
             Ok(())
         }
         Direction::Receive => {
-            // Announce our address until the agent's datagrams arrive.
-            let mut hello = [0u8; UDP_HEADER];
-            hello[..8].copy_from_slice(&ctx.key.to_be_bytes());
-            hello[8..].copy_from_slice(&UDP_HELLO_SEQ.to_be_bytes());
-            let mut announced = false;
-            let mut last_hello = 0u64;
+            // The agent sends only once this address has proven itself.
+            let mut path = KernelUdp {
+                socket: s,
+                stamped: false,
+            };
+            ctx.prove(&mut path)?;
+            let s = path.socket;
             loop {
                 let t = now();
                 if w.over(t) {
                     return Ok(());
                 }
-                if !announced && t.saturating_sub(last_hello) > 20_000_000 {
-                    let _ = s.send(&hello);
-                    last_hello = t;
-                }
                 match s.recv(&mut buf) {
-                    Ok(n) if n >= UDP_HEADER && buf[..8] == ctx.key.to_be_bytes() => {
-                        announced = true;
+                    // Repeated handshake answers are not data.
+                    Ok(n)
+                        if n >= UDP_HEADER
+                            && buf[..8] == ctx.key.to_be_bytes()
+                            && buf[8..16] < UDP_PROVEN_SEQ.to_be_bytes()[..] =>
+                    {
                         tally.add(now(), 1, n as u64);
                     }
                     Ok(_) => {}
@@ -289,9 +291,7 @@ fn udp(ctx: &SessionCtx, p: &StreamParams, tally: &mut Tally) -> Result<(), Ende
                             ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
                         ) => {}
                     Err(e) if e.kind() == ErrorKind::ConnectionRefused => {
-                        if announced {
-                            return Err(Ended::Closed);
-                        }
+                        return Err(Ended::Closed);
                     }
                     Err(e) => return Err(Ended::Failed(format!("UDP receive: {e}"))),
                 }

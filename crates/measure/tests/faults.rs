@@ -167,12 +167,9 @@ fn unreachable_agent_is_one_clear_error() {
 #[test]
 fn port_in_use_is_a_clear_error() {
     let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let e = vnio_measure::agent::Agent::bind(vnio_measure::agent::AgentConfig {
-        listen: busy.local_addr().unwrap(),
-        token: None,
-        limits: Limits::default(),
-        max_clients: 1,
-    })
+    let e = vnio_measure::agent::Agent::bind(vnio_measure::agent::AgentConfig::new(
+        busy.local_addr().unwrap(),
+    ))
     .err()
     .unwrap();
     assert!(

@@ -9,6 +9,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use vnio_measure::agent::{Agent, AgentConfig};
+use vnio_measure::budget::Budget;
 use vnio_measure::proto::Limits;
 use vnio_measure::run::Common;
 
@@ -20,13 +21,14 @@ pub struct TestAgent {
 
 impl TestAgent {
     pub fn start(token: Option<&str>, limits: Limits) -> TestAgent {
-        let agent = Agent::bind(AgentConfig {
-            listen: "127.0.0.1:0".parse().unwrap(),
-            token: token.map(String::from),
-            limits,
-            max_clients: 16,
-        })
-        .unwrap();
+        let mut c = config();
+        c.token = token.map(String::from);
+        c.limits = limits;
+        Self::with(c)
+    }
+
+    pub fn with(config: AgentConfig) -> TestAgent {
+        let agent = Agent::bind(config).unwrap();
         let addr = agent.local_addr();
         let stop = agent.stop_flag();
         let handle = std::thread::spawn(move || agent.serve().unwrap());
@@ -55,6 +57,18 @@ impl Drop for TestAgent {
         if let Some(h) = self.handle.take() {
             let _ = h.join();
         }
+    }
+}
+
+/// An agent's configuration on a free loopback port, with the defaults.
+pub fn config() -> AgentConfig {
+    AgentConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        token: None,
+        limits: Limits::default(),
+        max_clients: 16,
+        idle: Duration::from_secs(30),
+        budget: Budget::default(),
     }
 }
 

@@ -106,6 +106,15 @@ pub struct AgentArgs {
     /// Most clients served at once.
     #[arg(long, default_value_t = 64)]
     max_clients: usize,
+    /// Drop a client that asks for nothing this long after hello or a test.
+    #[arg(long, value_parser = parse_duration, default_value = "30s")]
+    idle_timeout: Duration,
+    /// Most session threads committed to all clients' tests at once.
+    #[arg(long, default_value_t = 512)]
+    max_threads: usize,
+    /// Most MiB of session buffers committed to all clients' tests at once.
+    #[arg(long, default_value_t = 1024)]
+    max_memory: u64,
 }
 
 pub fn agent(a: AgentArgs) -> anyhow::Result<i32> {
@@ -117,12 +126,14 @@ pub fn agent(a: AgentArgs) -> anyhow::Result<i32> {
         max_rate_pps: a.max_rate,
         ..Limits::default()
     };
-    let agent = Agent::bind(AgentConfig {
-        listen,
-        token: a.token,
-        limits,
-        max_clients: a.max_clients,
-    })?;
+    let mut config = AgentConfig::new(listen);
+    config.token = a.token;
+    config.limits = limits;
+    config.max_clients = a.max_clients;
+    config.idle = a.idle_timeout;
+    config.budget.threads = a.max_threads;
+    config.budget.bytes = a.max_memory << 20;
+    let agent = Agent::bind(config)?;
     let stop = agent.stop_flag();
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, stop.clone()).context("installing signal handler")?;
