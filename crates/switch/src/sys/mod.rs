@@ -7,6 +7,7 @@
 pub mod affinity;
 pub mod memfd;
 pub mod packet;
+pub mod peer;
 pub mod prefetch;
 pub mod ring_mem;
 pub mod scm;
