@@ -256,7 +256,7 @@ mod tests {
 
     #[test]
     fn random_control_requests_never_panic() {
-        let mut seed = 0xc0_47_12_0b_5e_ed_u64;
+        let mut seed = 0xc047_120b_5eed_u64;
         let mut buf = vec![0u8; 512];
         let seeds: [&[u8]; 3] = [
             br#"{"op":"port_add","port":{"name":"a","kind":"vhost-user","socket":"/tmp/a.sock"}}"#,

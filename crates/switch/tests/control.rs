@@ -465,7 +465,7 @@ fn random_requests_leave_the_switch_answering() {
             br#"{"op":"port_add","port":{"name":"x","kind":"vhost-user","socket":"/nonexistent/x.sock","mode":"server"}}"#,
             br#"{"op":"port_del","name":"nope"}"#,
         ];
-        let mut seed = 0x5eed_0f_c0_47_u64;
+        let mut seed = 0x005e_ed0f_c047_u64;
         let mut next = move || {
             seed ^= seed << 13;
             seed ^= seed >> 7;
