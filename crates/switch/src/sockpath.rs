@@ -19,6 +19,9 @@ pub enum PathError {
     /// Its directory cannot be resolved.
     #[error("socket path {0}")]
     Parent(PathBuf, #[source] io::Error),
+    /// The allowed directory cannot be resolved.
+    #[error("socket directory {0}")]
+    Dir(PathBuf, #[source] io::Error),
     /// Resolved, it is outside the allowed directory.
     #[error("socket path {0} is outside the socket directory {1}")]
     Outside(PathBuf, PathBuf),
@@ -40,7 +43,7 @@ pub fn confine(dir: &Path, path: &Path) -> Result<PathBuf, PathError> {
         .map_err(|e| PathError::Parent(path.to_owned(), e))?;
     let dir = dir
         .canonicalize()
-        .map_err(|e| PathError::Parent(dir.to_owned(), e))?;
+        .map_err(|e| PathError::Dir(dir.to_owned(), e))?;
     let resolved = parent.join(name);
     if !parent.starts_with(&dir) {
         return Err(PathError::Outside(path.to_owned(), dir));

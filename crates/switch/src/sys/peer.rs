@@ -41,8 +41,19 @@ pub fn peer_cred(sock: &impl AsRawFd) -> io::Result<PeerCred> {
     if r < 0 {
         return Err(io::Error::last_os_error());
     }
-    // Supplementary groups: a first call with room for many; the kernel
-    // says how much it needs when that is not enough.
+    Ok(PeerCred {
+        pid: c.pid,
+        uid: c.uid,
+        gid: c.gid,
+        groups: peer_groups(fd),
+    })
+}
+
+/// The peer's supplementary groups; none when the kernel cannot say
+/// (SO_PEERGROUPS is Linux 4.13+): then only the primary group counts.
+fn peer_groups(fd: std::os::fd::RawFd) -> Vec<u32> {
+    // A first call with room for many; the kernel says how much it needs
+    // when that is not enough.
     let mut groups = vec![0u32; 64];
     loop {
         let mut len = (groups.len() * 4) as libc::socklen_t;
@@ -58,21 +69,15 @@ pub fn peer_cred(sock: &impl AsRawFd) -> io::Result<PeerCred> {
         };
         if r == 0 {
             groups.truncate(len as usize / 4);
-            break;
+            return groups;
         }
-        let e = io::Error::last_os_error();
-        if e.raw_os_error() == Some(libc::ERANGE) && len as usize / 4 > groups.len() {
-            groups.resize(len as usize / 4, 0);
+        let more = len as usize / 4;
+        if io::Error::last_os_error().raw_os_error() == Some(libc::ERANGE) && more > groups.len() {
+            groups.resize(more, 0);
             continue;
         }
-        return Err(e);
+        return Vec::new();
     }
-    Ok(PeerCred {
-        pid: c.pid,
-        uid: c.uid,
-        gid: c.gid,
-        groups,
-    })
 }
 
 /// This process's effective user id.
