@@ -64,6 +64,15 @@ pub struct Config {
 pub struct SwitchConfig {
     /// Control socket path.
     pub control: PathBuf,
+    /// The group (name or number) whose members may also use the control
+    /// socket (mode 0660); only root and the switch's own user when absent (0600).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub control_group: Option<String>,
+    /// The directory the sockets of ports added over the control socket
+    /// must be in (default: the control socket's directory). The config
+    /// file's own ports may be anywhere.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub socket_dir: Option<PathBuf>,
     /// FDB capacity.
     pub fdb_capacity: usize,
     /// FDB aging time in seconds.
@@ -93,6 +102,8 @@ impl Default for SwitchConfig {
     fn default() -> Self {
         Self {
             control: PathBuf::from("/run/vnio/switch.sock"),
+            control_group: None,
+            socket_dir: None,
             fdb_capacity: 8192,
             aging_secs: 300,
             budget: 64,
@@ -113,6 +124,16 @@ impl SwitchConfig {
     /// The cap on one front-end's mapped guest memory, in bytes.
     pub fn max_guest_memory(&self) -> u64 {
         self.max_guest_memory_mib.saturating_mul(1 << 20)
+    }
+
+    /// Where control-socket clients may put ports' sockets.
+    pub fn socket_dir(&self) -> PathBuf {
+        self.socket_dir
+            .clone()
+            .unwrap_or_else(|| match self.control.parent() {
+                Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
+                _ => PathBuf::from("."),
+            })
     }
 }
 

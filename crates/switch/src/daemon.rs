@@ -3,12 +3,15 @@
 //! thread serving the Unix control socket. [`Switch::start`] is what
 //! `vnio switch --config` runs; tests start it in-process.
 
+use crate::access::Access;
 use crate::config::{Config, PortSpec};
 use crate::control::{Request, Response};
+use crate::serve::{self, ClientLimits, Clients, LineError};
+use crate::sockpath;
 use crate::stats;
 use crate::worker::PortInfo;
 use crate::workers::Workers;
-use std::io::{BufRead, BufReader, Write};
+use std::io::BufReader;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -28,6 +31,9 @@ pub enum StartError {
     /// A configured port could not be added.
     #[error("port {0}: {1}")]
     Port(String, String),
+    /// Who may use the control socket could not be set up.
+    #[error(transparent)]
+    Access(#[from] crate::access::AccessError),
     /// The metrics address could not be bound.
     #[error("cannot listen for metrics on {0}")]
     Metrics(std::net::SocketAddr, #[source] std::io::Error),
@@ -93,8 +99,14 @@ pub struct Switch {
 impl Switch {
     /// Starts the worker, adds the configured ports, and serves the control socket.
     pub fn start(config: Config) -> Result<Self, StartError> {
+        Self::start_with_limits(config, ClientLimits::default())
+    }
+
+    /// [`Switch::start`] with other bounds on the control and metrics clients.
+    pub fn start_with_limits(config: Config, limits: ClientLimits) -> Result<Self, StartError> {
         // Before any worker pins itself: the watchdog keeps this thread's CPUs.
         crate::sys::watchdog::start();
+        let access = Access::new(config.switch.control_group.as_deref())?;
         let handle = WorkerHandle {
             workers: Arc::new(Mutex::new(Workers::start(config.switch.clone())?)),
         };
@@ -108,6 +120,7 @@ impl Switch {
             stop: stop.clone(),
             control_path: path.clone(),
         };
+        // The operator's own ports: their sockets may be anywhere.
         for p in config.ports {
             let name = p.name.clone();
             sw.handle
@@ -117,13 +130,21 @@ impl Switch {
         if let Some(dir) = path.parent() {
             let _ = std::fs::create_dir_all(dir);
         }
-        let _ = std::fs::remove_file(&path);
-        let listener =
-            UnixListener::bind(&path).map_err(|e| StartError::Control(path.clone(), e))?;
+        let control_err = |e| StartError::Control(path.clone(), e);
+        sockpath::remove_stale(&path).map_err(control_err)?;
+        let listener = UnixListener::bind(&path).map_err(control_err)?;
+        access.restrict(&path)?;
         listener.set_nonblocking(true)?;
+        let server = Arc::new(ControlServer {
+            handle,
+            stop,
+            access,
+            socket_dir: config.switch.socket_dir(),
+            limits,
+        });
         let control = std::thread::Builder::new()
             .name("vnio-switch-control".into())
-            .spawn(move || serve_control(listener, handle, stop))?;
+            .spawn(move || serve_control(listener, server))?;
         sw.control = Some(control);
         if let Some(addr) = config.switch.metrics_listen {
             let l = std::net::TcpListener::bind(addr).map_err(|e| StartError::Metrics(addr, e))?;
@@ -133,7 +154,7 @@ impl Switch {
             sw.metrics = Some(
                 std::thread::Builder::new()
                     .name("vnio-switch-metrics".into())
-                    .spawn(move || serve_metrics(l, h, st))?,
+                    .spawn(move || serve_metrics(l, h, st, limits))?,
             );
         }
         Ok(sw)
@@ -172,21 +193,50 @@ impl Drop for Switch {
             let _ = m.join();
         }
         self.handle.stop();
-        let _ = std::fs::remove_file(&self.control_path);
+        let _ = sockpath::remove_stale(&self.control_path);
     }
 }
 
-fn serve_control(listener: UnixListener, handle: WorkerHandle, stop: Arc<AtomicBool>) {
-    let mut clients = Vec::<JoinHandle<()>>::new();
-    while !stop.load(Ordering::SeqCst) {
+/// What serving a control client needs.
+struct ControlServer {
+    handle: WorkerHandle,
+    stop: Arc<AtomicBool>,
+    access: Access,
+    /// Where clients' ports may have their sockets.
+    socket_dir: PathBuf,
+    limits: ClientLimits,
+}
+
+fn serve_control(listener: UnixListener, server: Arc<ControlServer>) {
+    let mut clients = Clients::new(server.limits.max_clients);
+    while !server.stop.load(Ordering::SeqCst) {
         match listener.accept() {
             Ok((s, _)) => {
-                let (h, st) = (handle.clone(), stop.clone());
-                if let Ok(t) = std::thread::Builder::new()
-                    .name("vnio-switch-client".into())
-                    .spawn(move || serve_client(s, h, st))
+                // Blocking, with short timeouts: the client's thread looks
+                // at the stop flag and its own deadlines between them.
+                if s.set_nonblocking(false).is_err()
+                    || s.set_read_timeout(Some(serve::POLL)).is_err()
+                    || s.set_write_timeout(Some(serve::POLL)).is_err()
                 {
-                    clients.push(t);
+                    continue;
+                }
+                if let Err(r) = server.access.check(&s) {
+                    log::warn!("control socket: refused {r}");
+                    refuse(s, &r.to_string(), &server.stop);
+                    continue;
+                }
+                if !clients.has_room() {
+                    let why = format!(
+                        "too many control clients ({} at once); try again later",
+                        server.limits.max_clients
+                    );
+                    log::warn!("control socket: refused a client: {why}");
+                    refuse(s, &why, &server.stop);
+                    continue;
+                }
+                let sv = server.clone();
+                if let Err(e) = clients.spawn("vnio-switch-client", move || serve_client(s, &sv)) {
+                    log::error!("control socket: cannot serve a client: {e}");
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
@@ -198,33 +248,46 @@ fn serve_control(listener: UnixListener, handle: WorkerHandle, stop: Arc<AtomicB
             }
         }
     }
-    for t in clients {
-        let _ = t.join();
-    }
+    clients.join_all();
 }
 
-/// Answers every HTTP request on `listener` with the Prometheus text.
-fn serve_metrics(listener: std::net::TcpListener, handle: WorkerHandle, stop: Arc<AtomicBool>) {
-    use std::io::Read;
+/// Tells a client why it is refused, in one line, and closes.
+fn refuse(mut s: UnixStream, why: &str, stop: &AtomicBool) {
+    let _ = serve::write_within(
+        &mut s,
+        &response_line(&Response::err(why)),
+        serve::POLL,
+        stop,
+    );
+}
+
+fn response_line(r: &Response) -> Vec<u8> {
+    let mut out = serde_json::to_vec(r)
+        .unwrap_or_else(|_| br#"{"ok":false,"error":"unserializable"}"#.to_vec());
+    out.push(b'\n');
+    out
+}
+
+/// Answers every HTTP request on `listener` with the Prometheus text, each
+/// client on its own thread, so that one that does not read delays nobody.
+fn serve_metrics(
+    listener: std::net::TcpListener,
+    handle: WorkerHandle,
+    stop: Arc<AtomicBool>,
+    limits: ClientLimits,
+) {
+    let mut clients = Clients::new(limits.max_clients);
     while !stop.load(Ordering::SeqCst) {
         match listener.accept() {
-            Ok((mut s, _)) => {
-                let _ = s.set_nonblocking(false);
-                let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
-                // The request itself does not matter: read what came, answer.
-                let mut req = [0u8; 1024];
-                let _ = s.read(&mut req);
-                let body = match handle.list() {
-                    Ok(l) => metrics_text(l),
-                    Err(e) => format!("# error: {e}\n"),
-                };
-                let head = format!(
-                    "HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                    body.len()
-                );
-                let _ = s
-                    .write_all(head.as_bytes())
-                    .and_then(|_| s.write_all(body.as_bytes()));
+            Ok((s, _)) => {
+                // Full: closed at once, a scraper tries again at its next interval.
+                if !clients.has_room() {
+                    continue;
+                }
+                let (h, st) = (handle.clone(), stop.clone());
+                let _ = clients.spawn("vnio-switch-metrics-client", move || {
+                    answer_metrics(s, &h, &st, limits)
+                });
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                 std::thread::sleep(Duration::from_millis(20))
@@ -232,42 +295,85 @@ fn serve_metrics(listener: std::net::TcpListener, handle: WorkerHandle, stop: Ar
             Err(_) => std::thread::sleep(Duration::from_millis(100)),
         }
     }
+    clients.join_all();
 }
 
-fn serve_client(s: UnixStream, handle: WorkerHandle, stop: Arc<AtomicBool>) {
-    let _ = s.set_read_timeout(Some(Duration::from_millis(200)));
+fn answer_metrics(
+    mut s: std::net::TcpStream,
+    handle: &WorkerHandle,
+    stop: &AtomicBool,
+    limits: ClientLimits,
+) {
+    use std::io::Read;
+    if s.set_nonblocking(false).is_err()
+        || s.set_read_timeout(Some(Duration::from_millis(500)))
+            .is_err()
+        || s.set_write_timeout(Some(serve::POLL)).is_err()
+    {
+        return;
+    }
+    // The request itself does not matter: read what came, answer.
+    let mut req = [0u8; 1024];
+    let _ = s.read(&mut req);
+    let body = match handle.list() {
+        Ok(l) => metrics_text(l),
+        Err(e) => format!("# error: {e}\n"),
+    };
+    let head = format!(
+        "HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    let _ = serve::write_within(&mut s, (head + &body).as_bytes(), limits.write, stop);
+}
+
+/// Serves one client's requests until it leaves, errs, idles or the switch stops.
+fn serve_client(s: UnixStream, server: &ControlServer) {
     let Ok(mut w) = s.try_clone() else { return };
     let mut r = BufReader::new(s);
-    let mut line = String::new();
-    while !stop.load(Ordering::SeqCst) {
+    let mut line = Vec::new();
+    let ControlServer { stop, limits, .. } = server;
+    loop {
         line.clear();
-        match r.read_line(&mut line) {
-            Ok(0) => return,
-            Ok(_) => {}
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) =>
-            {
-                continue
+        let resp = match serve::read_line(&mut r, &mut line, limits.max_line, limits.idle, stop) {
+            Ok(()) => request(server, &line),
+            // Told why, then closed: the rest of an over-long line is not read.
+            Err(e @ (LineError::TooLong(_) | LineError::Idle(_))) => {
+                let _ = serve::write_within(
+                    &mut w,
+                    &response_line(&Response::err(e.to_string())),
+                    serve::POLL,
+                    stop,
+                );
+                return;
             }
             Err(_) => return,
-        }
-        let resp = match serde_json::from_str::<Request>(&line) {
-            Ok(Request::Shutdown) => {
-                stop.store(true, Ordering::SeqCst);
-                Response::ok(serde_json::Value::Null)
-            }
-            Ok(req) => answer(&handle, req),
-            Err(e) => Response::err(format!("bad request: {e}")),
         };
-        let mut out = serde_json::to_string(&resp)
-            .unwrap_or_else(|_| r#"{"ok":false,"error":"unserializable"}"#.into());
-        out.push('\n');
-        if w.write_all(out.as_bytes()).is_err() {
+        if serve::write_within(&mut w, &response_line(&resp), limits.write, stop).is_err() {
             return;
         }
+    }
+}
+
+/// One request line from a client.
+fn request(server: &ControlServer, line: &[u8]) -> Response {
+    match serde_json::from_slice::<Request>(line) {
+        Ok(Request::Shutdown) => {
+            server.stop.store(true, Ordering::SeqCst);
+            Response::ok(serde_json::Value::Null)
+        }
+        Ok(Request::PortAdd { mut port }) => {
+            // A client's port binds where the client says, as the switch:
+            // only inside the socket directory.
+            if let Some(sock) = &port.socket {
+                match sockpath::confine(&server.socket_dir, sock) {
+                    Ok(p) => port.socket = Some(p),
+                    Err(e) => return Response::err(crate::error_chain(&e)),
+                }
+            }
+            answer(&server.handle, Request::PortAdd { port })
+        }
+        Ok(req) => answer(&server.handle, req),
+        Err(e) => Response::err(format!("bad request: {e}")),
     }
 }
 

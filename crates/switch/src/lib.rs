@@ -53,11 +53,14 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
     }
     s
 }
+pub mod access;
 pub mod coalesce;
 pub mod config;
 pub mod control;
 pub mod daemon;
 pub mod endpoint;
 pub mod logging;
+pub mod serve;
+pub mod sockpath;
 pub mod worker;
 pub mod workers;

@@ -89,10 +89,7 @@ impl VhostUserPort {
         let listener = match mode {
             SocketMode::Server => {
                 let bind = || -> io::Result<UnixListener> {
-                    match std::fs::remove_file(path) {
-                        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
-                        _ => {}
-                    }
+                    crate::sockpath::remove_stale(path)?;
                     let l = UnixListener::bind(path)?;
                     l.set_nonblocking(true)?;
                     Ok(l)
@@ -278,7 +275,7 @@ fn expects_reply(request: u32) -> bool {
 impl Drop for VhostUserPort {
     fn drop(&mut self) {
         if self.listener.is_some() {
-            let _ = std::fs::remove_file(&self.path);
+            let _ = crate::sockpath::remove_stale(&self.path);
         }
     }
 }

@@ -8,6 +8,7 @@ pub mod affinity;
 pub mod eventfd;
 pub mod memfd;
 pub mod packet;
+pub mod peer;
 pub mod prefetch;
 pub mod ring_mem;
 pub mod scm;

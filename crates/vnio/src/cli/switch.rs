@@ -256,6 +256,16 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
                 direct,
                 offloads,
             } => {
+                // The switch takes socket paths as absolute (it has its own
+                // working directory): a relative one is the caller's.
+                let socket = match socket {
+                    Some(s) if s.is_relative() => Some(
+                        std::env::current_dir()
+                            .context("the current directory")?
+                            .join(s),
+                    ),
+                    s => s,
+                };
                 let spec = PortSpec {
                     name,
                     kind: if tap {
