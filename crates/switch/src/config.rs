@@ -66,6 +66,9 @@ pub struct SwitchConfig {
     pub control: PathBuf,
     /// FDB capacity.
     pub fdb_capacity: usize,
+    /// Addresses a port may have learned in its worker's FDB unless the
+    /// port sets `fdb_limit` (see [`crate::fdb`]).
+    pub fdb_port_limit: u32,
     /// FDB aging time in seconds.
     pub aging_secs: u64,
     /// Frames taken from one queue per polling round.
@@ -90,6 +93,7 @@ impl Default for SwitchConfig {
         Self {
             control: PathBuf::from("/run/vnio/switch.sock"),
             fdb_capacity: 8192,
+            fdb_port_limit: crate::fdb::DEFAULT_PORT_LIMIT,
             aging_secs: 300,
             budget: 64,
             idle_polls: 64,
@@ -205,6 +209,10 @@ pub struct PortSpec {
     /// port with no switching, VLAN or QoS (needs `mac`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub direct: Option<String>,
+    /// Addresses the port may have learned in the FDB (default: the
+    /// switch's `fdb_port_limit`); a port to a LAN needs more than a vNIC.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fdb_limit: Option<u32>,
 }
 
 /// Validates egress settings (Mbit/s) into a policy (bit/s); 0 Mbit/s
@@ -303,6 +311,9 @@ pub struct PolicyUpdate {
     /// Egress reservation in Mbit/s (0: none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reserve_mbps: Option<u64>,
+    /// Addresses the port may have learned in the FDB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fdb_limit: Option<u32>,
 }
 
 /// A port's latency policies as configured (what `port_set` changes).
@@ -391,6 +402,7 @@ impl PortSpec {
             reserve_mbps: None,
             capacity_mbps: None,
             direct: None,
+            fdb_limit: None,
         }
     }
 
@@ -520,6 +532,7 @@ impl PortSpec {
             uplink_queue: self.uplink_queue.unwrap_or_default(),
             egress,
             direct: self.direct.clone(),
+            fdb_limit: self.fdb_limit,
         })
     }
 }
