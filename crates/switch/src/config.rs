@@ -627,6 +627,20 @@ mod tests {
     }
 
     #[test]
+    fn parses_fdb_limits() {
+        let c = Config::parse(
+            "[switch]\nfdb_port_limit = 16\n[[port]]\nname = \"a\"\nkind = \"vhost-user\"\nsocket = \"/s\"\nfdb_limit = 4096\n",
+        )
+        .unwrap();
+        assert_eq!(c.switch.fdb_port_limit, 16);
+        assert_eq!(c.ports[0].policy().unwrap().fdb_limit, Some(4096));
+        assert_eq!(
+            SwitchConfig::default().fdb_port_limit,
+            crate::fdb::DEFAULT_PORT_LIMIT
+        );
+    }
+
+    #[test]
     fn rejects_bad_ports() {
         assert!(
             Config::parse("[[port]]\nname = \"a\"\nkind = \"vhost-user\"\n").is_err(),
