@@ -75,6 +75,9 @@ pub struct SwitchConfig {
     pub socket_dir: Option<PathBuf>,
     /// FDB capacity.
     pub fdb_capacity: usize,
+    /// Addresses a port may have learned in its worker's FDB unless the
+    /// port sets `fdb_limit` (see [`crate::fdb`]).
+    pub fdb_port_limit: u32,
     /// FDB aging time in seconds.
     pub aging_secs: u64,
     /// Frames taken from one queue per polling round.
@@ -105,6 +108,7 @@ impl Default for SwitchConfig {
             control_group: None,
             socket_dir: None,
             fdb_capacity: 8192,
+            fdb_port_limit: crate::fdb::DEFAULT_PORT_LIMIT,
             aging_secs: 300,
             budget: 64,
             idle_polls: 64,
@@ -236,6 +240,10 @@ pub struct PortSpec {
     /// port with no switching, VLAN or QoS (needs `mac`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub direct: Option<String>,
+    /// Addresses the port may have learned in the FDB (default: the
+    /// switch's `fdb_port_limit`); a port to a LAN needs more than a vNIC.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fdb_limit: Option<u32>,
 }
 
 /// Validates egress settings (Mbit/s) into a policy (bit/s); 0 Mbit/s
@@ -334,6 +342,9 @@ pub struct PolicyUpdate {
     /// Egress reservation in Mbit/s (0: none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reserve_mbps: Option<u64>,
+    /// Addresses the port may have learned in the FDB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fdb_limit: Option<u32>,
 }
 
 /// A port's latency policies as configured (what `port_set` changes).
@@ -422,6 +433,7 @@ impl PortSpec {
             reserve_mbps: None,
             capacity_mbps: None,
             direct: None,
+            fdb_limit: None,
         }
     }
 
@@ -551,6 +563,7 @@ impl PortSpec {
             uplink_queue: self.uplink_queue.unwrap_or_default(),
             egress,
             direct: self.direct.clone(),
+            fdb_limit: self.fdb_limit,
         })
     }
 }
@@ -642,6 +655,20 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn parses_fdb_limits() {
+        let c = Config::parse(
+            "[switch]\nfdb_port_limit = 16\n[[port]]\nname = \"a\"\nkind = \"vhost-user\"\nsocket = \"/s\"\nfdb_limit = 4096\n",
+        )
+        .unwrap();
+        assert_eq!(c.switch.fdb_port_limit, 16);
+        assert_eq!(c.ports[0].policy().unwrap().fdb_limit, Some(4096));
+        assert_eq!(
+            SwitchConfig::default().fdb_port_limit,
+            crate::fdb::DEFAULT_PORT_LIMIT
+        );
     }
 
     #[test]

@@ -8,7 +8,7 @@
 
 use crate::coalesce::{Coalescer, Decision};
 use crate::config::Policies;
-use crate::fdb::Fdb;
+use crate::fdb::{Fdb, Learned};
 use crate::forward::{decide, Destination, L2Header, PortPolicy};
 use crate::lro;
 use crate::lro::place::{Delivered, InPlace, PlaceError};
@@ -682,6 +682,17 @@ impl Datapath {
         }
     }
 
+    /// Changes how many addresses slot `idx` may have learned. A lower
+    /// limit refuses new addresses at once; those learned stay until they
+    /// age out.
+    pub fn set_fdb_limit(&mut self, idx: usize, limit: u32) {
+        // Remembered decisions hold a refusal (or not) under the old limit.
+        self.topo_gen += 1;
+        if let Some(s) = self.slot_mut(idx) {
+            s.policy.fdb_limit = Some(limit);
+        }
+    }
+
     /// Changes slot `idx`'s latency policies.
     pub fn set_policies(&mut self, idx: usize, p: Policies) {
         self.topo_gen += 1;
@@ -1303,7 +1314,14 @@ impl Datapath {
             }
         };
         let d = match decision {
-            Ok(d) => d,
+            Ok(d) => {
+                if d.learned == Learned::PortLimit {
+                    if let Some(me) = slots[i].as_ref() {
+                        me.stats.tx.drop(DropReason::FdbLimit);
+                    }
+                }
+                d
+            }
             Err(r) => {
                 if let Some(me) = slots[i].as_ref() {
                     me.stats.tx.drop(r);
@@ -1340,7 +1358,7 @@ impl Datapath {
                     }
                     self.deliver_to(j, &frame, tagging, now);
                 } else if let Some(w) = self.remote.iter().find(|r| r.id == p).map(|r| r.worker) {
-                    self.push_remote(i, w, Some(p), &frame, d.vid);
+                    self.push_remote(i, w, Some(p), &frame, &d);
                 }
             }
             Destination::Flood => {
@@ -1371,7 +1389,7 @@ impl Datapath {
                         .iter()
                         .any(|r| r.worker == w && r.vlan.egress(d.vid).is_some())
                     {
-                        sent |= self.push_remote(i, w, None, &frame, d.vid);
+                        sent |= self.push_remote(i, w, None, &frame, &d);
                     }
                 }
                 if let (false, Some(s)) = (sent, &self.slots[i]) {
@@ -1416,16 +1434,16 @@ impl Datapath {
     }
 
     /// Copies a frame from slot `i` into the ring to worker `w` (it owns the
-    /// destination, or has members of the VLAN when `dest` is `None`). A
-    /// full ring is a `ring_full` drop counted on the sending port (the
-    /// destination's counters belong to the other worker).
+    /// destination, or has members of the VLAN when `dest` is `None`) with
+    /// decision `d`. A full ring is a `ring_full` drop counted on the
+    /// sending port (the destination's counters belong to the other worker).
     fn push_remote(
         &mut self,
         i: usize,
         w: WorkerId,
         dest: Option<PortId>,
         frame: &Frame<'_>,
-        vid: u16,
+        d: &crate::forward::Decision,
     ) -> bool {
         let Some(src) = self.slots[i].as_ref() else {
             return false;
@@ -1442,10 +1460,11 @@ impl Datapath {
             kind: Kind::Frame,
             dest,
             src: src.id,
-            vid,
+            vid: d.vid,
             tci_pcp: frame.tci_pcp,
             src_tag_len: frame.src_tag_len as u8,
             vhdr: frame.vhdr,
+            learn: d.learned.is_learned(),
         }
         .emit(&mut buf[..RECORD_HEADER]);
         if frame
@@ -1473,6 +1492,7 @@ impl Datapath {
                     tci_pcp: 0,
                     src_tag_len: 0,
                     vhdr: VirtioNetHdrRepr::default(),
+                    learn: false,
                 }
                 .emit(buf);
                 peer.tx.commit(RECORD_HEADER);
@@ -1515,12 +1535,17 @@ impl Datapath {
         if bytes.len() < 14 + usize::from(r.src_tag_len) {
             return;
         }
-        self.fdb.learn(
-            r.vid,
-            crate::wire::EthernetAddress::from_bytes(&bytes[6..12]),
-            r.src,
-            now,
-        );
+        // The port's limit was applied where it lives: learn what was
+        // learned there (no limit of its own here, only the table's rules).
+        if r.learn {
+            self.fdb.learn(
+                r.vid,
+                crate::wire::EthernetAddress::from_bytes(&bytes[6..12]),
+                r.src,
+                Some(u32::MAX),
+                now,
+            );
+        }
         let mut macs = [0u8; 12];
         macs.copy_from_slice(&bytes[..12]);
         let frame = Frame {

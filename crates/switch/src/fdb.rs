@@ -4,36 +4,51 @@
 //! has a fixed capacity reserved up front, so learning never allocates on
 //! the data path; when full, new addresses are not learned (their frames
 //! are flooded) and `full_misses` counts it.
+//!
+//! # What a port cannot do to the others
+//!
+//! A tenant chooses the source addresses of its frames, so the table is
+//! shared with rules no port can turn against another:
+//!
+//! - **A limit per port.** A port learns at most its limit of addresses
+//!   (the switch's `fdb_port_limit`, or the port's `fdb_limit`). Past it, a
+//!   new address of the port is not learned, nor is an address of another
+//!   port moved to it: its frames are still forwarded (replies to them
+//!   flood), and the caller counts the refusal ([`Learned::PortLimit`]).
+//! - **No eviction.** Nothing is ever removed to make room: an entry goes
+//!   only when it ages out, when its port goes away or is reset, or when its
+//!   address is seen on another port under its limit. However many
+//!   addresses a port sends, the other ports' entries stay.
+//! - **A reserve for newcomers.** The last eighth of the capacity is kept
+//!   for ports' first [`FIRST_ADDRESSES`]: once the table holds the rest, a
+//!   port learns a new address only while it holds fewer than that. With
+//!   the table otherwise full (many ports at their limits), a new tenant
+//!   still gets its first addresses learned, as long as fewer than
+//!   `capacity / 8 / FIRST_ADDRESSES` ports (256 with the default 8192
+//!   entries) took theirs from the reserve.
+//! - **A keyed hash.** The table hashes with SipHash-1-3 under a random key
+//!   ([`RandomState`]): without the key, a tenant cannot craft addresses
+//!   that fall in one bucket and make every lookup walk a long probe chain.
 
 use crate::wire::EthernetAddress;
 use crate::PortId;
+use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::time::{Duration, Instant};
 
 /// Default aging time, as in most bridges (Linux, OVS): 300 s.
 pub const DEFAULT_AGING: Duration = Duration::from_secs(300);
 
-/// A small multiplicative hasher for the 8-byte FDB key (the key is not
-/// attacker-chosen in a way that matters: the table is bounded).
-#[derive(Default)]
-pub struct KeyHasher(u64);
+/// Default number of addresses one port may have learned (per worker): a
+/// host behind a vNIC has one or a few; a port to a LAN (an uplink, a
+/// guest that bridges) needs a larger `fdb_limit`.
+pub const DEFAULT_PORT_LIMIT: u32 = 1024;
 
-impl Hasher for KeyHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
+/// Addresses of a port that may be learned into the reserve (see the module).
+pub const FIRST_ADDRESSES: u32 = 4;
 
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 = (self.0.rotate_left(5) ^ u64::from(*b)).wrapping_mul(0x517c_c1b7_2722_0a95);
-        }
-    }
-
-    fn write_u64(&mut self, v: u64) {
-        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x517c_c1b7_2722_0a95);
-    }
-}
+/// Ports whose counts are reserved up front (more grow the count table).
+const PORTS_RESERVED: usize = 256;
 
 fn key(vid: u16, mac: EthernetAddress) -> u64 {
     (u64::from(vid) << 48) | mac.to_u64()
@@ -43,6 +58,29 @@ fn key(vid: u16, mac: EthernetAddress) -> u64 {
 struct Entry {
     port: PortId,
     seen: Instant,
+}
+
+/// What [`Fdb::learn`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Learned {
+    /// Known on this port already: its age was reset.
+    Refreshed,
+    /// Added, or moved from another port: lookups may answer differently.
+    Changed,
+    /// Not learned: the port holds as many addresses as its limit allows.
+    PortLimit,
+    /// Not learned: the table is full (or only the reserve is left and the
+    /// port has its first addresses).
+    Full,
+    /// A group address: never learned.
+    Group,
+}
+
+impl Learned {
+    /// True when the address is in the table, on the given port, now.
+    pub fn is_learned(self) -> bool {
+        matches!(self, Learned::Refreshed | Learned::Changed)
+    }
 }
 
 /// One learned address, as listed by `vnio switch fdb`.
@@ -66,8 +104,13 @@ impl serde::Serialize for EthernetAddress {
 
 /// The table.
 pub struct Fdb {
-    map: HashMap<u64, Entry, BuildHasherDefault<KeyHasher>>,
+    map: HashMap<u64, Entry, RandomState>,
+    /// Entries per port (ports with none are absent).
+    per_port: HashMap<PortId, u32, RandomState>,
     capacity: usize,
+    /// Entries beyond which only a port's first addresses are learned.
+    open: usize,
+    port_limit: u32,
     aging: Duration,
     full_misses: u64,
     /// Counts changes that can alter a lookup's answer (an address added,
@@ -77,40 +120,82 @@ pub struct Fdb {
 }
 
 impl Fdb {
-    /// A table of at most `capacity` entries that forgets an address `aging` after it was last seen.
+    /// A table of at most `capacity` entries that forgets an address
+    /// `aging` after it was last seen; each port may learn
+    /// [`DEFAULT_PORT_LIMIT`] addresses unless told otherwise.
     pub fn new(capacity: usize, aging: Duration) -> Self {
-        let mut map = HashMap::default();
+        let mut map = HashMap::with_hasher(RandomState::new());
         map.reserve(capacity);
+        let mut per_port = HashMap::with_hasher(RandomState::new());
+        per_port.reserve(PORTS_RESERVED);
         Self {
             map,
+            per_port,
             capacity,
+            open: capacity - capacity / 8,
+            port_limit: DEFAULT_PORT_LIMIT,
             aging,
             full_misses: 0,
             generation: 0,
         }
     }
 
+    /// Sets the number of addresses a port may learn when its policy sets none.
+    pub fn with_port_limit(mut self, limit: u32) -> Self {
+        self.port_limit = limit;
+        self
+    }
+
+    /// The number of addresses a port may learn when its policy sets none.
+    pub fn port_limit(&self) -> u32 {
+        self.port_limit
+    }
+
     /// Records that `mac` on `vid` was seen on `port` at `now`; a known
-    /// address that moved is re-pointed. Returns true when something changed.
-    pub fn learn(&mut self, vid: u16, mac: EthernetAddress, port: PortId, now: Instant) -> bool {
+    /// address that moved is re-pointed. `limit` is the port's own limit
+    /// (`None`: the table's default).
+    pub fn learn(
+        &mut self,
+        vid: u16,
+        mac: EthernetAddress,
+        port: PortId,
+        limit: Option<u32>,
+        now: Instant,
+    ) -> Learned {
         if mac.is_multicast() {
-            return false;
+            return Learned::Group;
         }
         let k = key(vid, mac);
+        // The common case, a known address on its own port, touches only its entry.
         if let Some(e) = self.map.get_mut(&k) {
-            let moved = e.port != port;
-            e.port = port;
-            e.seen = now;
-            self.generation += u64::from(moved);
-            return moved;
+            if e.port == port {
+                e.seen = now;
+                return Learned::Refreshed;
+            }
         }
-        if self.map.len() >= self.capacity {
+        let limit = limit.unwrap_or(self.port_limit);
+        let held = self.per_port.get(&port).copied().unwrap_or(0);
+        if held >= limit {
+            return Learned::PortLimit;
+        }
+        if let Some(e) = self.map.get_mut(&k) {
+            // A move: the old port gives the address up.
+            let old = std::mem::replace(&mut e.port, port);
+            e.seen = now;
+            uncount(&mut self.per_port, old);
+            *self.per_port.entry(port).or_insert(0) += 1;
+            self.generation += 1;
+            return Learned::Changed;
+        }
+        let len = self.map.len();
+        if len >= self.capacity || (len >= self.open && held >= FIRST_ADDRESSES) {
             self.full_misses += 1;
-            return false;
+            return Learned::Full;
         }
         self.map.insert(k, Entry { port, seen: now });
+        *self.per_port.entry(port).or_insert(0) += 1;
         self.generation += 1;
-        true
+        Learned::Changed
     }
 
     /// The port `mac` on `vid` lives on, unless unknown or aged out at `now`.
@@ -126,8 +211,14 @@ impl Fdb {
     pub fn age(&mut self, now: Instant) -> usize {
         let before = self.map.len();
         let aging = self.aging;
-        self.map
-            .retain(|_, e| now.saturating_duration_since(e.seen) <= aging);
+        let per_port = &mut self.per_port;
+        self.map.retain(|_, e| {
+            let keep = now.saturating_duration_since(e.seen) <= aging;
+            if !keep {
+                uncount(per_port, e.port);
+            }
+            keep
+        });
         self.changed(before)
     }
 
@@ -135,6 +226,7 @@ impl Fdb {
     pub fn flush_port(&mut self, port: PortId) -> usize {
         let before = self.map.len();
         self.map.retain(|_, e| e.port != port);
+        self.per_port.remove(&port);
         self.changed(before)
     }
 
@@ -159,6 +251,11 @@ impl Fdb {
     /// True when nothing is learned.
     pub fn is_empty(&self) -> bool {
         self.map.is_empty()
+    }
+
+    /// Entries learned on `port`.
+    pub fn port_len(&self, port: PortId) -> u32 {
+        self.per_port.get(&port).copied().unwrap_or(0)
     }
 
     /// Addresses not learned because the table was full.
@@ -186,26 +283,45 @@ impl Fdb {
     }
 }
 
+/// Takes one entry off `port`'s count, forgetting ports that hold none.
+fn uncount(per_port: &mut HashMap<PortId, u32, RandomState>, port: PortId) {
+    if let Some(n) = per_port.get_mut(&port) {
+        *n -= 1;
+        if *n == 0 {
+            per_port.remove(&port);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::hash::BuildHasher;
 
     fn mac(n: u8) -> EthernetAddress {
         EthernetAddress([2, 0, 0, 0, 0, n])
+    }
+
+    /// The `i`-th of many distinct unicast addresses an attacker might send.
+    fn many(i: u32) -> EthernetAddress {
+        let b = i.to_be_bytes();
+        EthernetAddress([2, 0xaa, b[0], b[1], b[2], b[3]])
     }
 
     #[test]
     fn learns_moves_and_ages() {
         let t0 = Instant::now();
         let mut f = Fdb::new(16, Duration::from_secs(10));
-        assert!(f.learn(1, mac(1), PortId(1), t0));
-        assert!(!f.learn(1, mac(1), PortId(1), t0));
+        assert_eq!(f.learn(1, mac(1), PortId(1), None, t0), Learned::Changed);
+        assert_eq!(f.learn(1, mac(1), PortId(1), None, t0), Learned::Refreshed);
         assert_eq!(f.lookup(1, mac(1), t0), Some(PortId(1)));
         assert_eq!(f.lookup(2, mac(1), t0), None, "VLANs are separate tables");
-        assert!(
-            f.learn(1, mac(1), PortId(2), t0 + Duration::from_secs(1)),
+        assert_eq!(
+            f.learn(1, mac(1), PortId(2), None, t0 + Duration::from_secs(1)),
+            Learned::Changed,
             "a move is a change"
         );
+        assert_eq!((f.port_len(PortId(1)), f.port_len(PortId(2))), (0, 1));
         assert_eq!(
             f.lookup(1, mac(1), t0 + Duration::from_secs(1)),
             Some(PortId(2))
@@ -222,23 +338,25 @@ mod tests {
         let g = f.generation();
         assert_eq!(f.age(t0 + Duration::from_secs(5)), 0);
         assert_eq!(f.generation(), g, "nothing removed, nothing changed");
-        assert!(!f.learn(1, mac(1), PortId(2), t0 + Duration::from_secs(2)));
+        assert_eq!(
+            f.learn(1, mac(1), PortId(2), None, t0 + Duration::from_secs(2)),
+            Learned::Refreshed
+        );
         assert_eq!(f.generation(), g, "a refresh is not a change");
         assert_eq!(f.age(t0 + Duration::from_secs(13)), 1);
         assert!(f.generation() > g, "a removal is a change");
         assert!(f.is_empty());
+        assert_eq!(f.port_len(PortId(2)), 0, "aging uncounts");
     }
 
     #[test]
     fn never_learns_group_addresses() {
         let mut f = Fdb::new(16, DEFAULT_AGING);
-        assert!(!f.learn(1, EthernetAddress::BROADCAST, PortId(1), Instant::now()));
-        assert!(!f.learn(
-            1,
-            EthernetAddress([1, 0, 0x5e, 0, 0, 1]),
-            PortId(1),
-            Instant::now()
-        ));
+        let now = Instant::now();
+        let group = EthernetAddress([1, 0, 0x5e, 0, 0, 1]);
+        for m in [EthernetAddress::BROADCAST, group] {
+            assert_eq!(f.learn(1, m, PortId(1), None, now), Learned::Group);
+        }
         assert_eq!(f.len(), 0);
     }
 
@@ -246,11 +364,12 @@ mod tests {
     fn bounded_and_flushable() {
         let now = Instant::now();
         let mut f = Fdb::new(2, DEFAULT_AGING);
-        f.learn(1, mac(1), PortId(1), now);
-        f.learn(1, mac(2), PortId(2), now);
-        assert!(!f.learn(1, mac(3), PortId(1), now));
+        f.learn(1, mac(1), PortId(1), None, now);
+        f.learn(1, mac(2), PortId(2), None, now);
+        assert_eq!(f.learn(1, mac(3), PortId(1), None, now), Learned::Full);
         assert_eq!(f.full_misses(), 1);
         assert_eq!(f.flush_port(PortId(1)), 1);
+        assert_eq!(f.port_len(PortId(1)), 0);
         assert_eq!(f.lookup(1, mac(1), now), None);
         let e = f.entries(now);
         assert_eq!(
@@ -262,5 +381,109 @@ mod tests {
                 age_secs: 0
             }]
         );
+    }
+
+    /// A port at its limit learns nothing new and takes no address from
+    /// another port; the others learn on; a flush makes room again.
+    #[test]
+    fn a_port_learns_at_most_its_limit() {
+        let now = Instant::now();
+        let mut f = Fdb::new(8192, DEFAULT_AGING).with_port_limit(100);
+        let attacker = PortId(1);
+        let mut refused = 0;
+        for i in 0..10_000 {
+            if f.learn(1, many(i), attacker, None, now) == Learned::PortLimit {
+                refused += 1;
+            }
+        }
+        assert_eq!(f.port_len(attacker), 100);
+        assert_eq!(refused, 10_000 - 100, "every refusal is reported");
+        assert_eq!(f.full_misses(), 0, "the table never filled");
+        // Known addresses still refresh at the limit.
+        assert_eq!(f.learn(1, many(0), attacker, None, now), Learned::Refreshed);
+        // Others learn; a victim's address does not move to the full port.
+        assert_eq!(f.learn(1, mac(2), PortId(2), None, now), Learned::Changed);
+        assert_eq!(f.learn(1, mac(2), attacker, None, now), Learned::PortLimit);
+        assert_eq!(f.lookup(1, mac(2), now), Some(PortId(2)));
+        // A port's own limit overrides the default.
+        for i in 0..300 {
+            f.learn(1, many(100_000 + i), PortId(3), Some(200), now);
+        }
+        assert_eq!(f.port_len(PortId(3)), 200);
+        assert_eq!(f.flush_port(attacker), 100);
+        assert_eq!(
+            f.learn(1, many(20_000), attacker, None, now),
+            Learned::Changed
+        );
+    }
+
+    /// Ports at their limits fill the table: they evict nobody, and a new
+    /// port still gets its first addresses learned from the reserve.
+    #[test]
+    fn a_full_table_keeps_others_and_takes_newcomers() {
+        let now = Instant::now();
+        let mut f = Fdb::new(1024, DEFAULT_AGING).with_port_limit(200);
+        // A victim learned early.
+        assert_eq!(f.learn(1, mac(1), PortId(100), None, now), Learned::Changed);
+        // Eight attacking ports send thousands of addresses each.
+        let mut n = 0;
+        for p in 1..=8 {
+            for _ in 0..2000 {
+                f.learn(1, many(n), PortId(p), None, now);
+                n += 1;
+            }
+        }
+        // Ports 1-4 took their 200, port 5 the rest up to the reserve, and
+        // ports 6-8, new when only the reserve was left, their first addresses.
+        assert_eq!(f.len(), 1024 - 1024 / 8 + 3 * FIRST_ADDRESSES as usize);
+        assert_eq!(f.port_len(PortId(5)), 896 - 801);
+        assert_eq!(f.port_len(PortId(8)), FIRST_ADDRESSES);
+        assert_eq!(f.lookup(1, mac(1), now), Some(PortId(100)), "not evicted");
+        // Newcomers: their first addresses go into the reserve, no more.
+        for p in 200..210 {
+            for i in 0..FIRST_ADDRESSES {
+                assert_eq!(
+                    f.learn(1, many(1_000_000 + p * 10 + i), PortId(p), None, now),
+                    Learned::Changed,
+                    "port {p}, address {i}"
+                );
+            }
+            assert_eq!(
+                f.learn(1, many(2_000_000 + p), PortId(p), None, now),
+                Learned::Full
+            );
+        }
+        // The attackers' ports cannot take more of the reserve.
+        assert_eq!(
+            f.learn(1, many(n), PortId(1), None, now),
+            Learned::PortLimit
+        );
+        assert_eq!(f.learn(1, many(n), PortId(5), None, now), Learned::Full);
+        assert_eq!(f.learn(1, many(n), PortId(8), None, now), Learned::Full);
+        assert_eq!(f.lookup(1, mac(1), now), Some(PortId(100)));
+    }
+
+    /// Addresses that differ only in their high bytes all fell in one bucket
+    /// under the former unkeyed multiplicative hash (the low bits of a
+    /// product depend only on the low bits of its factors), making lookups
+    /// walk one probe chain. Under the keyed hash they spread.
+    #[test]
+    fn crafted_addresses_spread_over_buckets() {
+        let f = Fdb::new(8192, DEFAULT_AGING);
+        let mut buckets = std::collections::HashSet::new();
+        for i in 0..4096u32 {
+            let b = i.to_be_bytes();
+            let k = key(1, EthernetAddress([2, b[2], b[3], 0, 0, 7]));
+            buckets.insert(f.map.hasher().hash_one(k) & 0x3fff);
+        }
+        assert!(
+            buckets.len() > 3000,
+            "{} buckets for 4096 keys",
+            buckets.len()
+        );
+        // And the key is the table's own: another table hashes differently.
+        let g = Fdb::new(8192, DEFAULT_AGING);
+        let k = key(1, mac(1));
+        assert_ne!(f.map.hasher().hash_one(k), g.map.hasher().hash_one(k));
     }
 }

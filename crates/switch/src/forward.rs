@@ -4,7 +4,7 @@
 //! Pure logic over the FDB and the ports' VLAN and guard policies; the data
 //! path does the copying. Time is an input.
 
-use crate::fdb::Fdb;
+use crate::fdb::{Fdb, Learned};
 use crate::stats::DropReason;
 use crate::vlan::{Tagging, VlanMode};
 use crate::wire::{ethernet, vlan, EtherType, EthernetAddress};
@@ -59,6 +59,9 @@ pub struct PortPolicy {
     pub egress: crate::egress::EgressPolicy,
     /// Direct mode: the uplink this vNIC is bound to, bypassing switching.
     pub direct: Option<String>,
+    /// Addresses the port may have learned in its worker's FDB (`None`:
+    /// the switch's default, see [`crate::fdb`]).
+    pub fdb_limit: Option<u32>,
 }
 
 /// Where a frame goes.
@@ -77,6 +80,8 @@ pub struct Decision {
     pub vid: u16,
     /// Where it goes.
     pub dest: Destination,
+    /// What became of the frame's source address in the FDB.
+    pub learned: Learned,
 }
 
 /// Decides for one frame from `ingress` (with policy `policy`), learning its
@@ -100,11 +105,12 @@ pub fn decide(
         }
     }
     let vid = policy.vlan.ingress(l2.tag).ok_or(DropReason::Vlan)?;
-    fdb.learn(vid, l2.src, ingress, now);
+    let learned = fdb.learn(vid, l2.src, ingress, policy.fdb_limit, now);
     if l2.dst.is_multicast() {
         return Ok(Decision {
             vid,
             dest: Destination::Flood,
+            learned,
         });
     }
     match fdb.lookup(vid, l2.dst, now) {
@@ -113,16 +119,19 @@ pub fn decide(
             Some(t) => Ok(Decision {
                 vid,
                 dest: Destination::Port(p, t),
+                learned,
             }),
             // The FDB points at a port that left the VLAN or the switch: flood.
             None => Ok(Decision {
                 vid,
                 dest: Destination::Flood,
+                learned,
             }),
         },
         None => Ok(Decision {
             vid,
             dest: Destination::Flood,
+            learned,
         }),
     }
 }
@@ -210,7 +219,8 @@ mod tests {
             d,
             Decision {
                 vid: 10,
-                dest: Destination::Flood
+                dest: Destination::Flood,
+                learned: Learned::Changed,
             }
         );
         let d = t.decide(1, hdr(2, mac(1), None), now).unwrap();
@@ -235,7 +245,8 @@ mod tests {
             d,
             Decision {
                 vid: 20,
-                dest: Destination::Port(PortId(3), Tagging::Tagged(20))
+                dest: Destination::Port(PortId(3), Tagging::Tagged(20)),
+                learned: Learned::Changed,
             }
         );
         let d = t.decide(3, hdr(9, mac(3), Some(20)), now).unwrap();

@@ -177,6 +177,9 @@ pub struct Record {
     pub src_tag_len: u8,
     /// The frame's offload metadata.
     pub vhdr: VirtioNetHdrRepr,
+    /// The source worker learned the frame's source address: so may the
+    /// receiver (a port at its FDB limit there is at its limit everywhere).
+    pub learn: bool,
 }
 
 impl Record {
@@ -191,7 +194,8 @@ impl Record {
         b[4..8].copy_from_slice(&self.dest.map_or(0, |p| p.0).to_le_bytes());
         b[8..12].copy_from_slice(&self.src.0.to_le_bytes());
         b[12..14].copy_from_slice(&self.tci_pcp.to_le_bytes());
-        b[14..16].fill(0);
+        b[14] = u8::from(self.learn);
+        b[15] = 0;
         let _ = self.vhdr.emit(&mut b[16..26], 10);
         b[26..32].fill(0);
     }
@@ -219,6 +223,7 @@ impl Record {
             src: PortId(le32(8)),
             tci_pcp: le16(12),
             vhdr: VirtioNetHdrRepr::parse(&h).ok()?,
+            learn: b[14] != 0,
         })
     }
 }
@@ -245,6 +250,7 @@ mod tests {
                 csum_offset: 16,
                 num_buffers: 1,
             },
+            learn: true,
         };
         let mut b = [0u8; RECORD_HEADER];
         r.emit(&mut b);
@@ -252,6 +258,7 @@ mod tests {
         let flood = Record {
             kind: Kind::Flush,
             dest: None,
+            learn: false,
             ..r
         };
         flood.emit(&mut b);

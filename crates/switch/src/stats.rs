@@ -33,11 +33,17 @@ pub enum DropReason {
     /// An offload the destination cannot take and the switch cannot complete
     /// in software (UDP GSO, TSO over IPv6 extension headers).
     Offload,
+    /// Not a lost frame: the frame was forwarded, but its source address
+    /// was not learned because the port holds as many as its FDB limit
+    /// allows (see [`crate::fdb`]). Counted with the drops so that a port
+    /// sending from too many addresses shows, with its reason, where
+    /// operators look.
+    FdbLimit,
 }
 
 impl DropReason {
     /// Every reason, in counter order.
-    pub const ALL: [DropReason; 7] = [
+    pub const ALL: [DropReason; 8] = [
         DropReason::RingFull,
         DropReason::BadDescriptor,
         DropReason::NoRoute,
@@ -45,6 +51,7 @@ impl DropReason {
         DropReason::Spoof,
         DropReason::Malformed,
         DropReason::Offload,
+        DropReason::FdbLimit,
     ];
 
     /// The label used in JSON and Prometheus output.
@@ -57,6 +64,7 @@ impl DropReason {
             DropReason::Spoof => "spoof",
             DropReason::Malformed => "malformed",
             DropReason::Offload => "offload",
+            DropReason::FdbLimit => "fdb_limit",
         }
     }
 
@@ -101,7 +109,7 @@ pub struct QueueStats {
     /// the guest's ring for a later round (limit or contended link; not
     /// drops): a frame held over several rounds counts once per round.
     pub egress_waits: AtomicU64,
-    drops: [AtomicU64; 7],
+    drops: [AtomicU64; DropReason::ALL.len()],
 }
 
 impl QueueStats {

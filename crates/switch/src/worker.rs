@@ -193,7 +193,9 @@ impl Worker {
             std::os::fd::AsRawFd::as_raw_fd(&doorbell.fd),
             EpollEvent::new(EventSet::IN, DOORBELL),
         )?;
-        let dp = Datapath::new(Fdb::new(cfg.fdb_capacity, cfg.aging()));
+        let dp = Datapath::new(
+            Fdb::new(cfg.fdb_capacity, cfg.aging()).with_port_limit(cfg.fdb_port_limit),
+        );
         Ok(Self {
             dp,
             epoll,
@@ -477,6 +479,10 @@ impl Worker {
                 e.reserve_bps
                     .map_or("none".into(), |b| format!("{} Mbit/s", b / 1_000_000))
             );
+        }
+        if let Some(l) = u.fdb_limit {
+            self.dp.set_fdb_limit(slot, l);
+            log::info!("port {name}: fdb limit {l}");
         }
         let s = self.dp.slot(slot).ok_or("port vanished")?;
         let mut p = s.policies;

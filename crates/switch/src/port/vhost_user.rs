@@ -20,6 +20,13 @@ use std::time::{Duration, Instant};
 /// How long a client-mode port waits between connection attempts.
 pub const RECONNECT_INTERVAL: Duration = Duration::from_millis(200);
 
+/// Messages a port handles per wake-up. A front-end that streams messages
+/// would otherwise keep its worker in [`VhostUserPort::on_readable`] and
+/// starve the worker's other ports; what is left stays in the socket, whose
+/// readiness (the worker's epoll is level-triggered) brings the worker back
+/// after a round of the other ports. A handshake is about 20 messages.
+pub const MESSAGE_BUDGET: usize = 32;
+
 /// Why a vhost-user port could not be created.
 #[derive(Debug, thiserror::Error)]
 pub enum PortError {
@@ -197,12 +204,18 @@ impl VhostUserPort {
         }
     }
 
-    /// Reads and applies every complete message. On error the caller resets the port.
+    /// Reads and applies up to [`MESSAGE_BUDGET`] complete messages. On
+    /// error the caller resets the port.
     pub fn on_readable(&mut self) -> Result<(), ResetCause> {
         let Some(conn) = self.conn.as_mut() else {
             return Ok(());
         };
-        while let Some(msg) = conn.poll_message()? {
+        for _ in 0..MESSAGE_BUDGET {
+            // The connection never reads past the message it returns: the
+            // ones left stay in the socket, which stays readable.
+            let Some(msg) = conn.poll_message()? else {
+                break;
+            };
             let h = msg.header;
             let req = parse_request(&h, &msg.body, msg.fds).map_err(ConnError::from)?;
             log::debug!("{}: {req:?}", self.path.display());

@@ -242,16 +242,7 @@ impl RawFrontend {
     }
 
     pub fn send_frame(&mut self, frame: &[u8]) {
-        while let Some((id, _)) = self.tx.reap(&self.mem) {
-            self.tx.release(id);
-        }
-        let id = self.tx.take().expect("tx descriptor");
-        let at = self.tx.layout.buffer(id);
-        self.mem.write_slice(&[0u8; 12], at).unwrap();
-        self.mem.write_slice(frame, at.unchecked_add(12)).unwrap();
-        self.tx
-            .publish(&self.mem, id, 12 + frame.len() as u32, false);
-        self.kick[1].write(1).unwrap();
+        assert!(self.try_send_frame(frame), "tx descriptor");
     }
 
     /// True once every frame sent so far was taken by the switch.
@@ -260,6 +251,24 @@ impl RawFrontend {
             self.tx.release(id);
         }
         self.tx.available() == usize::from(QSIZE)
+    }
+
+    /// Like [`RawFrontend::send_frame`], but false (nothing sent) while the
+    /// switch has not yet taken back a transmit descriptor.
+    pub fn try_send_frame(&mut self, frame: &[u8]) -> bool {
+        while let Some((id, _)) = self.tx.reap(&self.mem) {
+            self.tx.release(id);
+        }
+        let Some(id) = self.tx.take() else {
+            return false;
+        };
+        let at = self.tx.layout.buffer(id);
+        self.mem.write_slice(&[0u8; 12], at).unwrap();
+        self.mem.write_slice(frame, at.unchecked_add(12)).unwrap();
+        self.tx
+            .publish(&self.mem, id, 12 + frame.len() as u32, false);
+        self.kick[1].write(1).unwrap();
+        true
     }
 
     pub fn recv_frame(&mut self, timeout: Duration) -> Option<Vec<u8>> {

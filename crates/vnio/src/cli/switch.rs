@@ -157,6 +157,11 @@ struct PolicyArgs {
     /// Rate guaranteed toward the uplinks, Mbit/s (0: none).
     #[arg(long, value_name = "MBPS")]
     reserve_mbps: Option<u64>,
+    /// Addresses the port may have learned in the FDB (default: the
+    /// switch's fdb_port_limit, 1024); past it, new source addresses are
+    /// not learned (counted as fdb_limit in the port's stats).
+    #[arg(long, value_name = "N")]
+    fdb_limit: Option<u32>,
 }
 
 impl PolicyArgs {
@@ -170,6 +175,7 @@ impl PolicyArgs {
             share: self.share,
             limit_mbps: self.limit_mbps,
             reserve_mbps: self.reserve_mbps,
+            fdb_limit: self.fdb_limit,
         }
     }
 }
@@ -297,6 +303,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
                     queues,
                     uplink_queue,
                     direct,
+                    fdb_limit: policy.fdb_limit,
                 };
                 let v = client.request(&Request::PortAdd { port: spec })?;
                 if json {
@@ -314,7 +321,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             PortCmd::Set { name, policy } => {
                 let u = policy.update();
                 if u == PolicyUpdate::default() {
-                    anyhow::bail!("nothing to set: give --coalesce, --lro, --latency, --core or --tx-poll-budget");
+                    anyhow::bail!("nothing to set: give --coalesce, --lro, --latency, --core, --tx-poll-budget, --share, --limit-mbps, --reserve-mbps or --fdb-limit");
                 }
                 let v = client.request(&Request::PortSet { name, set: u })?;
                 if json {
