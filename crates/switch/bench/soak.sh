@@ -26,7 +26,8 @@ cd "$root"
 dur=${DURATION:-3600}
 every=${EVERY:-10}
 warm=${WARMUP:-60}
-cargo build --release --locked -q -p vnio -p vnio-switch --example hostile_frontend
+cargo build --release --locked -q -p vnio
+cargo build --release --locked -q -p vnio-switch --example hostile_frontend
 vnio=$root/target/release/vnio
 hostile=$root/target/release/examples/hostile_frontend
 run=$(mktemp -d /tmp/vnio-soak.XXXXXX)
