@@ -738,14 +738,14 @@ fn findings_table(f: &RunFindings) -> String {
     } else {
         let _ = writeln!(
             s,
-            "{:<21} {:<27} {:<15} {:<15} {:<38} {}",
-            "scenario", "finding", "verdict", "study", "this run [spread]", "claim"
+            "{:<21} {:<27} {:<15} {:<22} {:<40} claim",
+            "scenario", "finding", "verdict", "study", "this run [spread]"
         );
     }
     for v in &f.verdicts {
         let _ = writeln!(
             s,
-            "{:<21} {:<27} {:<15} {:<15} {:<38} {}\n{:<21}   why: {}",
+            "{:<21} {:<27} {:<15} {:<22} {:<40} {}\n{:<21}   why: {}",
             v.scenario,
             v.id,
             v.outcome.as_str(),
