@@ -380,6 +380,31 @@ fn quick_set_builds_runs_stores_reports_and_leaves_nothing() {
     assert_eq!(html, std::fs::read_to_string(&again).unwrap());
     assert!(html.matches("<svg").count() >= 14, "figures in the report");
 
+    // Every finding the shipped scenarios declare is judged from the
+    // store. One iteration of 300 ms has no spread: nothing is decided,
+    // and each says why.
+    let json = succeeds(
+        lab(&journal)
+            .args(["findings", "last", "--json", "--db"])
+            .arg(&db),
+    );
+    let found: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let verdicts = found["verdicts"].as_array().unwrap();
+    assert!(verdicts.len() >= 15, "{} verdicts", verdicts.len());
+    for v in verdicts {
+        assert_eq!(v["outcome"], "inconclusive", "{v}");
+        assert!(!v["why"].as_str().unwrap().is_empty(), "{v}");
+    }
+    let flat = verdicts
+        .iter()
+        .find(|v| v["id"] == "flat-beyond-cpus")
+        .unwrap();
+    assert!(
+        flat["why"].as_str().unwrap().contains("was not measured"),
+        "--quick leaves out 2 sessions: {flat}"
+    );
+    assert!(html.contains("verdicts of this run"));
+
     // A second run of one scenario compares with the first.
     succeeds(
         lab(&journal)

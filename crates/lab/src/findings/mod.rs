@@ -10,16 +10,18 @@
 pub mod rule;
 pub mod samples;
 pub mod spec;
+pub mod statistic;
+mod words;
 
 use serde::{Deserialize, Serialize};
 
 pub use rule::{Band, Outcome, SampleSource, Samples};
 pub use spec::{Expect, FindingSpec, PointRef, Quantity, Statistic, SweepRef};
+pub use words::{measured, number, reference};
 
 use crate::report::sweep_value;
 use crate::scenario::{LabFile, Scenario, SweepParam};
 use crate::store::{StoredRun, StoredScenario};
-use rule::Reason;
 
 /// One side of a comparison as measured.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -182,25 +184,29 @@ fn verdict(sc: &Scenario, stored: &StoredScenario, f: &FindingSpec) -> Verdict {
         mark: None,
     };
     // A side that was not measured leaves nothing to judge.
-    let missing = std::iter::once(&subject)
-        .chain(against.as_ref())
-        .find_map(|(side, s)| s.is_none().then_some(side));
-    if let Some(side) = missing {
+    let unmeasured = |mut v: Verdict, side: &Side| {
         v.why = format!(
             "{} was not measured: {}",
             side.point,
             side.missing.as_deref().unwrap_or("not in this run")
         );
-        return v;
-    }
-    let s = subject.1.as_ref().expect("measured");
-    let a = against.as_ref().and_then(|a| a.1.as_ref());
+        v
+    };
+    let s = match &subject {
+        (_, Some(s)) => s,
+        (side, None) => return unmeasured(v, side),
+    };
+    let a = match &against {
+        None => None,
+        Some((_, Some(a))) => Some(a),
+        Some((side, None)) => return unmeasured(v, side),
+    };
     let d = rule::decide(quantity, f.expect, than, s, a);
     v.outcome = d.outcome;
     v.value = d.value.is_finite().then_some(d.value);
     v.band = d.band;
     v.mark = mark(f, quantity, &v.subject, v.against.as_ref());
-    v.why = because(&v, d.reason);
+    v.why = words::because(&v, d.reason);
     v
 }
 
@@ -276,102 +282,6 @@ fn mark(f: &FindingSpec, q: Quantity, subject: &Side, against: Option<&Side>) ->
         sweep: subject.sweep,
         values,
     })
-}
-
-/// A number in the verdict's unit.
-pub fn number(v: f64, unit: &str, signed: bool) -> String {
-    let sign = if signed && v > 0.0 { "+" } else { "" };
-    match unit {
-        "x" => format!("{v:.2}x"),
-        "%" => format!("{sign}{v:.3} %"),
-        "/s" => format!("{sign}{v:.0}/s"),
-        "Gbit/s" => format!("{sign}{v:.2} Gbit/s"),
-        u if v.abs() >= 100.0 => format!("{sign}{v:.0} {u}"),
-        u => format!("{sign}{v:.1} {u}"),
-    }
-}
-
-/// The study's number(s) in words.
-pub fn reference(v: &Verdict) -> String {
-    let signed = v.quantity == Quantity::Difference;
-    match v.reference.as_slice() {
-        [] => "—".into(),
-        [x] => number(*x, &v.unit, signed),
-        [a, b, ..] => format!(
-            "{} to {}",
-            number(*a, &v.unit, signed),
-            number(*b, &v.unit, signed)
-        ),
-    }
-}
-
-/// This run's quantity with its band, in words.
-pub fn measured(v: &Verdict) -> String {
-    let signed = v.quantity == Quantity::Difference;
-    match (v.value, v.band) {
-        (Some(x), Some(b)) => format!(
-            "{} [{} to {}]",
-            number(x, &v.unit, signed),
-            number(b.lo, &v.unit, signed),
-            number(b.hi, &v.unit, signed)
-        ),
-        (Some(x), None) => format!("{} (no spread)", number(x, &v.unit, signed)),
-        _ => "—".into(),
-    }
-}
-
-/// What the quantity is: "switch − native p50".
-fn what(v: &Verdict) -> String {
-    let stat = v.statistic.as_str();
-    match (&v.quantity, &v.against) {
-        (Quantity::Difference, Some(a)) => format!("{} − {} {stat}", v.subject.point, a.point),
-        (Quantity::Ratio, Some(a)) => format!("{} / {} {stat}", v.subject.point, a.point),
-        _ => format!("{} {stat}", v.subject.point),
-    }
-}
-
-fn because(v: &Verdict, reason: Reason) -> String {
-    let than = number(v.than, &v.unit, false);
-    let side = |s: &str| {
-        if s == "subject" {
-            v.subject.point.clone()
-        } else {
-            v.against
-                .as_ref()
-                .map(|a| a.point.clone())
-                .unwrap_or_default()
-        }
-    };
-    match reason {
-        Reason::Beyond => format!(
-            "{} is {}: all of its spread is {} {than}, as the study says",
-            what(v),
-            measured(v),
-            v.expect.as_str()
-        ),
-        Reason::Opposite => format!(
-            "{} is {}: all of its spread is {} {than}, against the study",
-            what(v),
-            measured(v),
-            match v.expect {
-                Expect::Above => "at or below",
-                Expect::Below => "at or above",
-            }
-        ),
-        Reason::Straddles => format!(
-            "{} is {}: its spread straddles {than}, the run cannot tell",
-            what(v),
-            measured(v)
-        ),
-        Reason::NoSpread(s) => format!(
-            "{} has a single sample (one iteration, under 2 s of per-second data): no spread to judge by; run with --iterations 3",
-            side(s)
-        ),
-        Reason::ZeroBase => format!(
-            "{} reaches 0: no ratio to judge",
-            side("against")
-        ),
-    }
 }
 
 /// A finding whose verdict differs between two runs.
