@@ -70,7 +70,8 @@ pub struct Series {
 
 /// A study's reference value drawn across a figure.
 pub struct Mark {
-    /// Legend label ("study: switch-adds-latency, switch").
+    /// Legend label ("study: switch-adds-latency (switch p50)"); empty:
+    /// no legend entry (the other end of a range).
     pub label: String,
     /// Its value on the figure's y axis.
     pub y: f64,
@@ -355,15 +356,18 @@ where
 {
     for m in marks.iter().filter(|m| m.y.is_finite()) {
         let line = vec![(x.start, m.y), (x.end, m.y)];
-        chart
-            .draw_series(DashedLineSeries::new(
-                line,
-                3,
-                3,
-                MARK_COLOUR.stroke_width(2),
-            ))?
-            .label(&m.label)
-            .legend(|(x, y)| PathElement::new([(x, y), (x + 16, y)], MARK_COLOUR.stroke_width(2)));
+        let drawn = chart.draw_series(DashedLineSeries::new(
+            line,
+            3,
+            3,
+            MARK_COLOUR.stroke_width(2),
+        ))?;
+        // The second end of a range shares the first's legend entry.
+        if !m.label.is_empty() {
+            drawn.label(&m.label).legend(|(x, y)| {
+                PathElement::new([(x, y), (x + 16, y)], MARK_COLOUR.stroke_width(2))
+            });
+        }
     }
     Ok(())
 }

@@ -82,13 +82,17 @@ pub(super) fn marks(verdicts: &[Verdict], workload: &str, latency: bool) -> Vec<
         .flat_map(|v| {
             let m = v.mark.as_ref();
             m.into_iter().flat_map(move |m| {
-                m.values.iter().map(move |y| Mark {
-                    label: format!(
-                        "study: {} ({} {})",
-                        v.id,
-                        v.subject.point,
-                        v.statistic.as_str()
-                    ),
+                m.values.iter().enumerate().map(move |(i, y)| Mark {
+                    label: if i == 0 {
+                        format!(
+                            "study: {} ({} {})",
+                            v.id,
+                            v.subject.point,
+                            v.statistic.as_str()
+                        )
+                    } else {
+                        String::new()
+                    },
                     y: *y,
                 })
             })

@@ -376,6 +376,9 @@ fn show(name: &str, toml: bool, o: &Overrides) -> anyhow::Result<i32> {
                 );
             }
         }
+        for f in &s.findings {
+            println!("finding {}: {} ({})", f.id, f.claim, f.study);
+        }
         let skipped = plan.points.iter().filter(|p| p.skip.is_some()).count();
         println!(
             "points: {} ({} skipped in this build), about {:.1} min",
