@@ -5,7 +5,8 @@
 //! each configuration as a [`testbed`] (namespaces, veth, Linux bridge, the
 //! vnio switch, poll-mode endpoints and QEMU guests through the vm crate),
 //! runs the workloads with the measurement library, and tears it down;
-//! [`store`] keeps every run in one SQLite file and [`report`] renders it.
+//! [`store`] keeps every run in one SQLite file, [`findings`] judges the
+//! studies' findings a scenario declares, and [`report`] renders it all.
 //!
 //! The kernel topology layer (namespaces, links, tc, the crash journal)
 //! is the `vnio-topo` crate, re-exported here.
@@ -14,6 +15,7 @@
 #![warn(missing_docs)]
 
 pub mod contention;
+pub mod findings;
 pub mod guest;
 pub mod report;
 pub mod runner;

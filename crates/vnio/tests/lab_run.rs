@@ -5,7 +5,8 @@
 //! Chromium and its figures render; a scenario with a guest (QEMU) on a
 //! switch port and on a tap on a Linux bridge runs, stores its accelerator
 //! and leaves no QEMU, tap, socket or namespace, also after SIGKILL and
-//! `vnio lab clean`. Bad input fails in one line, as any user.
+//! `vnio lab clean`. Bad input fails in one line, as any user. A small
+//! scenario with findings yields its verdicts through `vnio lab findings`.
 
 use std::collections::HashSet;
 use std::os::unix::process::CommandExt;
@@ -379,6 +380,29 @@ fn quick_set_builds_runs_stores_reports_and_leaves_nothing() {
     assert_eq!(html, std::fs::read_to_string(&again).unwrap());
     assert!(html.matches("<svg").count() >= 14, "figures in the report");
 
+    // Every finding the shipped scenarios declare is judged from the
+    // store, each verdict the rule's over its band, with a reason.
+    let json = succeeds(
+        lab(&journal)
+            .args(["findings", "last", "--json", "--db"])
+            .arg(&db),
+    );
+    let found: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let verdicts = found["verdicts"].as_array().unwrap();
+    assert!(verdicts.len() >= 15, "{} verdicts", verdicts.len());
+    for v in verdicts {
+        verdict_follows_its_band(v);
+    }
+    let flat = verdicts
+        .iter()
+        .find(|v| v["id"] == "flat-beyond-cpus")
+        .unwrap();
+    assert!(
+        flat["why"].as_str().unwrap().contains("was not measured"),
+        "--quick leaves out 2 sessions: {flat}"
+    );
+    assert!(html.contains("verdicts of this run"));
+
     // A second run of one scenario compares with the first.
     succeeds(
         lab(&journal)
@@ -408,6 +432,167 @@ fn quick_set_builds_runs_stores_reports_and_leaves_nothing() {
     assert!(std::fs::read_to_string(&cmp).unwrap().contains("<svg"));
 
     screenshot_shows_the_figures(&report, &dir);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A small real scenario with findings: native (veth) and Linux bridge
+/// between two namespaces, ping and UDP rr, two iterations of 300 ms. The
+/// verdicts come from the store through `vnio lab findings --json`, with
+/// the numbers behind them; which verdict this machine gives is its own
+/// business, the shape and the consistency are the test's.
+const FINDINGS_SCENARIO: &str = r#"
+title = "findings end to end"
+maps_to = "a test"
+cannot = "anything"
+[run]
+duration = "300ms"
+warmup = "100ms"
+iterations = 2
+[[host]]
+name = "client"
+[[host]]
+name = "server"
+[[configuration]]
+name = "native"
+wire = "veth"
+[[configuration]]
+name = "bridge"
+wire = "bridge"
+[[workload]]
+name = "ping"
+kind = "ping"
+from = "client"
+to = "server"
+[[workload]]
+name = "rr"
+kind = "rr"
+from = "client"
+to = "server"
+protocol = "udp"
+[[finding]]
+id = "bridge-adds-latency"
+study = "Network I/O Latency on VMware vSphere 5"
+claim = "a virtual path adds 15-20 us per round trip over native"
+workload = "rr"
+statistic = "p50"
+subject = { configuration = "bridge" }
+against = { configuration = "native" }
+expect = "above"
+reference = [15, 20]
+[[finding]]
+id = "idle-tail-within-2x-mean"
+study = "Network I/O Latency on VMware vSphere 5"
+claim = "the 99th percentile within two times the mean when idle"
+workload = "ping"
+statistic = "tail-ratio"
+subject = { configuration = "native" }
+expect = "below"
+than = 2
+reference = 2
+"#;
+
+/// A verdict of `vnio lab findings --json` is the rule's over its band:
+/// reproduced when the band is wholly on the study's side of `than`, not
+/// reproduced when wholly on the other, else (or with no band: a point
+/// not measured, a single sample) inconclusive; and it says why.
+fn verdict_follows_its_band(v: &serde_json::Value) {
+    assert!(!v["why"].as_str().unwrap().is_empty(), "{v}");
+    let outcome = v["outcome"].as_str().unwrap();
+    let (lo, hi) = (v["band"]["lo"].as_f64(), v["band"]["hi"].as_f64());
+    let than = v["than"].as_f64().unwrap();
+    let want = match (v["expect"].as_str().unwrap(), lo, hi) {
+        ("above", Some(lo), _) if lo > than => "reproduced",
+        ("above", _, Some(hi)) if hi <= than => "not-reproduced",
+        ("below", _, Some(hi)) if hi < than => "reproduced",
+        ("below", Some(lo), _) if lo >= than => "not-reproduced",
+        _ => "inconclusive",
+    };
+    assert_eq!(outcome, want, "{v}");
+}
+
+#[test]
+fn a_stored_run_yields_its_verdicts_through_vnio_lab_findings() {
+    if !root_or_skip("the findings run") {
+        return;
+    }
+    let _turn = heavy();
+    let dir = temp("findings");
+    let (journal, db, report) = (
+        dir.join("journal"),
+        dir.join("lab.db"),
+        dir.join("findings.html"),
+    );
+    let scenario = dir.join("findings.toml");
+    std::fs::write(&scenario, FINDINGS_SCENARIO).unwrap();
+    let run = run_leaving_nothing(
+        lab(&journal)
+            .arg("run")
+            .arg(&scenario)
+            .arg("--db")
+            .arg(&db)
+            .arg("--report")
+            .arg(&report),
+        &journal,
+        "vnio lab run findings.toml",
+    );
+    assert!(run.stdout.contains("findings: "), "{}", run.stdout);
+
+    let json = succeeds(
+        lab(&journal)
+            .args(["findings", "last", "--json", "--db"])
+            .arg(&db),
+    );
+    let doc: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(doc["name"], "findings");
+    assert!(doc["run"].as_i64().unwrap() >= 1);
+    let verdicts = doc["verdicts"].as_array().unwrap();
+    assert_eq!(verdicts.len(), 2, "{json}");
+    for v in verdicts {
+        let id = v["id"].as_str().unwrap();
+        assert_eq!(v["scenario"], "findings", "{id}");
+        let outcome = v["outcome"].as_str().unwrap();
+        assert!(
+            ["reproduced", "not-reproduced", "inconclusive"].contains(&outcome),
+            "{id}: {outcome}"
+        );
+        assert!(!v["why"].as_str().unwrap().is_empty(), "{id}");
+        assert!(v["claim"].is_string() && v["study"].is_string(), "{id}");
+        // Both points were measured, two iterations each: a value, a band
+        // holding it, two samples a side.
+        let value = v["value"].as_f64().unwrap_or_else(|| panic!("{id}: {v}"));
+        let band = &v["band"];
+        let (lo, hi) = (band["lo"].as_f64().unwrap(), band["hi"].as_f64().unwrap());
+        assert!(lo <= value && value <= hi, "{id}: {value} in [{lo}, {hi}]");
+        let subject = &v["subject"];
+        assert_eq!(subject["samples"], 2, "{id}: {subject}");
+        assert_eq!(subject["source"], "iterations", "{id}");
+        assert!(subject["value"].as_f64().unwrap() > 0.0, "{id}");
+        verdict_follows_its_band(v);
+    }
+    let bridge = verdicts
+        .iter()
+        .find(|v| v["id"] == "bridge-adds-latency")
+        .unwrap();
+    assert_eq!(bridge["quantity"], "difference");
+    assert_eq!(bridge["against"]["point"], "native");
+    assert_eq!(bridge["reference"], serde_json::json!([15.0, 20.0]));
+    assert_eq!(bridge["mark"]["values"].as_array().unwrap().len(), 2);
+
+    // The same table on the terminal, and at the top of the report.
+    let text = succeeds(lab(&journal).args(["findings", "--db"]).arg(&db));
+    for v in verdicts {
+        let id = v["id"].as_str().unwrap();
+        let line = text.lines().find(|l| l.contains(id)).unwrap();
+        let shown = v["outcome"].as_str().unwrap().replace('-', " ");
+        assert!(line.contains(&shown), "{line}");
+    }
+    let html = std::fs::read_to_string(&report).unwrap();
+    let top = html.find("verdicts of this run").unwrap();
+    assert!(top < html.find("<section id=\"s0\"").unwrap());
+    assert!(
+        html.contains("study: bridge-adds-latency"),
+        "the figure's mark"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

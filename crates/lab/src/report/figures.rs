@@ -7,6 +7,9 @@
 //! - lines against a swept value: latency (p50 solid, p99 dashed) or
 //!   throughput per configuration;
 //! - throughput bars per configuration.
+//!
+//! Each figure may carry the studies' reference values as dashed
+//! horizontal lines (see [`Mark`]).
 
 use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
 use plotters::coord::types::RangedCoordf64;
@@ -64,6 +67,19 @@ pub struct Series {
     /// (sweep value, y) points in sweep order.
     pub points: Vec<(f64, f64)>,
 }
+
+/// A study's reference value drawn across a figure.
+pub struct Mark {
+    /// Legend label ("study: switch-adds-latency (switch p50)"); empty:
+    /// no legend entry (the other end of a range).
+    pub label: String,
+    /// Its value on the figure's y axis.
+    pub y: f64,
+}
+
+/// The colour of the studies' marks: apart from the series' and the
+/// percentiles' colours.
+const MARK_COLOUR: RGBColor = RGBColor(178, 24, 43);
 
 type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
 
@@ -214,9 +230,14 @@ where
 }
 
 /// Percentile bars per group on a logarithmic axis.
-pub fn percentile_bars(title: &str, groups: &[PercentileGroup]) -> String {
+pub fn percentile_bars(title: &str, groups: &[PercentileGroup], marks: &[Mark]) -> String {
     draw(title, |root| {
-        let (lo, hi) = log_bounds(groups.iter().flat_map(|g| g.us));
+        let (lo, hi) = log_bounds(
+            groups
+                .iter()
+                .flat_map(|g| g.us)
+                .chain(marks.iter().map(|m| m.y)),
+        );
         let labels: Vec<String> = groups.iter().map(|g| g.label.clone()).collect();
         let frame = Frame {
             title,
@@ -238,6 +259,7 @@ pub fn percentile_bars(title: &str, groups: &[PercentileGroup]) -> String {
                 Some((*name).to_owned()),
             )?;
         }
+        draw_marks(&mut chart, category_range(groups.len()), marks)?;
         legend(&mut chart)
     })
 }
@@ -249,6 +271,7 @@ pub fn sweep_lines(
     y_desc: &str,
     log_y: bool,
     series: &[Series],
+    marks: &[Mark],
 ) -> String {
     draw(title, |root| {
         let xs = series.iter().flat_map(|s| s.points.iter().map(|p| p.0));
@@ -263,7 +286,12 @@ pub fn sweep_lines(
         } else {
             0.0..1.0
         };
-        let ys = || series.iter().flat_map(|s| s.points.iter().map(|p| p.1));
+        let ys = || {
+            series
+                .iter()
+                .flat_map(|s| s.points.iter().map(|p| p.1))
+                .chain(marks.iter().map(|m| m.y))
+        };
         let linear_label = |y: &f64| trim(*y);
         let frame = Frame {
             title,
@@ -274,10 +302,14 @@ pub fn sweep_lines(
         };
         if log_y {
             let (lo, hi) = log_bounds(ys());
-            lines(&mut frame.build(root, x, (lo..hi).log_scale())?, series)
+            let mut chart = frame.build(root, x.clone(), (lo..hi).log_scale())?;
+            draw_marks(&mut chart, x, marks)?;
+            lines(&mut chart, series)
         } else {
             let hi = ys().fold(0.0f64, f64::max).max(1e-9) * 1.15;
-            lines(&mut frame.build(root, x, 0.0..hi)?, series)
+            let mut chart = frame.build(root, x.clone(), 0.0..hi)?;
+            draw_marks(&mut chart, x, marks)?;
+            lines(&mut chart, series)
         }
     })
 }
@@ -313,6 +345,33 @@ where
     legend(chart)
 }
 
+/// The marks as dashed lines across `x`, each under its legend entry.
+fn draw_marks<'a, 'b: 'a, Y>(
+    chart: &mut Chart<'a, 'b, Y>,
+    x: std::ops::Range<f64>,
+    marks: &[Mark],
+) -> Result<(), Box<dyn std::error::Error>>
+where
+    Y: Ranged<ValueType = f64>,
+{
+    for m in marks.iter().filter(|m| m.y.is_finite()) {
+        let line = vec![(x.start, m.y), (x.end, m.y)];
+        let drawn = chart.draw_series(DashedLineSeries::new(
+            line,
+            3,
+            3,
+            MARK_COLOUR.stroke_width(2),
+        ))?;
+        // The second end of a range shares the first's legend entry.
+        if !m.label.is_empty() {
+            drawn.label(&m.label).legend(|(x, y)| {
+                PathElement::new([(x, y), (x + 16, y)], MARK_COLOUR.stroke_width(2))
+            });
+        }
+    }
+    Ok(())
+}
+
 fn legend<'a, 'b: 'a, Y>(chart: &mut Chart<'a, 'b, Y>) -> Result<(), Box<dyn std::error::Error>>
 where
     Y: Ranged<ValueType = f64>,
@@ -327,9 +386,15 @@ where
 }
 
 /// Plain bars (throughput per configuration), linear axis.
-pub fn bars(title: &str, y_desc: &str, groups: &[(String, f64)]) -> String {
+pub fn bars(title: &str, y_desc: &str, groups: &[(String, f64)], marks: &[Mark]) -> String {
     draw(title, |root| {
-        let hi = groups.iter().map(|g| g.1).fold(0.0f64, f64::max).max(1e-9) * 1.15;
+        let hi = groups
+            .iter()
+            .map(|g| g.1)
+            .chain(marks.iter().map(|m| m.y))
+            .fold(0.0f64, f64::max)
+            .max(1e-9)
+            * 1.15;
         let labels: Vec<String> = groups.iter().map(|g| g.0.clone()).collect();
         let frame = Frame {
             title,
@@ -343,6 +408,10 @@ pub fn bars(title: &str, y_desc: &str, groups: &[(String, f64)]) -> String {
         for (i, g) in groups.iter().enumerate() {
             let only = (0..groups.len()).map(|k| if k == i { g.1 } else { 0.0 });
             bar_series(&mut chart, only, 0.0, -0.3, 0.6, series_colour(i), None)?;
+        }
+        draw_marks(&mut chart, category_range(groups.len()), marks)?;
+        if !marks.is_empty() {
+            legend(&mut chart)?;
         }
         Ok(())
     })

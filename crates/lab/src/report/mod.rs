@@ -1,12 +1,15 @@
 //! The report: one static, self-contained HTML page per stored run (inline
-//! SVG figures, inline style, no script, no external resource), and the
-//! comparison of two runs. Rendered from the store only.
+//! SVG figures, inline style, no script, no external resource), opening
+//! with the verdicts on the studies' findings, and the comparison of two
+//! runs. Rendered from the store only.
 
 mod figures;
+mod verdicts;
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
+use crate::findings::{self, Verdict};
 use crate::runner::{PointOutcome, Status};
 use crate::scenario::{SweepParam, WorkloadKind};
 use crate::store::{StoredRun, StoredScenario};
@@ -144,6 +147,8 @@ th{background:#eef4fa}td.l,th.l{text-align:left}tr.skipped td{color:#888}tr.fail
 figure{margin:1em 0}figure svg{max-width:100%;height:auto;border:1px solid #eee}
 pre{background:#f6f8fa;padding:1em;overflow-x:auto;font-size:.8em}.error{color:#b00}
 nav ul{columns:2}details{margin:.5em 0}
+tr.reproduced td,td.reproduced{background:#e5f5e0}tr.not-reproduced td,td.not-reproduced{background:#fde0dd}
+tr.inconclusive td,td.inconclusive{background:#f3f3f3}table.findings td{vertical-align:top}
 ";
 
 fn fmt_us(v: f64) -> String {
@@ -206,6 +211,8 @@ pub fn render(run: &StoredRun) -> String {
         ns_time(r.started_unix_ns),
         elapsed
     );
+    let found = findings::judge_run(run);
+    verdicts::table(&mut h, &found);
     if run.scenarios.len() > 1 {
         h.push_str("<nav><ul>");
         for (i, s) in run.scenarios.iter().enumerate() {
@@ -219,15 +226,26 @@ pub fn render(run: &StoredRun) -> String {
         h.push_str("</ul></nav>\n");
     }
     for (i, s) in run.scenarios.iter().enumerate() {
-        scenario_section(&mut h, i, s);
+        let mine: Vec<Verdict> = found
+            .verdicts
+            .iter()
+            .filter(|v| v.scenario == s.name)
+            .cloned()
+            .collect();
+        scenario_section(&mut h, i, s, &mine);
     }
     environment(&mut h, run);
     h.push_str("</body></html>\n");
     h
 }
 
-fn scenario_section(h: &mut String, index: usize, s: &StoredScenario) {
-    let _ = writeln!(h, "<section id=\"s{index}\"><h2>{}</h2>", escape(&s.title));
+fn scenario_section(h: &mut String, index: usize, s: &StoredScenario, verdicts: &[Verdict]) {
+    let _ = writeln!(
+        h,
+        "<section id=\"s{index}\"><h2 id=\"s-{}\">{}</h2>",
+        escape(&s.name),
+        escape(&s.title)
+    );
     let _ = writeln!(
         h,
         "<div class=\"study\"><p><b>Study experiment:</b> {}</p><p><b>Not reproducible here:</b> {}</p></div>",
@@ -277,8 +295,13 @@ fn scenario_section(h: &mut String, index: usize, s: &StoredScenario) {
                 "<p class=\"meta\">nothing measured for this workload (see the table).</p>\n",
             );
         } else if first.kind == WorkloadKind::Stream {
-            figure(h, &throughput_figure(s, w, &measured, swept, &cfg_index));
+            let marks = verdicts::marks(verdicts, w, false);
+            figure(
+                h,
+                &throughput_figure(s, w, &measured, swept, &cfg_index, &marks),
+            );
         } else {
+            let marks = verdicts::marks(verdicts, w, true);
             let groups: Vec<figures::PercentileGroup> = measured
                 .iter()
                 .filter_map(|r| {
@@ -291,7 +314,10 @@ fn scenario_section(h: &mut String, index: usize, s: &StoredScenario) {
                 .collect();
             match swept {
                 Some(p) => {
-                    figure(h, &latency_sweep_figure(s, w, &measured, p, &cfg_index));
+                    figure(
+                        h,
+                        &latency_sweep_figure(s, w, &measured, p, &cfg_index, &marks),
+                    );
                     // The bars at the first and the last value, as in the
                     // studies' percentile figures.
                     let values: Vec<u64> = measured
@@ -310,6 +336,7 @@ fn scenario_section(h: &mut String, index: usize, s: &StoredScenario) {
                         &figures::percentile_bars(
                             &format!("{}: {w}, percentiles at the ends of the sweep", s.name),
                             &ends,
+                            &marks,
                         ),
                     );
                 }
@@ -318,6 +345,7 @@ fn scenario_section(h: &mut String, index: usize, s: &StoredScenario) {
                     &figures::percentile_bars(
                         &format!("{}: {w}, round-trip percentiles per configuration", s.name),
                         &groups,
+                        &marks,
                     ),
                 ),
             }
@@ -385,6 +413,7 @@ fn latency_sweep_figure(
     rows: &[&&Row],
     p: SweepParam,
     cfg_index: &BTreeMap<&str, usize>,
+    marks: &[figures::Mark],
 ) -> String {
     let mut series = Vec::new();
     for (cfg, ci) in by_config(rows, cfg_index) {
@@ -408,6 +437,7 @@ fn latency_sweep_figure(
         "round trip (log scale)",
         true,
         &series,
+        marks,
     )
 }
 
@@ -417,6 +447,7 @@ fn throughput_figure(
     rows: &[&&Row],
     swept: Option<SweepParam>,
     cfg_index: &BTreeMap<&str, usize>,
+    marks: &[figures::Mark],
 ) -> String {
     match swept {
         Some(p) => {
@@ -439,6 +470,7 @@ fn throughput_figure(
                 "throughput (Gbit/s)",
                 false,
                 &series,
+                marks,
             )
         }
         None => {
@@ -447,6 +479,7 @@ fn throughput_figure(
                 &format!("{}: {w}, throughput per configuration", s.name),
                 "throughput (Gbit/s)",
                 &groups,
+                marks,
             )
         }
     }
@@ -709,6 +742,11 @@ pub fn compare(a: &StoredRun, b: &StoredRun) -> String {
             escape(&describe_overrides(&r.overrides))
         );
     }
+    verdicts::changes(
+        &mut h,
+        &findings::changes(&findings::judge_run(a), &findings::judge_run(b)),
+        [&names[0], &names[1]],
+    );
     let pairs = pairs(a, b);
     if pairs.is_empty() {
         h.push_str("<p class=\"error\">The two runs have no point in common (same scenario, configuration, workload and sweep value).</p>");

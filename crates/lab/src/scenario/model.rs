@@ -41,6 +41,9 @@ pub struct Scenario {
     /// One parameter varied over a list of values.
     #[serde(default)]
     pub sweep: Option<Sweep>,
+    /// The studies' findings this scenario tests over its own results.
+    #[serde(default, rename = "finding", skip_serializing_if = "Vec::is_empty")]
+    pub findings: Vec<crate::findings::FindingSpec>,
 }
 
 /// Measurement length: the studies ran 5 minutes, 3 iterations, and reported

@@ -367,6 +367,11 @@ pub(super) fn scenario(origin: &str, s: &Scenario) -> Result<(), ScenarioError> 
             }
         }
     }
+
+    // Findings: they name configurations, workloads and sweep values.
+    if let Err((field, message)) = crate::findings::spec::check(s) {
+        return c.fail(field, message);
+    }
     Ok(())
 }
 

@@ -1,5 +1,6 @@
-//! `vnio lab`: list, show, run, report, compare and clean scenarios; and
-//! the hidden contention generators the runner starts inside the hosts.
+//! `vnio lab`: list, show, run, report, judge (findings), compare and clean
+//! scenarios; and the hidden contention generators the runner starts inside
+//! the hosts.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -9,6 +10,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use clap::Subcommand;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use vnio_lab::findings::{self, RunFindings};
 use vnio_lab::guest::GuestKit;
 use vnio_lab::report::{self, Row};
 use vnio_lab::runner::{self, Event, Observer, RunnerOptions, Status};
@@ -70,6 +72,17 @@ enum Cmd {
         /// Output file [default: next to the store, lab-run-ID.html].
         #[arg(long, short = 'o')]
         out: Option<PathBuf>,
+    },
+    /// The verdicts on the studies' findings a stored run's scenarios declare.
+    Findings {
+        /// Run id, or last, last-1, ...
+        #[arg(default_value = "last")]
+        run: String,
+        #[command(flatten)]
+        db: DbArg,
+        /// Print the verdicts as JSON (one document).
+        #[arg(long)]
+        json: bool,
     },
     /// Compare two stored runs point by point (HTML and a table).
     Compare {
@@ -186,6 +199,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             length,
         } => run_scenario(&scenario, &db.db, report, &length.overrides()),
         Cmd::Report { run, db, out } => render(&run, &db.db, out),
+        Cmd::Findings { run, db, json } => judge(&run, &db.db, json),
         Cmd::Compare { a, b, db, out } => compare(&a, &b, &db.db, out),
         Cmd::Clean { all } => clean(all),
         Cmd::Load { cmd } => load(cmd),
@@ -361,6 +375,9 @@ fn show(name: &str, toml: bool, o: &Overrides) -> anyhow::Result<i32> {
                     p.workload.to.join(",")
                 );
             }
+        }
+        for f in &s.findings {
+            println!("finding {}: {} ({})", f.id, f.claim, f.study);
         }
         let skipped = plan.points.iter().filter(|p| p.skip.is_some()).count();
         println!(
@@ -598,6 +615,16 @@ fn run_scenario(
     store.finish_run(run_id, status, failure.as_deref())?;
     let path = report_path.unwrap_or_else(|| default_out(db, &format!("lab-run-{run_id}.html")));
     write_report(&store, run_id, &path)?;
+    let found = findings::judge_run(&store.load(run_id)?);
+    if !found.verdicts.is_empty() {
+        let count = |o| found.verdicts.iter().filter(|v| v.outcome == o).count();
+        println!(
+            "findings: {} reproduced, {} not reproduced, {} inconclusive (vnio lab findings {run_id})",
+            count(findings::Outcome::Reproduced),
+            count(findings::Outcome::NotReproduced),
+            count(findings::Outcome::Inconclusive)
+        );
+    }
     println!("run {run_id} {status}: stored in {}", store.path());
     println!("report: {}", path.display());
     if let Some(f) = failure {
@@ -685,6 +712,62 @@ fn render(which: &str, db: &Path, out: Option<PathBuf>) -> anyhow::Result<i32> {
     Ok(0)
 }
 
+/// `vnio lab findings`: the verdicts, computed by the lab crate from the
+/// store, as a table or JSON.
+fn judge(which: &str, db: &Path, json: bool) -> anyhow::Result<i32> {
+    if !db.exists() {
+        bail!(
+            "no results store at {} (run `vnio lab run quick` first, or give --db)",
+            db.display()
+        );
+    }
+    let store = Store::open(db)?;
+    let run = store.load(store.resolve(which)?)?;
+    let found = findings::judge_run(&run);
+    if json {
+        println!("{}", serde_json::to_string_pretty(&found)?);
+    } else {
+        print!("{}", findings_table(&found));
+    }
+    Ok(0)
+}
+
+/// The verdicts as a terminal table, the reason under each row.
+fn findings_table(f: &RunFindings) -> String {
+    use std::fmt::Write;
+    let mut s = format!("run {}: {}\n", f.run, f.name);
+    if f.verdicts.is_empty() {
+        s.push_str("no scenario of this run declares a finding\n");
+    } else {
+        let _ = writeln!(
+            s,
+            "{:<21} {:<27} {:<15} {:<22} {:<40} claim",
+            "scenario", "finding", "verdict", "study", "this run [spread]"
+        );
+    }
+    for v in &f.verdicts {
+        let _ = writeln!(
+            s,
+            "{:<21} {:<27} {:<15} {:<22} {:<40} {}\n{:<21}   why: {}",
+            v.scenario,
+            v.id,
+            v.outcome.as_str(),
+            findings::reference(v),
+            findings::measured(v),
+            v.claim,
+            "",
+            v.why
+        );
+    }
+    if !f.without.is_empty() {
+        let _ = writeln!(s, "without findings: {}", f.without.join(", "));
+    }
+    for u in &f.unreadable {
+        let _ = writeln!(s, "{}: findings not judged: {}", u.scenario, u.error);
+    }
+    s
+}
+
 fn compare(a: &str, b: &str, db: &Path, out: Option<PathBuf>) -> anyhow::Result<i32> {
     if !db.exists() {
         bail!("no results store at {} (give --db)", db.display());
@@ -692,6 +775,22 @@ fn compare(a: &str, b: &str, db: &Path, out: Option<PathBuf>) -> anyhow::Result<
     let store = Store::open(db)?;
     let (ia, ib) = (store.resolve(a)?, store.resolve(b)?);
     let (ra, rb) = (store.load(ia)?, store.load(ib)?);
+    let changed = findings::changes(&findings::judge_run(&ra), &findings::judge_run(&rb));
+    if changed.is_empty() {
+        println!("verdicts: no finding judged in both runs changed");
+    } else {
+        println!("verdicts that changed (run {ia} -> run {ib}):");
+        for c in &changed {
+            println!(
+                "  {:<21} {:<27} {} -> {}: {}",
+                c.scenario,
+                c.id,
+                c.a.outcome.as_str(),
+                c.b.outcome.as_str(),
+                c.b.why
+            );
+        }
+    }
     let pairs = report::pairs(&ra, &rb);
     println!(
         "{:<22} {:<10} {:<24} {:>9} {:>9} {:>7} {:>9} {:>9} {:>7}",

@@ -1,0 +1,320 @@
+//! The studies' findings, judged by the lab itself.
+//!
+//! A scenario declares the findings it tests (`[[finding]]`, see [`spec`]);
+//! after a run, each is judged from the stored points alone by the rule in
+//! [`rule`], on the run's own spread ([`samples`]). Findings are read from
+//! the scenario text stored with the run, so a run is judged by what it
+//! declared when it ran and old runs (whose scenarios declared none) simply
+//! have no findings; nothing new is stored.
+
+pub mod rule;
+pub mod samples;
+pub mod spec;
+pub mod statistic;
+mod words;
+
+use serde::{Deserialize, Serialize};
+
+pub use rule::{Band, Outcome, SampleSource, Samples};
+pub use spec::{Expect, FindingSpec, PointRef, Quantity, Statistic, SweepRef};
+pub use words::{measured, number, reference};
+
+use crate::report::sweep_value;
+use crate::scenario::{LabFile, Scenario, SweepParam};
+use crate::store::{StoredRun, StoredScenario};
+
+/// One side of a comparison as measured.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Side {
+    /// "switch", or "switch @ 8 loads".
+    pub point: String,
+    /// Its configuration.
+    pub configuration: String,
+    /// Its sweep value.
+    pub sweep: Option<u64>,
+    /// The reported value (the median iteration's), in the statistic's
+    /// unit; none when the point was not measured.
+    pub value: Option<f64>,
+    /// The spread of its samples.
+    pub band: Option<Band>,
+    /// How many samples.
+    pub samples: usize,
+    /// Where they come from.
+    pub source: Option<SampleSource>,
+    /// Why it has no value.
+    pub missing: Option<String>,
+}
+
+/// The verdict on one finding of one run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Verdict {
+    /// Scenario name.
+    pub scenario: String,
+    /// Finding id.
+    pub id: String,
+    /// The study.
+    pub study: String,
+    /// Its claim in words.
+    pub claim: String,
+    /// Workload compared.
+    pub workload: String,
+    /// Statistic read.
+    pub statistic: Statistic,
+    /// Unit of the quantity.
+    pub unit: String,
+    /// How subject and against combine.
+    pub quantity: Quantity,
+    /// Side of `than` the study says.
+    pub expect: Expect,
+    /// The threshold.
+    pub than: f64,
+    /// The study's number(s), in the quantity's unit.
+    pub reference: Vec<f64>,
+    /// The point the claim is about.
+    pub subject: Side,
+    /// The point it is compared with.
+    pub against: Option<Side>,
+    /// This run's quantity (from the reported values).
+    pub value: Option<f64>,
+    /// Its band over the run's spread.
+    pub band: Option<Band>,
+    /// The verdict.
+    pub outcome: Outcome,
+    /// Why, in one sentence.
+    pub why: String,
+    /// Where the study's number falls on the subject's figure.
+    pub mark: Option<Mark>,
+}
+
+/// The study's number placed where this run's subject is drawn: the
+/// reference itself for a value, the against point's value plus (or
+/// times) the reference for a difference (or ratio).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Mark {
+    /// Configuration of the subject.
+    pub configuration: String,
+    /// Its sweep value.
+    pub sweep: Option<u64>,
+    /// The statistic's values the study implies (one or two).
+    pub values: Vec<f64>,
+}
+
+/// A scenario of the run whose findings could not be read.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Unreadable {
+    /// Scenario name.
+    pub scenario: String,
+    /// Why (its stored text no longer parses).
+    pub error: String,
+}
+
+/// Every verdict of one run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunFindings {
+    /// Run id.
+    pub run: i64,
+    /// Run (scenario or set) name.
+    pub name: String,
+    /// Verdicts, scenario by scenario in run order.
+    pub verdicts: Vec<Verdict>,
+    /// Scenarios of the run that declare no finding.
+    pub without: Vec<String>,
+    /// Scenarios whose stored text does not parse any more.
+    pub unreadable: Vec<Unreadable>,
+}
+
+/// Judge every finding of a stored run.
+pub fn judge_run(run: &StoredRun) -> RunFindings {
+    let mut out = RunFindings {
+        run: run.row.id,
+        name: run.row.name.clone(),
+        verdicts: Vec::new(),
+        without: Vec::new(),
+        unreadable: Vec::new(),
+    };
+    for s in &run.scenarios {
+        match crate::scenario::parse(&s.origin, &s.text) {
+            Ok(LabFile::Scenario(sc)) if sc.findings.is_empty() => out.without.push(s.name.clone()),
+            Ok(LabFile::Scenario(sc)) => out.verdicts.extend(judge(&sc, s)),
+            Ok(LabFile::Set(_)) => out.unreadable.push(Unreadable {
+                scenario: s.name.clone(),
+                error: "stored as a set, not a scenario".into(),
+            }),
+            Err(e) => out.unreadable.push(Unreadable {
+                scenario: s.name.clone(),
+                error: e.to_string(),
+            }),
+        }
+    }
+    out
+}
+
+/// Judge the findings `sc` declares on its stored points.
+pub fn judge(sc: &Scenario, stored: &StoredScenario) -> Vec<Verdict> {
+    sc.findings.iter().map(|f| verdict(sc, stored, f)).collect()
+}
+
+fn verdict(sc: &Scenario, stored: &StoredScenario, f: &FindingSpec) -> Verdict {
+    let quantity = f.quantity();
+    let than = f.threshold();
+    let stat = f.statistic;
+    let subject = read(sc, stored, f, &f.subject);
+    let against = f.against.as_ref().map(|a| read(sc, stored, f, a));
+    let mut v = Verdict {
+        scenario: stored.name.clone(),
+        id: f.id.clone(),
+        study: f.study.clone(),
+        claim: f.claim.clone(),
+        workload: f.workload.clone(),
+        statistic: stat,
+        unit: match quantity {
+            Quantity::Ratio => "x".into(),
+            _ => stat.unit().into(),
+        },
+        quantity,
+        expect: f.expect,
+        than,
+        reference: f.reference.clone(),
+        subject: subject.0.clone(),
+        against: against.as_ref().map(|a| a.0.clone()),
+        value: None,
+        band: None,
+        outcome: Outcome::Inconclusive,
+        why: String::new(),
+        mark: None,
+    };
+    // A side that was not measured leaves nothing to judge.
+    let unmeasured = |mut v: Verdict, side: &Side| {
+        v.why = format!(
+            "{} was not measured: {}",
+            side.point,
+            side.missing.as_deref().unwrap_or("not in this run")
+        );
+        v
+    };
+    let s = match &subject {
+        (_, Some(s)) => s,
+        (side, None) => return unmeasured(v, side),
+    };
+    let a = match &against {
+        None => None,
+        Some((_, Some(a))) => Some(a),
+        Some((side, None)) => return unmeasured(v, side),
+    };
+    let d = rule::decide(quantity, f.expect, than, s, a);
+    v.outcome = d.outcome;
+    v.value = d.value.is_finite().then_some(d.value);
+    v.band = d.band;
+    v.mark = mark(f, quantity, &v.subject, v.against.as_ref());
+    v.why = words::because(&v, d.reason);
+    v
+}
+
+/// One side's description and samples (`None`: not measured).
+fn read(
+    sc: &Scenario,
+    stored: &StoredScenario,
+    f: &FindingSpec,
+    p: &PointRef,
+) -> (Side, Option<Samples>) {
+    let sweep = sc.sweep.as_ref().and_then(|sw| {
+        p.sweep
+            .and_then(|r| r.resolve(&sw.values))
+            .map(|v| (sw.parameter, v))
+    });
+    let mut side = Side {
+        point: label(&p.configuration, sweep),
+        configuration: p.configuration.clone(),
+        sweep: sweep.map(|x| x.1),
+        value: None,
+        band: None,
+        samples: 0,
+        source: None,
+        missing: None,
+    };
+    let found = stored.points.iter().find(|o| {
+        o.point.configuration == p.configuration
+            && o.point.workload.name == f.workload
+            && o.point.sweep.map(|x| x.1) == sweep.map(|x| x.1)
+    });
+    let Some(o) = found else {
+        side.missing = Some("not in this run (left out by --configuration or --quick?)".into());
+        return (side, None);
+    };
+    match samples::of_point(o, f.statistic) {
+        Ok(s) => {
+            side.value = Some(s.value);
+            side.band = Some(s.band());
+            side.samples = s.values.len();
+            side.source = Some(s.source);
+            (side, Some(s))
+        }
+        Err(why) => {
+            side.missing = Some(why);
+            (side, None)
+        }
+    }
+}
+
+fn label(cfg: &str, sweep: Option<(SweepParam, u64)>) -> String {
+    match sweep {
+        None => cfg.to_owned(),
+        Some((p, v)) => format!("{cfg} @ {}", sweep_value(p, v)),
+    }
+}
+
+fn mark(f: &FindingSpec, q: Quantity, subject: &Side, against: Option<&Side>) -> Option<Mark> {
+    if f.reference.is_empty() {
+        return None;
+    }
+    let base = against.and_then(|a| a.value);
+    let values: Vec<f64> = f
+        .reference
+        .iter()
+        .filter_map(|r| match q {
+            Quantity::Value => Some(*r),
+            Quantity::Difference => base.map(|b| b + r),
+            Quantity::Ratio => base.map(|b| b * r),
+        })
+        .collect();
+    (!values.is_empty()).then(|| Mark {
+        configuration: subject.configuration.clone(),
+        sweep: subject.sweep,
+        values,
+    })
+}
+
+/// A finding whose verdict differs between two runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Change {
+    /// Scenario name.
+    pub scenario: String,
+    /// Finding id.
+    pub id: String,
+    /// The claim.
+    pub claim: String,
+    /// The verdict in the first run.
+    pub a: Verdict,
+    /// The verdict in the second run.
+    pub b: Verdict,
+}
+
+/// The findings judged in both runs whose verdict differs, in A's order.
+pub fn changes(a: &RunFindings, b: &RunFindings) -> Vec<Change> {
+    a.verdicts
+        .iter()
+        .filter_map(|va| {
+            let vb = b
+                .verdicts
+                .iter()
+                .find(|vb| vb.scenario == va.scenario && vb.id == va.id)?;
+            (vb.outcome != va.outcome).then(|| Change {
+                scenario: va.scenario.clone(),
+                id: va.id.clone(),
+                claim: va.claim.clone(),
+                a: va.clone(),
+                b: vb.clone(),
+            })
+        })
+        .collect()
+}

@@ -1,0 +1,101 @@
+//! Verdicts in words: numbers with their units, the study's and this
+//! run's numbers, and the one sentence that says why.
+
+use super::rule::Reason;
+use super::{Expect, Quantity, Verdict};
+
+/// A number in the verdict's unit.
+pub fn number(v: f64, unit: &str, signed: bool) -> String {
+    let sign = if signed && v > 0.0 { "+" } else { "" };
+    match unit {
+        "x" => format!("{v:.2}x"),
+        "%" => format!("{sign}{v:.3} %"),
+        "/s" => format!("{sign}{v:.0}/s"),
+        "Gbit/s" => format!("{sign}{v:.2} Gbit/s"),
+        u if v.abs() >= 100.0 => format!("{sign}{v:.0} {u}"),
+        u => format!("{sign}{v:.1} {u}"),
+    }
+}
+
+/// The study's number(s) in words.
+pub fn reference(v: &Verdict) -> String {
+    let signed = v.quantity == Quantity::Difference;
+    match v.reference.as_slice() {
+        [] => "—".into(),
+        [x] => number(*x, &v.unit, signed),
+        [a, b, ..] => format!(
+            "{} to {}",
+            number(*a, &v.unit, signed),
+            number(*b, &v.unit, signed)
+        ),
+    }
+}
+
+/// This run's quantity with its band, in words.
+pub fn measured(v: &Verdict) -> String {
+    let signed = v.quantity == Quantity::Difference;
+    match (v.value, v.band) {
+        (Some(x), Some(b)) => format!(
+            "{} [{} to {}]",
+            number(x, &v.unit, signed),
+            number(b.lo, &v.unit, signed),
+            number(b.hi, &v.unit, signed)
+        ),
+        (Some(x), None) => format!("{} (no spread)", number(x, &v.unit, signed)),
+        _ => "—".into(),
+    }
+}
+
+/// What the quantity is: "switch − native p50".
+fn what(v: &Verdict) -> String {
+    let stat = v.statistic.as_str();
+    match (&v.quantity, &v.against) {
+        (Quantity::Difference, Some(a)) => format!("{} − {} {stat}", v.subject.point, a.point),
+        (Quantity::Ratio, Some(a)) => format!("{} / {} {stat}", v.subject.point, a.point),
+        _ => format!("{} {stat}", v.subject.point),
+    }
+}
+
+pub(super) fn because(v: &Verdict, reason: Reason) -> String {
+    let than = number(v.than, &v.unit, false);
+    let side = |s: &str| {
+        if s == "subject" {
+            v.subject.point.clone()
+        } else {
+            v.against
+                .as_ref()
+                .map(|a| a.point.clone())
+                .unwrap_or_default()
+        }
+    };
+    match reason {
+        Reason::Beyond => format!(
+            "{} is {}: all of its spread is {} {than}, as the study says",
+            what(v),
+            measured(v),
+            v.expect.as_str()
+        ),
+        Reason::Opposite => format!(
+            "{} is {}: all of its spread is {} {than}, against the study",
+            what(v),
+            measured(v),
+            match v.expect {
+                Expect::Above => "at or below",
+                Expect::Below => "at or above",
+            }
+        ),
+        Reason::Straddles => format!(
+            "{} is {}: its spread straddles {than}, the run cannot tell",
+            what(v),
+            measured(v)
+        ),
+        Reason::NoSpread(s) => format!(
+            "{} has a single sample (one iteration, under 2 s of per-second data): no spread to judge by; run with --iterations 3",
+            side(s)
+        ),
+        Reason::ZeroBase => format!(
+            "{} reaches 0: no ratio to judge",
+            side("against")
+        ),
+    }
+}
