@@ -13,7 +13,7 @@
 //! ```
 
 #[path = "../tests/common/mod.rs"]
-#[allow(dead_code, unused_imports)]
+#[allow(unused_imports)]
 mod common;
 
 use common::attacks::{clear_nonblock, frame, Expect, CHAINS, DESCRIPTORS};

@@ -331,7 +331,7 @@ mod tests {
 
     #[test]
     fn refuses_what_is_not_a_file() {
-        let (r, _w) = std::io::pipe().unwrap();
+        let (r, _w) = std::os::unix::net::UnixStream::pair().unwrap();
         let e = GuestMem::from_table(
             vec![(region(0x1000), File::from(std::os::fd::OwnedFd::from(r)))],
             DEFAULT_MAX_MEMORY,

@@ -102,7 +102,7 @@ pub const DESCRIPTORS: &[(&str, Attack, Expect)] = &[
     (
         "call descriptor that is a full pipe",
         |h| {
-            let (r, w) = std::io::pipe().unwrap();
+            let (r, w) = pipe();
             // SAFETY: a valid descriptor; O_NONBLOCK only for filling it here.
             unsafe { libc::fcntl(w.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK) };
             while std::io::Write::write(&mut &w, &[0u8; 4096]).is_ok() {}
@@ -116,7 +116,7 @@ pub const DESCRIPTORS: &[(&str, Attack, Expect)] = &[
     (
         "kick descriptor that is a pipe",
         |h| {
-            let (r, _w) = std::io::pipe().unwrap();
+            let (r, _w) = pipe();
             set_fd(h, code::SET_VRING_KICK, 1, r.as_raw_fd());
         },
         Expect::Reset,
@@ -144,6 +144,21 @@ pub const DESCRIPTORS: &[(&str, Attack, Expect)] = &[
         Expect::Carry,
     ),
 ];
+
+/// A pipe (std's own is newer than the workspace's MSRV).
+pub fn pipe() -> (std::fs::File, std::fs::File) {
+    use std::os::fd::FromRawFd;
+    let mut fds = [0; 2];
+    // SAFETY: a two-element array for pipe(2) to fill.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    // SAFETY: two fresh descriptors nothing else owns.
+    unsafe {
+        (
+            std::fs::File::from_raw_fd(fds[0]),
+            std::fs::File::from_raw_fd(fds[1]),
+        )
+    }
+}
 
 /// Offers `head` at the next available slot and moves the available index
 /// `by` entries on (1: just that chain).
