@@ -10,30 +10,7 @@ use common::*;
 use std::net::SocketAddrV4;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
-use vnio_switch::daemon::Switch;
-use vnio_switch::worker::PortInfo;
-
-const F_NEXT: u16 = 1;
-const F_WRITE: u16 = 2;
-const F_INDIRECT: u16 = 4;
-
-fn port(sw: &Switch, name: &str) -> PortInfo {
-    sw.handle()
-        .list()
-        .unwrap()
-        .into_iter()
-        .find(|p| p.name == name)
-        .unwrap()
-}
-
-fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + T;
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
+use std::time::Duration;
 
 /// p1 is hostile, p2 and p3 are healthy endpoints.
 fn hostile_case(
@@ -44,7 +21,7 @@ fn hostile_case(
     let sw = switch(&dir, 3);
     let mut h = RawFrontend::connect(&dir.sock("p1"));
     h.handshake(Order::Standard);
-    wait_for("p1 running", || port(&sw, "p1").running);
+    wait_for("p1 running", || port(sw.handle(), "p1").running);
     let mut b = endpoint(&dir, 2, 2);
     let c = endpoint(&dir, 3, 3);
     let stop = Arc::new(AtomicBool::new(false));
@@ -56,8 +33,8 @@ fn hostile_case(
     });
 
     attack(&mut h, &mut b);
-    wait_for("p1 reset", || port(&sw, "p1").stats.resets >= 1);
-    let p1 = port(&sw, "p1");
+    wait_for("p1 reset", || port(sw.handle(), "p1").stats.resets >= 1);
+    let p1 = port(sw.handle(), "p1");
     let q = if direction == "tx" {
         &p1.stats.tx
     } else {
@@ -86,7 +63,7 @@ fn hostile_case(
         assert_eq!(&buf[..n], &[i; 32]);
     }
     for name in ["p2", "p3"] {
-        let p = port(&sw, name);
+        let p = port(sw.handle(), name);
         assert_eq!(p.stats.resets, 0, "{name} untouched");
         assert!(p.running);
     }
@@ -97,86 +74,14 @@ fn hostile_case(
     c.join().unwrap();
 }
 
-fn tx_attack(f: impl FnOnce(&RawFrontend) + Send + 'static) {
-    bounded(Duration::from_secs(40), move || {
-        hostile_case(move |h, _| f(h), "tx")
-    });
-}
-
 #[test]
-fn buffer_outside_guest_memory() {
-    tx_attack(|h| {
-        h.tx_desc(0, 1 << 40, 64, 0, 0);
-        h.tx_offer(0, 0, 1);
-    });
-}
-
-#[test]
-fn buffer_straddling_the_end_of_memory() {
-    tx_attack(|h| {
-        let end = h.tx.layout.end().div_ceil(1 << 20) * (1 << 20);
-        h.tx_desc(0, end - 16, 64, 0, 0);
-        h.tx_offer(0, 0, 1);
-    });
-}
-
-#[test]
-fn descriptor_loop() {
-    tx_attack(|h| {
-        let b = h.tx.layout.buffer(0).0;
-        h.tx_desc(0, b, 64, F_NEXT, 1);
-        h.tx_desc(1, b, 64, F_NEXT, 0);
-        h.tx_offer(0, 0, 1);
-    });
-}
-
-#[test]
-fn over_long_chain() {
-    tx_attack(|h| {
-        let b = h.tx.layout.buffer(0).0;
-        for i in 0..100u16 {
-            h.tx_desc(i, b, 16, F_NEXT, i + 1);
-        }
-        h.tx_desc(100, b, 16, 0, 0);
-        h.tx_offer(0, 0, 1);
-    });
-}
-
-#[test]
-fn wrong_direction_on_transmit() {
-    tx_attack(|h| {
-        h.tx_desc(0, h.tx.layout.buffer(0).0, 64, F_WRITE, 0);
-        h.tx_offer(0, 0, 1);
-    });
-}
-
-#[test]
-fn zero_length_buffer() {
-    tx_attack(|h| {
-        h.tx_desc(0, h.tx.layout.buffer(0).0, 0, 0, 0);
-        h.tx_offer(0, 0, 1);
-    });
-}
-
-#[test]
-fn indirect_without_the_feature() {
-    tx_attack(|h| {
-        h.tx_desc(0, h.tx.layout.buffer(0).0, 64, F_INDIRECT, 0);
-        h.tx_offer(0, 0, 1);
-    });
-}
-
-#[test]
-fn available_index_jump() {
-    tx_attack(|h| {
-        h.tx_desc(0, h.tx.layout.buffer(0).0, 64, 0, 0);
-        h.tx_offer(0, 0, 1000);
-    });
-}
-
-#[test]
-fn head_index_outside_the_queue() {
-    tx_attack(|h| h.tx_offer(0, 999, 1));
+fn every_hostile_chain_on_the_transmit_queue() {
+    for &(what, attack) in common::attacks::CHAINS {
+        eprintln!("hostile chain: {what}");
+        bounded(Duration::from_secs(40), move || {
+            hostile_case(move |h, _| attack(h), "tx")
+        });
+    }
 }
 
 #[test]
@@ -202,7 +107,7 @@ fn receive_ring_that_stays_full_costs_only_its_port() {
         // p1 offers its receive buffers once and never takes anything back.
         let mut h = RawFrontend::connect(&dir.sock("p1"));
         h.handshake(Order::Standard);
-        wait_for("p1 running", || port(&sw, "p1").running);
+        wait_for("p1 running", || port(sw.handle(), "p1").running);
         let mut b = endpoint(&dir, 2, 2);
         let c = endpoint(&dir, 3, 3);
         let stop = Arc::new(AtomicBool::new(false));
@@ -226,9 +131,9 @@ fn receive_ring_that_stays_full_costs_only_its_port() {
             }
         }
         wait_for("p1 full", || {
-            port(&sw, "p1").stats.rx.drops["ring_full"] == total - offered
+            port(sw.handle(), "p1").stats.rx.drops["ring_full"] == total - offered
         });
-        let p1 = port(&sw, "p1");
+        let p1 = port(sw.handle(), "p1");
         assert_eq!(p1.stats.rx.packets, offered);
         assert_eq!(
             p1.stats.resets, 0,

@@ -20,23 +20,6 @@ use vnio_switch::config::{Config, PortSpec, SwitchConfig};
 use vnio_switch::daemon::{Switch, WorkerHandle};
 use vnio_switch::port::SocketMode;
 use vnio_switch::vhost_user::protocol::code;
-use vnio_switch::worker::PortInfo;
-
-fn port(sw: &WorkerHandle, name: &str) -> PortInfo {
-    sw.list()
-        .unwrap()
-        .into_iter()
-        .find(|p| p.name == name)
-        .unwrap()
-}
-
-fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + T;
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
 
 /// Connects a front-end, completes the handshake and shows the port
 /// forwards one of its frames.

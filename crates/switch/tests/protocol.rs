@@ -8,26 +8,7 @@ use common::raw::{Order, RawFrontend};
 use common::*;
 use std::io::Write;
 use std::time::{Duration, Instant};
-use vnio_switch::daemon::Switch;
 use vnio_switch::vhost_user::protocol::{code, FLAG_NEED_REPLY};
-use vnio_switch::worker::PortInfo;
-
-fn port(sw: &Switch, name: &str) -> PortInfo {
-    sw.handle()
-        .list()
-        .unwrap()
-        .into_iter()
-        .find(|p| p.name == name)
-        .unwrap()
-}
-
-fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + T;
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
 
 fn frame(dst: [u8; 6], src: [u8; 6], fill: u8) -> Vec<u8> {
     let mut f = vec![fill; 64];
@@ -42,7 +23,7 @@ fn exchange(order: Order) {
     let sw = switch(&dir, 2);
     let mut h = RawFrontend::connect(&dir.sock("p1"));
     h.handshake(order);
-    wait_for("p1 running", || port(&sw, "p1").running);
+    wait_for("p1 running", || port(sw.handle(), "p1").running);
     let mut b = endpoint(&dir, 2, 2);
     // raw -> endpoint (broadcast), endpoint -> raw (unicast to the learned MAC).
     let f = frame([0xff; 6], mac(1).0, 0xaa);
@@ -101,7 +82,7 @@ fn reply_ack_for_supported_and_unsupported_requests() {
             .unwrap();
         assert_ne!(h.reply_u64().unwrap(), 0, "failure ack");
         assert_eq!(h.get_u64(code::GET_QUEUE_NUM), 1);
-        assert_eq!(port(&sw, "p1").stats.resets, 0);
+        assert_eq!(port(sw.handle(), "p1").stats.resets, 0);
     });
 }
 
@@ -112,11 +93,13 @@ fn get_vring_base_stops_the_ring_and_reports_its_position() {
         let sw = switch(&dir, 2);
         let mut h = RawFrontend::connect(&dir.sock("p1"));
         h.handshake(Order::Standard);
-        wait_for("p1 running", || port(&sw, "p1").running);
+        wait_for("p1 running", || port(sw.handle(), "p1").running);
         for i in 0..3 {
             h.send_frame(&frame([0xff; 6], mac(1).0, i));
         }
-        wait_for("three frames", || port(&sw, "p1").stats.tx.packets == 3);
+        wait_for("three frames", || {
+            port(sw.handle(), "p1").stats.tx.packets == 3
+        });
         let mut st = [0u8; 8];
         st[..4].copy_from_slice(&1u32.to_le_bytes());
         h.send(code::GET_VRING_BASE, 0, &st, &[]).unwrap();
@@ -128,7 +111,7 @@ fn get_vring_base_stops_the_ring_and_reports_its_position() {
             "next available index"
         );
         assert!(
-            !port(&sw, "p1").running,
+            !port(sw.handle(), "p1").running,
             "stopped until the next SET_VRING_KICK"
         );
     });
@@ -140,11 +123,13 @@ fn broken_connection(bytes: &[u8]) {
     let h = RawFrontend::connect(&dir.sock("p1"));
     (&h.sock).write_all(bytes).unwrap();
     drop(h);
-    wait_for("p1 reset", || port(&sw, "p1").stats.resets >= 1);
+    wait_for("p1 reset", || port(sw.handle(), "p1").stats.resets >= 1);
     // The port takes a new front-end.
     let mut a = endpoint(&dir, 1, 1);
     a.send_frame(&frame([0xff; 6], mac(1).0, 1)).unwrap();
-    wait_for("frame counted", || port(&sw, "p1").stats.tx.packets == 1);
+    wait_for("frame counted", || {
+        port(sw.handle(), "p1").stats.tx.packets == 1
+    });
 }
 
 #[test]
@@ -190,9 +175,9 @@ fn frontend_disappearing_mid_traffic_costs_only_its_port() {
         for i in 0..50 {
             b.send_frame(&frame(mac(1).0, mac(2).0, i)).unwrap();
         }
-        wait_for("p1 down", || !port(&sw, "p1").connected);
+        wait_for("p1 down", || !port(sw.handle(), "p1").connected);
         wait_for("b's frames handled", || {
-            port(&sw, "p2").stats.tx.packets == 50
+            port(sw.handle(), "p2").stats.tx.packets == 50
         });
         // b and c still talk.
         let mut c = c;
@@ -210,7 +195,7 @@ fn frontend_disappearing_mid_traffic_costs_only_its_port() {
             c.wait(Duration::from_millis(20)).unwrap();
         }
         assert_eq!(
-            port(&sw, "p2").stats.resets + port(&sw, "p3").stats.resets,
+            port(sw.handle(), "p2").stats.resets + port(sw.handle(), "p3").stats.resets,
             0
         );
     });

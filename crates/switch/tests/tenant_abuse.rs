@@ -13,26 +13,7 @@ use std::net::SocketAddrV4;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
-use vnio_switch::daemon::Switch;
 use vnio_switch::vhost_user::protocol::{code, encode_request};
-use vnio_switch::worker::PortInfo;
-
-fn port(sw: &Switch, name: &str) -> PortInfo {
-    sw.handle()
-        .list()
-        .unwrap()
-        .into_iter()
-        .find(|p| p.name == name)
-        .unwrap()
-}
-
-fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + T;
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
 
 /// A frame from the `i`-th made-up source address to a unicast address
 /// nobody has (so it floods).
@@ -110,7 +91,7 @@ fn many_source_addresses_do_not_make_others_flood_to_the_attacker() {
         });
         filled_rx.recv_timeout(Duration::from_secs(30)).unwrap();
         wait_for("the switch to take p1's frames", || {
-            port(&sw, "p1").stats.tx.packets >= 10_000
+            port(sw.handle(), "p1").stats.tx.packets >= 10_000
         });
 
         let mut b = endpoint(&dir, 2, 2);
@@ -140,13 +121,13 @@ fn many_source_addresses_do_not_make_others_flood_to_the_attacker() {
             .fdb()
             .unwrap()
             .iter()
-            .filter(|e| e.port.0 == port(&sw, "p1").id)
+            .filter(|e| e.port.0 == port(sw.handle(), "p1").id)
             .count();
         stop.store(true, Ordering::SeqCst);
         let (leaked, sent) = attacker.join().unwrap();
         c.join().unwrap();
 
-        let p1 = port(&sw, "p1");
+        let p1 = port(sw.handle(), "p1");
         assert_eq!(
             p1.stats.rx.drops["ring_full"], 0,
             "p1's receive ring never overflowed: every frame to it was seen"
@@ -164,7 +145,7 @@ fn many_source_addresses_do_not_make_others_flood_to_the_attacker() {
         assert!(learned_on_p1 as u64 <= limit, "{learned_on_p1} learned");
         eprintln!("p1: {sent} source addresses, {refused} refused, {learned_on_p1} learned");
         for name in ["p2", "p3"] {
-            assert_eq!(port(&sw, name).stats.resets, 0, "{name}");
+            assert_eq!(port(sw.handle(), name).stats.resets, 0, "{name}");
         }
     });
 }
@@ -289,7 +270,7 @@ fn control_message_flood_does_not_starve_neighbours() {
         eprintln!("p1: {asked} bursts of 256 messages, every GET_FEATURES answered");
         c.join().unwrap();
         for name in ["p1", "p2", "p3"] {
-            assert_eq!(port(&sw, name).stats.resets, 0, "{name}");
+            assert_eq!(port(sw.handle(), name).stats.resets, 0, "{name}");
         }
     });
 }

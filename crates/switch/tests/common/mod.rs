@@ -137,6 +137,27 @@ pub fn driven(dir: &Dir, ports: usize) -> (Datapath, Vec<Endpoint>) {
     (dp, connect.join().unwrap())
 }
 
+/// Port `name` as the switch lists it (counters, state).
+pub fn port(sw: &vnio_switch::daemon::WorkerHandle, name: &str) -> vnio_switch::worker::PortInfo {
+    sw.list()
+        .unwrap()
+        .into_iter()
+        .find(|p| p.name == name)
+        .unwrap()
+}
+
+/// Waits up to [`T`] for `f` to hold, naming `what` when it does not.
+pub fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + T;
+    while !f() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// Runs `f` on a thread and fails the test if it does not finish within `limit`.
 pub fn bounded<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'static) -> T {
     let (tx, rx) = std::sync::mpsc::channel();
