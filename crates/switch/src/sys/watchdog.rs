@@ -20,7 +20,9 @@ use std::time::Duration;
 pub const PERIOD: Duration = Duration::from_millis(10);
 
 struct Guard {
-    thread: libc::pthread_t,
+    /// The thread's `pthread_t`, as an integer: a pointer on musl, which
+    /// would make the guard neither `Send` nor `Sync`.
+    thread: usize,
     /// 0 outside a guarded call, else the call's sequence number.
     inside: AtomicU64,
 }
@@ -32,7 +34,7 @@ thread_local! {
     static MINE: (Arc<Guard>, std::cell::Cell<u64>) = {
         start();
         // SAFETY: pthread_self has no preconditions.
-        let g = Arc::new(Guard { thread: unsafe { libc::pthread_self() }, inside: AtomicU64::new(0) });
+        let g = Arc::new(Guard { thread: unsafe { libc::pthread_self() } as usize, inside: AtomicU64::new(0) });
         GUARDS.lock().unwrap_or_else(|e| e.into_inner()).push(Arc::downgrade(&g));
         (g, std::cell::Cell::new(0))
     };
@@ -87,7 +89,7 @@ fn watch() {
                 // SAFETY: the thread is alive (its guard is, and the guard
                 // dies with the thread's locals); the signal's handler is
                 // installed and does nothing.
-                unsafe { libc::pthread_kill(g.thread, signal()) };
+                unsafe { libc::pthread_kill(g.thread as libc::pthread_t, signal()) };
             }
             *last = now;
         }
