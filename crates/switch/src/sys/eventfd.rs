@@ -133,7 +133,7 @@ mod tests {
         let t = std::time::Instant::now();
         let r = signal(&e);
         assert_eq!(r.unwrap_err().kind(), io::ErrorKind::Interrupted);
-        assert!(t.elapsed() < std::time::Duration::from_secs(1));
+        assert!(t.elapsed() < std::time::Duration::from_secs(10));
         // The counter was left as it was.
         assert_eq!(read_nowait(&e).unwrap(), Some(u64::MAX - 1));
         assert!(signal(&e).is_ok());

@@ -135,7 +135,9 @@ mod tests {
         let e = std::io::Error::last_os_error();
         assert_eq!(n, -1);
         assert_eq!(e.kind(), std::io::ErrorKind::Interrupted);
-        assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+        // Two periods on a quiet host; the bound only says it ends (a loaded
+        // host may not run the watchdog for a while).
+        assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
         for _ in 0..1000 {
             assert_eq!(guarded(|| 7), 7);
         }
