@@ -9,6 +9,7 @@ use crate::wire::EthernetAddress;
 use crate::PortId;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
+use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
 /// Default aging time, as in most bridges (Linux, OVS): 300 s.
@@ -43,6 +44,8 @@ fn key(vid: u16, mac: EthernetAddress) -> u64 {
 struct Entry {
     port: PortId,
     seen: Instant,
+    /// Behind a VXLAN port: the VTEP the address was last seen behind.
+    remote: Option<Ipv4Addr>,
 }
 
 /// One learned address, as listed by `vnio switch fdb`.
@@ -56,6 +59,9 @@ pub struct FdbEntry {
     pub port: PortId,
     /// Seconds since it was last seen.
     pub age_secs: u64,
+    /// The remote VTEP it is behind (addresses learned on a VXLAN port).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remote: Option<Ipv4Addr>,
 }
 
 impl serde::Serialize for EthernetAddress {
@@ -101,6 +107,10 @@ impl Fdb {
             let moved = e.port != port;
             e.port = port;
             e.seen = now;
+            if moved {
+                // A VTEP is a place behind one port only.
+                e.remote = None;
+            }
             self.generation += u64::from(moved);
             return moved;
         }
@@ -108,9 +118,47 @@ impl Fdb {
             self.full_misses += 1;
             return false;
         }
-        self.map.insert(k, Entry { port, seen: now });
+        self.map.insert(
+            k,
+            Entry {
+                port,
+                seen: now,
+                remote: None,
+            },
+        );
         self.generation += 1;
         true
+    }
+
+    /// Like [`Fdb::learn`], for an address seen behind remote VTEP
+    /// `remote` on (VXLAN) port `port`: a new VTEP is a move too.
+    pub fn learn_remote(
+        &mut self,
+        vid: u16,
+        mac: EthernetAddress,
+        port: PortId,
+        remote: Ipv4Addr,
+        now: Instant,
+    ) -> bool {
+        let changed = self.learn(vid, mac, port, now);
+        match self.map.get_mut(&key(vid, mac)) {
+            Some(e) if e.remote != Some(remote) => {
+                e.remote = Some(remote);
+                self.generation += u64::from(!changed);
+                true
+            }
+            _ => changed,
+        }
+    }
+
+    /// The VTEP `mac` on `vid` is behind, when it was learned on a VXLAN
+    /// port and has not aged out at `now`.
+    pub fn remote(&self, vid: u16, mac: EthernetAddress, now: Instant) -> Option<Ipv4Addr> {
+        let e = self.map.get(&key(vid, mac))?;
+        if now.saturating_duration_since(e.seen) > self.aging {
+            return None;
+        }
+        e.remote
     }
 
     /// The port `mac` on `vid` lives on, unless unknown or aged out at `now`.
@@ -178,6 +226,7 @@ impl Fdb {
                     mac: EthernetAddress::from_bytes(&b[2..8]),
                     port: e.port,
                     age_secs: now.saturating_duration_since(e.seen).as_secs(),
+                    remote: e.remote,
                 }
             })
             .collect();
@@ -259,8 +308,45 @@ mod tests {
                 vid: 1,
                 mac: mac(2),
                 port: PortId(2),
-                age_secs: 0
+                age_secs: 0,
+                remote: None,
             }]
         );
+    }
+
+    #[test]
+    fn remote_vteps_are_learned_moved_and_aged_with_the_address() {
+        let t0 = Instant::now();
+        let mut f = Fdb::new(16, Duration::from_secs(10));
+        let (a, b) = (Ipv4Addr::new(192, 0, 2, 1), Ipv4Addr::new(192, 0, 2, 2));
+        assert!(f.learn_remote(1, mac(1), PortId(3), a, t0));
+        assert_eq!(f.lookup(1, mac(1), t0), Some(PortId(3)));
+        assert_eq!(f.remote(1, mac(1), t0), Some(a));
+        let g = f.generation();
+        assert!(!f.learn_remote(1, mac(1), PortId(3), a, t0), "a refresh");
+        assert!(
+            !f.learn(1, mac(1), PortId(3), t0),
+            "the decision's own learning keeps the VTEP"
+        );
+        assert_eq!((f.generation(), f.remote(1, mac(1), t0)), (g, Some(a)));
+        assert!(
+            f.learn_remote(1, mac(1), PortId(3), b, t0),
+            "moved to another VTEP"
+        );
+        assert!(f.generation() > g);
+        assert_eq!(f.remote(1, mac(1), t0), Some(b));
+        assert_eq!(f.entries(t0)[0].remote, Some(b));
+        assert!(
+            f.learn(1, mac(1), PortId(4), t0),
+            "moved off the VXLAN port"
+        );
+        assert_eq!(f.remote(1, mac(1), t0), None);
+        f.learn_remote(1, mac(2), PortId(3), a, t0);
+        assert_eq!(
+            f.remote(1, mac(2), t0 + Duration::from_secs(11)),
+            None,
+            "aged"
+        );
+        assert_eq!(f.age(t0 + Duration::from_secs(11)), 2);
     }
 }

@@ -33,11 +33,17 @@ pub enum DropReason {
     /// An offload the destination cannot take and the switch cannot complete
     /// in software (UDP GSO, TSO over IPv6 extension headers).
     Offload,
+    /// VXLAN: a datagram whose header lacks the I flag or names another VNI.
+    Vni,
+    /// Longer than the destination carries: a frame that would not fit the
+    /// VXLAN underlay's MTU once encapsulated (never fragmented), or a
+    /// datagram larger than the port's receive slots.
+    TooBig,
 }
 
 impl DropReason {
     /// Every reason, in counter order.
-    pub const ALL: [DropReason; 7] = [
+    pub const ALL: [DropReason; 9] = [
         DropReason::RingFull,
         DropReason::BadDescriptor,
         DropReason::NoRoute,
@@ -45,6 +51,8 @@ impl DropReason {
         DropReason::Spoof,
         DropReason::Malformed,
         DropReason::Offload,
+        DropReason::Vni,
+        DropReason::TooBig,
     ];
 
     /// The label used in JSON and Prometheus output.
@@ -57,6 +65,8 @@ impl DropReason {
             DropReason::Spoof => "spoof",
             DropReason::Malformed => "malformed",
             DropReason::Offload => "offload",
+            DropReason::Vni => "vni",
+            DropReason::TooBig => "too_big",
         }
     }
 
@@ -101,7 +111,7 @@ pub struct QueueStats {
     /// the guest's ring for a later round (limit or contended link; not
     /// drops): a frame held over several rounds counts once per round.
     pub egress_waits: AtomicU64,
-    drops: [AtomicU64; 7],
+    drops: [AtomicU64; DropReason::ALL.len()],
 }
 
 impl QueueStats {
@@ -174,6 +184,7 @@ impl PortStats {
             resets: self.resets.load(Ordering::Relaxed),
             connections: self.connections.load(Ordering::Relaxed),
             uplink_queues: Vec::new(),
+            vteps: Vec::new(),
         }
     }
 }
@@ -225,6 +236,9 @@ pub struct PortStatsSnapshot {
     /// An uplink's receive queues (empty for other ports).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub uplink_queues: Vec<UplinkQueueSnapshot>,
+    /// A VXLAN port's remote VTEPs (empty for other ports).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub vteps: Vec<crate::port::vxlan::VtepSnapshot>,
 }
 
 /// Counters of one uplink receive queue.

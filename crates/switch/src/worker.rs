@@ -14,6 +14,7 @@ use crate::mesh::{Doorbell, PeerSetup, RemotePort, WorkerId};
 use crate::port::tap::TapPort;
 use crate::port::uplink::{UplinkOptions, UplinkPort};
 use crate::port::vhost_user::VhostUserPort;
+use crate::port::vxlan::VxlanPort;
 use crate::port::{SocketMode, Watch, Watched};
 use crate::stats::{PortStatsSnapshot, UplinkQueueSnapshot};
 use crate::PortId;
@@ -308,6 +309,7 @@ impl Worker {
                 ("uplink-queue", u.ifname().to_string(), None, true, true)
             }
             Port::Uplink(u) => ("uplink", u.ifname().to_string(), None, true, true),
+            Port::Vxlan(v) => ("vxlan", v.describe(), None, true, true),
         };
         Some(PortInfo {
             name: s.name.clone(),
@@ -342,6 +344,10 @@ impl Worker {
             },
             stats: PortStatsSnapshot {
                 uplink_queues: queues,
+                vteps: match &s.port {
+                    Port::Vxlan(v) => v.vteps(),
+                    _ => Vec::new(),
+                },
                 ..s.stats.snapshot()
             },
         })
@@ -392,6 +398,12 @@ impl Worker {
                     ..UplinkOptions::default()
                 };
                 Port::Uplink(UplinkPort::open(ifname, &opts).map_err(|x| e(&x))?)
+            }
+            PortKind::Vxlan => {
+                let opts = spec
+                    .vxlan_options()
+                    .ok_or("a vxlan port needs `vni` and `local`")?;
+                Port::Vxlan(VxlanPort::open(opts).map_err(|x| e(&x))?)
             }
         };
         let slot = self.dp.add(id, spec.name.clone(), policy, policies, port);
