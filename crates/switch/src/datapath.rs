@@ -750,7 +750,7 @@ impl Datapath {
     }
 
     /// Resets a port after an error: counts it, says why once in the log,
-    /// and restarts it ([`Datapath::restart`]).
+    /// and restarts it (`Datapath::restart`).
     pub fn reset(&mut self, idx: usize, now: Instant, why: &dyn std::fmt::Display) {
         let Some(s) = self.slots.get_mut(idx).and_then(Option::as_mut) else {
             return;

@@ -94,6 +94,8 @@ pub struct EgressInfo {
 }
 
 /// Requests to the worker; each carries where to answer.
+// One per control request: the size of the largest variant (a port spec) does not matter.
+#[allow(clippy::large_enum_variant)]
 pub enum Command {
     /// Add a port with this identity.
     Add(PortSpec, crate::PortId, Sender<Result<PortInfo, String>>),

@@ -110,7 +110,7 @@ struct Count {
 /// `off` in the receive buffer, a zeroed 12-byte virtio-net header first.
 #[derive(Debug, Clone, Copy)]
 pub struct RxFrame {
-    /// Offset in [`VxlanRx::buf`].
+    /// Offset in the receive buffer ([`VxlanRx::frame`] reads it).
     pub off: usize,
     /// Length, virtio-net header included.
     pub len: usize,

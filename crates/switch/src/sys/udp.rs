@@ -207,12 +207,12 @@ pub fn recv_batch(
     let mut iovs: [libc::iovec; MAX_BATCH] = unsafe { std::mem::zeroed() };
     // SAFETY: as above.
     let mut msgs: [libc::mmsghdr; MAX_BATCH] = unsafe { std::mem::zeroed() };
-    let base = buf.as_mut_ptr();
-    for k in 0..n {
-        iovs[k] = libc::iovec {
-            // SAFETY: k * slot + off < n * slot <= buf.len().
-            iov_base: unsafe { base.add(k * slot + off) }.cast(),
-            iov_len: slot - off,
+    // Each slot's room, disjoint and in bounds (n * slot <= buf.len()).
+    for (iov, room) in iovs.iter_mut().zip(buf.chunks_exact_mut(slot)).take(n) {
+        let room = &mut room[off..];
+        *iov = libc::iovec {
+            iov_base: room.as_mut_ptr().cast(),
+            iov_len: room.len(),
         };
     }
     for k in 0..n {
