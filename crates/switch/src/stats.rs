@@ -398,6 +398,34 @@ pub fn prometheus(ports: &[(String, PortStatsSnapshot)]) -> String {
         "counter",
         &mut uq(|q| q.kernel_drops).into_iter(),
     );
+    let vt = |f: fn(&crate::port::vxlan::VtepSnapshot) -> (u64, u64)| {
+        ports
+            .iter()
+            .flat_map(move |(p, s)| {
+                s.vteps.iter().flat_map(move |v| {
+                    let (i, o) = f(v);
+                    [("in", i), ("out", o)].map(|(d, n)| {
+                        (
+                            format!("port=\"{p}\",remote=\"{}\",direction=\"{d}\"", v.remote),
+                            n,
+                        )
+                    })
+                })
+            })
+            .collect::<Vec<_>>()
+    };
+    family(
+        "vtep_packets_total",
+        "VXLAN datagrams from (in) and to (out) a remote VTEP.",
+        "counter",
+        &mut vt(|v| (v.packets_in, v.packets_out)).into_iter(),
+    );
+    family(
+        "vtep_bytes_total",
+        "Inner frame bytes from (in) and to (out) a remote VTEP.",
+        "counter",
+        &mut vt(|v| (v.bytes_in, v.bytes_out)).into_iter(),
+    );
     let resets: Vec<(String, u64)> = ports
         .iter()
         .map(|(p, s)| (format!("port=\"{p}\""), s.resets))
@@ -433,6 +461,21 @@ mod tests {
             "vnio_switch_drops_total{port=\"vm1\",direction=\"rx\",reason=\"ring_full\"} 1\n"
         ));
         assert!(text.contains("# TYPE vnio_switch_bytes_total counter\n"));
+        let mut vx = s.snapshot();
+        vx.vteps.push(crate::port::vxlan::VtepSnapshot {
+            remote: "192.0.2.2".into(),
+            packets_in: 3,
+            bytes_in: 300,
+            packets_out: 4,
+            bytes_out: 400,
+        });
+        let text = prometheus(&[("vx".into(), vx)]);
+        assert!(text.contains(
+            "vnio_switch_vtep_packets_total{port=\"vx\",remote=\"192.0.2.2\",direction=\"out\"} 4\n"
+        ));
+        assert!(text.contains(
+            "vnio_switch_vtep_bytes_total{port=\"vx\",remote=\"192.0.2.2\",direction=\"in\"} 300\n"
+        ));
     }
 
     #[test]
