@@ -16,7 +16,12 @@
 //! mood hits all three; the medians and the ratios are printed. Root only
 //! (a network namespace of its own for the veth).
 //!
-//! `cargo run --release -p vnio-switch --example vxlan_cost [-- FRAME_LEN [SECONDS [ROUNDS]]]`
+//! `cargo run --release -p vnio-switch --example vxlan_cost [-- FRAME_LEN [SECONDS [ROUNDS [ONLY]]]]`
+//!
+//! ONLY (`vnic`, `uplink` or `vxlan`) runs one of them: for an instruction
+//! count of the switch's own part, without the kernel's, e.g.
+//! `valgrind --tool=callgrind --toggle-collect='*Datapath::poll*' ... 64 1 1 vxlan`
+//! divided by the frames it prints.
 
 use std::net::Ipv4Addr;
 use std::path::Path;
@@ -126,6 +131,7 @@ fn main() -> Result<(), Err> {
     let len: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(64);
     let secs: f64 = args.next().map(|a| a.parse()).transpose()?.unwrap_or(1.0);
     let rounds: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(5);
+    let only = args.next();
     if !vnio_lab::is_root() {
         println!("skip: needs root (a namespace with a veth)");
         return Ok(());
@@ -160,12 +166,13 @@ fn main() -> Result<(), Err> {
     let dir = std::env::temp_dir().join(format!("vnio-vxcost-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let d = dir.clone();
-    let result = ns.run(move || run(&d, len, secs, rounds).map_err(|e| e.to_string()))?;
+    let result =
+        ns.run(move || run(&d, len, secs, rounds, only.as_deref()).map_err(|e| e.to_string()))?;
     let _ = std::fs::remove_dir_all(&dir);
     result.map_err(Into::into)
 }
 
-fn run(dir: &Path, len: usize, secs: f64, rounds: usize) -> Result<(), Err> {
+fn run(dir: &Path, len: usize, secs: f64, rounds: usize, only: Option<&str>) -> Result<(), Err> {
     let up = UplinkPort::open("bx0", &UplinkOptions::default())?;
     let vx = VxlanPort::open(VxlanOptions {
         vni: 42,
@@ -199,7 +206,11 @@ fn run(dir: &Path, len: usize, secs: f64, rounds: usize) -> Result<(), Err> {
     let mut ns_per: [Vec<f64>; 3] = Default::default();
     let mut counts = [0u64; 3];
     for _ in 0..rounds {
-        for (k, (_, (dp, a, b))) in benches.iter_mut().enumerate() {
+        for (k, (name, (dp, a, b))) in benches.iter_mut().enumerate() {
+            if only.is_some_and(|o| o != *name) {
+                ns_per[k].push(f64::NAN);
+                continue;
+            }
             let (mut frames, mut in_switch) = (0u64, Duration::ZERO);
             let end = Instant::now() + Duration::from_secs_f64(secs);
             while Instant::now() < end {
@@ -227,6 +238,9 @@ fn run(dir: &Path, len: usize, secs: f64, rounds: usize) -> Result<(), Err> {
             ns_per[k].iter().map(|x| (x * 10.0).round() / 10.0).collect::<Vec<_>>(),
             counts[k],
         );
+    }
+    if only.is_some() {
+        return Ok(());
     }
     println!(
         "ratios: vxlan/vnic {:.2}, vxlan/uplink {:.2}, uplink/vnic {:.2}",

@@ -606,6 +606,52 @@ mod tests {
         assert_eq!(p.reserve(100, 0, &s), Err(DropReason::NoRoute));
     }
 
+    /// A flood goes to every remote from one encapsulation (head-end
+    /// replication); a unicast to one VTEP goes to it alone.
+    #[test]
+    fn floods_replicate_and_unicast_goes_to_one_vtep() {
+        let p1 = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let port = p1.local_addr().unwrap().port();
+        let Ok(p3) = UdpSocket::bind(("127.0.0.3", port)) else {
+            return;
+        };
+        let Ok(mut p) = VxlanPort::open(VxlanOptions {
+            vni: 7,
+            local: Ipv4Addr::new(127, 0, 0, 2),
+            remotes: vec![Ipv4Addr::new(127, 0, 0, 1), Ipv4Addr::new(127, 0, 0, 3)],
+            dstport: port,
+            ttl: None,
+            underlay_mtu: 1500,
+        }) else {
+            return;
+        };
+        let stats = QueueStats::default();
+        let frame = Tcp::default().build(false);
+        for to in [None, Some(Ipv4Addr::new(127, 0, 0, 3))] {
+            let fanout = if to.is_some() { 1 } else { p.fanout() };
+            p.reserve(frame.len(), fanout, &stats).unwrap();
+            p.slot()[..frame.len()].copy_from_slice(&frame);
+            p.commit(frame.len(), to);
+        }
+        p.flush(&stats);
+        let mut b = [0u8; 2048];
+        let mut got = [0usize; 2];
+        for (k, s) in [&p1, &p3].iter().enumerate() {
+            s.set_read_timeout(Some(std::time::Duration::from_millis(300)))
+                .unwrap();
+            while let Ok((n, _)) = s.recv_from(&mut b) {
+                let d = VxlanPacket::new_checked(&b[..n]).unwrap();
+                assert_eq!(VxlanRepr::parse(&d), Ok(VxlanRepr { vni: 7 }));
+                assert_eq!(d.payload(), &frame[..]);
+                got[k] += 1;
+            }
+        }
+        assert_eq!(got, [1, 2], "the flood to both, the unicast to .3 only");
+        let v = p.vteps();
+        assert_eq!((v[0].packets_out, v[1].packets_out), (1, 2));
+        assert_eq!(v.len(), 2, "no stranger seen: no others row");
+    }
+
     /// A port sends to a plain UDP socket standing in for a VTEP, which
     /// checks the encapsulation; datagrams back with the right and a wrong
     /// VNI come out as a frame and a `vni` drop.
