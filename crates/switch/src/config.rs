@@ -154,6 +154,8 @@ pub enum PortKind {
     Tap,
     /// A host interface through an AF_PACKET socket (`ifname` required).
     Uplink,
+    /// A VXLAN tunnel endpoint (`vni`, `local`, `remotes`; RFC 7348).
+    Vxlan,
 }
 
 /// One port (config file `[[port]]`, or the control socket's `port_add`).
@@ -244,6 +246,27 @@ pub struct PortSpec {
     /// switch's `fdb_port_limit`); a port to a LAN needs more than a vNIC.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fdb_limit: Option<u32>,
+    /// vxlan: the VXLAN network identifier (0-16777215).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vni: Option<u32>,
+    /// vxlan: the outer source address (the host's, on the underlay); the
+    /// port receives on it at `dstport`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local: Option<std::net::Ipv4Addr>,
+    /// vxlan: remote VTEPs that get broadcast, multicast and unknown
+    /// unicast (head-end replication); learned VTEPs get unicast.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub remotes: Vec<std::net::Ipv4Addr>,
+    /// vxlan: UDP port (default 4789).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dstport: Option<u16>,
+    /// vxlan: outer TTL (default: the kernel's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl: Option<u8>,
+    /// vxlan: the underlay's MTU (default 1500): inner frames longer than
+    /// this less 36 bytes are dropped (`too_big`), never fragmented.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub underlay_mtu: Option<usize>,
 }
 
 /// Validates egress settings (Mbit/s) into a policy (bit/s); 0 Mbit/s
@@ -434,6 +457,12 @@ impl PortSpec {
             capacity_mbps: None,
             direct: None,
             fdb_limit: None,
+            vni: None,
+            local: None,
+            remotes: Vec::new(),
+            dstport: None,
+            ttl: None,
+            underlay_mtu: None,
         }
     }
 
@@ -466,6 +495,103 @@ impl PortSpec {
         }
     }
 
+    /// A VXLAN port for `vni` sending from `local` and flooding to `remotes`, with defaults.
+    pub fn vxlan(
+        name: &str,
+        vni: u32,
+        local: std::net::Ipv4Addr,
+        remotes: &[std::net::Ipv4Addr],
+    ) -> Self {
+        Self {
+            kind: PortKind::Vxlan,
+            socket: None,
+            vni: Some(vni),
+            local: Some(local),
+            remotes: remotes.to_vec(),
+            ..Self::vhost_user(name, "", SocketMode::Server)
+        }
+    }
+
+    /// A VXLAN port's options (after [`PortSpec::policy`] accepted it).
+    pub fn vxlan_options(&self) -> Option<crate::port::vxlan::VxlanOptions> {
+        Some(crate::port::vxlan::VxlanOptions {
+            vni: self.vni?,
+            local: self.local?,
+            remotes: self.remotes.clone(),
+            dstport: self.dstport.unwrap_or(crate::wire::vxlan::DEFAULT_PORT),
+            ttl: self.ttl,
+            underlay_mtu: self
+                .underlay_mtu
+                .unwrap_or(crate::port::vxlan::DEFAULT_UNDERLAY_MTU),
+        })
+    }
+
+    fn check_vxlan(&self) -> Result<(), String> {
+        let any = self.vni.is_some()
+            || self.local.is_some()
+            || !self.remotes.is_empty()
+            || self.dstport.is_some()
+            || self.ttl.is_some()
+            || self.underlay_mtu.is_some();
+        if self.kind != PortKind::Vxlan {
+            return match any {
+                true => Err("`vni`, `local`, `remotes`, `dstport`, `ttl` and `underlay_mtu` apply to vxlan ports only".into()),
+                false => Ok(()),
+            };
+        }
+        if self.socket.is_some() || self.ifname.is_some() {
+            return Err(
+                "a vxlan port takes `vni`, `local` and `remotes`, not `socket` or `ifname`".into(),
+            );
+        }
+        match self.vni {
+            None => return Err("a vxlan port needs `vni`".into()),
+            Some(v) if v > crate::wire::vxlan::MAX_VNI => {
+                return Err("`vni` must be between 0 and 16777215".into())
+            }
+            Some(_) => {}
+        }
+        let Some(local) = self.local else {
+            return Err("a vxlan port needs `local` (the outer source IPv4 address)".into());
+        };
+        if local.is_unspecified() || local.is_multicast() {
+            return Err("`local` must be a unicast address of this host".into());
+        }
+        if self.remotes.len() > crate::port::vxlan::MAX_REMOTES {
+            return Err(format!(
+                "at most {} `remotes`",
+                crate::port::vxlan::MAX_REMOTES
+            ));
+        }
+        if self
+            .remotes
+            .iter()
+            .any(|r| r.is_unspecified() || r.is_multicast() || *r == local)
+        {
+            return Err("`remotes` must be unicast addresses other than `local`".into());
+        }
+        if self.dstport == Some(0) {
+            return Err("`dstport` cannot be 0".into());
+        }
+        if self
+            .underlay_mtu
+            .is_some_and(|m| !(576..=65535).contains(&m))
+        {
+            return Err("`underlay_mtu` must be between 576 and 65535".into());
+        }
+        let vnic_only = self.share.is_some()
+            || self.limit_mbps.is_some()
+            || self.reserve_mbps.is_some()
+            || self.uplink_queue.is_some()
+            || self.direct.is_some();
+        if vnic_only || self.offloads.is_some() {
+            return Err(
+                "a vxlan port has no uplink queue, egress policy, direct mode or offloads".into(),
+            );
+        }
+        Ok(())
+    }
+
     /// Validates and turns the forwarding part into a policy.
     pub fn policy(&self) -> Result<PortPolicy, ConfigError> {
         let err = |what: &str| ConfigError::Port {
@@ -481,6 +607,7 @@ impl PortSpec {
         if self.kind == PortKind::VhostUser && self.socket.is_none() {
             return Err(err("a vhost-user port needs `socket`"));
         }
+        self.check_vxlan().map_err(|w| err(&w))?;
         if self.kind == PortKind::Tap
             && (self.socket.is_some() || self.ifname.as_ref().unwrap_or(&self.name).len() >= 16)
         {
@@ -668,6 +795,43 @@ mod tests {
         assert_eq!(
             SwitchConfig::default().fdb_port_limit,
             crate::fdb::DEFAULT_PORT_LIMIT
+        );
+    }
+
+    #[test]
+    fn vxlan_ports_parse_and_check() {
+        let c = Config::parse(
+            r#"
+            [[port]]
+            name = "vx"
+            kind = "vxlan"
+            vni = 42
+            local = "10.0.0.1"
+            remotes = ["10.0.0.2", "10.0.0.3"]
+            ttl = 16
+            "#,
+        )
+        .unwrap();
+        let o = c.ports[0].vxlan_options().unwrap();
+        assert_eq!(
+            (o.vni, o.dstport, o.ttl, o.underlay_mtu),
+            (42, 4789, Some(16), 1500)
+        );
+        assert_eq!(o.remotes.len(), 2);
+        let base = "[[port]]\nname = \"vx\"\nkind = \"vxlan\"\n";
+        for bad in [
+            "local = \"10.0.0.1\"\n",
+            "vni = 16777216\nlocal = \"10.0.0.1\"\n",
+            "vni = 1\n",
+            "vni = 1\nlocal = \"10.0.0.1\"\nremotes = [\"10.0.0.1\"]\n",
+            "vni = 1\nlocal = \"10.0.0.1\"\nsocket = \"/s\"\n",
+            "vni = 1\nlocal = \"10.0.0.1\"\ndstport = 0\n",
+        ] {
+            assert!(Config::parse(&format!("{base}{bad}")).is_err(), "{bad}");
+        }
+        assert!(
+            Config::parse("[[port]]\nname = \"a\"\nkind = \"tap\"\nvni = 1\n").is_err(),
+            "vxlan keys on another kind"
         );
     }
 

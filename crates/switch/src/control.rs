@@ -10,6 +10,8 @@ use std::path::Path;
 use std::time::Duration;
 
 /// A request.
+// One per control message: the size of the largest variant (a port spec) does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum Request {

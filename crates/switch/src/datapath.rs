@@ -18,6 +18,7 @@ use crate::offload::{self, Caps, Reject, Work};
 use crate::port::tap::{self, TapPort};
 use crate::port::uplink::{self, UplinkPort};
 use crate::port::vhost_user::{ResetCause, VhostUserPort};
+use crate::port::vxlan::VxlanPort;
 use crate::port::{Watch, Watched};
 use crate::stats::{DropReason, PortStats};
 use crate::vhost_user::buffers::{self, Src};
@@ -49,6 +50,8 @@ pub enum Port {
     Tap(TapPort),
     /// A host interface through AF_PACKET.
     Uplink(UplinkPort),
+    /// A VXLAN tunnel endpoint: frames to and from remote VTEPs over UDP.
+    Vxlan(VxlanPort),
 }
 
 impl Port {
@@ -59,6 +62,10 @@ impl Port {
             // tun and AF_PACKET sockets hand any TCP GSO or partially
             // checksummed frame to the kernel, which completes it as needed.
             Port::Tap(_) | Port::Uplink(_) => Caps::ALL,
+            // A datagram carries a finished frame: TSO super-frames and
+            // partial checksums are completed in software before
+            // encapsulation (`deliver_soft`), as for a guest without offloads.
+            Port::Vxlan(_) => Caps::NONE,
         }
     }
 
@@ -69,6 +76,8 @@ impl Port {
             // The kernel sends what TUNSETOFFLOAD (tap) allowed, and a packet
             // socket passes the stack's own TCP GSO frames.
             Port::Tap(_) | Port::Uplink(_) => Caps::ALL,
+            // Received frames are as their sender finished them.
+            Port::Vxlan(_) => Caps::NONE,
         }
     }
 
@@ -77,6 +86,7 @@ impl Port {
             Port::VhostUser(p) => p.watched(out),
             Port::Tap(p) => p.watched(out),
             Port::Uplink(p) => p.watched(out),
+            Port::Vxlan(p) => p.watched(out),
         }
     }
 }
@@ -251,6 +261,12 @@ pub struct Datapath {
     /// included: how many receive chains a destination pops ahead when it
     /// runs out (one frame in flight pops one: no latency for the rest).
     rx_hint: usize,
+    /// The VTEP the frame being forwarded came from (a VXLAN port's frame):
+    /// its source address is learned behind it.
+    from_vtep: Option<std::net::Ipv4Addr>,
+    /// The VTEP the frame being delivered to a VXLAN port goes to: its
+    /// destination's, from the FDB; `None` floods to the port's remotes.
+    to_vtep: Option<std::net::Ipv4Addr>,
 }
 
 impl Datapath {
@@ -279,6 +295,8 @@ impl Datapath {
             seg: Some(vec![0u8; MAX_FRAME as usize].into_boxed_slice()),
             topo_gen: 0,
             rx_hint: 1,
+            from_vtep: None,
+            to_vtep: None,
         }
     }
 
@@ -765,7 +783,7 @@ impl Datapath {
         };
         match &mut s.port {
             Port::VhostUser(p) => p.reset(now),
-            Port::Tap(_) | Port::Uplink(_) => {}
+            Port::Tap(_) | Port::Uplink(_) | Port::Vxlan(_) => {}
         }
         s.rt.restart();
         let id = s.id;
@@ -866,6 +884,8 @@ impl Datapath {
                         next = Some(next.map_or(t, |n| n.min(t)));
                     }
                 }
+                // The round's datagrams leave in one sendmmsg.
+                Port::Vxlan(v) => v.flush(&s.stats.rx),
                 Port::Tap(_) => {}
             }
         }
@@ -937,6 +957,10 @@ impl Datapath {
                 t.on_readable();
                 return;
             }
+            Port::Vxlan(v) => {
+                v.on_readable();
+                return;
+            }
             // The rings are polled every round; readiness only woke the worker.
             Port::Uplink(_) => return,
         };
@@ -990,8 +1014,54 @@ impl Datapath {
             Some(Port::VhostUser(_)) => self.forward_from_vhost_user(i, now, budget),
             Some(Port::Tap(_)) => self.forward_from_tap(i, now, budget),
             Some(Port::Uplink(_)) => self.forward_from_uplink(i, now, budget),
+            Some(Port::Vxlan(_)) => self.forward_from_vxlan(i, now, budget),
             None => 0,
         }
+    }
+
+    /// Up to `budget` datagrams from a VXLAN port, read in batches and
+    /// switched in place from the port's receive slots; each inner frame's
+    /// source is learned behind the VTEP that sent it.
+    fn forward_from_vxlan(&mut self, i: usize, now: Instant, budget: usize) -> usize {
+        let mut n = 0;
+        while n < budget {
+            let taken = match self.slots[i].as_mut().map(|s| &mut s.port) {
+                Some(Port::Vxlan(v)) => v.take_rx(budget - n),
+                _ => None,
+            };
+            let Some(mut rx) = taken else { break };
+            let mut got = 0;
+            while let Some(r) = rx.next_frame() {
+                got += 1;
+                match r {
+                    Ok(f) => {
+                        let b = rx.frame(&f);
+                        self.from_vtep = Some(f.from);
+                        self.forward_frame(
+                            i,
+                            Src::Local(b),
+                            b.len() as u64,
+                            virtio_net::HEADER_LEN,
+                            now,
+                        );
+                        self.from_vtep = None;
+                    }
+                    Err(reason) => {
+                        if let Some(s) = &self.slots[i] {
+                            s.stats.tx.drop(reason);
+                        }
+                    }
+                }
+            }
+            if let Some(Port::Vxlan(v)) = self.slots[i].as_mut().map(|s| &mut s.port) {
+                v.put_rx(rx);
+            }
+            n += got;
+            if got == 0 {
+                break;
+            }
+        }
+        n
     }
 
     fn forward_from_tap(&mut self, i: usize, now: Instant, budget: usize) -> usize {
@@ -1284,6 +1354,11 @@ impl Datapath {
         };
         let src_id = me.id;
         let learn = me.needs_mac;
+        if let (Some(vtep), Some(vid)) = (self.from_vtep, me.policy.vlan.ingress(l2.tag)) {
+            // Before the decision (whose own learning keeps the VTEP): a
+            // new VTEP changes the generation, so no memo outlives it.
+            fdb.learn_remote(vid, l2.src, src_id, me.policy.fdb_limit, vtep, now);
+        }
         // A burst from one port is mostly one flow: the last decision holds
         // while its inputs are the same (addresses, tag, time, FDB, ports).
         let memo = me.rt.flow.filter(|m| {
@@ -1356,7 +1431,9 @@ impl Datapath {
                     if self.egress_wait(i, j, frame_len as usize) {
                         return Fwd::Wait;
                     }
+                    self.to_vtep = self.vtep_of(j, d.vid, l2.dst, now);
                     self.deliver_to(j, &frame, tagging, now);
+                    self.to_vtep = None;
                 } else if let Some(w) = self.remote.iter().find(|r| r.id == p).map(|r| r.worker) {
                     self.push_remote(i, w, Some(p), &frame, &d);
                 }
@@ -1571,7 +1648,12 @@ impl Datapath {
                 continue;
             }
             if let Some(tagging) = s.policy.vlan.egress(r.vid) {
+                if r.dest.is_some() {
+                    let dst = crate::wire::EthernetAddress::from_bytes(&bytes[..6]);
+                    self.to_vtep = self.vtep_of(j, r.vid, dst, now);
+                }
                 self.deliver_to(j, &frame, tagging, now);
+                self.to_vtep = None;
             }
             if r.dest.is_some() {
                 break;
@@ -1619,6 +1701,21 @@ impl Datapath {
         self.topo_gen += 1;
         self.remote.retain(|x| x.id != id);
         self.fdb.flush_port(id);
+    }
+
+    /// The VTEP behind VXLAN slot `j` that `dst` on `vid` was learned
+    /// behind (`None`: not a VXLAN port, or unknown there: flood its remotes).
+    fn vtep_of(
+        &self,
+        j: usize,
+        vid: u16,
+        dst: crate::wire::EthernetAddress,
+        now: Instant,
+    ) -> Option<std::net::Ipv4Addr> {
+        match self.slots[j].as_ref().map(|s| &s.port) {
+            Some(Port::Vxlan(_)) => self.fdb.remote(vid, dst, now),
+            _ => None,
+        }
     }
 
     /// Delivers a frame to slot `j`, doing in software the offload work the
@@ -1931,6 +2028,7 @@ impl Datapath {
             rx_chain,
             plan,
             rx_hint,
+            to_vtep,
             ..
         } = self;
         let Some(dst) = slots[j].as_mut() else {
@@ -1963,6 +2061,20 @@ impl Datapath {
                         },
                     ),
                     None => Err(DeliverError::Drop(DropReason::RingFull)),
+                }
+            }
+            Port::Vxlan(v) => {
+                // The inner frame goes into a send slot behind room for the
+                // UDP and VXLAN headers; no virtio-net header (its offloads
+                // were done in software: the port takes none).
+                let len = frame.egress_l2(tagging).1 + frame.rest().1 as usize;
+                let fanout = if to_vtep.is_some() { 1 } else { v.fanout() };
+                match v.reserve(len, fanout, &dst.stats.rx) {
+                    Ok(()) => deliver_local(v.slot(), 0, frame, tagging).map(|(n, bytes)| {
+                        v.commit(n, *to_vtep);
+                        bytes
+                    }),
+                    Err(r) => Err(DeliverError::Drop(r)),
                 }
             }
         };
@@ -2311,7 +2423,9 @@ fn deliver_local(
     if total > out.len() {
         return Err(DeliverError::Drop(DropReason::Malformed));
     }
-    let _ = f.egress_vhdr(l2_len, 0).emit(&mut out[..hl], hl);
+    if hl > 0 {
+        let _ = f.egress_vhdr(l2_len, 0).emit(&mut out[..hl], hl);
+    }
     out[hl..hl + l2_len].copy_from_slice(&l2[..l2_len]);
     let got = f.src.read(rest_off, &mut out[hl + l2_len..total]);
     if got != rest_len as usize {

@@ -34,6 +34,7 @@ use crate::wire::EthernetAddress;
 use crate::PortId;
 use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
+use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
 /// Default aging time, as in most bridges (Linux, OVS): 300 s.
@@ -58,6 +59,8 @@ fn key(vid: u16, mac: EthernetAddress) -> u64 {
 struct Entry {
     port: PortId,
     seen: Instant,
+    /// Behind a VXLAN port: the VTEP the address was last seen behind.
+    remote: Option<Ipv4Addr>,
 }
 
 /// What [`Fdb::learn`] did.
@@ -94,6 +97,9 @@ pub struct FdbEntry {
     pub port: PortId,
     /// Seconds since it was last seen.
     pub age_secs: u64,
+    /// The remote VTEP it is behind (addresses learned on a VXLAN port).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remote: Option<Ipv4Addr>,
 }
 
 impl serde::Serialize for EthernetAddress {
@@ -182,6 +188,8 @@ impl Fdb {
             // A move: the old port gives the address up.
             let old = std::mem::replace(&mut e.port, port);
             e.seen = now;
+            // A VTEP is a place behind one port only.
+            e.remote = None;
             uncount(&mut self.per_port, old);
             *self.per_port.entry(port).or_insert(0) += 1;
             self.generation += 1;
@@ -192,10 +200,53 @@ impl Fdb {
             self.full_misses += 1;
             return Learned::Full;
         }
-        self.map.insert(k, Entry { port, seen: now });
+        self.map.insert(
+            k,
+            Entry {
+                port,
+                seen: now,
+                remote: None,
+            },
+        );
         *self.per_port.entry(port).or_insert(0) += 1;
         self.generation += 1;
         Learned::Changed
+    }
+
+    /// Like [`Fdb::learn`], for an address seen behind remote VTEP
+    /// `remote` on (VXLAN) port `port`: a new VTEP is a change too. An
+    /// address the port may not learn (its limit) gets no VTEP either.
+    pub fn learn_remote(
+        &mut self,
+        vid: u16,
+        mac: EthernetAddress,
+        port: PortId,
+        limit: Option<u32>,
+        remote: Ipv4Addr,
+        now: Instant,
+    ) -> Learned {
+        let learned = self.learn(vid, mac, port, limit, now);
+        if !learned.is_learned() {
+            return learned;
+        }
+        match self.map.get_mut(&key(vid, mac)) {
+            Some(e) if e.remote != Some(remote) => {
+                e.remote = Some(remote);
+                self.generation += u64::from(learned == Learned::Refreshed);
+                Learned::Changed
+            }
+            _ => learned,
+        }
+    }
+
+    /// The VTEP `mac` on `vid` is behind, when it was learned on a VXLAN
+    /// port and has not aged out at `now`.
+    pub fn remote(&self, vid: u16, mac: EthernetAddress, now: Instant) -> Option<Ipv4Addr> {
+        let e = self.map.get(&key(vid, mac))?;
+        if now.saturating_duration_since(e.seen) > self.aging {
+            return None;
+        }
+        e.remote
     }
 
     /// The port `mac` on `vid` lives on, unless unknown or aged out at `now`.
@@ -275,6 +326,7 @@ impl Fdb {
                     mac: EthernetAddress::from_bytes(&b[2..8]),
                     port: e.port,
                     age_secs: now.saturating_duration_since(e.seen).as_secs(),
+                    remote: e.remote,
                 }
             })
             .collect();
@@ -378,7 +430,8 @@ mod tests {
                 vid: 1,
                 mac: mac(2),
                 port: PortId(2),
-                age_secs: 0
+                age_secs: 0,
+                remote: None,
             }]
         );
     }
@@ -485,5 +538,51 @@ mod tests {
         let g = Fdb::new(8192, DEFAULT_AGING);
         let k = key(1, mac(1));
         assert_ne!(f.map.hasher().hash_one(k), g.map.hasher().hash_one(k));
+    }
+
+    #[test]
+    fn remote_vteps_are_learned_moved_and_aged_with_the_address() {
+        let t0 = Instant::now();
+        let mut f = Fdb::new(16, Duration::from_secs(10));
+        let (a, b) = (Ipv4Addr::new(192, 0, 2, 1), Ipv4Addr::new(192, 0, 2, 2));
+        assert_eq!(
+            f.learn_remote(1, mac(1), PortId(3), None, a, t0),
+            Learned::Changed
+        );
+        assert_eq!(f.lookup(1, mac(1), t0), Some(PortId(3)));
+        assert_eq!(f.remote(1, mac(1), t0), Some(a));
+        let g = f.generation();
+        assert_eq!(
+            f.learn_remote(1, mac(1), PortId(3), None, a, t0),
+            Learned::Refreshed,
+            "a refresh"
+        );
+        assert_eq!(
+            f.learn(1, mac(1), PortId(3), None, t0),
+            Learned::Refreshed,
+            "the decision's own learning keeps the VTEP"
+        );
+        assert_eq!((f.generation(), f.remote(1, mac(1), t0)), (g, Some(a)));
+        assert_eq!(
+            f.learn_remote(1, mac(1), PortId(3), None, b, t0),
+            Learned::Changed,
+            "moved to another VTEP"
+        );
+        assert!(f.generation() > g);
+        assert_eq!(f.remote(1, mac(1), t0), Some(b));
+        assert_eq!(f.entries(t0)[0].remote, Some(b));
+        assert_eq!(
+            f.learn(1, mac(1), PortId(4), None, t0),
+            Learned::Changed,
+            "moved off the VXLAN port"
+        );
+        assert_eq!(f.remote(1, mac(1), t0), None);
+        f.learn_remote(1, mac(2), PortId(3), None, a, t0);
+        assert_eq!(
+            f.remote(1, mac(2), t0 + Duration::from_secs(11)),
+            None,
+            "aged"
+        );
+        assert_eq!(f.age(t0 + Duration::from_secs(11)), 2);
     }
 }

@@ -39,11 +39,17 @@ pub enum DropReason {
     /// sending from too many addresses shows, with its reason, where
     /// operators look.
     FdbLimit,
+    /// VXLAN: a datagram whose header lacks the I flag or names another VNI.
+    Vni,
+    /// Longer than the destination carries: a frame that would not fit the
+    /// VXLAN underlay's MTU once encapsulated (never fragmented), or a
+    /// datagram larger than the port's receive slots.
+    TooBig,
 }
 
 impl DropReason {
     /// Every reason, in counter order.
-    pub const ALL: [DropReason; 8] = [
+    pub const ALL: [DropReason; 10] = [
         DropReason::RingFull,
         DropReason::BadDescriptor,
         DropReason::NoRoute,
@@ -52,6 +58,8 @@ impl DropReason {
         DropReason::Malformed,
         DropReason::Offload,
         DropReason::FdbLimit,
+        DropReason::Vni,
+        DropReason::TooBig,
     ];
 
     /// The label used in JSON and Prometheus output.
@@ -65,6 +73,8 @@ impl DropReason {
             DropReason::Malformed => "malformed",
             DropReason::Offload => "offload",
             DropReason::FdbLimit => "fdb_limit",
+            DropReason::Vni => "vni",
+            DropReason::TooBig => "too_big",
         }
     }
 
@@ -182,6 +192,7 @@ impl PortStats {
             resets: self.resets.load(Ordering::Relaxed),
             connections: self.connections.load(Ordering::Relaxed),
             uplink_queues: Vec::new(),
+            vteps: Vec::new(),
         }
     }
 }
@@ -233,6 +244,9 @@ pub struct PortStatsSnapshot {
     /// An uplink's receive queues (empty for other ports).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub uplink_queues: Vec<UplinkQueueSnapshot>,
+    /// A VXLAN port's remote VTEPs (empty for other ports).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub vteps: Vec<crate::port::vxlan::VtepSnapshot>,
 }
 
 /// Counters of one uplink receive queue.
@@ -392,6 +406,34 @@ pub fn prometheus(ports: &[(String, PortStatsSnapshot)]) -> String {
         "counter",
         &mut uq(|q| q.kernel_drops).into_iter(),
     );
+    let vt = |f: fn(&crate::port::vxlan::VtepSnapshot) -> (u64, u64)| {
+        ports
+            .iter()
+            .flat_map(move |(p, s)| {
+                s.vteps.iter().flat_map(move |v| {
+                    let (i, o) = f(v);
+                    [("in", i), ("out", o)].map(|(d, n)| {
+                        (
+                            format!("port=\"{p}\",remote=\"{}\",direction=\"{d}\"", v.remote),
+                            n,
+                        )
+                    })
+                })
+            })
+            .collect::<Vec<_>>()
+    };
+    family(
+        "vtep_packets_total",
+        "VXLAN datagrams from (in) and to (out) a remote VTEP.",
+        "counter",
+        &mut vt(|v| (v.packets_in, v.packets_out)).into_iter(),
+    );
+    family(
+        "vtep_bytes_total",
+        "Inner frame bytes from (in) and to (out) a remote VTEP.",
+        "counter",
+        &mut vt(|v| (v.bytes_in, v.bytes_out)).into_iter(),
+    );
     let resets: Vec<(String, u64)> = ports
         .iter()
         .map(|(p, s)| (format!("port=\"{p}\""), s.resets))
@@ -427,6 +469,21 @@ mod tests {
             "vnio_switch_drops_total{port=\"vm1\",direction=\"rx\",reason=\"ring_full\"} 1\n"
         ));
         assert!(text.contains("# TYPE vnio_switch_bytes_total counter\n"));
+        let mut vx = s.snapshot();
+        vx.vteps.push(crate::port::vxlan::VtepSnapshot {
+            remote: "192.0.2.2".into(),
+            packets_in: 3,
+            bytes_in: 300,
+            packets_out: 4,
+            bytes_out: 400,
+        });
+        let text = prometheus(&[("vx".into(), vx)]);
+        assert!(text.contains(
+            "vnio_switch_vtep_packets_total{port=\"vx\",remote=\"192.0.2.2\",direction=\"out\"} 4\n"
+        ));
+        assert!(text.contains(
+            "vnio_switch_vtep_bytes_total{port=\"vx\",remote=\"192.0.2.2\",direction=\"in\"} 300\n"
+        ));
     }
 
     #[test]

@@ -14,6 +14,7 @@ use crate::mesh::{Doorbell, PeerSetup, RemotePort, WorkerId};
 use crate::port::tap::TapPort;
 use crate::port::uplink::{UplinkOptions, UplinkPort};
 use crate::port::vhost_user::VhostUserPort;
+use crate::port::vxlan::VxlanPort;
 use crate::port::{SocketMode, Watch, Watched};
 use crate::stats::{PortStatsSnapshot, UplinkQueueSnapshot};
 use crate::PortId;
@@ -93,6 +94,8 @@ pub struct EgressInfo {
 }
 
 /// Requests to the worker; each carries where to answer.
+// One per control request: the size of the largest variant (a port spec) does not matter.
+#[allow(clippy::large_enum_variant)]
 pub enum Command {
     /// Add a port with this identity.
     Add(PortSpec, crate::PortId, Sender<Result<PortInfo, String>>),
@@ -310,6 +313,7 @@ impl Worker {
                 ("uplink-queue", u.ifname().to_string(), None, true, true)
             }
             Port::Uplink(u) => ("uplink", u.ifname().to_string(), None, true, true),
+            Port::Vxlan(v) => ("vxlan", v.describe(), None, true, true),
         };
         Some(PortInfo {
             name: s.name.clone(),
@@ -344,6 +348,10 @@ impl Worker {
             },
             stats: PortStatsSnapshot {
                 uplink_queues: queues,
+                vteps: match &s.port {
+                    Port::Vxlan(v) => v.vteps(),
+                    _ => Vec::new(),
+                },
                 ..s.stats.snapshot()
             },
         })
@@ -394,6 +402,12 @@ impl Worker {
                     ..UplinkOptions::default()
                 };
                 Port::Uplink(UplinkPort::open(ifname, &opts).map_err(|x| e(&x))?)
+            }
+            PortKind::Vxlan => {
+                let opts = spec
+                    .vxlan_options()
+                    .ok_or("a vxlan port needs `vni` and `local`")?;
+                Port::Vxlan(VxlanPort::open(opts).map_err(|x| e(&x))?)
             }
         };
         let slot = self.dp.add(id, spec.name.clone(), policy, policies, port);

@@ -6,6 +6,7 @@
 pub mod tap;
 pub mod uplink;
 pub mod vhost_user;
+pub mod vxlan;
 
 use serde::{Deserialize, Serialize};
 use std::os::fd::RawFd;

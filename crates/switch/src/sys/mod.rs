@@ -15,5 +15,6 @@ pub mod scm;
 pub mod sigbus;
 pub mod spsc;
 pub mod tun;
+pub mod udp;
 pub mod wait;
 pub mod watchdog;

@@ -17,6 +17,7 @@ pub mod testing;
 pub mod udp;
 pub mod virtio_net;
 pub mod vlan;
+pub mod vxlan;
 
 pub use arp::{ArpOperation, ArpPacket, ArpRepr};
 pub use ethernet::{EtherType, EthernetAddress, EthernetFrame, EthernetRepr};
@@ -27,6 +28,7 @@ pub use tcp::TcpSegment;
 pub use udp::{UdpPacket, UdpRepr};
 pub use virtio_net::{VirtioNetHdr, VirtioNetHdrRepr};
 pub use vlan::{VlanHeader, VlanRepr};
+pub use vxlan::{VxlanPacket, VxlanRepr};
 
 /// Why a buffer is not a valid instance of a wire format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]

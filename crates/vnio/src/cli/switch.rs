@@ -49,13 +49,36 @@ enum Cmd {
 #[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum PortCmd {
-    /// Add a port (while others carry traffic): vhost-user (--socket), tap (--tap) or uplink (--uplink).
+    /// Add a port (while others carry traffic): vhost-user (--socket), tap (--tap), uplink (--uplink) or vxlan (--vxlan).
     Add {
         /// Port name.
         name: String,
         /// vhost-user socket path.
-        #[arg(long, required_unless_present_any = ["tap", "uplink"], conflicts_with_all = ["tap", "uplink"])]
+        #[arg(long, required_unless_present_any = ["tap", "uplink", "vxlan"], conflicts_with_all = ["tap", "uplink", "vxlan"])]
         socket: Option<PathBuf>,
+        /// A VXLAN port with this VNI (RFC 7348; needs --local).
+        #[arg(long, value_name = "VNI", conflicts_with_all = ["tap", "uplink"], requires = "local")]
+        vxlan: Option<u32>,
+        /// vxlan: the outer source IPv4 address (received on at --dstport).
+        #[arg(long, value_name = "ADDR", requires = "vxlan")]
+        local: Option<std::net::Ipv4Addr>,
+        /// vxlan: remote VTEPs for broadcast and unknown unicast, comma-separated.
+        #[arg(
+            long = "remote",
+            value_name = "ADDR[,ADDR]",
+            value_delimiter = ',',
+            requires = "vxlan"
+        )]
+        remotes: Vec<std::net::Ipv4Addr>,
+        /// vxlan: UDP port [default: 4789].
+        #[arg(long, value_name = "PORT", requires = "vxlan")]
+        dstport: Option<u16>,
+        /// vxlan: outer TTL [default: the kernel's].
+        #[arg(long, requires = "vxlan")]
+        ttl: Option<u8>,
+        /// vxlan: the underlay MTU [default: 1500]; longer frames are dropped, not fragmented.
+        #[arg(long, value_name = "BYTES", requires = "vxlan")]
+        underlay_mtu: Option<usize>,
         /// An uplink port on this host interface (AF_PACKET).
         #[arg(long, value_name = "IFNAME", conflicts_with = "tap")]
         uplink: Option<String>,
@@ -261,6 +284,12 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
                 capacity_mbps,
                 direct,
                 offloads,
+                vxlan,
+                local,
+                remotes,
+                dstport,
+                ttl,
+                underlay_mtu,
             } => {
                 // The switch takes socket paths as absolute (it has its own
                 // working directory): a relative one is the caller's.
@@ -278,6 +307,8 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
                         PortKind::Tap
                     } else if uplink.is_some() {
                         PortKind::Uplink
+                    } else if vxlan.is_some() {
+                        PortKind::Vxlan
                     } else {
                         PortKind::VhostUser
                     },
@@ -304,6 +335,12 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
                     uplink_queue,
                     direct,
                     fdb_limit: policy.fdb_limit,
+                    vni: vxlan,
+                    local,
+                    remotes,
+                    dstport,
+                    ttl,
+                    underlay_mtu,
                 };
                 let v = client.request(&Request::PortAdd { port: spec })?;
                 if json {
@@ -363,16 +400,17 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
                 } else {
                     let rows: Vec<serde_json::Value> = serde_json::from_value(v)?;
                     println!(
-                        "{:>5}  {:<17}  {:>5}  {:>7}",
+                        "{:>5}  {:<17}  {:>5}  {:>7}  VTEP",
                         "VLAN", "MAC", "PORT", "AGE(s)"
                     );
                     for r in rows {
                         println!(
-                            "{:>5}  {:<17}  {:>5}  {:>7}",
+                            "{:>5}  {:<17}  {:>5}  {:>7}  {}",
                             r["vid"],
                             r["mac"].as_str().unwrap_or(""),
                             r["port"],
-                            r["age_secs"]
+                            r["age_secs"],
+                            r["remote"].as_str().unwrap_or("-")
                         );
                     }
                 }
@@ -494,6 +532,20 @@ fn print_stats(m: &std::collections::BTreeMap<String, PortStatsSnapshot>) {
                 q.packets,
                 q.bytes,
                 q.kernel_drops
+            );
+        }
+        for v in &s.vteps {
+            println!(
+                "  vtep {:<15} in packets {:>10} bytes {:>12}  out packets {:>10} bytes {:>12}",
+                if v.remote == "0.0.0.0" {
+                    "(others)"
+                } else {
+                    &v.remote
+                },
+                v.packets_in,
+                v.bytes_in,
+                v.packets_out,
+                v.bytes_out
             );
         }
     }
