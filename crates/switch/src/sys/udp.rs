@@ -180,7 +180,7 @@ pub fn send_batch(fd: RawFd, buf: &[u8], out: &[Outgoing]) -> io::Result<usize> 
     }
     // SAFETY: `msgs[..n]` point at `addrs` and `iovs`, which point into
     // `buf` (read only by the kernel); all live for the call.
-    let r = unsafe { libc::sendmmsg(fd, msgs.as_mut_ptr(), n as u32, libc::MSG_DONTWAIT) };
+    let r = unsafe { libc::sendmmsg(fd, msgs.as_mut_ptr(), n as u32, libc::MSG_DONTWAIT as _) };
     if r < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -228,7 +228,7 @@ pub fn recv_batch(
             fd,
             msgs.as_mut_ptr(),
             n as u32,
-            libc::MSG_DONTWAIT,
+            libc::MSG_DONTWAIT as _,
             std::ptr::null_mut(),
         )
     };
