@@ -1,0 +1,152 @@
+//! Unit tests of [`super`] (config.rs).
+use super::*;
+use crate::vlan::VlanMode;
+
+#[test]
+fn parses_a_full_file() {
+    let c = Config::parse(
+        r#"
+        [switch]
+        control = "/tmp/sw.sock"
+        aging_secs = 60
+
+        [[port]]
+        name = "vm1"
+        kind = "vhost-user"
+        socket = "/tmp/vm1.sock"
+        vlan = 10
+        mac = "02:00:00:00:00:01"
+        spoof_guard = true
+
+        [[port]]
+        name = "up"
+        kind = "vhost-user"
+        socket = "/tmp/up.sock"
+        mode = "client"
+        trunk = [10, 20]
+        native_vlan = 10
+        coalesce = "static:16:50"
+        lro = false
+        tx_poll_budget = 1000
+
+        [[port]]
+        name = "fast"
+        kind = "vhost-user"
+        socket = "/tmp/fast.sock"
+        latency = "high"
+        core = 1
+        "#,
+    )
+    .unwrap();
+    let sw = &c.switch;
+    let p0 = c.ports[0].policies(sw);
+    assert_eq!(p0.coalesce, Coalesce::default());
+    assert!(p0.lro);
+    assert_eq!(p0.tx_poll_budget, sw.idle_polls);
+    let p1 = c.ports[1].policies(sw);
+    assert_eq!(p1.coalesce.to_string(), "static:16:50");
+    assert_eq!((p1.lro, p1.tx_poll_budget), (false, 1000));
+    let p2 = c.ports[2].policies(sw);
+    assert_eq!((p2.latency, p2.core), (Latency::High, Some(1)));
+    assert_eq!(p2.effective_coalesce(), Coalesce::Off);
+    assert!(!p2.effective_lro());
+    assert_eq!(c.switch.control, PathBuf::from("/tmp/sw.sock"));
+    assert_eq!(c.switch.aging(), Duration::from_secs(60));
+    assert_eq!(c.switch.budget, 64);
+    let p = c.ports[0].policy().unwrap();
+    assert_eq!(p.vlan, VlanMode::Access { vid: 10 });
+    assert_eq!(p.spoof_guard, Some("02:00:00:00:00:01".parse().unwrap()));
+    assert_eq!(c.ports[1].mode, SocketMode::Client);
+    assert!(matches!(
+        c.ports[1].policy().unwrap().vlan,
+        VlanMode::Trunk {
+            native: Some(10),
+            ..
+        }
+    ));
+}
+
+#[test]
+fn parses_fdb_limits() {
+    let c = Config::parse(
+        "[switch]\nfdb_port_limit = 16\n[[port]]\nname = \"a\"\nkind = \"vhost-user\"\nsocket = \"/s\"\nfdb_limit = 4096\n",
+    )
+    .unwrap();
+    assert_eq!(c.switch.fdb_port_limit, 16);
+    assert_eq!(c.ports[0].policy().unwrap().fdb_limit, Some(4096));
+    assert_eq!(
+        SwitchConfig::default().fdb_port_limit,
+        crate::fdb::DEFAULT_PORT_LIMIT
+    );
+}
+
+#[test]
+fn vxlan_ports_parse_and_check() {
+    let c = Config::parse(
+        r#"
+        [[port]]
+        name = "vx"
+        kind = "vxlan"
+        vni = 42
+        local = "10.0.0.1"
+        remotes = ["10.0.0.2", "10.0.0.3"]
+        ttl = 16
+        "#,
+    )
+    .unwrap();
+    let o = c.ports[0].vxlan_options().unwrap();
+    assert_eq!(
+        (o.vni, o.dstport, o.ttl, o.underlay_mtu),
+        (42, 4789, Some(16), 1500)
+    );
+    assert_eq!(o.remotes.len(), 2);
+    let base = "[[port]]\nname = \"vx\"\nkind = \"vxlan\"\n";
+    for bad in [
+        "local = \"10.0.0.1\"\n",
+        "vni = 16777216\nlocal = \"10.0.0.1\"\n",
+        "vni = 1\n",
+        "vni = 1\nlocal = \"10.0.0.1\"\nremotes = [\"10.0.0.1\"]\n",
+        "vni = 1\nlocal = \"10.0.0.1\"\nsocket = \"/s\"\n",
+        "vni = 1\nlocal = \"10.0.0.1\"\ndstport = 0\n",
+    ] {
+        assert!(Config::parse(&format!("{base}{bad}")).is_err(), "{bad}");
+    }
+    assert!(
+        Config::parse("[[port]]\nname = \"a\"\nkind = \"tap\"\nvni = 1\n").is_err(),
+        "vxlan keys on another kind"
+    );
+}
+
+#[test]
+fn rejects_bad_ports() {
+    assert!(
+        Config::parse("[[port]]\nname = \"a\"\nkind = \"vhost-user\"\n").is_err(),
+        "no socket"
+    );
+    assert!(Config::parse(
+        "[[port]]\nname = \"a\"\nkind = \"vhost-user\"\nsocket = \"/s\"\nspoof_guard = true\n"
+    )
+    .is_err());
+    assert!(Config::parse(
+        "[[port]]\nname = \"a\"\nkind = \"vhost-user\"\nsocket = \"/s\"\nvlan = 5000\n"
+    )
+    .is_err());
+    assert!(
+        Config::parse("[switch]\nbogus = 1\n").is_err(),
+        "unknown keys are refused"
+    );
+    let err = Config::parse(
+        "[[port]]\nname = \"a\"\nkind = \"vhost-user\"\nsocket = \"/s\"\ncoalesce = \"sometimes\"\n",
+    )
+    .unwrap_err();
+    assert!(
+        crate::error_chain(&err).contains("expected off, static"),
+        "{}",
+        crate::error_chain(&err)
+    );
+    assert!(Config::parse(
+        "[[port]]\nname = \"a\"\nkind = \"vhost-user\"\nsocket = \"/s\"\ncore = 1\n"
+    )
+    .is_err());
+    assert!(Config::parse("[[port]]\nname = \"t\"\nkind = \"tap\"\nlatency = \"high\"\n").is_err());
+}

@@ -1,0 +1,103 @@
+//! The `[[port]]` keys of a VXLAN port: construction, the options the
+//! port opens with, and their checks.
+
+use super::{PortKind, PortSpec, SocketMode};
+
+impl PortSpec {
+    /// A VXLAN port for `vni` sending from `local` and flooding to `remotes`, with defaults.
+    pub fn vxlan(
+        name: &str,
+        vni: u32,
+        local: std::net::Ipv4Addr,
+        remotes: &[std::net::Ipv4Addr],
+    ) -> Self {
+        Self {
+            kind: PortKind::Vxlan,
+            socket: None,
+            vni: Some(vni),
+            local: Some(local),
+            remotes: remotes.to_vec(),
+            ..Self::vhost_user(name, "", SocketMode::Server)
+        }
+    }
+
+    /// A VXLAN port's options (after [`PortSpec::policy`] accepted it).
+    pub fn vxlan_options(&self) -> Option<crate::port::vxlan::VxlanOptions> {
+        Some(crate::port::vxlan::VxlanOptions {
+            vni: self.vni?,
+            local: self.local?,
+            remotes: self.remotes.clone(),
+            dstport: self.dstport.unwrap_or(crate::wire::vxlan::DEFAULT_PORT),
+            ttl: self.ttl,
+            underlay_mtu: self
+                .underlay_mtu
+                .unwrap_or(crate::port::vxlan::DEFAULT_UNDERLAY_MTU),
+        })
+    }
+
+    pub(super) fn check_vxlan(&self) -> Result<(), String> {
+        let any = self.vni.is_some()
+            || self.local.is_some()
+            || !self.remotes.is_empty()
+            || self.dstport.is_some()
+            || self.ttl.is_some()
+            || self.underlay_mtu.is_some();
+        if self.kind != PortKind::Vxlan {
+            return match any {
+                true => Err("`vni`, `local`, `remotes`, `dstport`, `ttl` and `underlay_mtu` apply to vxlan ports only".into()),
+                false => Ok(()),
+            };
+        }
+        if self.socket.is_some() || self.ifname.is_some() {
+            return Err(
+                "a vxlan port takes `vni`, `local` and `remotes`, not `socket` or `ifname`".into(),
+            );
+        }
+        match self.vni {
+            None => return Err("a vxlan port needs `vni`".into()),
+            Some(v) if v > crate::wire::vxlan::MAX_VNI => {
+                return Err("`vni` must be between 0 and 16777215".into())
+            }
+            Some(_) => {}
+        }
+        let Some(local) = self.local else {
+            return Err("a vxlan port needs `local` (the outer source IPv4 address)".into());
+        };
+        if local.is_unspecified() || local.is_multicast() {
+            return Err("`local` must be a unicast address of this host".into());
+        }
+        if self.remotes.len() > crate::port::vxlan::MAX_REMOTES {
+            return Err(format!(
+                "at most {} `remotes`",
+                crate::port::vxlan::MAX_REMOTES
+            ));
+        }
+        if self
+            .remotes
+            .iter()
+            .any(|r| r.is_unspecified() || r.is_multicast() || *r == local)
+        {
+            return Err("`remotes` must be unicast addresses other than `local`".into());
+        }
+        if self.dstport == Some(0) {
+            return Err("`dstport` cannot be 0".into());
+        }
+        if self
+            .underlay_mtu
+            .is_some_and(|m| !(576..=65535).contains(&m))
+        {
+            return Err("`underlay_mtu` must be between 576 and 65535".into());
+        }
+        let vnic_only = self.share.is_some()
+            || self.limit_mbps.is_some()
+            || self.reserve_mbps.is_some()
+            || self.uplink_queue.is_some()
+            || self.direct.is_some();
+        if vnic_only || self.offloads.is_some() {
+            return Err(
+                "a vxlan port has no uplink queue, egress policy, direct mode or offloads".into(),
+            );
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,273 @@
+//! Unit tests of [`super`] (queue.rs).
+use super::*;
+use crate::endpoint::ring::{DriverRing, RingLayout};
+use crate::stats::QueueStats;
+use crate::vhost_user::protocol::MemoryRegion;
+use std::io::Read;
+use vm_memory::{Bytes, GuestMemoryMmap};
+
+const SIZE: u16 = 8;
+
+/// Device and driver sides of one queue over the same memfd.
+fn pair(event_idx: bool, writable: bool) -> (ActiveQueue, DriverRing, GuestMemoryMmap, File) {
+    let layout = RingLayout::at(0, SIZE, 256);
+    let size = layout.end().div_ceil(4096) * 4096;
+    let f = crate::sys::memfd::create("queue-test", size).unwrap();
+    let driver_mem = GuestMemoryMmap::<()>::from_ranges_with_files([(
+        GuestAddress(0),
+        size as usize,
+        Some(vm_memory::FileOffset::new(f.try_clone().unwrap(), 0)),
+    )])
+    .unwrap();
+    let region = MemoryRegion {
+        guest_phys_addr: 0,
+        memory_size: size,
+        userspace_addr: 0,
+        mmap_offset: 0,
+    };
+    let dev_mem = Arc::new(
+        GuestMem::from_table(
+            vec![(region, f.try_clone().unwrap())],
+            crate::vhost_user::memory::DEFAULT_MAX_MEMORY,
+        )
+        .unwrap(),
+    );
+    let ring = DriverRing::new(&driver_mem, layout, event_idx);
+    let call = crate::sys::memfd::create("not-an-eventfd", 0).unwrap();
+    let addrs = RingAddrs {
+        desc: GuestAddress(layout.desc),
+        avail: GuestAddress(layout.avail),
+        used: GuestAddress(layout.used),
+    };
+    let q = ActiveQueue::start(
+        dev_mem,
+        SIZE,
+        addrs,
+        0,
+        event_idx,
+        Some(call.try_clone().unwrap()),
+        writable,
+    )
+    .unwrap();
+    (q, ring, driver_mem, call)
+}
+
+fn calls(f: &File) -> u64 {
+    // The stand-in for the call eventfd is a plain file: each signal appends 8 bytes.
+    let mut v = Vec::new();
+    let mut r = f.try_clone().unwrap();
+    std::io::Seek::rewind(&mut r).unwrap();
+    r.read_to_end(&mut v).unwrap();
+    v.len() as u64 / 8
+}
+
+#[test]
+fn pop_use_and_reap_round_trip() {
+    let (mut q, mut ring, mem, _call) = pair(false, false);
+    assert!(q.pop().unwrap().is_none(), "nothing offered yet");
+    for len in [60u32, 61, 62] {
+        let id = ring.take().unwrap();
+        ring.publish(&mem, id, len, false);
+    }
+    assert!(q.has_available().unwrap());
+    let mut heads = Vec::new();
+    while let Some(c) = q.pop().unwrap() {
+        heads.push((c.head, c.len()));
+        q.add_used(c.head, 0).unwrap();
+    }
+    assert_eq!(
+        heads.iter().map(|h| h.1).collect::<Vec<_>>(),
+        vec![60, 61, 62]
+    );
+    assert_eq!(q.next_avail(), 3);
+    assert!(
+        ring.reap(&mem).is_none(),
+        "used elements are published per batch"
+    );
+    q.flush();
+    let mut reaped = Vec::new();
+    while let Some((id, _)) = ring.reap(&mem) {
+        reaped.push(id);
+        ring.release(id);
+    }
+    assert_eq!(reaped, heads.iter().map(|h| h.0).collect::<Vec<_>>());
+}
+
+#[test]
+fn bursts_pop_in_order_up_to_the_limit_and_give_back() {
+    let (mut q, mut ring, mem, _call) = pair(false, false);
+    let mut b = Burst::new();
+    q.pop_burst(&mut b, BURST).unwrap();
+    assert!(b.is_empty(), "nothing offered yet");
+    ring.stage();
+    let mut ids = Vec::new();
+    for len in 60..66u32 {
+        let id = ring.take().unwrap();
+        ring.publish(&mem, id, len, false);
+        ids.push(id);
+    }
+    ring.flush(&mem);
+    q.pop_burst(&mut b, 4).unwrap();
+    assert_eq!(b.len(), 4, "no more than asked for");
+    for (k, &id) in ids.iter().enumerate().take(4) {
+        let (head, segs, len) = b.chain(k);
+        assert_eq!(head, id);
+        assert_eq!(len, 60 + k as u64);
+        assert_eq!(segs.len(), 1);
+        assert_eq!(segs[0].addr, ring.layout.buffer(head).0);
+    }
+    // The last two go back and come again, after the two not taken yet.
+    q.unpop_n(2);
+    q.pop_burst(&mut b, BURST).unwrap();
+    assert_eq!(
+        (0..b.len()).map(|k| b.chain(k).0).collect::<Vec<_>>(),
+        ids[2..].to_vec()
+    );
+    assert_eq!(q.next_avail(), 6);
+}
+
+#[test]
+fn a_bad_chain_ends_a_burst_after_the_good_ones() {
+    let (mut q, mut ring, mem, _call) = pair(false, false);
+    ring.stage();
+    for _ in 0..3 {
+        let id = ring.take().unwrap();
+        ring.publish(&mem, id, 64, false);
+    }
+    ring.flush(&mem);
+    // The third chain's buffer is moved outside guest memory.
+    let third = mem
+        .read_obj::<u16>(GuestAddress(ring.layout.avail + 4 + 2 * 2))
+        .unwrap();
+    mem.write_obj(
+        1u64 << 40,
+        GuestAddress(ring.layout.desc + 16 * u64::from(third)),
+    )
+    .unwrap();
+    let mut b = Burst::new();
+    assert!(matches!(
+        q.pop_burst(&mut b, BURST),
+        Err(ChainError::OutOfMemory { .. })
+    ));
+    assert_eq!(b.len(), 2, "the chains before the bad one are kept");
+}
+
+#[test]
+fn chains_taken_ahead_come_back_whole() {
+    let (mut q, mut ring, mem, _call) = pair(false, true);
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let id = ring.take().unwrap();
+        ring.publish(&mem, id, 256, true);
+        ids.push(id);
+    }
+    let mut c = Chain::new();
+    assert!(q.take(&mut c, BURST).unwrap());
+    assert_eq!((c.head, c.len()), (ids[0], 256));
+    assert_eq!(q.next_avail(), 3, "the three were popped at once");
+    // Given back: taken again, in order.
+    q.untake(1);
+    assert!(q.take(&mut c, BURST).unwrap());
+    assert_eq!(c.head, ids[0]);
+    assert!(q.take(&mut c, BURST).unwrap());
+    assert_eq!(c.head, ids[1]);
+    // Two more offered: the third chain is still ahead, taken first.
+    for _ in 0..2 {
+        let id = ring.take().unwrap();
+        ring.publish(&mem, id, 256, true);
+        ids.push(id);
+    }
+    assert!(q.take(&mut c, BURST).unwrap());
+    assert_eq!(c.head, ids[2]);
+    assert!(q.take(&mut c, BURST).unwrap(), "a new burst");
+    assert_eq!(c.head, ids[3]);
+    // Back across the two bursts: what was not consumed is popped again.
+    q.untake(2);
+    assert_eq!(q.next_avail(), 2);
+    let taken: Vec<u16> = (0..3)
+        .map(|_| {
+            assert!(q.take(&mut c, BURST).unwrap());
+            c.head
+        })
+        .collect();
+    assert_eq!(taken, ids[2..].to_vec());
+    assert!(!q.take(&mut c, BURST).unwrap(), "nothing more offered");
+    // Stopping returns where the driver's chains stop being consumed.
+    q.untake(1);
+    assert_eq!(q.stop(), 4);
+}
+
+#[test]
+fn unpop_gives_the_chain_back() {
+    let (mut q, mut ring, mem, _call) = pair(false, true);
+    let id = ring.take().unwrap();
+    ring.publish(&mem, id, 256, true);
+    let c = q.pop().unwrap().unwrap();
+    q.unpop();
+    assert_eq!(q.pop().unwrap().unwrap().head, c.head);
+    assert!(q.pop().unwrap().is_none());
+}
+
+#[test]
+fn no_interrupt_flag_suppresses_calls() {
+    let (mut q, mut ring, mem, call) = pair(false, false);
+    let stats = QueueStats::default();
+    let id = ring.take().unwrap();
+    ring.publish(&mem, id, 64, false);
+    let c = q.pop().unwrap().unwrap();
+    q.add_used(c.head, 0).unwrap();
+    q.signal(&stats);
+    assert_eq!(calls(&call), 1);
+    q.signal(&stats);
+    assert_eq!(calls(&call), 1, "nothing new used: no call");
+    // The driver sets VRING_AVAIL_F_NO_INTERRUPT.
+    mem.write_obj(1u16, GuestAddress(ring.layout.avail))
+        .unwrap();
+    let id = ring.take().unwrap();
+    ring.publish(&mem, id, 64, false);
+    let c = q.pop().unwrap().unwrap();
+    q.add_used(c.head, 0).unwrap();
+    q.signal(&stats);
+    assert_eq!(calls(&call), 1, "suppressed");
+    assert_eq!(stats.notifications_sent.load(Ordering::Relaxed), 1);
+}
+
+#[test]
+fn event_idx_calls_only_when_used_event_is_passed() {
+    let (mut q, mut ring, mem, call) = pair(true, false);
+    let stats = QueueStats::default();
+    let used_event = GuestAddress(ring.layout.avail + 4 + 2 * u64::from(SIZE));
+    // The driver asks to be called once the used index passes 2.
+    mem.write_obj(2u16, used_event).unwrap();
+    for expected in [0u64, 0, 1, 1] {
+        let id = ring.take().unwrap();
+        ring.publish(&mem, id, 64, false);
+        let c = q.pop().unwrap().unwrap();
+        q.add_used(c.head, 0).unwrap();
+        q.signal(&stats);
+        assert_eq!(calls(&call), expected);
+    }
+}
+
+#[test]
+fn index_jump_is_refused() {
+    let (mut q, ring, mem, _call) = pair(false, false);
+    mem.write_obj(SIZE + 1, GuestAddress(ring.layout.avail + 2))
+        .unwrap();
+    assert_eq!(q.pop().unwrap_err(), ChainError::IndexJump);
+}
+
+#[test]
+fn rings_outside_memory_do_not_start() {
+    let (q, ring, _mem, _call) = pair(false, false);
+    let mem = q.mem().clone();
+    let bad = RingAddrs {
+        desc: GuestAddress(1 << 40),
+        avail: GuestAddress(ring.layout.avail),
+        used: GuestAddress(ring.layout.used),
+    };
+    assert!(matches!(
+        ActiveQueue::start(mem, SIZE, bad, 0, false, None, false),
+        Err(QueueError::Rings)
+    ));
+}
