@@ -195,6 +195,45 @@ struct Finished {
 /// Runs `cmd` (a `vnio lab run`, journal at `journal`) to its end and
 /// asserts that it succeeded (`what` failed, otherwise) and that nothing of
 /// it is left.
+/// A scenario run to its end in a fresh temporary directory (its journal,
+/// store and report there), leaving nothing behind.
+struct ScenarioRun {
+    dir: PathBuf,
+    journal: PathBuf,
+    db: PathBuf,
+    report: PathBuf,
+    run: Finished,
+}
+
+fn run_scenario(tag: &str, text: &str, what: &str) -> ScenarioRun {
+    let dir = temp(tag);
+    let (journal, db, report) = (
+        dir.join("journal"),
+        dir.join("lab.db"),
+        dir.join(format!("{tag}.html")),
+    );
+    let scenario = dir.join(format!("{tag}.toml"));
+    std::fs::write(&scenario, text).unwrap();
+    let run = run_leaving_nothing(
+        lab(&journal)
+            .arg("run")
+            .arg(&scenario)
+            .arg("--db")
+            .arg(&db)
+            .arg("--report")
+            .arg(&report),
+        &journal,
+        what,
+    );
+    ScenarioRun {
+        dir,
+        journal,
+        db,
+        report,
+        run,
+    }
+}
+
 fn run_leaving_nothing(cmd: &mut Command, journal: &Path, what: &str) -> Finished {
     let run = Watched::start(cmd.stdout(Stdio::piped()).stderr(Stdio::piped()));
     let pid = run.child.id();
@@ -516,25 +555,13 @@ fn a_stored_run_yields_its_verdicts_through_vnio_lab_findings() {
         return;
     }
     let _turn = heavy();
-    let dir = temp("findings");
-    let (journal, db, report) = (
-        dir.join("journal"),
-        dir.join("lab.db"),
-        dir.join("findings.html"),
-    );
-    let scenario = dir.join("findings.toml");
-    std::fs::write(&scenario, FINDINGS_SCENARIO).unwrap();
-    let run = run_leaving_nothing(
-        lab(&journal)
-            .arg("run")
-            .arg(&scenario)
-            .arg("--db")
-            .arg(&db)
-            .arg("--report")
-            .arg(&report),
-        &journal,
-        "vnio lab run findings.toml",
-    );
+    let ScenarioRun {
+        dir,
+        journal,
+        db,
+        report,
+        run,
+    } = run_scenario("findings", FINDINGS_SCENARIO, "vnio lab run findings.toml");
     assert!(run.stdout.contains("findings: "), "{}", run.stdout);
 
     let json = succeeds(
@@ -916,25 +943,13 @@ fn a_guest_run_stores_its_accelerator_and_leaves_nothing_also_when_killed() {
         return;
     }
     let _turn = heavy();
-    let dir = temp("guest");
-    let (journal, db, report) = (
-        dir.join("journal"),
-        dir.join("lab.db"),
-        dir.join("guest.html"),
-    );
-    let scenario = dir.join("guest.toml");
-    std::fs::write(&scenario, GUEST_SCENARIO).unwrap();
-    let run = run_leaving_nothing(
-        lab(&journal)
-            .arg("run")
-            .arg(&scenario)
-            .arg("--db")
-            .arg(&db)
-            .arg("--report")
-            .arg(&report),
-        &journal,
-        "the guest run",
-    );
+    let ScenarioRun {
+        dir,
+        journal,
+        db,
+        report,
+        run,
+    } = run_scenario("guest", GUEST_SCENARIO, "the guest run");
     println!("{}", run.stderr);
 
     // Stored: the accelerator with the run, each guest with its testbed,
@@ -987,7 +1002,7 @@ fn a_guest_run_stores_its_accelerator_and_leaves_nothing_also_when_killed() {
     let mut run = Watched::start(
         lab(&journal)
             .arg("run")
-            .arg(&scenario)
+            .arg(dir.join("guest.toml"))
             .args(["-c", "bridge", "--db"])
             .arg(&db)
             .stdout(Stdio::null())
