@@ -270,8 +270,9 @@ impl Store {
                 .and_then(|it| it.collect()),
         )?;
         for (id, pid) in rows {
+            // A zombie or exiting runner is gone too (it stores nothing more).
             let alive =
-                Path::new(&format!("/proc/{pid}")).exists() && pid != i64::from(std::process::id());
+                vnio_topo::owner::is_running(pid as i32) && pid != i64::from(std::process::id());
             if !alive {
                 self.sql(self.conn.execute(
                     "UPDATE runs SET status = 'killed', error = 'the run ended without finishing (killed?)' WHERE id = ?1",

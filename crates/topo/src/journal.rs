@@ -23,6 +23,7 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
 use crate::error::{Context, Error, Result};
+use crate::owner::{is_running, Owner};
 
 /// Default journal location.
 pub const DEFAULT_JOURNAL: &str = "/run/vnio/lab-journal";
@@ -37,11 +38,6 @@ pub const SCRATCH_PREFIX: &str = "vnio-lab-";
 /// The owner pid of a journal line (its last word).
 fn owner_of(line: &str) -> Option<i32> {
     line.split_whitespace().nth(2)?.parse().ok()
-}
-
-/// True when a process with this pid exists.
-fn alive(pid: i32) -> bool {
-    pid > 0 && Path::new(&format!("/proc/{pid}")).exists()
 }
 
 /// One object the lab created (or was about to create).
@@ -121,6 +117,10 @@ pub struct CleanReport {
     /// Objects that could not be removed (they stay in the journal), with
     /// the reason.
     pub failed: Vec<(Entry, Error)>,
+    /// Objects left alone because their owner still runs (only
+    /// [`Journal::clean_orphans`] leaves any), with that owner; `None` for
+    /// a line that names no owner.
+    pub kept: Vec<(Entry, Option<Owner>)>,
 }
 
 /// A journal file. Cheap to clone: it is only a path.
@@ -220,11 +220,13 @@ impl Journal {
     }
 
     /// Like [`Journal::clean`], but only for entries whose owner process is
-    /// gone (a crashed or killed run): safe while other runs share the
-    /// journal. Entries of live owners stay untouched.
+    /// gone (a crashed or killed run; a zombie or an exiting process counts
+    /// as gone, see [`crate::owner`]): safe while other runs share the
+    /// journal. Entries of live owners stay untouched and are listed in
+    /// [`CleanReport::kept`].
     pub fn clean_orphans(&self) -> Result<CleanReport> {
         let me = std::process::id() as i32;
-        self.clean_where(|owner| owner.is_some_and(|pid| pid != me && !alive(pid)))
+        self.clean_where(|owner| owner.is_some_and(|pid| pid != me && !is_running(pid)))
     }
 
     fn clean_where(&self, take: impl Fn(Option<i32>) -> bool) -> Result<CleanReport> {
@@ -249,6 +251,13 @@ impl Journal {
             Entry::Dir(_) => 3,
         };
         entries.sort_by_key(|(e, _)| order(e));
+        let mut seen_kept = std::collections::HashSet::new();
+        report.kept = untouched
+            .iter()
+            .filter_map(|l| Entry::parse(l).map(|e| (e, owner_of(l))))
+            .filter(|(e, _)| seen_kept.insert(e.clone()))
+            .map(|(e, pid)| (e, pid.map(Owner::of)))
+            .collect();
         let mut kept: Vec<String> = untouched.into_iter().cloned().collect();
         for (entry, line) in entries {
             match remove(&entry) {
@@ -426,8 +435,35 @@ mod tests {
         std::fs::write(j.path(), lines).unwrap();
         let report = j.clean_orphans().unwrap();
         assert_eq!(report.removed, vec![Entry::Dir(dead.clone())]);
+        assert_eq!(report.kept.len(), 1);
+        let (entry, owner) = &report.kept[0];
+        assert_eq!(entry, &Entry::Dir(mine.clone()));
+        assert_eq!(owner.as_ref().map(|o| o.pid), Some(1));
         assert!(mine.exists() && !dead.exists());
         assert_eq!(j.entries().unwrap(), vec![Entry::Dir(mine.clone())]);
+        let _ = std::fs::remove_dir_all(&base);
+    }
+
+    #[test]
+    fn clean_orphans_takes_a_killed_owner_before_it_is_reaped() {
+        let j = temp_journal("zombie");
+        let base = j.path().parent().unwrap().to_path_buf();
+        let dir = base.join(format!("{SCRATCH_PREFIX}zombie"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut owner = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .unwrap();
+        std::fs::write(j.path(), format!("dir {} {}\n", dir.display(), owner.id())).unwrap();
+        let report = j.clean_orphans().unwrap();
+        assert!(report.removed.is_empty() && dir.exists(), "the owner runs");
+        assert_eq!(report.kept[0].1.as_ref().unwrap().command, "sleep 60");
+        // Killed, not reaped: a zombie (or still exiting) owns nothing.
+        owner.kill().unwrap();
+        let report = j.clean_orphans().unwrap();
+        assert_eq!(report.removed, vec![Entry::Dir(dir.clone())]);
+        assert!(report.kept.is_empty() && !dir.exists());
+        owner.wait().unwrap();
         let _ = std::fs::remove_dir_all(&base);
     }
 

@@ -54,6 +54,7 @@ mod journal;
 mod link;
 mod names;
 mod netns;
+pub mod owner;
 mod pair;
 mod process;
 mod route;
@@ -70,6 +71,7 @@ pub use journal::{CleanReport, Entry, Journal, DEFAULT_JOURNAL, JOURNAL_ENV, SCR
 pub use link::{IpvlanMode, Link, LinkState, MacvlanMode};
 pub use names::{check_ifname, unique_id, IFNAME_MAX};
 pub use netns::{exists as netns_exists, Netns, NETNS_RUN_DIR};
+pub use owner::Owner;
 pub use pair::{Host, Pair, PAIR_PREFIX};
 pub use process::Process;
 pub use route::RouteState;
