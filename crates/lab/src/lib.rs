@@ -6,7 +6,8 @@
 //! vnio switch, poll-mode endpoints and QEMU guests through the vm crate),
 //! runs the workloads with the measurement library, and tears it down;
 //! [`store`] keeps every run in one SQLite file, [`findings`] judges the
-//! studies' findings a scenario declares, and [`report`] renders it all.
+//! studies' findings a scenario declares, and [`report`] renders it all;
+//! [`session`] is the API the command line drives all of it through.
 //!
 //! The kernel topology layer (namespaces, links, tc, the crash journal)
 //! is the `vnio-topo` crate, re-exported here.
@@ -20,12 +21,13 @@ pub mod guest;
 pub mod report;
 pub mod runner;
 pub mod scenario;
+pub mod session;
 pub mod store;
 pub mod testbed;
 
 pub use vnio_topo::{
     check_ifname, clean, is_root, netns_exists, unique_id, Bridged, Cidr, CleanReport, Entry,
-    Error, Handle, Host, IpvlanMode, Journal, Link, LinkState, MacvlanMode, Netem, Netns, Pair,
-    Process, QdiscState, RateLimit, Result, RouteState, BRIDGED_MAX_HOSTS, DEFAULT_JOURNAL,
+    Error, Handle, Host, IpvlanMode, Journal, Link, LinkState, MacvlanMode, Netem, Netns, Owner,
+    Pair, Process, QdiscState, RateLimit, Result, RouteState, BRIDGED_MAX_HOSTS, DEFAULT_JOURNAL,
     IFNAME_MAX, JOURNAL_ENV, NETNS_RUN_DIR, PAIR_PREFIX, SCRATCH_PREFIX,
 };

@@ -1,0 +1,255 @@
+//! `vnio lab`: list, show, run, report, judge (findings), compare, export
+//! and clean scenarios; and the hidden contention generators the runner
+//! starts inside the hosts. The lab crate's [`vnio_lab::session`] does the
+//! work; this module parses and renders.
+
+mod load;
+mod progress;
+mod render;
+
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use clap::Subcommand;
+use vnio_lab::findings;
+use vnio_lab::scenario::Overrides;
+use vnio_lab::session::{self, Lab, RunSettings};
+use vnio_lab::store;
+
+use super::measure::parse_duration;
+
+/// Arguments of `vnio lab`.
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(clap::Args, Clone)]
+struct DbArg {
+    /// The results store (SQLite).
+    #[arg(long, default_value = store::DEFAULT_DB)]
+    db: PathBuf,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// List the shipped scenarios and the runs in the store.
+    List {
+        #[command(flatten)]
+        db: DbArg,
+    },
+    /// Show what a scenario measures: configurations, workloads, points, time.
+    Show {
+        /// Shipped name or .toml file.
+        scenario: String,
+        /// Print the scenario file instead (to copy and edit).
+        #[arg(long)]
+        toml: bool,
+        #[command(flatten)]
+        length: LengthArgs,
+    },
+    /// Run a scenario or set: build, measure, store, report (needs root).
+    Run {
+        /// Shipped name (see `vnio lab list`) or .toml file.
+        scenario: String,
+        #[command(flatten)]
+        db: DbArg,
+        /// Where to write the HTML report [default: next to the store, lab-run-ID.html].
+        #[arg(long)]
+        report: Option<PathBuf>,
+        #[command(flatten)]
+        length: LengthArgs,
+    },
+    /// Render the HTML report of a stored run.
+    Report {
+        /// Run id, or last, last-1, ...
+        #[arg(default_value = "last")]
+        run: String,
+        #[command(flatten)]
+        db: DbArg,
+        /// Output file [default: next to the store, lab-run-ID.html].
+        #[arg(long, short = 'o')]
+        out: Option<PathBuf>,
+    },
+    /// The verdicts on the studies' findings a stored run's scenarios declare.
+    Findings {
+        /// Run id, or last, last-1, ...
+        #[arg(default_value = "last")]
+        run: String,
+        #[command(flatten)]
+        db: DbArg,
+        /// Print the verdicts as JSON (one document).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Compare two stored runs point by point (HTML and a table).
+    Compare {
+        /// The first run (id, last, last-1, ...).
+        a: String,
+        /// The second run.
+        b: String,
+        #[command(flatten)]
+        db: DbArg,
+        /// Output file [default: next to the store, lab-compare-A-B.html].
+        #[arg(long, short = 'o')]
+        out: Option<PathBuf>,
+    },
+    /// Remove what crashed or killed runs left: processes, namespaces, links, scratch directories.
+    Clean {
+        /// Also remove what live runs own (only when no other lab run is going on).
+        #[arg(long)]
+        all: bool,
+    },
+    /// Contention generators (started by the runner inside the hosts).
+    #[command(hide = true)]
+    Load {
+        #[command(subcommand)]
+        cmd: load::LoadCmd,
+    },
+}
+
+#[derive(clap::Args, Clone, Default)]
+struct LengthArgs {
+    /// Measured time per iteration, for every point (e.g. 500ms, 5m).
+    #[arg(long, short = 'd', value_parser = parse_duration)]
+    duration: Option<Duration>,
+    /// Warm-up per iteration.
+    #[arg(long, value_parser = parse_duration)]
+    warmup: Option<Duration>,
+    /// Iterations per point (the median by mean is reported).
+    #[arg(long)]
+    iterations: Option<u32>,
+    /// CI-sized: 1 s, 200 ms warm-up, 1 iteration, first and last sweep values.
+    #[arg(long)]
+    quick: bool,
+    /// Run only this configuration (repeatable).
+    #[arg(long = "configuration", short = 'c')]
+    configurations: Vec<String>,
+}
+
+impl LengthArgs {
+    fn overrides(&self) -> Overrides {
+        Overrides {
+            duration: self.duration,
+            warmup: self.warmup,
+            iterations: self.iterations,
+            quick: self.quick,
+            configurations: self.configurations.clone(),
+        }
+    }
+}
+
+/// Runs `vnio lab`; returns the exit code.
+pub fn run(a: Args) -> anyhow::Result<i32> {
+    match a.cmd {
+        Cmd::List { db } => {
+            let lab = Lab::new(db.db);
+            render::list(&session::catalogue()?, lab.db(), lab.runs()?.as_deref());
+            Ok(0)
+        }
+        Cmd::Show {
+            scenario,
+            toml,
+            length,
+        } => {
+            let expanded = session::expand(&scenario, &length.overrides())?;
+            if toml {
+                print!("{}", expanded.source.text);
+            } else {
+                render::show(&expanded)?;
+            }
+            Ok(0)
+        }
+        Cmd::Run {
+            scenario,
+            db,
+            report,
+            length,
+        } => run_scenario(&scenario, Lab::new(db.db), report, &length.overrides()),
+        Cmd::Report { run, db, out } => {
+            let path = Lab::new(db.db).report(&run, out)?;
+            println!("report: {}", path.display());
+            Ok(0)
+        }
+        Cmd::Findings { run, db, json } => {
+            let found = Lab::new(db.db).findings(&run)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&found)?);
+            } else {
+                print!("{}", render::findings_table(&found));
+            }
+            Ok(0)
+        }
+        Cmd::Compare { a, b, db, out } => {
+            let c = Lab::new(db.db).compare(&a, &b, out)?;
+            render::compare(&c);
+            Ok(if c.pairs.is_empty() { 1 } else { 0 })
+        }
+        Cmd::Clean { all } => {
+            let cleaned = session::clean(all)?;
+            render::clean(&cleaned);
+            Ok(if cleaned.report.failed.is_empty() {
+                0
+            } else {
+                1
+            })
+        }
+        Cmd::Load { cmd } => load::load(cmd),
+    }
+}
+
+/// `vnio lab run`: plans, then runs with progress bars; a first SIGINT or
+/// SIGTERM stops the run (what was measured is kept), a second exits at
+/// once (`vnio lab clean` then removes what is left).
+fn run_scenario(
+    name: &str,
+    lab: Lab,
+    report: Option<PathBuf>,
+    cli: &Overrides,
+) -> anyhow::Result<i32> {
+    let prepared = session::prepare(name, cli)?;
+    if !vnio_lab::is_root() {
+        return Err(session::LabError::NotRoot.into());
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register_conditional_shutdown(sig, 130, stop.clone())
+            .context("installing signal handler")?;
+        signal_hook::flag::register(sig, stop.clone()).context("installing signal handler")?;
+    }
+    let bars = progress::Bars::new(prepared.points() as u64);
+    let settings = RunSettings {
+        vnio: std::env::current_exe().context("locating the vnio binary")?,
+        report,
+        journal: vnio_lab::Journal::default(),
+    };
+    let done = lab.run(&prepared, &settings, &stop, &bars);
+    bars.bar.finish_and_clear();
+    let done = done?;
+    if !done.findings.verdicts.is_empty() {
+        let count = |o| {
+            done.findings
+                .verdicts
+                .iter()
+                .filter(|v| v.outcome == o)
+                .count()
+        };
+        println!(
+            "findings: {} reproduced, {} not reproduced, {} inconclusive (vnio lab findings {})",
+            count(findings::Outcome::Reproduced),
+            count(findings::Outcome::NotReproduced),
+            count(findings::Outcome::Inconclusive),
+            done.run
+        );
+    }
+    println!("run {} {}: stored in {}", done.run, done.status, done.store);
+    println!("report: {}", done.report.display());
+    if let Some(f) = done.failure {
+        bail!("{f}");
+    }
+    Ok(if done.stopped { 130 } else { 0 })
+}
