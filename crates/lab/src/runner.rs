@@ -523,10 +523,10 @@ const GUEST_SLACK: std::time::Duration = std::time::Duration::from_secs(60);
 const ECHO_PORT: u16 = 7;
 
 /// A poll-mode client: `vnio rr --via vhost-user:...` drives the switch
-/// port's endpoint. It runs as its own process (the path opener lives in
-/// the CLI), in the target's namespace, where its control connection
-/// reaches the agent over the kernel; the measured datagrams take the
-/// endpoint, the switch and the target's tap.
+/// port's endpoint. It runs as its own process, in the target's
+/// namespace, where its control connection reaches the agent over the
+/// kernel; the measured datagrams take the endpoint, the switch and the
+/// target's tap.
 fn rr_via(
     bed: &Testbed,
     p: &Point,

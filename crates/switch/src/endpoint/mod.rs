@@ -44,6 +44,7 @@
 
 pub mod ring;
 pub mod stack;
+pub mod via;
 
 use crate::sys::memfd;
 use crate::vhost_user::device::feature;

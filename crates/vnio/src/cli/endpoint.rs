@@ -11,7 +11,7 @@ use anyhow::{bail, Context};
 use vnio_switch::error_chain;
 
 use crate::cli::measure::{parse_cpus, parse_duration, CpuList};
-use crate::cli::via::{parse_via, VhostUserVia};
+use vnio_switch::endpoint::via::{parse_via, VhostUserVia};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -19,7 +19,7 @@ pub struct Args {
     #[arg(value_parser = parse_via, value_name = "PATH")]
     path: VhostUserVia,
     /// UDP port echoed back (RFC 862).
-    #[arg(long, default_value_t = crate::cli::via::ECHO_PORT)]
+    #[arg(long, default_value_t = vnio_switch::endpoint::via::ECHO_PORT)]
     echo_port: u16,
     /// Pin the polling thread to this CPU.
     #[arg(long, value_parser = parse_cpus)]

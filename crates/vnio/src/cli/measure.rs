@@ -237,13 +237,13 @@ pub struct RrArgs {
     /// kernel socket (UDP, one session):
     /// vhost-user:SOCKET,ip=A.B.C.D[,mac=M][,listen][,wait].
     /// The target is the agent's address on the switch's segment.
-    #[arg(long, value_parser = crate::cli::via::parse_via, value_name = "PATH")]
-    via: Option<crate::cli::via::VhostUserVia>,
+    #[arg(long, value_parser = vnio_switch::endpoint::via::parse_via, value_name = "PATH")]
+    via: Option<vnio_switch::endpoint::via::VhostUserVia>,
     /// With --via: a second poll-mode endpoint (vhost-user:SOCKET,ip=...) on
     /// another switch port, served by the same thread as a UDP echo
     /// responder; target it as IP:7 with --echo-server.
-    #[arg(long, value_parser = crate::cli::via::parse_via, value_name = "PATH", requires = "via")]
-    via_echo: Option<crate::cli::via::VhostUserVia>,
+    #[arg(long, value_parser = vnio_switch::endpoint::via::parse_via, value_name = "PATH", requires = "via")]
+    via_echo: Option<vnio_switch::endpoint::via::VhostUserVia>,
     /// The targets are plain UDP echo services (RFC 862, e.g. `vnio endpoint`'s
     /// echo port), not agents: UDP only, no agent-side figures. Give HOST:PORT.
     #[arg(long)]

@@ -5,5 +5,4 @@ pub mod lab;
 pub mod measure;
 pub mod switch;
 pub mod tune;
-pub mod via;
 pub mod vm;

@@ -1,6 +1,9 @@
-//! `vnio rr --via vhost-user:PATH,ip=A.B.C.D[,mac=M][,listen][,wait]`: the
-//! switch's poll-mode endpoint (a user-space virtio-net driver on a
-//! vhost-user port) as the client's UDP path, timed like any other rr.
+//! The poll-mode endpoint as the measurement engine's datagram path
+//! (`vnio rr --via vhost-user:PATH,ip=A.B.C.D[,mac=M][,listen][,wait]`):
+//! [`VhostUserVia`] is a [`PathOpener`], so the instrument's rr loops time
+//! UDP round trips through a vhost-user port of the switch, the
+//! kernel-bypass counterpart of a kernel socket, from the binary, the lab
+//! or a test alike.
 //!
 //! The control connection to the agent still uses the kernel; the agent is
 //! told the endpoint's address so it accepts (and answers) its datagrams.
@@ -10,11 +13,11 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::{Endpoint, EndpointConfig, EndpointError};
+use crate::error_chain;
+use crate::wire::EthernetAddress;
 use vnio_measure::clock::now_ns;
 use vnio_measure::path::{BoxedPath, Datagrams, PathOpener};
-use vnio_switch::endpoint::{Endpoint, EndpointConfig, EndpointError};
-use vnio_switch::error_chain;
-use vnio_switch::wire::EthernetAddress;
 
 /// How long opening waits for the switch (connect) or for the switch to
 /// connect (listen), and for the agent's ARP answer.
@@ -29,8 +32,11 @@ pub const ECHO_PORT: u16 = 7;
 /// A parsed `--via vhost-user:...`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct VhostUserVia {
+    /// The switch port's vhost-user socket.
     pub socket: PathBuf,
+    /// The endpoint's IPv4 address.
     pub ip: Ipv4Addr,
+    /// The endpoint's MAC (by default derived from `ip`).
     pub mac: EthernetAddress,
     /// Listen on `socket` for a switch port in client mode (default: connect).
     pub listen: bool,
