@@ -317,9 +317,9 @@ pub fn clean(c: &Cleaned) {
     for (owner, entries) in c.kept_by_owner() {
         let what: Vec<String> = entries.iter().map(|e| e.to_string()).collect();
         let whose = owner
-            .map(|o| format!("run {o}, still going on"))
-            .unwrap_or_else(|| "no owner recorded".into());
-        println!("kept {} ({whose}): {}", what.len(), what.join(", "));
+            .map(|o| format!("of the run still going on as {o}"))
+            .unwrap_or_else(|| "with no owner recorded".into());
+        println!("kept {} {whose}: {}", what.len(), what.join(", "));
     }
     if !r.kept.is_empty() {
         println!(
