@@ -16,6 +16,7 @@
 #![warn(missing_docs)]
 
 pub mod contention;
+pub mod export;
 pub mod findings;
 pub mod guest;
 pub mod report;

@@ -294,3 +294,91 @@ fn the_guests_accelerator_is_stored_with_the_run_and_reported() {
     );
     let _ = std::fs::remove_dir_all(db.parent().unwrap().parent().unwrap());
 }
+
+/// A stored run exported and read back with the hdrhistogram crate's own
+/// interval-log reader: one interval per iteration, back to back from the
+/// document's start, each the stored histogram bucket for bucket; and the
+/// CSV read back with a CSV reader: a header, a row per point, the chosen
+/// iteration's numbers.
+#[test]
+fn a_stored_run_exports_as_interval_logs_and_csv_that_read_back() {
+    use hdrhistogram::serialization::interval_log::{IntervalLogIterator, LogEntry};
+    use vnio_lab::export;
+    use vnio_measure::stats::Encoded;
+
+    let db = temp_db("export");
+    let (store, id, outs) = stored_run(&db, "cpu-contention");
+    let run = store.load(id).unwrap();
+    let dir = db.parent().unwrap().join("hlog");
+    let files = export::hlogs(&run, &dir).unwrap();
+    let measured: Vec<&PointOutcome> = outs.iter().filter(|o| o.document.is_some()).collect();
+    assert_eq!(files.len(), measured.len());
+    for (o, file) in measured.iter().zip(&files) {
+        assert_eq!(file, &dir.join(export::hlog_name("cpu-contention", o)));
+        let text = std::fs::read(file).unwrap();
+        let doc = o.document.as_ref().unwrap();
+        let mut intervals = Vec::new();
+        let mut base = None;
+        for entry in IntervalLogIterator::new(&text) {
+            match entry.unwrap() {
+                LogEntry::BaseTime(t) => base = Some(t),
+                LogEntry::StartTime(_) => {}
+                LogEntry::Interval(h) => intervals.push((
+                    h.start_timestamp(),
+                    h.duration(),
+                    h.encoded_histogram().to_owned(),
+                )),
+            }
+        }
+        let started = Duration::from_nanos(doc.started_unix_ns);
+        let base = base.unwrap();
+        assert!(
+            base.abs_diff(started) < Duration::from_millis(1),
+            "BaseTime"
+        );
+        assert_eq!(intervals.len(), doc.iterations.len());
+        for (i, (it, (start, length, b64))) in doc.iterations.iter().zip(&intervals).enumerate() {
+            assert_eq!(*start, Duration::from_secs(i as u64), "back to back");
+            assert_eq!(*length, Duration::from_secs(1));
+            let read = Latency::decode(&Encoded {
+                hdr_v2_deflate_b64: b64.clone(),
+                over_1ms: 0,
+                over_5ms: 0,
+                clamped: 0,
+            })
+            .unwrap();
+            let stored = Latency::decode(it.merged.histogram.as_ref().unwrap()).unwrap();
+            assert_eq!(read.histogram(), stored.histogram(), "iteration {i}");
+            let s = it.merged.latency.as_ref().unwrap();
+            assert_eq!(read.quantile(0.5), s.p50_ns);
+            assert_eq!(read.quantile(0.99), s.p99_ns);
+            assert_eq!(read.quantile(0.999), s.p999_ns);
+        }
+    }
+
+    let mut text = Vec::new();
+    assert_eq!(export::csv(&run, &mut text).unwrap(), outs.len());
+    let mut reader = csv::Reader::from_reader(text.as_slice());
+    let header: Vec<String> = reader.headers().unwrap().iter().map(String::from).collect();
+    assert_eq!(header, export::CSV_COLUMNS);
+    let col = |name: &str| header.iter().position(|h| h == name).unwrap();
+    let rows: Vec<csv::StringRecord> = reader.records().map(Result::unwrap).collect();
+    assert_eq!(rows.len(), outs.len());
+    for (row, o) in rows.iter().zip(&outs) {
+        assert_eq!(row[col("configuration")], o.point.configuration);
+        assert_eq!(row[col("status")], *o.status.as_str());
+        match o.document.as_ref().and_then(|d| d.chosen()) {
+            Some(it) => {
+                let s = it.merged.latency.as_ref().unwrap();
+                assert_eq!(row[col("p99_ns")], s.p99_ns.to_string());
+                assert_eq!(row[col("ops")], it.merged.ops.to_string());
+                assert!(row[col("hlog")].ends_with(".hlog"));
+            }
+            None => {
+                assert_eq!(&row[col("p99_ns")], "");
+                assert!(!row[col("error")].is_empty(), "a skipped point says why");
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(db.parent().unwrap().parent().unwrap());
+}

@@ -119,6 +119,11 @@ impl Latency {
         }
     }
 
+    /// The HdrHistogram itself (nanoseconds), e.g. for an interval log.
+    pub fn histogram(&self) -> &Histogram<u64> {
+        &self.hist
+    }
+
     /// The histogram in HdrHistogram's V2 compressed interchange format,
     /// base64-encoded: readable by every HdrHistogram implementation.
     pub fn encode(&self) -> Encoded {

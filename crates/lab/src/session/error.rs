@@ -40,9 +40,9 @@ pub enum LabError {
         #[source]
         source: std::io::Error,
     },
-    /// A stored run cannot be exported as asked.
-    #[error("{0}")]
-    Export(String),
+    /// A stored run cannot be exported.
+    #[error(transparent)]
+    Export(#[from] crate::export::ExportError),
 }
 
 impl LabError {

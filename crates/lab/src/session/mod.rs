@@ -1,7 +1,7 @@
 //! The lab behind one small API, as `vnio lab` uses it: expand a name into
 //! scenarios and plans ([`prepare`], [`catalogue`]), run them into the
 //! store with progress callbacks ([`Lab::run`]), read the store back (runs,
-//! reports, findings, comparisons, exports) and clean up what crashed runs
+//! reports, findings, comparisons, [`crate::export`]s) and clean up what crashed runs
 //! left ([`clean`]). Nothing here prints: the CLI renders what these
 //! return.
 
@@ -121,6 +121,26 @@ impl Lab {
             pairs: report::pairs(&ra, &rb),
             html,
         })
+    }
+}
+
+impl Lab {
+    /// Writes run `which`'s histograms as interval logs into `dir`, one
+    /// `.hlog` per measured point ([`crate::export`]); the files written.
+    pub fn export_hlogs(&self, which: &str, dir: &Path) -> Result<Vec<PathBuf>, LabError> {
+        Ok(crate::export::hlogs(&self.load(which)?, dir)?)
+    }
+
+    /// Writes run `which`'s points as CSV to `out` (`-`: standard output);
+    /// the rows written.
+    pub fn export_csv(&self, which: &str, out: &Path) -> Result<usize, LabError> {
+        let run = self.load(which)?;
+        if out == Path::new("-") {
+            return Ok(crate::export::csv(&run, std::io::stdout().lock())?);
+        }
+        let file = std::fs::File::create(out)
+            .map_err(|e| LabError::io(format!("creating {}", out.display()), e))?;
+        Ok(crate::export::csv(&run, std::io::BufWriter::new(file))?)
     }
 }
 

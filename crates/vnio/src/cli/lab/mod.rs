@@ -98,6 +98,20 @@ enum Cmd {
         #[arg(long, short = 'o')]
         out: Option<PathBuf>,
     },
+    /// Export a stored run: histograms as HdrHistogram interval logs, points as CSV.
+    #[command(group(clap::ArgGroup::new("format").required(true).multiple(true).args(["hlog", "csv"])))]
+    Export {
+        /// Run id, or last, last-1, ...
+        run: String,
+        #[command(flatten)]
+        db: DbArg,
+        /// Write one interval log (.hlog) per measured point into this directory.
+        #[arg(long, value_name = "DIR")]
+        hlog: Option<PathBuf>,
+        /// Write the points as CSV to this file (- for standard output).
+        #[arg(long, value_name = "FILE")]
+        csv: Option<PathBuf>,
+    },
     /// Remove what crashed or killed runs left: processes, namespaces, links, scratch directories.
     Clean {
         /// Also remove what live runs own (only when no other lab run is going on).
@@ -188,6 +202,20 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             let c = Lab::new(db.db).compare(&a, &b, out)?;
             render::compare(&c);
             Ok(if c.pairs.is_empty() { 1 } else { 0 })
+        }
+        Cmd::Export { run, db, hlog, csv } => {
+            let lab = Lab::new(db.db);
+            if let Some(dir) = hlog {
+                let files = lab.export_hlogs(&run, &dir)?;
+                eprintln!("{} interval logs in {}", files.len(), dir.display());
+            }
+            if let Some(file) = csv {
+                let rows = lab.export_csv(&run, &file)?;
+                if file != std::path::Path::new("-") {
+                    eprintln!("{rows} points in {}", file.display());
+                }
+            }
+            Ok(0)
         }
         Cmd::Clean { all } => {
             let cleaned = session::clean(all)?;
