@@ -1,0 +1,178 @@
+//! `vnio lab findings --json` of a real run (root) validates against
+//! `docs/findings.schema.json` with a JSON Schema validator that is not
+//! ours (Python's `jsonschema`, Debian's python3-jsonschema; `scripts/setup
+//! --e2e`). The run covers every shape a verdict takes: a difference, a
+//! ratio, a value without an against point, and a finding whose subject
+//! was not measured (left out with -c: nulls where numbers would be). A
+//! document the schema must refuse is refused, so the check checks.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+const VNIO: &str = env!("CARGO_BIN_EXE_vnio");
+const SCHEMA: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../docs/findings.schema.json"
+);
+
+const SCENARIO: &str = r#"
+title = "findings schema"
+maps_to = "a test"
+cannot = "anything"
+[run]
+duration = "300ms"
+warmup = "100ms"
+iterations = 2
+[[host]]
+name = "client"
+[[host]]
+name = "server"
+[[configuration]]
+name = "native"
+wire = "veth"
+[[configuration]]
+name = "bridge"
+wire = "bridge"
+[[configuration]]
+name = "switch"
+wire = "switch"
+[[workload]]
+name = "ping"
+kind = "ping"
+from = "client"
+to = "server"
+[[workload]]
+name = "rr"
+kind = "rr"
+from = "client"
+to = "server"
+protocol = "udp"
+[[finding]]
+id = "bridge-adds-latency"
+study = "a study"
+claim = "a virtual path adds 15-20 us per round trip over native"
+workload = "rr"
+statistic = "p50"
+subject = { configuration = "bridge" }
+against = { configuration = "native" }
+expect = "above"
+reference = [15, 20]
+[[finding]]
+id = "bridge-rate-ratio"
+study = "a study"
+claim = "the bridge carries fewer transactions than native"
+workload = "rr"
+statistic = "rate"
+subject = { configuration = "bridge" }
+against = { configuration = "native" }
+quantity = "ratio"
+expect = "below"
+[[finding]]
+id = "idle-tail-within-2x-mean"
+study = "a study"
+claim = "the 99th percentile within two times the mean when idle"
+workload = "ping"
+statistic = "tail-ratio"
+subject = { configuration = "native" }
+expect = "below"
+than = 2
+reference = 2
+[[finding]]
+id = "switch-not-run"
+study = "a study"
+claim = "the switch adds latency over native"
+workload = "rr"
+statistic = "p99"
+subject = { configuration = "switch" }
+against = { configuration = "native" }
+expect = "above"
+"#;
+
+/// Validates the JSON document in `doc` against the schema: Ok, or the
+/// validator's message.
+fn validate(doc: &Path) -> Result<(), String> {
+    let script = "import json, sys, jsonschema\n\
+        schema = json.load(open(sys.argv[1]))\n\
+        jsonschema.Draft202012Validator.check_schema(schema)\n\
+        jsonschema.Draft202012Validator(schema).validate(json.load(open(sys.argv[2])))\n";
+    let out = Command::new("python3")
+        .args(["-c", script, SCHEMA])
+        .arg(doc)
+        .output()
+        .unwrap();
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+#[test]
+fn findings_json_of_a_real_run_validates_against_the_schema() {
+    if !vnio_lab::is_root() {
+        eprintln!("skipped: the run needs root (network namespaces)");
+        return;
+    }
+    let has_validator = Command::new("python3")
+        .args(["-c", "import jsonschema"])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !has_validator {
+        eprintln!("skipped: Python's jsonschema is missing (scripts/setup --e2e installs it)");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("vnio-lab-schema-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let (journal, db, scenario) = (dir.join("journal"), dir.join("lab.db"), dir.join("f.toml"));
+    std::fs::write(&scenario, SCENARIO).unwrap();
+    let vnio = |args: &[&str]| {
+        let out = Command::new(VNIO)
+            .env("VNIO_LAB_JOURNAL", &journal)
+            .args(args)
+            .arg("--db")
+            .arg(&db)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "vnio {args:?}:\n{stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        stdout
+    };
+    let path = scenario.to_str().unwrap();
+    vnio(&["lab", "run", path, "-c", "native", "-c", "bridge"]);
+    let json = vnio(&["lab", "findings", "last", "--json"]);
+    let found = dir.join("findings.json");
+    std::fs::write(&found, &json).unwrap();
+    validate(&found).unwrap_or_else(|e| panic!("{e}\n{json}"));
+
+    // Every shape is in the document validated.
+    let doc: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let verdicts = doc["verdicts"].as_array().unwrap();
+    assert_eq!(verdicts.len(), 4, "{json}");
+    let by_id = |id: &str| verdicts.iter().find(|v| v["id"] == id).unwrap();
+    assert_eq!(by_id("bridge-rate-ratio")["quantity"], "ratio");
+    assert!(by_id("idle-tail-within-2x-mean")["against"].is_null());
+    let not_run = by_id("switch-not-run");
+    assert!(
+        not_run["value"].is_null() && not_run["band"].is_null(),
+        "{not_run}"
+    );
+    assert!(not_run["subject"]["missing"].is_string(), "{not_run}");
+
+    // The schema refuses what it must: an unknown outcome, a missing field.
+    let mut bad = doc.clone();
+    bad["verdicts"][0]["outcome"] = "probably".into();
+    let wrong = dir.join("wrong.json");
+    std::fs::write(&wrong, bad.to_string()).unwrap();
+    assert!(validate(&wrong).unwrap_err().contains("probably"));
+    let mut bad = doc;
+    bad["verdicts"][0].as_object_mut().unwrap().remove("why");
+    std::fs::write(&wrong, bad.to_string()).unwrap();
+    assert!(validate(&wrong).unwrap_err().contains("why"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
