@@ -200,3 +200,31 @@ fn exported_interval_logs_read_back_in_python_with_the_same_percentiles() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn export_refuses_bad_input_in_one_line_and_creates_nothing() {
+    let dir = std::env::temp_dir().join(format!("vnio-lab-export-bad-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let db = dir.join("none.db");
+    let fails = |args: &[&str], want: &str| {
+        let out = Command::new(VNIO)
+            .args(["lab", "export"])
+            .args(args)
+            .arg("--db")
+            .arg(&db)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        assert!(err.contains(want), "{args:?}: want {want:?} in {err}");
+    };
+    let csv = dir.join("x.csv");
+    fails(
+        &["last", "--csv", csv.to_str().unwrap()],
+        "no results store",
+    );
+    fails(&["last"], "--hlog");
+    assert!(!db.exists() && !csv.exists(), "nothing created");
+    let _ = std::fs::remove_dir_all(&dir);
+}
