@@ -188,6 +188,7 @@ impl Datapath {
                 Some(q) => q.pop_burst(&mut burst, want),
                 None => break,
             };
+            self.perf.burst(burst.len(), burst.pending());
             let mut done = 0;
             let mut wait = false;
             while done < burst.len() {

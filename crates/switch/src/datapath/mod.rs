@@ -29,6 +29,7 @@ use crate::fdb::Fdb;
 use crate::forward::{L2Header, PortPolicy};
 use crate::lro::place::InPlace;
 use crate::mesh::{Peer, RemotePort};
+use crate::perf::WorkerPerf;
 use crate::port::tap::{self, TapPort};
 use crate::port::uplink::UplinkPort;
 use crate::port::vhost_user::VhostUserPort;
@@ -191,6 +192,12 @@ pub struct Datapath {
     /// The VTEP the frame being delivered to a VXLAN port goes to: its
     /// destination's, from the FDB; `None` floods to the port's remotes.
     to_vtep: Option<std::net::Ipv4Addr>,
+    /// Where this worker's time goes (read by the control plane).
+    perf: Arc<WorkerPerf>,
+    /// The counter when the last round ended, or the worker resumed
+    /// polling ([`Datapath::perf_resume`]): a round's cost is the time
+    /// since, one counter read per round.
+    perf_mark: u64,
 }
 
 impl Datapath {
@@ -221,12 +228,33 @@ impl Datapath {
             rx_hint: 1,
             from_vtep: None,
             to_vtep: None,
+            perf: Arc::default(),
+            perf_mark: crate::perf::clock(),
         }
     }
 
     /// One polling round: up to `budget` frames from each port. Returns
     /// frames forwarded or dropped (0 means idle).
     pub fn poll(&mut self, now: Instant, budget: usize) -> usize {
+        let work = self.poll_round(now, budget);
+        let end = crate::perf::clock();
+        self.perf.round(end.wrapping_sub(self.perf_mark), work);
+        self.perf_mark = end;
+        work
+    }
+
+    /// The worker is back from waiting for events (asleep, or a look at
+    /// its descriptors): that time is not the next round's.
+    pub fn perf_resume(&mut self) {
+        self.perf_mark = crate::perf::clock();
+    }
+
+    /// The counters of where this data path's time goes.
+    pub fn perf(&self) -> Arc<WorkerPerf> {
+        Arc::clone(&self.perf)
+    }
+
+    fn poll_round(&mut self, now: Instant, budget: usize) -> usize {
         for s in self.slots.iter_mut().flatten() {
             if let Port::Uplink(u) = &mut s.port {
                 u.sched.begin_round(now);
