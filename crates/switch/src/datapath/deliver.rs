@@ -1,15 +1,11 @@
 //! Delivery: a classified frame into a destination port, with the offload
 //! work the destination did not negotiate done in software.
 
-use super::{head_of, Datapath, DeliverError, Frame, Port, MAX_MERGE};
+use super::{head_of, Datapath, DeliverError, Frame, Port};
 use crate::offload::{self, Caps, Reject, Work};
 use crate::port::uplink::{self};
-use crate::port::vhost_user::VhostUserPort;
 use crate::stats::DropReason;
-use crate::vhost_user::buffers::{self, Src};
-use crate::vhost_user::chain::{Chain, Seg, MAX_SEGS};
-use crate::vhost_user::device::RX_QUEUE;
-use crate::vhost_user::memory::GuestMem;
+use crate::vhost_user::buffers::Src;
 use crate::vlan::Tagging;
 use crate::wire::virtio_net::{self};
 use std::time::Instant;
@@ -138,7 +134,7 @@ impl Datapath {
             return false;
         };
         let result = match &mut dst.port {
-            Port::VhostUser(p) => deliver_vhost_user(p, frame, tagging, plan, rx_chain, *rx_hint),
+            Port::VhostUser(p) => p.deliver(frame, tagging, plan, rx_chain, *rx_hint),
             Port::Tap(t) => {
                 let out = t.out_buf();
                 deliver_local(out, virtio_net::HEADER_LEN, frame, tagging).and_then(
@@ -202,124 +198,6 @@ impl Datapath {
     }
 }
 
-/// Receive buffers gathered for one frame (several chains with MRG_RXBUF).
-pub(super) struct RxPlan {
-    pub(super) segs: [Seg; MAX_SEGS],
-    pub(super) nsegs: usize,
-    pub(super) heads: [(u16, u32); MAX_MERGE],
-    pub(super) nheads: usize,
-    pub(super) cap: u64,
-}
-
-pub(super) fn deliver_vhost_user(
-    p: &mut VhostUserPort,
-    f: &Frame<'_>,
-    tagging: Tagging,
-    plan: &mut RxPlan,
-    chain: &mut Chain,
-    hint: usize,
-) -> Result<usize, DeliverError> {
-    let hdr_len = p.device.vnet_hdr_len();
-    let mrg = p.device.mrg_rxbuf();
-    let Some(q) = p.device.queue(RX_QUEUE) else {
-        return Err(DeliverError::Drop(DropReason::RingFull));
-    };
-    let (l2, l2_len) = f.egress_l2(tagging);
-    let (rest_off, rest_len) = f.rest();
-    let out_frame_len = l2_len as u64 + rest_len;
-    let total = hdr_len as u64 + out_frame_len;
-
-    match q.take(chain, hint) {
-        Ok(true) => {}
-        Ok(false) => return Err(DeliverError::Drop(DropReason::RingFull)),
-        Err(e) => return Err(DeliverError::Hostile(e)),
-    }
-    // Most frames fit the first chain: its buffers are used as they are.
-    let single = chain.len() >= total;
-    if !single {
-        // Mergeable receive buffers: more chains until the frame fits.
-        if !mrg {
-            undo(q, 1);
-            return Err(DeliverError::Drop(DropReason::RingFull));
-        }
-        plan.nsegs = 0;
-        plan.nheads = 0;
-        plan.cap = 0;
-        loop {
-            if plan.nsegs + chain.segs().len() > MAX_SEGS {
-                undo(q, plan.nheads + 1);
-                return Err(DeliverError::Drop(DropReason::RingFull));
-            }
-            plan.segs[plan.nsegs..plan.nsegs + chain.segs().len()].copy_from_slice(chain.segs());
-            plan.nsegs += chain.segs().len();
-            plan.heads[plan.nheads] = (chain.head, chain.len() as u32);
-            plan.nheads += 1;
-            plan.cap += chain.len();
-            if plan.cap >= total {
-                break;
-            }
-            if plan.nheads == MAX_MERGE {
-                undo(q, plan.nheads);
-                return Err(DeliverError::Drop(DropReason::RingFull));
-            }
-            match q.take(chain, hint) {
-                Ok(true) => {}
-                Ok(false) => {
-                    undo(q, plan.nheads);
-                    return Err(DeliverError::Drop(DropReason::RingFull));
-                }
-                Err(e) => return Err(DeliverError::Hostile(e)),
-            }
-        }
-    }
-    let (segs, nheads) = if single {
-        (chain.segs(), 1)
-    } else {
-        (&plan.segs[..plan.nsegs], plan.nheads)
-    };
-
-    let mut hb = [0u8; virtio_net::HEADER_LEN];
-    let _ = f.egress_vhdr(l2_len, nheads as u16).emit(&mut hb, hdr_len);
-    let at = {
-        let mem: &GuestMem = q.mem();
-        // Header and MACs (and tag) in one write.
-        let mut head = [0u8; virtio_net::HEADER_LEN + 16];
-        head[..hdr_len].copy_from_slice(&hb[..hdr_len]);
-        head[hdr_len..hdr_len + l2_len].copy_from_slice(&l2[..l2_len]);
-        let mut at = buffers::write(mem, segs, 0, &head[..hdr_len + l2_len]) as u64;
-        at += match f.src {
-            Src::Guest {
-                mem: smem,
-                segs: ssegs,
-            } => buffers::copy(smem, ssegs, rest_off, mem, segs, at, rest_len),
-            Src::Local(b) => {
-                let from = (rest_off as usize).min(b.len());
-                let to = (from + rest_len as usize).min(b.len());
-                buffers::write(mem, segs, at, &b[from..to]) as u64
-            }
-        };
-        at
-    };
-    if at != total {
-        // Unmapped memory under a validated buffer: the memory table changed under us.
-        undo(q, nheads);
-        return Err(DeliverError::Drop(DropReason::BadDescriptor));
-    }
-    if single {
-        q.add_used(chain.head, total as u32)
-            .map_err(DeliverError::Hostile)?;
-    } else {
-        let mut left = total;
-        for &(head, cap) in &plan.heads[..plan.nheads] {
-            let used = left.min(u64::from(cap));
-            left -= used;
-            q.add_used(head, used as u32)
-                .map_err(DeliverError::Hostile)?;
-        }
-    }
-    Ok(out_frame_len as usize)
-}
-
 /// Assembles a frame with a virtio-net header of `hl` bytes in `out`;
 /// returns (bytes to send, frame bytes without the header).
 pub(super) fn deliver_local(
@@ -343,8 +221,4 @@ pub(super) fn deliver_local(
         return Err(DeliverError::Drop(DropReason::Malformed));
     }
     Ok((total, l2_len + rest_len as usize))
-}
-
-pub(super) fn undo(q: &mut crate::vhost_user::queue::ActiveQueue, n: usize) {
-    q.untake(n);
 }

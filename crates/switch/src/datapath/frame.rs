@@ -12,22 +12,22 @@ pub(super) fn head_of(b: &[u8]) -> &[u8] {
 
 /// A frame being forwarded: where it is and what its first bytes say.
 #[derive(Clone, Copy)]
-pub(super) struct Frame<'a> {
-    pub(super) src: Src<'a>,
+pub(crate) struct Frame<'a> {
+    pub(crate) src: Src<'a>,
     /// Its first bytes from the MACs, as read already (the L2 header at
     /// least; up to [`lro::PEEK_LEN`] of a local frame).
-    pub(super) head: &'a [u8],
-    pub(super) hdr_len: usize,
-    pub(super) vhdr: VirtioNetHdrRepr,
-    pub(super) macs: [u8; 12],
-    pub(super) src_tag_len: u64,
-    pub(super) tci_pcp: u16,
-    pub(super) frame_len: u64,
+    pub(crate) head: &'a [u8],
+    pub(crate) hdr_len: usize,
+    pub(crate) vhdr: VirtioNetHdrRepr,
+    pub(crate) macs: [u8; 12],
+    pub(crate) src_tag_len: u64,
+    pub(crate) tci_pcp: u16,
+    pub(crate) frame_len: u64,
 }
 
 impl Frame<'_> {
     /// The L2 header as it leaves with `tagging` (MACs, then a tag when tagged); its length.
-    pub(super) fn egress_l2(&self, tagging: Tagging) -> ([u8; 16], usize) {
+    pub(crate) fn egress_l2(&self, tagging: Tagging) -> ([u8; 16], usize) {
         let mut l2 = [0u8; 16];
         l2[..12].copy_from_slice(&self.macs);
         match tagging {
@@ -41,7 +41,7 @@ impl Frame<'_> {
     }
 
     /// Offset and length of what follows the source's MACs and tag.
-    pub(super) fn rest(&self) -> (u64, u64) {
+    pub(crate) fn rest(&self) -> (u64, u64) {
         (
             self.hdr_len as u64 + 12 + self.src_tag_len,
             self.frame_len - 12 - self.src_tag_len,
@@ -50,7 +50,7 @@ impl Frame<'_> {
 
     /// The virtio-net header for an egress L2 header of `l2_len` bytes:
     /// offload metadata carried over, offsets moved by the tag change.
-    pub(super) fn egress_vhdr(&self, l2_len: usize, num_buffers: u16) -> VirtioNetHdrRepr {
+    pub(crate) fn egress_vhdr(&self, l2_len: usize, num_buffers: u16) -> VirtioNetHdrRepr {
         let delta = l2_len as i32 - 12 - self.src_tag_len as i32;
         let mut vh = self.vhdr;
         if vh.flags & FLAG_NEEDS_CSUM != 0 {

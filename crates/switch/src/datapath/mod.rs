@@ -6,6 +6,7 @@
 //! on the stack, counters are relaxed atomics, and notifications (eventfd
 //! writes) happen once per queue per burst, only when the driver wants one.
 
+mod classify;
 mod deliver;
 mod events;
 mod frame;
@@ -15,9 +16,9 @@ mod lro_delivery;
 mod peers;
 mod table;
 
-use deliver::RxPlan;
 use events::{signal_rx, tx_budget};
-use frame::{head_of, Frame};
+use frame::head_of;
+pub(crate) use frame::Frame;
 pub use ingress::QUEUE_TURN;
 use lending::is_lent;
 pub use lending::Lent;
@@ -32,10 +33,10 @@ use crate::mesh::{Peer, RemotePort};
 use crate::perf::WorkerPerf;
 use crate::port::tap::{self, TapPort};
 use crate::port::uplink::UplinkPort;
-use crate::port::vhost_user::VhostUserPort;
+use crate::port::vhost_user::{RxPlan, VhostUserPort};
 use crate::port::vxlan::VxlanPort;
 use crate::stats::{DropReason, PortStats};
-use crate::vhost_user::chain::{Chain, ChainError, Seg, MAX_SEGS};
+use crate::vhost_user::chain::{Chain, ChainError};
 use crate::vhost_user::device::{RX_QUEUE, TX_QUEUE};
 use crate::vhost_user::queue::Burst;
 use crate::vlan::Tagging;
@@ -125,6 +126,9 @@ struct FlowMemo {
     fdb_gen: u64,
     topo_gen: u64,
     decision: Result<crate::forward::Decision, DropReason>,
+    /// The slot of a unicast destination on this worker (slots move only
+    /// with the ports' generation).
+    dest_slot: Option<usize>,
 }
 
 /// An LRO aggregate (built in the port's receive buffers) and how it leaves the port.
@@ -148,7 +152,7 @@ enum Fwd {
 }
 
 /// A destination that misbehaved while a frame was delivered to it.
-enum DeliverError {
+pub(crate) enum DeliverError {
     Drop(DropReason),
     Hostile(ChainError),
 }
@@ -212,13 +216,7 @@ impl Datapath {
             scratch: Some(vec![0u8; tap::BUF_LEN].into_boxed_slice()),
             tx_burst: Some(Box::new(Burst::new())),
             rx_chain: Box::new(Chain::new()),
-            plan: Box::new(RxPlan {
-                segs: [Seg::default(); MAX_SEGS],
-                nsegs: 0,
-                heads: [(0, 0); MAX_MERGE],
-                nheads: 0,
-                cap: 0,
-            }),
+            plan: Box::new(RxPlan::new()),
             next_deadline: None,
             peers: Vec::new(),
             remote: Vec::new(),
