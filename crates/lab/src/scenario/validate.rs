@@ -222,6 +222,10 @@ pub(super) fn scenario(origin: &str, s: &Scenario) -> Result<(), ScenarioError> 
         }
     }
     check_knobs(&c, "knobs", &s.knobs, WireKind::Switch)?;
+    if let Err((field, message)) = crate::machine::spec::check(s, |cfg, name| kind_in(s, cfg, name))
+    {
+        return c.fail(field, message);
+    }
 
     // Workloads.
     if s.workloads.is_empty() {
