@@ -6,6 +6,7 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::IpAddr;
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{ChildStdin, ChildStdout, Stdio};
 use std::sync::mpsc::{channel, Receiver};
@@ -138,9 +139,14 @@ impl Remote {
         );
         let log = self._control.path().join("side.log");
         let mut cmd = self.entry.ssh.command(&script);
-        cmd.stdin(Stdio::piped()).stdout(Stdio::piped());
-        let mut ssh = crate::testbed::spawn(&mut cmd, journal, &log).map_err(|e| e.to_string())?;
-        // spawn() closes stdin; give the session its pipe back.
+        let err = std::fs::File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
+        // Its own process group: a Ctrl-C reaches only the runner, which
+        // then ends the session in order.
+        cmd.process_group(0)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(err);
+        let mut ssh = Process::spawn_with_journal(&mut cmd, journal).map_err(|e| e.to_string())?;
         let stdin = ssh.child_mut().stdin.take();
         let stdout: Option<ChildStdout> = ssh.child_mut().stdout.take();
         let (tx, rx) = channel();
