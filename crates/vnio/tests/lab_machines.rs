@@ -72,8 +72,16 @@ fn leftovers(pid: u32, journal: &Path) -> Vec<String> {
         }
     }
     // m1's own namespace (the machine's "root").
-    let m1 = Command::new("ip").args(["-n", "vnio-m1", "-o", "link"]).output();
-    for l in m1.iter().flat_map(|o| String::from_utf8_lossy(&o.stdout).into_owned().lines().map(str::to_owned).collect::<Vec<_>>()) {
+    let m1 = Command::new("ip")
+        .args(["-n", "vnio-m1", "-o", "link"])
+        .output();
+    for l in m1.iter().flat_map(|o| {
+        String::from_utf8_lossy(&o.stdout)
+            .into_owned()
+            .lines()
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    }) {
         if l.contains(&id) {
             out.push(format!("link on m1: {l}"));
         }
@@ -93,7 +101,11 @@ fn leftovers(pid: u32, journal: &Path) -> Vec<String> {
     for j in [journal.to_path_buf(), journal.with_extension("machines")] {
         let text = std::fs::read_to_string(&j).unwrap_or_default();
         if !text.trim().is_empty() {
-            out.push(format!("{}: {}", j.display(), text.trim().replace('\n', " | ")));
+            out.push(format!(
+                "{}: {}",
+                j.display(),
+                text.trim().replace('\n', " | ")
+            ));
         }
     }
     out
@@ -167,7 +179,14 @@ fn a_run_across_machines_stores_reports_and_leaves_nothing_also_when_killed() {
     // stored, reported, removed.
     let started = Instant::now();
     let child = lab(&journal)
-        .args(["run", "across-machines", "--duration", "300ms", "--warmup", "100ms"])
+        .args([
+            "run",
+            "across-machines",
+            "--duration",
+            "300ms",
+            "--warmup",
+            "100ms",
+        ])
         .args(["--iterations", "1", "--db"])
         .arg(&db)
         .arg("--report")
@@ -198,33 +217,64 @@ fn a_run_across_machines_stores_reports_and_leaves_nothing_also_when_killed() {
         if p.status == Status::Ok {
             let m = &p.document.as_ref().unwrap().chosen().unwrap().merged;
             assert!(m.ops > 0, "{}: nothing measured", p.point.configuration);
-            measured.push(format!("{}/{}", p.point.configuration, p.point.workload.name));
+            measured.push(format!(
+                "{}/{}",
+                p.point.configuration, p.point.workload.name
+            ));
         }
     }
-    for want in ["wire/rr-udp", "wire/rr-tcp", "overlay/rr-udp", "overlay/rr-tcp", "overlay-pmd/rr-udp"] {
-        assert!(measured.iter().any(|m| m == want), "{want} measured: {measured:?}");
+    for want in [
+        "wire/rr-udp",
+        "wire/rr-tcp",
+        "overlay/rr-udp",
+        "overlay/rr-tcp",
+        "overlay-pmd/rr-udp",
+    ] {
+        assert!(
+            measured.iter().any(|m| m == want),
+            "{want} measured: {measured:?}"
+        );
     }
     // Each testbed records the machine, its interface and its clock.
     assert_eq!(s.testbeds.len(), 3);
     for bed in &s.testbeds {
         let m = &bed.machines[0];
-        assert_eq!((m.name.as_str(), m.address.as_str(), m.interface.as_str()), ("m1", "10.99.0.2", "eth0"));
+        assert_eq!(
+            (m.name.as_str(), m.address.as_str(), m.interface.as_str()),
+            ("m1", "10.99.0.2", "eth0")
+        );
         let clock = m.clock.as_ref().expect("clock measured");
         // One host, one clock: the offset is within its own uncertainty.
-        assert!(clock.offset_ns.unsigned_abs() <= clock.uncertainty_ns + 1_000, "{clock:?}");
+        assert!(
+            clock.offset_ns.unsigned_abs() <= clock.uncertainty_ns + 1_000,
+            "{clock:?}"
+        );
         assert!(clock.samples >= 8 && clock.rtt_ns > 0, "{clock:?}");
         let server = bed.hosts.iter().find(|h| h.name == "server").unwrap();
         assert_eq!(server.machine.as_deref(), Some("m1"));
     }
     let html = std::fs::read_to_string(&report).unwrap();
-    assert!(html.contains("m1") && html.contains("clock"), "the report shows the machines");
+    assert!(
+        html.contains("m1") && html.contains("clock"),
+        "the report shows the machines"
+    );
     let left = settled_leftovers(pid, &journal);
     assert!(left.is_empty(), "a run across machines left: {left:?}");
 
     // SIGKILL once the far side is built: its parts stay on both machines
     // until `vnio lab clean`.
     let mut child = lab(&journal)
-        .args(["run", "across-machines", "-c", "overlay", "--duration", "30s", "--iterations", "1", "--db"])
+        .args([
+            "run",
+            "across-machines",
+            "-c",
+            "overlay",
+            "--duration",
+            "30s",
+            "--iterations",
+            "1",
+            "--db",
+        ])
         .arg(&db)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -261,7 +311,11 @@ fn a_run_across_machines_stores_reports_and_leaves_nothing_also_when_killed() {
     );
     let out = lab(&journal).arg("clean").output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "vnio lab clean: {stdout} {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "vnio lab clean: {stdout} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(stdout.contains("removed machine m1"), "{stdout}");
     let left = settled_leftovers(pid, &journal);
     assert!(left.is_empty(), "after clean: {left:?}");

@@ -123,7 +123,10 @@ mod tests {
             samples: 16,
         };
         let err = o.one_way("m1", 25_000).unwrap_err();
-        assert!(err.contains("refused") && err.contains("+/-40.0 us"), "{err}");
+        assert!(
+            err.contains("refused") && err.contains("+/-40.0 us"),
+            "{err}"
+        );
         assert_eq!(o.one_way("m1", 50_000), Ok(50_000));
     }
 }

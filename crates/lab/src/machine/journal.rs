@@ -170,7 +170,9 @@ impl MachineJournal {
                         .removed
                         .push(format!("machine {} {}", entry.machine, entry.dir));
                 }
-                Err(e) => report.failed.push(format!("machine {}: {e}", entry.machine)),
+                Err(e) => report
+                    .failed
+                    .push(format!("machine {}: {e}", entry.machine)),
             }
         }
         Ok(report)
@@ -189,10 +191,7 @@ pub fn clean_one(entry: &MachineEntry) -> Result<(), String> {
     // The master's socket directory may be gone (the local journal's clean
     // removes scratch directories): ssh needs it to exist.
     let _ = std::fs::create_dir_all(&entry.ssh.control_dir);
-    let result = entry
-        .ssh
-        .run(&entry.clean_script(), "cleaning")
-        .map(|_| ());
+    let result = entry.ssh.run(&entry.clean_script(), "cleaning").map(|_| ());
     entry.ssh.exit_master();
     if result.is_ok() {
         let _ = std::fs::remove_dir_all(&entry.ssh.control_dir);
@@ -240,6 +239,9 @@ mod tests {
         assert!(!entry("/run/vnio/lab/../../etc/vnio-lab-x", 1).is_ours());
         assert!(!entry("vnio-lab-a", 1).is_ours());
         let script = entry("/run/vnio/lab/vnio-lab-a", 1).clean_script();
-        assert!(script.ends_with("rm -rf '/run/vnio/lab/vnio-lab-a'"), "{script}");
+        assert!(
+            script.ends_with("rm -rf '/run/vnio/lab/vnio-lab-a'"),
+            "{script}"
+        );
     }
 }

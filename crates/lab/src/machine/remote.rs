@@ -85,9 +85,7 @@ impl Remote {
         let dir = quote(&remote.entry.dir);
         let out = ssh
             .run(
-                &format!(
-                    "mkdir -p {dir} && echo $SSH_CONNECTION && uname -m && id -u"
-                ),
+                &format!("mkdir -p {dir} && echo $SSH_CONNECTION && uname -m && id -u"),
                 "probing",
             )
             .map_err(|e| format!("machine {}: {e}", spec.name))?;
@@ -206,7 +204,8 @@ impl Remote {
                 .ok_or_else(|| format!("machine {name}: clock: unexpected {line:?}"))?;
             samples.push(ClockSample { t0, t1, t2 });
         }
-        ClockOffset::estimate(&samples).ok_or_else(|| format!("machine {name}: clock ran backwards"))
+        ClockOffset::estimate(&samples)
+            .ok_or_else(|| format!("machine {name}: clock ran backwards"))
     }
 
     /// Stop the far side (end of its input), wait for it, then clean the
@@ -233,7 +232,12 @@ impl Remote {
 
 impl Drop for Remote {
     fn drop(&mut self) {
-        if self.session.is_some() || self.journal.entries().is_ok_and(|e| e.contains(&self.entry)) {
+        if self.session.is_some()
+            || self
+                .journal
+                .entries()
+                .is_ok_and(|e| e.contains(&self.entry))
+        {
             let _ = self.stop();
         }
     }

@@ -25,7 +25,12 @@ pub fn html(testbeds: &[BedDescription], escape: impl Fn(&str) -> String) -> Str
                         c.samples
                     ),
                 ),
-                None => ("-".into(), "-".into(), "-".into(), "refused: no clock measured".into()),
+                None => (
+                    "-".into(),
+                    "-".into(),
+                    "-".into(),
+                    "refused: no clock measured".into(),
+                ),
             };
             let _ = writeln!(
                 h,

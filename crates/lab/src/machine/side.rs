@@ -135,7 +135,10 @@ pub fn run(spec: &SideSpec, dir: &Path) -> Result<(), String> {
         let Ok(line) = line else { break };
         if line.trim() == "clock" {
             let now = super::clock::now_ns();
-            if writeln!(out, "clock {now}").and_then(|()| out.flush()).is_err() {
+            if writeln!(out, "clock {now}")
+                .and_then(|()| out.flush())
+                .is_err()
+            {
                 break;
             }
         }

@@ -90,7 +90,8 @@ impl Span {
                 .iter()
                 .find(|m| m.name == name)
                 .ok_or_else(|| fail(name, "not in the scenario's [[machine]] list"))?;
-            remotes.push(Remote::connect(spec, id, &binary, &ctx.journal).map_err(|e| fail(name, e))?);
+            remotes
+                .push(Remote::connect(spec, id, &binary, &ctx.journal).map_err(|e| fail(name, e))?);
         }
         let local = remotes[0].probe.local;
         let interface = side::interface_with(local).map_err(|e| fail("this machine", e))?;
@@ -110,7 +111,10 @@ impl Span {
     /// Plain wire: a macvlan of the physical interface as `host`'s `eth0`.
     pub fn plain_local(&self, host: &BedHost, index: usize) -> Result<String, BedError> {
         let Some(ns) = host.netns() else {
-            return Err(fail(&host.name, "a plain wire across machines joins namespaces"));
+            return Err(fail(
+                &host.name,
+                "a plain wire across machines joins namespaces",
+            ));
         };
         let name = side::macvlan_name(&self.id, index);
         let mut root = Handle::root_with_journal(&self.journal)?;
@@ -186,9 +190,13 @@ impl Span {
                     })
                     .collect(),
             };
-            let ready = remote.start(&spec, &ctx.journal).map_err(|e| fail(&remote.name, e))?;
+            let ready = remote
+                .start(&spec, &ctx.journal)
+                .map_err(|e| fail(&remote.name, e))?;
             self.notes.extend(ready.notes.iter().cloned());
-            let clock = remote.clock(CLOCK_EXCHANGES).map_err(|e| fail(&remote.name, e))?;
+            let clock = remote
+                .clock(CLOCK_EXCHANGES)
+                .map_err(|e| fail(&remote.name, e))?;
             self.machines.push(MachineDescription {
                 name: remote.name.clone(),
                 ssh: remote.ssh_dest().to_owned(),

@@ -88,7 +88,8 @@ pub fn check(
         if s.hosts.iter().any(|h| h.name == *host && h.remote) {
             return fail(
                 &at,
-                "a host is either remote (behind the local uplink) or on a machine, not both".into(),
+                "a host is either remote (behind the local uplink) or on a machine, not both"
+                    .into(),
             );
         }
     }
@@ -154,7 +155,10 @@ pub fn check(
             }
         }
         for h in &s.hosts {
-            if h.machine.is_none() && cfg.wire == WireKind::Veth && kind_in(cfg, &h.name) != HostKind::Namespace {
+            if h.machine.is_none()
+                && cfg.wire == WireKind::Veth
+                && kind_in(cfg, &h.name) != HostKind::Namespace
+            {
                 return fail(
                     &format!("{at}: host `{}`", h.name),
                     "a plain wire across machines joins namespace hosts".into(),

@@ -80,10 +80,12 @@ impl Ssh {
 
     /// Run `script` there; its standard output, or a one-line error.
     pub fn run(&self, script: &str, what: &str) -> Result<String, String> {
-        let out = self
-            .command(script)
-            .output()
-            .map_err(|e| format!("{}: running ssh: {e} (is OpenSSH's client installed?)", self.dest))?;
+        let out = self.command(script).output().map_err(|e| {
+            format!(
+                "{}: running ssh: {e} (is OpenSSH's client installed?)",
+                self.dest
+            )
+        })?;
         checked(out, &self.dest, what)
     }
 
