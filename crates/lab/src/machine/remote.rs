@@ -116,9 +116,9 @@ impl Remote {
         remote.probe.local = local;
         remote.probe.remote = there;
         ssh.copy(binary, &format!("{}/vnio.part", remote.entry.dir))
-            .map_err(|e| bad(e))?;
+            .map_err(bad)?;
         ssh.run(&format!("mv {dir}/vnio.part {dir}/vnio"), "installing vnio")
-            .map_err(|e| bad(e))?;
+            .map_err(bad)?;
         Ok(remote)
     }
 

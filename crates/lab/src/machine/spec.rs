@@ -58,7 +58,7 @@ pub fn check(
         }
         for o in &m.ssh_options {
             let key = o.split_once('=').map(|(k, _)| k.trim());
-            if key.map_or(true, |k| k.is_empty() || k.contains(char::is_whitespace)) {
+            if !matches!(key, Some(k) if !k.is_empty() && !k.contains(char::is_whitespace)) {
                 return fail(
                     &format!("{at}: ssh_options"),
                     format!("{o:?} is not Key=Value (an `ssh -o` option)"),

@@ -124,8 +124,7 @@ fn checked(out: Output, dest: &str, what: &str) -> Result<String, String> {
     let err = String::from_utf8_lossy(&out.stderr);
     let last = err
         .lines()
-        .filter(|l| !l.trim().is_empty())
-        .last()
+        .rfind(|l| !l.trim().is_empty())
         .unwrap_or("no message");
     Err(format!("{dest}: {what}: {} ({})", last.trim(), out.status))
 }
