@@ -88,7 +88,16 @@ impl Remote {
                 &format!("mkdir -p {dir} && echo $SSH_CONNECTION && uname -m && id -u"),
                 "probing",
             )
-            .map_err(|e| format!("machine {}: {e}", spec.name))?;
+            .map_err(|e| {
+                // The master's socket appears only once authenticated: without
+                // it nothing ran there, and there is nothing to clean.
+                let reached = std::fs::read_dir(remote._control.path())
+                    .map_or(true, |mut d| d.next().is_some());
+                if !reached {
+                    let _ = remote.journal.forget(&remote.entry);
+                }
+                format!("machine {}: {e}", spec.name)
+            })?;
         let mut lines = out.lines();
         let conn: Vec<&str> = lines.next().unwrap_or("").split_whitespace().collect();
         let arch = lines.next().unwrap_or("").trim();

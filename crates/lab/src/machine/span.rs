@@ -90,8 +90,7 @@ impl Span {
                 .iter()
                 .find(|m| m.name == name)
                 .ok_or_else(|| fail(name, "not in the scenario's [[machine]] list"))?;
-            remotes
-                .push(Remote::connect(spec, id, &binary, &ctx.journal).map_err(|e| fail(name, e))?);
+            remotes.push(Remote::connect(spec, id, &binary, &ctx.journal).map_err(across)?);
         }
         let local = remotes[0].probe.local;
         let interface = side::interface_with(local).map_err(|e| fail("this machine", e))?;
@@ -190,13 +189,9 @@ impl Span {
                     })
                     .collect(),
             };
-            let ready = remote
-                .start(&spec, &ctx.journal)
-                .map_err(|e| fail(&remote.name, e))?;
+            let ready = remote.start(&spec, &ctx.journal).map_err(across)?;
             self.notes.extend(ready.notes.iter().cloned());
-            let clock = remote
-                .clock(CLOCK_EXCHANGES)
-                .map_err(|e| fail(&remote.name, e))?;
+            let clock = remote.clock(CLOCK_EXCHANGES).map_err(across)?;
             self.machines.push(MachineDescription {
                 name: remote.name.clone(),
                 ssh: remote.ssh_dest().to_owned(),
@@ -241,9 +236,8 @@ impl Span {
     pub fn finish(self) -> Result<(), BedError> {
         let mut first = None;
         for r in self.remotes {
-            let name = r.name.clone();
             if let Err(e) = r.finish() {
-                first.get_or_insert(fail(&name, e));
+                first.get_or_insert(across(e));
             }
         }
         first.map_or(Ok(()), Err)
@@ -255,6 +249,14 @@ impl std::fmt::Debug for Span {
         f.debug_struct("Span")
             .field("machines", &self.machines)
             .finish_non_exhaustive()
+    }
+}
+
+/// A [`Remote`]'s error (it names its machine already).
+fn across(detail: String) -> BedError {
+    BedError::Setup {
+        what: "across machines".into(),
+        detail,
     }
 }
 
