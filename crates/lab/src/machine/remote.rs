@@ -43,7 +43,7 @@ pub struct Remote {
     /// What the probe found.
     pub probe: Probe,
     session: Option<Session>,
-    _control: Scratch,
+    control: Scratch,
 }
 
 struct Session {
@@ -80,7 +80,7 @@ impl Remote {
                 remote: IpAddr::from([0, 0, 0, 0]),
             },
             session: None,
-            _control: control,
+            control: control,
         };
         let dir = quote(&remote.entry.dir);
         let out = ssh
@@ -91,7 +91,7 @@ impl Remote {
             .map_err(|e| {
                 // The master's socket appears only once authenticated: without
                 // it nothing ran there, and there is nothing to clean.
-                let reached = std::fs::read_dir(remote._control.path())
+                let reached = std::fs::read_dir(remote.control.path())
                     .map_or(true, |mut d| d.next().is_some());
                 if !reached {
                     let _ = remote.journal.forget(&remote.entry);
@@ -144,7 +144,7 @@ impl Remote {
             "VNIO_LAB_JOURNAL={d}/journal exec {d}/vnio lab side --dir {d} {}",
             quote(&json)
         );
-        let log = self._control.path().join("side.log");
+        let log = self.control.path().join("side.log");
         let mut cmd = self.entry.ssh.command(&script);
         let err = std::fs::File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
         // Its own process group: a Ctrl-C reaches only the runner, which

@@ -32,7 +32,7 @@ pub struct MachineDescription {
     pub name: String,
     /// SSH destination.
     pub ssh: String,
-    /// Its address and interface on the network joining the machines.
+    /// Its address on the network joining the machines.
     pub address: String,
     /// Its interface there.
     pub interface: String,
@@ -107,7 +107,7 @@ impl Span {
         }))
     }
 
-    /// Plain wire: a macvlan of the physical interface as `host`'s `eth0`.
+    /// Plain wire: a macvlan of the physical interface moved into `host`.
     pub fn plain_local(&self, host: &BedHost, index: usize) -> Result<String, BedError> {
         let Some(ns) = host.netns() else {
             return Err(fail(
