@@ -80,7 +80,7 @@ impl Remote {
                 remote: IpAddr::from([0, 0, 0, 0]),
             },
             session: None,
-            control: control,
+            control,
         };
         let dir = quote(&remote.entry.dir);
         let out = ssh
