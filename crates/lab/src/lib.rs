@@ -17,6 +17,7 @@
 pub mod contention;
 pub mod findings;
 pub mod guest;
+pub mod machine;
 pub mod report;
 pub mod runner;
 pub mod scenario;
