@@ -19,6 +19,7 @@ pub mod contention;
 pub mod export;
 pub mod findings;
 pub mod guest;
+pub mod machine;
 pub mod report;
 pub mod runner;
 pub mod scenario;

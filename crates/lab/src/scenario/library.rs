@@ -39,6 +39,7 @@ pub const SHIPPED: &[Shipped] = shipped![
     "latency-modes",
     "vm-native",
     "vm-vm",
+    "across-machines",
 ];
 
 /// The shipped scenario called `name`.

@@ -22,6 +22,9 @@ pub enum LabError {
     /// something that is not a scenario.
     #[error("{0}")]
     Plan(String),
+    /// The lab's machines (hosts on other machines) could not be cleaned.
+    #[error("{0}")]
+    Machines(String),
     /// Reading a store that does not exist.
     #[error("no results store at {} (run `vnio lab run quick` first, or give --db)", .0.display())]
     NoStore(PathBuf),

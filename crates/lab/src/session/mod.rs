@@ -151,9 +151,16 @@ pub struct Cleaned {
     pub journal: PathBuf,
     /// Removed, failed and kept entries.
     pub report: vnio_topo::CleanReport,
+    /// What was cleaned on other machines, and what could not be.
+    pub machines: crate::machine::journal::MachineCleanReport,
 }
 
 impl Cleaned {
+    /// True when something could not be removed, here or on a machine.
+    pub fn failed(&self) -> bool {
+        !self.report.failed.is_empty() || !self.machines.failed.is_empty()
+    }
+
     /// The kept entries grouped by owner (a run still going on), in
     /// journal order.
     pub fn kept_by_owner(&self) -> Vec<(Option<vnio_topo::Owner>, Vec<vnio_topo::Entry>)> {
@@ -170,10 +177,15 @@ impl Cleaned {
 
 /// Removes what runs whose process is gone (killed, crashed, a zombie,
 /// exiting) left in the default journal: processes, namespaces, links,
-/// scratch directories. With `all`, also what live runs own (only safe
+/// scratch directories, and their parts on other machines. With `all`, also what live runs own (only safe
 /// when no other lab run is going on).
 pub fn clean(all: bool) -> Result<Cleaned, LabError> {
     let journal = vnio_topo::Journal::default();
+    // Other machines first: cleaning them may use SSH connection sockets in
+    // local scratch directories.
+    let machines = crate::machine::MachineJournal::beside(&journal)
+        .clean(all)
+        .map_err(LabError::Machines)?;
     let report = if all {
         journal.clean()?
     } else {
@@ -182,5 +194,6 @@ pub fn clean(all: bool) -> Result<Cleaned, LabError> {
     Ok(Cleaned {
         journal: journal.path().to_owned(),
         report,
+        machines,
     })
 }

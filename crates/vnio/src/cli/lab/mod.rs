@@ -118,6 +118,16 @@ enum Cmd {
         #[arg(long)]
         all: bool,
     },
+    /// The far side of a configuration on another machine (started by the
+    /// runner over SSH; reads its spec as JSON).
+    #[command(hide = true)]
+    Side {
+        /// The run's scratch directory on this machine.
+        #[arg(long)]
+        dir: PathBuf,
+        /// What to build (`vnio_lab::machine::side::SideSpec` as JSON).
+        spec: String,
+    },
     /// Contention generators (started by the runner inside the hosts).
     #[command(hide = true)]
     Load {
@@ -220,11 +230,15 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         Cmd::Clean { all } => {
             let cleaned = session::clean(all)?;
             render::clean(&cleaned);
-            Ok(if cleaned.report.failed.is_empty() {
-                0
-            } else {
-                1
-            })
+            Ok(if cleaned.failed() { 1 } else { 0 })
+        }
+        Cmd::Side { dir, spec } => {
+            // Builds this machine's part of a configuration, answers the
+            // controller on stdin/stdout, removes it all at end of input.
+            let spec: vnio_lab::machine::side::SideSpec =
+                serde_json::from_str(&spec).context("reading the side's specification")?;
+            vnio_lab::machine::side::run(&spec, &dir).map_err(anyhow::Error::msg)?;
+            Ok(0)
         }
         Cmd::Load { cmd } => load::load(cmd),
     }

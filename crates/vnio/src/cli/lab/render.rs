@@ -307,6 +307,12 @@ pub fn compare(c: &Comparison) {
 /// What was removed, what failed, and what was kept for whom, with what
 /// to do about it.
 pub fn clean(c: &Cleaned) {
+    for m in &c.machines.removed {
+        println!("removed {m}");
+    }
+    for why in &c.machines.failed {
+        eprintln!("vnio lab: could not clean {why}");
+    }
     let r = &c.report;
     for e in &r.removed {
         println!("removed {e}");
