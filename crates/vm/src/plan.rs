@@ -561,7 +561,11 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
                 // As the client, QEMU redials a restarted switch every
                 // second and the guest keeps its vNIC (no reboot); as the
                 // server it waits for the switch to redial.
-                let mode = if *server { ",server=on" } else { ",reconnect=1" };
+                let mode = if *server {
+                    ",server=on"
+                } else {
+                    ",reconnect=1"
+                };
                 push(&[
                     "-chardev",
                     &format!("socket,id={id}c,path={}{mode}", path(socket)),
