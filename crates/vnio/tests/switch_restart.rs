@@ -26,6 +26,15 @@ impl Drop for Reaped {
     }
 }
 
+/// The test's directory, removed when the test ends, however it ends.
+struct Tmp(PathBuf);
+
+impl Drop for Tmp {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 fn start_switch(cfg: &Path) -> Reaped {
     Reaped(
         Command::new(VNIO)
@@ -131,7 +140,8 @@ fn config(dir: &Path) -> PathBuf {
 #[test]
 fn frontends_resume_after_the_switch_is_killed_and_restarted() {
     let t0 = Instant::now();
-    let dir = std::env::temp_dir().join(format!("vnio-restart-{}", std::process::id()));
+    let tmp = Tmp(std::env::temp_dir().join(format!("vnio-restart-{}", std::process::id())));
+    let dir = tmp.0.clone();
     std::fs::create_dir_all(&dir).unwrap();
     let cfg = config(&dir);
     let (a_sock, b_sock) = (dir.join("a.sock"), dir.join("b.sock"));
@@ -213,6 +223,5 @@ fn frontends_resume_after_the_switch_is_killed_and_restarted() {
     }
     assert_eq!(a.used_indexes()[1], want[0], "a's transmit used index");
     assert_eq!(b.used_indexes()[1], want[1], "b's transmit used index");
-    let _ = std::fs::remove_dir_all(&dir);
     println!("took {:.1} s", t0.elapsed().as_secs_f64());
 }
