@@ -144,12 +144,22 @@ pub fn domain_xml(
         match &n.backend {
             Backend::VhostUser { socket, server, .. } => {
                 let _ = writeln!(w, "    <interface type='vhostuser'>");
-                let _ = writeln!(
-                    w,
-                    "      <source type='unix' path='{}' mode='{}'/>",
-                    p(socket),
-                    if *server { "server" } else { "client" }
-                );
+                if *server {
+                    let _ = writeln!(
+                        w,
+                        "      <source type='unix' path='{}' mode='server'/>",
+                        p(socket)
+                    );
+                } else {
+                    // QEMU's reconnect=1: the guest survives a switch restart.
+                    let _ = writeln!(
+                        w,
+                        "      <source type='unix' path='{}' mode='client'>",
+                        p(socket)
+                    );
+                    let _ = writeln!(w, "        <reconnect enabled='yes' timeout='1'/>");
+                    let _ = writeln!(w, "      </source>");
+                }
             }
             Backend::Tap {
                 bridge: Some(b), ..

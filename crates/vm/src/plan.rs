@@ -558,10 +558,17 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
         };
         match &n.backend {
             Backend::VhostUser { socket, server, .. } => {
-                let server = if *server { ",server=on" } else { "" };
+                // As the client, QEMU redials a restarted switch every
+                // second and the guest keeps its vNIC (no reboot); as the
+                // server it waits for the switch to redial.
+                let mode = if *server {
+                    ",server=on"
+                } else {
+                    ",reconnect=1"
+                };
                 push(&[
                     "-chardev",
-                    &format!("socket,id={id}c,path={}{server}", path(socket)),
+                    &format!("socket,id={id}c,path={}{mode}", path(socket)),
                 ]);
                 push(&["-netdev", &format!("vhost-user,id={id},chardev={id}c")]);
             }

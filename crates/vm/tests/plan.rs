@@ -117,7 +117,7 @@ fn normal_latency_under_tcg_on_a_switch_port() {
         ["memory-backend-memfd,id=mem0,size=256M,share=on"]
     );
     assert!(values(a, "-overcommit").is_empty());
-    assert!(values(a, "-chardev").contains(&"socket,id=nic0c,path=/run/vnio/p1.sock"));
+    assert!(values(a, "-chardev").contains(&"socket,id=nic0c,path=/run/vnio/p1.sock,reconnect=1"));
     assert!(values(a, "-netdev").contains(&"vhost-user,id=nic0,chardev=nic0c"));
     let mac = s.mac(0);
     // QEMU 7.2 + TCG + vhost-user: INTx.
@@ -423,7 +423,10 @@ fn libvirt_xml_for_normal_latency() {
     assert!(x.contains("<access mode='shared'/>"));
     assert!(!x.contains("<locked/>") && !x.contains("<cputune>"));
     assert!(x.contains("<interface type='vhostuser'>"));
-    assert!(x.contains("<source type='unix' path='/run/vnio/p1.sock' mode='client'/>"));
+    assert!(x.contains(
+        "<source type='unix' path='/run/vnio/p1.sock' mode='client'>\n        \
+         <reconnect enabled='yes' timeout='1'/>\n      </source>"
+    ));
     assert!(x.contains("<interface type='bridge'>") && x.contains("<source bridge='br0'/>"));
     assert!(x.contains("<target dev='vt0' managed='yes'/>"));
     // vectors=0 for the vhost-user NIC under TCG, through an override.

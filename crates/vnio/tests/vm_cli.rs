@@ -132,6 +132,8 @@ fn plans_print_without_launching() {
         "{s}"
     );
     assert!(s.contains(",vectors=0"), "{s}");
+    // QEMU redials a restarted switch: the guest keeps its vNIC.
+    assert!(s.contains("path=/tmp/none.sock,reconnect=1"), "{s}");
     assert!(s.contains("vnio.ip=") && s.contains("10.0.0.2/24"), "{s}");
     let out = vnio(
         &t,

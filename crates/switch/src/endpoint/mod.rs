@@ -42,6 +42,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod handshake;
 pub mod ring;
 pub mod stack;
 pub mod via;
@@ -51,16 +52,14 @@ use crate::vhost_user::device::feature;
 use crate::wire::icmp::IcmpRepr;
 use crate::wire::virtio_net::{self, VirtioNetHdr, VirtioNetHdrRepr};
 use crate::wire::{EthernetAddress, Ipv4Address};
+use handshake::SharedMem;
 use ring::{DriverRing, RingLayout};
 use stack::{ArpCache, Event, HostConfig};
-use std::fs::File;
 use std::net::SocketAddrV4;
-use std::os::fd::AsRawFd;
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
-use vhost::vhost_user::{Frontend, VhostUserFrontend, VhostUserProtocolFeatures};
-use vhost::{VhostBackend, VhostUserMemoryRegionInfo, VringConfigData};
+use vhost::vhost_user::Frontend;
 use vm_memory::{Address, Bytes, FileOffset, GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
@@ -95,6 +94,9 @@ pub enum EndpointError {
     /// The back-end does not offer a feature the endpoint needs.
     #[error("back-end lacks VIRTIO_F_VERSION_1")]
     Features,
+    /// A restarted back-end does not offer what was negotiated before.
+    #[error("the restarted back-end offers other features than before")]
+    FeaturesChanged,
     /// All transmit descriptors are in flight.
     #[error("transmit ring full")]
     TxFull,
@@ -162,7 +164,7 @@ pub struct EndpointStats {
 /// A connected poll-mode endpoint.
 pub struct Endpoint {
     frontend: Frontend,
-    _memfd: File,
+    shared: SharedMem,
     q: Queues,
     call: [EventFd; 2],
     host: HostConfig,
@@ -176,23 +178,7 @@ const BUF_SIZE: u32 = 2048;
 impl Endpoint {
     /// Connects to a switch port listening at `sock` (the port is in server mode).
     pub fn connect(sock: &Path, cfg: EndpointConfig) -> Result<Self, EndpointError> {
-        let deadline = Instant::now() + cfg.connect_timeout;
-        let stream = loop {
-            match UnixStream::connect(sock) {
-                Ok(s) => break s,
-                Err(e)
-                    if Instant::now() < deadline
-                        && matches!(
-                            e.kind(),
-                            std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused
-                        ) =>
-                {
-                    std::thread::sleep(Duration::from_millis(20));
-                }
-                Err(e) => return Err(EndpointError::Setup(e)),
-            }
-        };
-        Self::from_stream(stream, cfg)
+        Self::from_stream(handshake::dial(sock, cfg.connect_timeout)?, cfg)
     }
 
     /// Listens at `sock` and waits up to `timeout` for a switch port in client mode to connect.
@@ -201,38 +187,11 @@ impl Endpoint {
         cfg: EndpointConfig,
         timeout: Duration,
     ) -> Result<Self, EndpointError> {
-        let _ = std::fs::remove_file(sock);
-        let l = UnixListener::bind(sock).map_err(EndpointError::Setup)?;
-        l.set_nonblocking(true).map_err(EndpointError::Setup)?;
-        let deadline = Instant::now() + timeout;
-        let stream = loop {
-            match l.accept() {
-                Ok((s, _)) => break s,
-                Err(e)
-                    if e.kind() == std::io::ErrorKind::WouldBlock && Instant::now() < deadline =>
-                {
-                    std::thread::sleep(Duration::from_millis(10));
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    return Err(EndpointError::Timeout)
-                }
-                Err(e) => return Err(EndpointError::Setup(e)),
-            }
-        };
-        let _ = std::fs::remove_file(sock);
-        stream
-            .set_nonblocking(false)
-            .map_err(EndpointError::Setup)?;
-        Self::from_stream(stream, cfg)
+        Self::from_stream(handshake::accept(sock, timeout)?, cfg)
     }
 
     /// Runs the front-end handshake over a connected stream.
     pub fn from_stream(stream: UnixStream, cfg: EndpointConfig) -> Result<Self, EndpointError> {
-        let hs = |step| move |source| EndpointError::Handshake { step, source };
-        // A back-end that stops answering fails the handshake instead of hanging it.
-        stream
-            .set_read_timeout(Some(Duration::from_secs(5)))
-            .map_err(EndpointError::Setup)?;
         let size = cfg.queue_size;
         let rx_layout = RingLayout::at(0, size, BUF_SIZE);
         let tx_layout = RingLayout::at(rx_layout.end().div_ceil(4096) * 4096, size, BUF_SIZE);
@@ -249,30 +208,13 @@ impl Endpoint {
             .get_host_address(GuestAddress(0))
             .map_err(|_| EndpointError::Setup(std::io::Error::other("no host address")))?
             as u64;
-
-        let mut fe = Frontend::from_stream(stream, 2);
-        fe.set_owner().map_err(hs("SET_OWNER"))?;
-        let offered = fe.get_features().map_err(hs("GET_FEATURES"))?;
-        if offered & feature::VERSION_1 == 0 {
-            return Err(EndpointError::Features);
-        }
-        let features = offered & (WANTED | (cfg.offloads & feature::OFFLOADS));
-        fe.set_features(features).map_err(hs("SET_FEATURES"))?;
-        if features & feature::PROTOCOL_FEATURES != 0 {
-            let pf = fe
-                .get_protocol_features()
-                .map_err(hs("GET_PROTOCOL_FEATURES"))?;
-            fe.set_protocol_features(pf & VhostUserProtocolFeatures::REPLY_ACK)
-                .map_err(hs("SET_PROTOCOL_FEATURES"))?;
-        }
-        let region = VhostUserMemoryRegionInfo {
-            guest_phys_addr: 0,
-            memory_size: mem_size,
-            userspace_addr: base_va,
-            mmap_offset: 0,
-            mmap_handle: memfd.as_raw_fd(),
+        let shared = SharedMem {
+            memfd,
+            size: mem_size,
+            base_va,
         };
-        fe.set_mem_table(&[region]).map_err(hs("SET_MEM_TABLE"))?;
+        let want = WANTED | (cfg.offloads & feature::OFFLOADS);
+        let (mut fe, features) = handshake::negotiate(stream, want, &shared)?;
         let event_idx = features & feature::EVENT_IDX != 0;
         let mut rx = DriverRing::new(&mem, rx_layout, event_idx);
         let tx = DriverRing::new(&mem, tx_layout, event_idx);
@@ -283,32 +225,19 @@ impl Endpoint {
         let ev = || EventFd::new(EFD_NONBLOCK).map_err(EndpointError::Setup);
         let kick = [ev()?, ev()?];
         let call = [ev()?, ev()?];
-        for (q, layout) in [(RXQ, rx_layout), (TXQ, tx_layout)] {
-            fe.set_vring_num(q, size).map_err(hs("SET_VRING_NUM"))?;
-            let cfgd = VringConfigData {
-                queue_max_size: size,
-                queue_size: size,
-                flags: 0,
-                desc_table_addr: base_va + layout.desc,
-                used_ring_addr: base_va + layout.used,
-                avail_ring_addr: base_va + layout.avail,
-                log_addr: None,
-            };
-            fe.set_vring_addr(q, &cfgd).map_err(hs("SET_VRING_ADDR"))?;
-            fe.set_vring_base(q, 0).map_err(hs("SET_VRING_BASE"))?;
-            fe.set_vring_call(q, &call[q])
-                .map_err(hs("SET_VRING_CALL"))?;
-            fe.set_vring_kick(q, &kick[q])
-                .map_err(hs("SET_VRING_KICK"))?;
-            if features & feature::PROTOCOL_FEATURES != 0 {
-                fe.set_vring_enable(q, true)
-                    .map_err(hs("SET_VRING_ENABLE"))?;
-            }
-        }
+        handshake::start_rings(
+            &mut fe,
+            features,
+            &shared,
+            [rx_layout, tx_layout],
+            [0, 0],
+            &kick,
+            &call,
+        )?;
         let hdr_len = virtio_net::HEADER_LEN;
         Ok(Self {
             frontend: fe,
-            _memfd: memfd,
+            shared,
             q: Queues {
                 mem,
                 rx,

@@ -232,6 +232,7 @@ impl ActiveQueue {
         let desc = Ring::at(&mem, addrs.desc, 16 * n)?;
         let avail = Ring::at(&mem, addrs.avail, 6 + 2 * n)?;
         let used = Ring::at(&mem, addrs.used, 6 + 8 * n)?;
+        let base = resume_index(&used, base);
         let mut q = Self {
             mem,
             size,
@@ -559,6 +560,22 @@ impl ActiveQueue {
                 .used
                 .store(0, VRING_USED_F_NO_NOTIFY, Ordering::Relaxed);
         }
+    }
+}
+
+/// Where a starting queue resumes. This device completes chains in
+/// order, so the used index in the ring is where it stopped, even when it
+/// died without answering GET_VRING_BASE: a front-end whose base disagrees
+/// (a stale copy after a crash) is overruled by the ring, as rewinding the
+/// used index under the driver would corrupt it. A fresh ring holds 0, as
+/// does the base.
+fn resume_index(used: &Ring, base: u16) -> u16 {
+    match used.load(2, Ordering::Acquire) {
+        Ok(idx) if idx != base => {
+            log::warn!("vring base {base} but the used index is {idx}: resuming at {idx}");
+            idx
+        }
+        _ => base,
     }
 }
 

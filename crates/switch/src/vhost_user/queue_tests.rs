@@ -271,3 +271,46 @@ fn rings_outside_memory_do_not_start() {
         Err(QueueError::Rings)
     ));
 }
+
+#[test]
+fn a_restart_resumes_at_the_used_index_whatever_the_base() {
+    let (mut q, mut ring, mem, call) = pair(false, false);
+    for len in [60u32, 61, 62] {
+        let id = ring.take().unwrap();
+        ring.publish(&mem, id, len, false);
+    }
+    // Two chains used and published, the third popped: then the switch
+    // dies without a GET_VRING_BASE.
+    for _ in 0..2 {
+        let c = q.pop().unwrap().unwrap();
+        q.add_used(c.head, 0).unwrap();
+    }
+    q.flush();
+    assert!(q.pop().unwrap().is_some());
+    let mem_dev = q.mem().clone();
+    drop(q);
+    let layout = ring.layout;
+    let addrs = RingAddrs {
+        desc: GuestAddress(layout.desc),
+        avail: GuestAddress(layout.avail),
+        used: GuestAddress(layout.used),
+    };
+    // A stale base (0, as a front-end that lost count would send) is
+    // overruled by the used index; the right one (2) is kept.
+    for base in [0, 2] {
+        let mut q = ActiveQueue::start(
+            mem_dev.clone(),
+            SIZE,
+            addrs,
+            base,
+            false,
+            Some(call.try_clone().unwrap()),
+            false,
+        )
+        .unwrap();
+        assert_eq!(q.next_avail(), 2, "base {base}");
+        let c = q.pop().unwrap().unwrap();
+        assert_eq!(c.len(), 62, "the unfinished chain again, not the first");
+        assert!(q.pop().unwrap().is_none());
+    }
+}
