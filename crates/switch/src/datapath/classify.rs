@@ -133,8 +133,9 @@ impl Datapath {
         }
         // A burst from one port is mostly one flow: the last decision holds
         // while its inputs are the same (addresses, tag, time, FDB, ports).
-        let memo = me.rt.flow.filter(|m| {
-            m.l2 == l2 && m.now == now && m.fdb_gen == fdb.generation() && m.topo_gen == *topo_gen
+        // (Looked at in place: the memo is too large to copy per frame.)
+        let memo = me.rt.flow.as_ref().filter(|m| {
+            m.now == now && m.fdb_gen == fdb.generation() && m.topo_gen == *topo_gen && m.l2 == l2
         });
         let (decision, dest_slot) = match memo {
             Some(m) => (m.decision, m.dest_slot),

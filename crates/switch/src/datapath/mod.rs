@@ -273,6 +273,18 @@ impl Datapath {
                 next = Some(next.map_or(due, |n| n.min(due)));
             }
         }
+        // Every transmit ring's frames are returned before any receive ring
+        // shows what they became: a switch killed in between loses this
+        // round's frames (TCP sends them again) instead of having them sent
+        // again by their guests and delivered twice.
+        for s in self.slots.iter_mut().flatten() {
+            if let Port::VhostUser(p) = &mut s.port {
+                if let Some(vq) = p.device.queue(TX_QUEUE) {
+                    vq.signal(&s.stats.tx);
+                    self.call_failed |= vq.call_failed();
+                }
+            }
+        }
         for s in self.slots.iter_mut().flatten() {
             match &mut s.port {
                 Port::VhostUser(p) => {
@@ -281,10 +293,6 @@ impl Datapath {
                         if let Some(t) = s.rt.hold {
                             next = Some(next.map_or(t, |n| n.min(t)));
                         }
-                        self.call_failed |= vq.call_failed();
-                    }
-                    if let Some(vq) = p.device.queue(TX_QUEUE) {
-                        vq.signal(&s.stats.tx);
                         self.call_failed |= vq.call_failed();
                     }
                 }

@@ -193,6 +193,7 @@ pub fn walk_into(
 /// The walk itself: the chain's buffers go to `segs`; `in_memory(addr,
 /// len)` says whether a buffer lies in guest memory. Returns how many
 /// buffers and their total length.
+#[inline(always)]
 pub fn walk_segs(
     segs: &mut [Seg; MAX_SEGS],
     read_desc: impl Fn(u16) -> Option<Descriptor>,
