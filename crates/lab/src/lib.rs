@@ -14,9 +14,11 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod anchor_switch;
 pub mod contention;
 pub mod findings;
 pub mod guest;
+pub mod pair;
 pub mod report;
 pub mod runner;
 pub mod scenario;

@@ -329,6 +329,9 @@ fn workload(
         let h = bed.host(t).ok_or_else(|| format!("no host {t}"))?;
         targets.push(h);
     }
+    if from.kind == HostKind::PollMode && targets.iter().all(|t| t.kind == HostKind::PollMode) {
+        return crate::pair::measure(bed, p, from, targets[0], run, opts, stop);
+    }
     if from.kind == HostKind::PollMode {
         return rr_via(bed, p, from, targets[0], run, opts, stop);
     }

@@ -21,7 +21,7 @@ pub use model::{
     WorkloadSpec,
 };
 pub use plan::{Overrides, Plan, Point, Resolved, ResolvedContention};
-pub use validate::Capabilities;
+pub use validate::{kind_in, Capabilities};
 
 use std::path::Path;
 

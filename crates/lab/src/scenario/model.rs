@@ -126,6 +126,13 @@ pub enum WireKind {
     /// The vnio switch: a tap port per namespace host, a vhost-user port per
     /// poll-mode host.
     Switch,
+    /// OVS-DPDK (a netdev bridge, a `dpdkvhostuserclient` port per
+    /// poll-mode host, port-to-port flows): an anchor switch to compare
+    /// vnio's with. Two poll-mode hosts only.
+    OvsDpdk,
+    /// DPDK's testpmd forwarding between two `net_vhost` ports (io mode,
+    /// no switching at all): the other anchor. Two poll-mode hosts only.
+    Testpmd,
 }
 
 impl WireKind {
@@ -135,7 +142,23 @@ impl WireKind {
             WireKind::Veth => "veth",
             WireKind::Bridge => "bridge",
             WireKind::Switch => "switch",
+            WireKind::OvsDpdk => "ovs-dpdk",
+            WireKind::Testpmd => "testpmd",
         }
+    }
+
+    /// True for the wires made of a vhost-user switch (poll-mode hosts
+    /// plug into them).
+    pub fn has_vhost_user(self) -> bool {
+        matches!(
+            self,
+            WireKind::Switch | WireKind::OvsDpdk | WireKind::Testpmd
+        )
+    }
+
+    /// True for the anchor switches (OVS-DPDK, testpmd).
+    pub fn is_anchor(self) -> bool {
+        matches!(self, WireKind::OvsDpdk | WireKind::Testpmd)
     }
 }
 
@@ -217,6 +240,13 @@ pub struct Knobs {
     /// Poll-mode endpoints sleep on the switch's notifications when idle
     /// (an interrupt-driven guest) instead of busy-polling (default).
     pub poll_mode_wait: Option<bool>,
+    /// The vnio switch's workers never sleep (`idle_polls` at its maximum),
+    /// as the DPDK switches' poll-mode threads do.
+    pub switch_busy_poll: Option<bool>,
+    /// Shield the switch's CPUs (`switch_cpus`): every other task of the
+    /// machine is moved to the remaining CPUs for the configuration's
+    /// life (a cpuset, as `isolcpus` would), and put back afterwards.
+    pub shield: Option<bool>,
 }
 
 impl Knobs {
@@ -240,6 +270,8 @@ impl Knobs {
             rx_timestamp: over.rx_timestamp.or(self.rx_timestamp),
             poll_mode_wait: over.poll_mode_wait.or(self.poll_mode_wait),
             uplink_queues: over.uplink_queues.or(self.uplink_queues),
+            switch_busy_poll: over.switch_busy_poll.or(self.switch_busy_poll),
+            shield: over.shield.or(self.shield),
         }
     }
 }

@@ -140,11 +140,20 @@ pub(super) fn scenario(origin: &str, s: &Scenario) -> Result<(), ScenarioError> 
         }
         for h in &s.hosts {
             let kind = kind_in(s, cfg, &h.name);
-            if kind == HostKind::PollMode && cfg.wire != WireKind::Switch {
+            if kind == HostKind::PollMode && !cfg.wire.has_vhost_user() {
                 return c.fail(
                     format!("{at}: host `{}`", h.name),
                     format!(
-                        "a poll-mode endpoint needs wire = \"switch\" (a vhost-user port), not {:?}",
+                        "a poll-mode endpoint needs wire = \"switch\", \"ovs-dpdk\" or \"testpmd\" (a vhost-user port), not {:?}",
+                        cfg.wire.as_str()
+                    ),
+                );
+            }
+            if cfg.wire.is_anchor() && (kind != HostKind::PollMode || h.remote) {
+                return c.fail(
+                    format!("{at}: host `{}`", h.name),
+                    format!(
+                        "wire = {:?} joins two poll-mode endpoints (kind = \"poll-mode\", not remote)",
                         cfg.wire.as_str()
                     ),
                 );
@@ -183,6 +192,16 @@ pub(super) fn scenario(origin: &str, s: &Scenario) -> Result<(), ScenarioError> 
                     );
                 }
             }
+        }
+        if cfg.wire.is_anchor() && s.hosts.len() != 2 {
+            return c.fail(
+                format!("{at}: wire"),
+                format!(
+                    "{:?} has two ports: the scenario needs exactly two hosts, it has {}",
+                    cfg.wire.as_str(),
+                    s.hosts.len()
+                ),
+            );
         }
         if cfg.wire == WireKind::Veth && s.hosts.len() != 2 {
             return c.fail(
@@ -376,7 +395,7 @@ pub(super) fn scenario(origin: &str, s: &Scenario) -> Result<(), ScenarioError> 
 }
 
 /// The kind host `name` has in `cfg`.
-pub(super) fn kind_in(s: &Scenario, cfg: &Configuration, name: &str) -> HostKind {
+pub fn kind_in(s: &Scenario, cfg: &Configuration, name: &str) -> HostKind {
     cfg.hosts.get(name).copied().unwrap_or_else(|| {
         s.hosts
             .iter()
@@ -413,6 +432,18 @@ fn check_knobs(c: &Check, at: &str, k: &Knobs, wire: WireKind) -> Result<(), Sce
     if k.rate_limit_mbit == Some(0) {
         return c.fail(format!("{at}.rate_limit_mbit"), "must be more than 0");
     }
+    if k.shield == Some(true) && k.switch_cpus.as_ref().is_none_or(|c| c.is_empty()) {
+        return c.fail(
+            format!("{at}.shield"),
+            "shields the switch's CPUs: set switch_cpus too",
+        );
+    }
+    if wire != WireKind::Switch && k.switch_busy_poll.is_some() {
+        return c.fail(
+            format!("{at}.switch_busy_poll"),
+            "needs wire = \"switch\" (the anchor switches always busy-poll)",
+        );
+    }
     if wire != WireKind::Switch {
         if k.port_policy.is_some_and(|p| p != PortPolicy::Default) {
             return c.fail(
@@ -420,8 +451,11 @@ fn check_knobs(c: &Check, at: &str, k: &Knobs, wire: WireKind) -> Result<(), Sce
                 "a port policy needs wire = \"switch\"",
             );
         }
-        if k.switch_cpus.is_some() {
-            return c.fail(format!("{at}.switch_cpus"), "needs wire = \"switch\"");
+        if k.switch_cpus.is_some() && !wire.is_anchor() {
+            return c.fail(
+                format!("{at}.switch_cpus"),
+                "needs a switch (wire = \"switch\", \"ovs-dpdk\" or \"testpmd\")",
+            );
         }
         if k.coalesce.is_some() {
             return c.fail(format!("{at}.coalesce"), "needs wire = \"switch\"");
@@ -536,6 +570,10 @@ pub struct Capabilities {
     pub latency_high: bool,
     /// The switch has direct ports (bound to an uplink queue, no switching).
     pub direct: bool,
+    /// OVS-DPDK is installed (wire = "ovs-dpdk").
+    pub ovs_dpdk: bool,
+    /// DPDK's testpmd is installed (wire = "testpmd").
+    pub testpmd: bool,
 }
 
 impl Capabilities {
@@ -546,6 +584,8 @@ impl Capabilities {
             poll_mode_client: true,
             latency_high: true,
             direct: true,
+            ovs_dpdk: crate::anchor_switch::missing(WireKind::OvsDpdk).is_none(),
+            testpmd: crate::anchor_switch::missing(WireKind::Testpmd).is_none(),
         }
     }
 
@@ -587,6 +627,15 @@ impl Capabilities {
     ) -> Option<String> {
         let poll = |h: &str| kind_in(s, cfg, h) == HostKind::PollMode;
         let vm = |h: &str| kind_in(s, cfg, h) == HostKind::Vm;
+        let installed = match cfg.wire {
+            WireKind::OvsDpdk => self.ovs_dpdk,
+            WireKind::Testpmd => self.testpmd,
+            _ => true,
+        };
+        if !installed {
+            return crate::anchor_switch::missing(cfg.wire)
+                .or_else(|| Some(format!("{} is not installed", cfg.wire.as_str())));
+        }
         if poll(&w.from) && w.to.iter().any(|t| vm(t)) {
             return Some(format!(
                 "client `{}` is a poll-mode endpoint: its `vnio rr --via` runs in the target's namespace, and a VM target has none",
@@ -600,6 +649,9 @@ impl Capabilities {
             ));
         }
         let udp_rr = w.kind == WorkloadKind::Rr && w.protocol == Some(Protocol::Udp);
+        if poll(&w.from) && w.to.iter().all(|t| poll(t)) {
+            return pair_skip(w);
+        }
         if poll(&w.from) {
             if !self.poll_mode_client {
                 return Some(format!(
@@ -652,5 +704,38 @@ impl Capabilities {
                 if w.protocol == Some(Protocol::Udp) { "UDP streams" } else { "TCP" }
             )),
         }
+    }
+}
+
+/// Why a workload between two poll-mode endpoints cannot run (None: it
+/// can): one thread drives both (see [`crate::pair`]).
+fn pair_skip(w: &WorkloadSpec) -> Option<String> {
+    let why = |what: &str| {
+        Some(format!(
+            "`{}` and `{}` are poll-mode endpoints driven by one thread: {what}",
+            w.from,
+            w.to.join(", ")
+        ))
+    };
+    if w.protocol != Some(Protocol::Udp) || w.kind == WorkloadKind::Ping {
+        return why("UDP rr and UDP stream only (protocol = \"udp\")");
+    }
+    if w.to.len() != 1 || w.sessions.unwrap_or(1) != 1 {
+        return why("one session to one target");
+    }
+    match w.kind {
+        WorkloadKind::Rr if w.burst.unwrap_or(1) != 1 || w.rate.is_some() => {
+            why("one request in flight, closed loop (no burst, no rate)")
+        }
+        WorkloadKind::Stream if w.rate.is_some() || w.reverse == Some(true) => {
+            why("as fast as the switch forwards, one way (no rate, no reverse)")
+        }
+        WorkloadKind::Stream if w.size.is_some_and(|s| s > crate::pair::MAX_PAYLOAD) => why(
+            &format!(
+                "frames up to 1518 B (size at most {} B of payload)",
+                crate::pair::MAX_PAYLOAD
+            ),
+        ),
+        _ => None,
     }
 }
