@@ -39,14 +39,22 @@ const START: Duration = Duration::from_secs(60);
 
 /// Why an anchor switch cannot run on this machine (None: it can).
 pub fn missing(kind: WireKind) -> Option<String> {
+    let installed = match kind {
+        WireKind::Testpmd => which(TESTPMD).is_some(),
+        WireKind::OvsDpdk => Path::new(OVS_VSWITCHD_DPDK).exists(),
+        _ => true,
+    };
+    (!installed).then(|| not_installed(kind))
+}
+
+/// What to install for an anchor switch, as one line.
+pub fn not_installed(kind: WireKind) -> String {
     match kind {
-        WireKind::Testpmd if which(TESTPMD).is_none() => {
-            Some(format!("{TESTPMD} is not installed (apt install dpdk-dev)"))
-        }
-        WireKind::OvsDpdk if !Path::new(OVS_VSWITCHD_DPDK).exists() => Some(format!(
+        WireKind::Testpmd => format!("{TESTPMD} is not installed (apt install dpdk-dev)"),
+        WireKind::OvsDpdk => format!(
             "{OVS_VSWITCHD_DPDK} is not installed (apt install openvswitch-switch-dpdk)"
-        )),
-        _ => None,
+        ),
+        other => format!("{} needs nothing installed", other.as_str()),
     }
 }
 
@@ -64,6 +72,7 @@ pub struct AnchorSwitch {
     /// testpmd's command input (kept open: it quits at end of input).
     stdin: Option<ChildStdin>,
     processes: Vec<Process>,
+    _runtime: RuntimeDir,
     _hugepages: Hugepages,
     /// What was started, for the testbed's notes.
     pub note: String,
@@ -93,9 +102,10 @@ impl AnchorSwitch {
             return Err(fail(spec.kind, why));
         }
         let hugepages = Hugepages::reserve(&spec.dir.join("hugetlbfs"), HUGEPAGES, spec.journal)?;
+        let runtime = RuntimeDir::new(spec)?;
         match spec.kind {
-            WireKind::Testpmd => testpmd(spec, hugepages),
-            WireKind::OvsDpdk => ovs(spec, hugepages),
+            WireKind::Testpmd => testpmd(spec, hugepages, runtime),
+            WireKind::OvsDpdk => ovs(spec, hugepages, runtime),
             other => Err(fail(other, "not an anchor switch")),
         }
     }
@@ -110,6 +120,43 @@ impl Drop for AnchorSwitch {
         while let Some(p) = self.processes.pop() {
             let _ = p.kill();
         }
+    }
+}
+
+/// DPDK's run-time directory (`/var/run/dpdk/PREFIX`, telemetry sockets
+/// even in memory), named after the testbed's scratch directory so that
+/// `vnio lab clean` may remove it; journaled, removed on drop.
+#[derive(Debug)]
+struct RuntimeDir {
+    prefix: String,
+    journal: Journal,
+}
+
+impl RuntimeDir {
+    fn new(spec: &AnchorSpec<'_>) -> Result<RuntimeDir, BedError> {
+        let scratch = spec
+            .dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let prefix = format!("{scratch}-{}", spec.kind.as_str());
+        let dir = RuntimeDir {
+            prefix,
+            journal: spec.journal.clone(),
+        };
+        spec.journal.record(&vnio_topo::Entry::Dir(dir.path()))?;
+        Ok(dir)
+    }
+
+    fn path(&self) -> PathBuf {
+        Path::new("/var/run/dpdk").join(&self.prefix)
+    }
+}
+
+impl Drop for RuntimeDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(self.path());
+        let _ = self.journal.forget(&vnio_topo::Entry::Dir(self.path()));
     }
 }
 
@@ -132,7 +179,11 @@ fn pinned(program: &str, cpu: Option<usize>) -> Command {
     }
 }
 
-fn testpmd(spec: &AnchorSpec<'_>, hugepages: Hugepages) -> Result<AnchorSwitch, BedError> {
+fn testpmd(
+    spec: &AnchorSpec<'_>,
+    hugepages: Hugepages,
+    runtime: RuntimeDir,
+) -> Result<AnchorSwitch, BedError> {
     let kind = spec.kind;
     let log = spec.dir.join("testpmd.log");
     let lcores = match spec.cpu {
@@ -143,6 +194,7 @@ fn testpmd(spec: &AnchorSpec<'_>, hugepages: Hugepages) -> Result<AnchorSwitch, 
     let mut cmd = pinned("stdbuf", spec.cpu);
     cmd.args(["-oL", "-eL", TESTPMD, "--lcores", &lcores, "--no-pci"])
         .args(["--in-memory", "--no-telemetry", "--single-file-segments", "-m", "1024"])
+        .args(["--file-prefix", &runtime.prefix])
         .arg("--huge-dir")
         .arg(hugepages.dir());
     for (i, sock) in spec.sockets.iter().enumerate() {
@@ -167,6 +219,7 @@ fn testpmd(spec: &AnchorSpec<'_>, hugepages: Hugepages) -> Result<AnchorSwitch, 
     let mut switch = AnchorSwitch {
         stdin,
         processes: vec![p],
+        _runtime: runtime,
         _hugepages: hugepages,
         note: format!(
             "dpdk-testpmd io forwarding between two net_vhost ports, lcores {lcores}, hugepages"
@@ -234,7 +287,11 @@ fn ovs_tool(kind: WireKind, dir: &Path, program: &str, args: &[&str]) -> Result<
     Ok(())
 }
 
-fn ovs(spec: &AnchorSpec<'_>, hugepages: Hugepages) -> Result<AnchorSwitch, BedError> {
+fn ovs(
+    spec: &AnchorSpec<'_>,
+    hugepages: Hugepages,
+    runtime: RuntimeDir,
+) -> Result<AnchorSwitch, BedError> {
     let kind = spec.kind;
     let dir = spec.dir.join("ovs");
     std::fs::create_dir_all(&dir).map_err(|e| fail(kind, e))?;
@@ -261,8 +318,9 @@ fn ovs(spec: &AnchorSpec<'_>, hugepages: Hugepages) -> Result<AnchorSwitch, BedE
     let pmd_mask = spec.cpu.map_or("0x1".to_owned(), |c| format!("{:#x}", 1u128 << c));
     // OVS 3.1 adds --in-memory itself: no DPDK runtime files.
     let extra = format!(
-        "other_config:dpdk-extra=--huge-dir {} --single-file-segments --no-pci --no-telemetry",
-        hugepages.dir().display()
+        "other_config:dpdk-extra=--huge-dir {} --single-file-segments --no-pci --no-telemetry --file-prefix {}",
+        hugepages.dir().display(),
+        runtime.prefix
     );
     vsctl(&[
         "--no-wait",
@@ -319,6 +377,7 @@ fn ovs(spec: &AnchorSpec<'_>, hugepages: Hugepages) -> Result<AnchorSwitch, BedE
     Ok(AnchorSwitch {
         stdin: None,
         processes,
+        _runtime: runtime,
         _hugepages: hugepages,
         note: format!(
             "OVS-DPDK netdev bridge, two dpdkvhostuserclient ports, port-to-port flows, PMD mask {pmd_mask}, hugepages"

@@ -633,8 +633,7 @@ impl Capabilities {
             _ => true,
         };
         if !installed {
-            return crate::anchor_switch::missing(cfg.wire)
-                .or_else(|| Some(format!("{} is not installed", cfg.wire.as_str())));
+            return Some(crate::anchor_switch::not_installed(cfg.wire));
         }
         if poll(&w.from) && w.to.iter().any(|t| vm(t)) {
             return Some(format!(
