@@ -51,9 +51,9 @@ pub fn missing(kind: WireKind) -> Option<String> {
 pub fn not_installed(kind: WireKind) -> String {
     match kind {
         WireKind::Testpmd => format!("{TESTPMD} is not installed (apt install dpdk-dev)"),
-        WireKind::OvsDpdk => format!(
-            "{OVS_VSWITCHD_DPDK} is not installed (apt install openvswitch-switch-dpdk)"
-        ),
+        WireKind::OvsDpdk => {
+            format!("{OVS_VSWITCHD_DPDK} is not installed (apt install openvswitch-switch-dpdk)")
+        }
         other => format!("{} needs nothing installed", other.as_str()),
     }
 }
@@ -193,7 +193,13 @@ fn testpmd(
     // Line-buffered, so the prompt reaches the log while it waits.
     let mut cmd = pinned("stdbuf", spec.cpu);
     cmd.args(["-oL", "-eL", TESTPMD, "--lcores", &lcores, "--no-pci"])
-        .args(["--in-memory", "--no-telemetry", "--single-file-segments", "-m", "1024"])
+        .args([
+            "--in-memory",
+            "--no-telemetry",
+            "--single-file-segments",
+            "-m",
+            "1024",
+        ])
         .args(["--file-prefix", &runtime.prefix])
         .arg("--huge-dir")
         .arg(hugepages.dir());
@@ -244,7 +250,10 @@ fn wait_for(
     let deadline = Instant::now() + START;
     while !ready() {
         if let Ok(Some(status)) = p.child_mut().try_wait() {
-            return Err(fail(kind, format!("it exited ({status}): {}", log_tail(log))));
+            return Err(fail(
+                kind,
+                format!("it exited ({status}): {}", log_tail(log)),
+            ));
         }
         if Instant::now() > deadline {
             return Err(fail(
@@ -303,7 +312,10 @@ fn ovs(
     let mut cmd = ovs_command("ovsdb-server", &dir);
     cmd.arg(&db)
         .arg(format!("--remote=punix:{}", db_sock.display()))
-        .arg(format!("--unixctl={}", dir.join("ovsdb-server.ctl").display()))
+        .arg(format!(
+            "--unixctl={}",
+            dir.join("ovsdb-server.ctl").display()
+        ))
         .stdout(Stdio::null());
     let mut server = spawn(&mut cmd, spec.journal, &log)?;
     wait_for(kind, &mut server, &log, || db_sock.exists())?;
@@ -315,7 +327,9 @@ fn ovs(
         ovs_tool(kind, &dir, "ovs-vsctl", &all)
     };
     vsctl(&["--no-wait", "init"])?;
-    let pmd_mask = spec.cpu.map_or("0x1".to_owned(), |c| format!("{:#x}", 1u128 << c));
+    let pmd_mask = spec
+        .cpu
+        .map_or("0x1".to_owned(), |c| format!("{:#x}", 1u128 << c));
     // OVS 3.1 adds --in-memory itself: no DPDK runtime files.
     let extra = format!(
         "other_config:dpdk-extra=--huge-dir {} --single-file-segments --no-pci --no-telemetry --file-prefix {}",
@@ -338,7 +352,10 @@ fn ovs(
         cmd.env(var, &dir);
     }
     cmd.arg(format!("unix:{}", db_sock.display()))
-        .arg(format!("--unixctl={}", dir.join("ovs-vswitchd.ctl").display()))
+        .arg(format!(
+            "--unixctl={}",
+            dir.join("ovs-vswitchd.ctl").display()
+        ))
         .args(["-vconsole:off", "-vfile:info"])
         .arg(format!("--log-file={}", log.display()))
         .stdout(Stdio::null());

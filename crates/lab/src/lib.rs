@@ -18,6 +18,7 @@ pub mod anchor_switch;
 pub mod contention;
 pub mod findings;
 pub mod guest;
+pub mod interleave;
 pub mod pair;
 pub mod report;
 pub mod runner;

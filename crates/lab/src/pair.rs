@@ -176,7 +176,12 @@ fn rate(
     let w = &p.workload;
     let (a, b) = (End::of(from)?, End::of(to)?);
     let listen = endpoints_listen(bed.description().wire);
-    let cpus = bed.description().knobs.client_cpus.clone().unwrap_or_default();
+    let cpus = bed
+        .description()
+        .knobs
+        .client_cpus
+        .clone()
+        .unwrap_or_default();
     let params = serde_json::json!({
         "kind": "pair-rate",
         "payload": w.size,

@@ -162,6 +162,9 @@ pub fn run(
     if !crate::is_root() {
         return Err(RunError::NotRoot);
     }
+    if plan.run.interleave && plan.run.iterations > 1 {
+        return crate::interleave::run(scenario, plan, opts, stop, observer, sink);
+    }
     if !plan.missing.is_empty() {
         let list: Vec<String> = plan
             .missing

@@ -311,7 +311,9 @@ impl Testbed {
                 let clients: Vec<&str> = s.workloads.iter().map(|w| w.from.as_str()).collect();
                 bed.wire_switch(&id, octet, ctx, &knobs, &clients, &paired(s, cfg))?
             }
-            WireKind::OvsDpdk | WireKind::Testpmd => bed.wire_anchor(cfg.wire, octet, ctx, &knobs)?,
+            WireKind::OvsDpdk | WireKind::Testpmd => {
+                bed.wire_anchor(cfg.wire, octet, ctx, &knobs)?
+            }
         }
         bed.apply_knobs(&knobs)?;
         bed.start_agents(ctx)?;
@@ -598,7 +600,13 @@ impl Testbed {
             toml::to_string(&config).map_err(|e| setup("writing the switch configuration", e))?;
         std::fs::write(&path, text).map_err(|e| setup(format!("writing {}", path.display()), e))?;
         let log = dir.join("switch.log");
-        let mut cmd = wire.command(&ctx.vnio);
+        let binary = knobs.switch_binary.as_ref().unwrap_or(&ctx.vnio);
+        if let Some(b) = &knobs.switch_binary {
+            self.description
+                .notes
+                .push(format!("switch run by {}", b.display()));
+        }
+        let mut cmd = wire.command(binary);
         cmd.arg("switch")
             .arg("--config")
             .arg(&path)

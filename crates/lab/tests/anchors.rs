@@ -115,8 +115,11 @@ fn anchor_wires_and_knobs_are_checked_with_their_reasons() {
     let third = format!("{PAIR}\n[[host]]\nname = \"c\"\nkind = \"poll-mode\"\n");
     assert!(error(&third).contains("needs exactly two hosts, it has 3"));
     // The shield with its CPUs is accepted.
-    scenario::parse("t.toml", &PAIR.replace("switch_cpus = [1]", "switch_cpus = [1]\nshield = true"))
-        .unwrap();
+    scenario::parse(
+        "t.toml",
+        &PAIR.replace("switch_cpus = [1]", "switch_cpus = [1]\nshield = true"),
+    )
+    .unwrap();
 }
 
 #[test]
@@ -136,7 +139,11 @@ fn a_poll_mode_pair_runs_udp_rate_and_round_trips_only() {
     let rr = PAIR.replace("kind = \"stream\"", "kind = \"rr\"");
     assert_eq!(skip(&rr), None);
     for (from, to, says) in [
-        ("protocol = \"udp\"", "protocol = \"tcp\"", "UDP rr and UDP stream only"),
+        (
+            "protocol = \"udp\"",
+            "protocol = \"tcp\"",
+            "UDP rr and UDP stream only",
+        ),
         ("size = 22", "size = 22\nrate = 1000", "no rate"),
         ("size = 22", "size = 1500", "frames up to 1518 B"),
         ("size = 22", "size = 22\nsessions = 2", "one session"),
@@ -146,4 +153,65 @@ fn a_poll_mode_pair_runs_udp_rate_and_round_trips_only() {
     }
     let burst = rr.replacen("size = 22", "size = 22\nburst = 4", 1);
     assert!(skip(&burst).unwrap().contains("one request in flight"));
+}
+
+#[test]
+fn another_build_of_the_switch_is_a_knob_of_the_vnio_switch_only() {
+    let vnio = PAIR.replace("wire = \"testpmd\"", "wire = \"switch\"");
+    let with = |v: &str| {
+        vnio.replace(
+            "switch_cpus = [1]",
+            &format!("switch_cpus = [1]\nswitch_binary = {v:?}"),
+        )
+    };
+    scenario::parse("t.toml", &with("/tmp/before/vnio")).unwrap();
+    assert!(error(&with("before/vnio")).contains("must be an absolute path"));
+    let tp = PAIR.replace(
+        "switch_cpus = [1]",
+        "switch_cpus = [1]\nswitch_binary = \"/x/vnio\"",
+    );
+    assert!(error(&tp).contains("switch_binary: needs wire = \"switch\""));
+}
+
+#[test]
+fn interleaved_repetitions_merge_into_one_document_per_point() {
+    use vnio_lab::runner::{PointOutcome, Status};
+    use vnio_measure::result::{Document, Iteration, Measured};
+    let s = anchors();
+    assert!(s.run.interleave);
+    let plan = Plan::new(&s, &Overrides::default(), &Capabilities::current()).unwrap();
+    let rep = |rate: f64| {
+        let mut d = Document::new("stream", serde_json::json!({}), vec![], Default::default());
+        d.iterations.push(Iteration {
+            merged: Measured {
+                ops_per_s: rate,
+                ..Default::default()
+            },
+            ..Default::default()
+        });
+        d.conclude();
+        PointOutcome {
+            point: plan.points[0].clone(),
+            status: Status::Ok,
+            error: None,
+            document: Some(d),
+            contention: None,
+        }
+    };
+    let merged = vnio_lab::interleave::merge(vec![rep(3.0), rep(1.0), rep(2.0)]);
+    assert_eq!(merged.status, Status::Ok);
+    let doc = merged.document.unwrap();
+    let idx: Vec<usize> = doc.iterations.iter().map(|i| i.index).collect();
+    assert_eq!(idx, [0, 1, 2]);
+    // The median repetition is reported.
+    assert_eq!(doc.iterations[doc.chosen].merged.ops_per_s, 2.0);
+    // A repetition that failed keeps its reason next to the others' data.
+    let mut bad = rep(0.0);
+    bad.status = Status::Failed;
+    bad.document = None;
+    bad.error = Some("switch died".into());
+    let merged = vnio_lab::interleave::merge(vec![rep(5.0), bad]);
+    assert_eq!(merged.status, Status::Ok);
+    assert_eq!(merged.error.as_deref(), Some("switch died"));
+    assert_eq!(merged.document.unwrap().iterations.len(), 1);
 }

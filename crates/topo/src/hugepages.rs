@@ -53,8 +53,7 @@ impl Hugepages {
                 ));
             }
         }
-        std::fs::create_dir_all(mount_at)
-            .what(|| format!("creating {}", mount_at.display()))?;
+        std::fs::create_dir_all(mount_at).what(|| format!("creating {}", mount_at.display()))?;
         mount(
             Some("nodev"),
             mount_at,

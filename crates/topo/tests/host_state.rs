@@ -57,7 +57,10 @@ fn hugepages_are_reserved_mounted_and_given_back_also_by_clean() {
     let h = Hugepages::reserve(&mount, want, &journal).expect("reserve");
     std::mem::forget(h);
     let report = journal.clean().unwrap();
-    assert!(matches!(report.removed[..], [Entry::Hugepages { .. }]), "{report:?}");
+    assert!(
+        matches!(report.removed[..], [Entry::Hugepages { .. }]),
+        "{report:?}"
+    );
     assert_eq!(pool(), before);
     assert!(!mounted(&mount));
 }
@@ -108,7 +111,10 @@ fn a_shield_moves_every_other_task_and_puts_it_back_also_by_clean() {
     let shield = Shield::raise(&[last], &journal).expect("raise");
     std::mem::forget(shield);
     let report = journal.clean().unwrap();
-    assert!(matches!(report.removed[..], [Entry::Cpuset(_)]), "{report:?}");
+    assert!(
+        matches!(report.removed[..], [Entry::Cpuset(_)]),
+        "{report:?}"
+    );
     assert_eq!(cpuset_of(other.id()), "/");
     let _ = other.kill();
     let _ = other.wait();

@@ -85,7 +85,11 @@ fn switch_anchors_measures_every_switch_and_gives_everything_back() {
     assert_eq!(nr_hugepages(), huge_before, "hugepages restored");
     assert!(hugetlbfs_mounts().is_empty(), "{:?}", hugetlbfs_mounts());
     assert!(dpdk_runtime_dirs().is_empty(), "{:?}", dpdk_runtime_dirs());
-    assert!(journal_lines(&journal).is_empty(), "{:?}", journal_lines(&journal));
+    assert!(
+        journal_lines(&journal).is_empty(),
+        "{:?}",
+        journal_lines(&journal)
+    );
 
     // Every installed switch forwarded every workload.
     let store = Store::open(&db).unwrap();
@@ -96,10 +100,20 @@ fn switch_anchors_measures_every_switch_and_gives_everything_back() {
         let cfg = p.point.configuration.as_str();
         if cfg == "ovs-dpdk" && ovs.is_some() {
             assert_eq!(p.status, Status::Skipped, "{p:?}");
-            assert!(p.error.as_ref().unwrap().contains("openvswitch-switch-dpdk"));
+            assert!(p
+                .error
+                .as_ref()
+                .unwrap()
+                .contains("openvswitch-switch-dpdk"));
             continue;
         }
-        assert_eq!(p.status, Status::Ok, "{cfg} {}: {:?}", p.point.workload.name, p.error);
+        assert_eq!(
+            p.status,
+            Status::Ok,
+            "{cfg} {}: {:?}",
+            p.point.workload.name,
+            p.error
+        );
         let doc = p.document.as_ref().unwrap();
         let it = &doc.iterations[doc.chosen];
         if p.point.workload.name.starts_with("rate") {
@@ -112,9 +126,10 @@ fn switch_anchors_measures_every_switch_and_gives_everything_back() {
         }
     }
     let testbeds = &run.scenarios[0].testbeds;
-    assert!(testbeds
+    assert!(testbeds.iter().any(|b| b
+        .notes
         .iter()
-        .any(|b| b.notes.iter().any(|n| n.contains("dpdk-testpmd io forwarding"))));
+        .any(|n| n.contains("dpdk-testpmd io forwarding"))));
     assert!(testbeds
         .iter()
         .any(|b| b.notes.iter().any(|n| n.contains("busy-poll"))));
@@ -129,7 +144,10 @@ fn switch_anchors_measures_every_switch_and_gives_everything_back() {
     let v: serde_json::Value = serde_json::from_slice(&findings.stdout).unwrap();
     let verdicts = v["verdicts"].as_array().unwrap();
     assert_eq!(verdicts.len(), 6);
-    for f in verdicts.iter().filter(|f| f["id"].as_str().unwrap().ends_with("testpmd")) {
+    for f in verdicts
+        .iter()
+        .filter(|f| f["id"].as_str().unwrap().ends_with("testpmd"))
+    {
         assert!(f["value"].as_f64().is_some_and(|r| r > 0.0), "{f}");
     }
     let _ = std::fs::remove_dir_all(&dir);

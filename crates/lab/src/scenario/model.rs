@@ -59,6 +59,11 @@ pub struct RunSpec {
     pub warmup: Duration,
     /// Iterations per point; the median one (by mean) is reported.
     pub iterations: u32,
+    /// Run the whole plan once per iteration, every configuration in turn,
+    /// instead of each configuration's iterations back to back (see
+    /// [`crate::interleave`]).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub interleave: bool,
 }
 
 impl Default for RunSpec {
@@ -67,6 +72,7 @@ impl Default for RunSpec {
             duration: Duration::from_secs(10),
             warmup: Duration::from_secs(1),
             iterations: 3,
+            interleave: false,
         }
     }
 }
@@ -247,6 +253,10 @@ pub struct Knobs {
     /// machine is moved to the remaining CPUs for the configuration's
     /// life (a cpuset, as `isolcpus` would), and put back afterwards.
     pub shield: Option<bool>,
+    /// Another build of `vnio` to run the switch (wire = "switch"), e.g.
+    /// the build before a change: two configurations then compare two
+    /// builds of the switch with the same endpoints.
+    pub switch_binary: Option<std::path::PathBuf>,
 }
 
 impl Knobs {
@@ -272,6 +282,10 @@ impl Knobs {
             uplink_queues: over.uplink_queues.or(self.uplink_queues),
             switch_busy_poll: over.switch_busy_poll.or(self.switch_busy_poll),
             shield: over.shield.or(self.shield),
+            switch_binary: over
+                .switch_binary
+                .clone()
+                .or_else(|| self.switch_binary.clone()),
         }
     }
 }

@@ -438,6 +438,20 @@ fn check_knobs(c: &Check, at: &str, k: &Knobs, wire: WireKind) -> Result<(), Sce
             "shields the switch's CPUs: set switch_cpus too",
         );
     }
+    if let Some(b) = &k.switch_binary {
+        if wire != WireKind::Switch {
+            return c.fail(format!("{at}.switch_binary"), "needs wire = \"switch\"");
+        }
+        if !b.is_absolute() {
+            return c.fail(
+                format!("{at}.switch_binary"),
+                format!(
+                    "{:?} must be an absolute path to a vnio binary",
+                    b.display().to_string()
+                ),
+            );
+        }
+    }
     if wire != WireKind::Switch && k.switch_busy_poll.is_some() {
         return c.fail(
             format!("{at}.switch_busy_poll"),
@@ -729,12 +743,12 @@ fn pair_skip(w: &WorkloadSpec) -> Option<String> {
         WorkloadKind::Stream if w.rate.is_some() || w.reverse == Some(true) => {
             why("as fast as the switch forwards, one way (no rate, no reverse)")
         }
-        WorkloadKind::Stream if w.size.is_some_and(|s| s > crate::pair::MAX_PAYLOAD) => why(
-            &format!(
+        WorkloadKind::Stream if w.size.is_some_and(|s| s > crate::pair::MAX_PAYLOAD) => {
+            why(&format!(
                 "frames up to 1518 B (size at most {} B of payload)",
                 crate::pair::MAX_PAYLOAD
-            ),
-        ),
+            ))
+        }
         _ => None,
     }
 }
