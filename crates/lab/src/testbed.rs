@@ -291,7 +291,7 @@ impl Testbed {
                 netns,
             });
         }
-        if let (Some(true), Some(cpus)) = (knobs.shield, &knobs.switch_cpus) {
+        if let Some(cpus) = &knobs.shield {
             // Before anything starts: what the runner starts from now on
             // stays in the root cpuset, everything else moves off `cpus`.
             let shield = vnio_topo::Shield::raise(cpus, &ctx.journal)?;

@@ -98,8 +98,8 @@ fn anchor_wires_and_knobs_are_checked_with_their_reasons() {
         ),
         (
             "switch_cpus = [1]",
-            "shield = true",
-            "knobs.shield: shields the switch's CPUs: set switch_cpus too",
+            "shield = []",
+            "knobs.shield: names no CPU",
         ),
         (
             "name = \"tp\"\nwire = \"testpmd\"",
@@ -117,7 +117,7 @@ fn anchor_wires_and_knobs_are_checked_with_their_reasons() {
     // The shield with its CPUs is accepted.
     scenario::parse(
         "t.toml",
-        &PAIR.replace("switch_cpus = [1]", "switch_cpus = [1]\nshield = true"),
+        &PAIR.replace("switch_cpus = [1]", "switch_cpus = [1]\nshield = [1]"),
     )
     .unwrap();
 }

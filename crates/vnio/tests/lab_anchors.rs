@@ -3,7 +3,9 @@
 //! each forward both workloads between the same poll-mode endpoints, the
 //! run stores every point and judges the ratios, and the hugepages, the
 //! hugetlbfs, DPDK's run-time directories, the processes and the journal
-//! are given back. About 40 s with `--quick`.
+//! are given back. About 30 s with `--quick`. And `latency-shield
+//! --quick` (about 15 s): every configuration measured with CPU 1
+//! shielded, every task put back in the root cpuset afterwards.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -12,6 +14,14 @@ use vnio_lab::runner::Status;
 use vnio_lab::store::Store;
 
 const VNIO: &str = env!("CARGO_BIN_EXE_vnio");
+
+/// One run at a time: a shield moves every other task, a concurrent run's
+/// busy-polling switch included.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn turn() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 fn temp(tag: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("vnio-lab-anchors-{}-{tag}", std::process::id()));
@@ -63,6 +73,7 @@ fn switch_anchors_measures_every_switch_and_gives_everything_back() {
         return;
     }
     let ovs = vnio_lab::anchor_switch::missing(vnio_lab::scenario::WireKind::OvsDpdk);
+    let _turn = turn();
     let dir = temp("run");
     let (journal, db) = (dir.join("journal"), dir.join("lab.db"));
     let huge_before = nr_hugepages();
@@ -149,6 +160,84 @@ fn switch_anchors_measures_every_switch_and_gives_everything_back() {
         .filter(|f| f["id"].as_str().unwrap().ends_with("testpmd"))
     {
         assert!(f["value"].as_f64().is_some_and(|r| r > 0.0), "{f}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn shield_cpusets() -> Vec<PathBuf> {
+    std::fs::read_dir(vnio_topo_cpuset_root())
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.path())
+                .filter(|p| p.to_string_lossy().contains("vnio-lab-shield-"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn vnio_topo_cpuset_root() -> &'static str {
+    "/sys/fs/cgroup/cpuset"
+}
+
+#[test]
+fn latency_shield_measures_with_cpu_1_shielded_and_puts_every_task_back() {
+    if !vnio_lab::is_root() {
+        eprintln!("skipped the shielded run: namespaces and cpusets need root");
+        return;
+    }
+    let root = Path::new(vnio_topo_cpuset_root());
+    if !root.join("cgroup.procs").exists()
+        || std::thread::available_parallelism().unwrap().get() < 2
+    {
+        println!("skip: the shielded run: no cgroup v1 cpuset controller, or one CPU");
+        return;
+    }
+    let _turn = turn();
+    let dir = temp("shield");
+    let (journal, db) = (dir.join("journal"), dir.join("lab.db"));
+    let out = Command::new(VNIO)
+        .args(["lab", "run", "latency-shield", "--quick", "--db"])
+        .arg(&db)
+        .arg("--report")
+        .arg(dir.join("shield.html"))
+        .env("VNIO_LAB_JOURNAL", &journal)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "vnio lab run latency-shield:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(shield_cpusets().is_empty(), "{:?}", shield_cpusets());
+    assert!(
+        journal_lines(&journal).is_empty(),
+        "{:?}",
+        journal_lines(&journal)
+    );
+    // This test's process was moved with every other task, and put back.
+    let mine = std::fs::read_to_string("/proc/self/cpuset").unwrap();
+    assert_eq!(mine.trim(), "/");
+    let store = Store::open(&db).unwrap();
+    let run = store.load(store.resolve("last").unwrap()).unwrap();
+    let sc = &run.scenarios[0];
+    assert_eq!(sc.points.len(), 3);
+    for p in &sc.points {
+        assert_eq!(
+            p.status,
+            Status::Ok,
+            "{}: {:?}",
+            p.point.configuration,
+            p.error
+        );
+    }
+    for b in &sc.testbeds {
+        assert!(
+            b.notes.iter().any(|n| n.contains("shielded")),
+            "{}: {:?}",
+            b.configuration,
+            b.notes
+        );
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -37,6 +37,7 @@ pub const SHIPPED: &[Shipped] = shipped![
     "cpu-contention",
     "bandwidth-contention",
     "latency-modes",
+    "latency-shield",
     "switch-anchors",
     "vm-native",
     "vm-vm",

@@ -249,10 +249,11 @@ pub struct Knobs {
     /// The vnio switch's workers never sleep (`idle_polls` at its maximum),
     /// as the DPDK switches' poll-mode threads do.
     pub switch_busy_poll: Option<bool>,
-    /// Shield the switch's CPUs (`switch_cpus`): every other task of the
-    /// machine is moved to the remaining CPUs for the configuration's
-    /// life (a cpuset, as `isolcpus` would), and put back afterwards.
-    pub shield: Option<bool>,
+    /// CPUs shielded for what the run starts (the switch, above all):
+    /// every other task of the machine moves to the remaining CPUs for the
+    /// configuration's life (a cpuset, as `isolcpus` would), and back
+    /// afterwards.
+    pub shield: Option<Vec<usize>>,
     /// Another build of `vnio` to run the switch (wire = "switch"), e.g.
     /// the build before a change: two configurations then compare two
     /// builds of the switch with the same endpoints.
@@ -281,7 +282,7 @@ impl Knobs {
             poll_mode_wait: over.poll_mode_wait.or(self.poll_mode_wait),
             uplink_queues: over.uplink_queues.or(self.uplink_queues),
             switch_busy_poll: over.switch_busy_poll.or(self.switch_busy_poll),
-            shield: over.shield.or(self.shield),
+            shield: over.shield.clone().or_else(|| self.shield.clone()),
             switch_binary: over
                 .switch_binary
                 .clone()

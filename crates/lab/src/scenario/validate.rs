@@ -432,11 +432,11 @@ fn check_knobs(c: &Check, at: &str, k: &Knobs, wire: WireKind) -> Result<(), Sce
     if k.rate_limit_mbit == Some(0) {
         return c.fail(format!("{at}.rate_limit_mbit"), "must be more than 0");
     }
-    if k.shield == Some(true) && k.switch_cpus.as_ref().is_none_or(|c| c.is_empty()) {
-        return c.fail(
-            format!("{at}.shield"),
-            "shields the switch's CPUs: set switch_cpus too",
-        );
+    if let Some(cpus) = &k.shield {
+        check_cpus(c, &format!("{at}.shield"), cpus)?;
+        if cpus.is_empty() {
+            return c.fail(format!("{at}.shield"), "names no CPU");
+        }
     }
     if let Some(b) = &k.switch_binary {
         if wire != WireKind::Switch {
