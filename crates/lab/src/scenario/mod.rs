@@ -11,6 +11,7 @@
 
 mod library;
 mod model;
+mod pairs;
 mod plan;
 mod validate;
 
