@@ -591,6 +591,12 @@ impl Testbed {
                 .notes
                 .push("switch workers busy-poll (idle_polls at its maximum)".into());
         }
+        if let Some(prio) = knobs.switch_rt_priority {
+            switch_config.dedicated_rt_priority = Some(prio);
+            self.description
+                .notes
+                .push(format!("dedicated switch workers under SCHED_FIFO {prio}"));
+        }
         let config = Config {
             switch: switch_config,
             ports,

@@ -166,6 +166,14 @@ fn another_build_of_the_switch_is_a_knob_of_the_vnio_switch_only() {
     };
     scenario::parse("t.toml", &with("/tmp/before/vnio")).unwrap();
     assert!(error(&with("before/vnio")).contains("must be an absolute path"));
+    let rt = |v: u8| {
+        vnio.replace(
+            "switch_cpus = [1]",
+            &format!("switch_cpus = [1]\nswitch_rt_priority = {v}"),
+        )
+    };
+    scenario::parse("t.toml", &rt(50)).unwrap();
+    assert!(error(&rt(0)).contains("switch_rt_priority: must be 1 to 99"));
     let tp = PAIR.replace(
         "switch_cpus = [1]",
         "switch_cpus = [1]\nswitch_binary = \"/x/vnio\"",

@@ -221,7 +221,7 @@ fn latency_shield_measures_with_cpu_1_shielded_and_puts_every_task_back() {
     let store = Store::open(&db).unwrap();
     let run = store.load(store.resolve("last").unwrap()).unwrap();
     let sc = &run.scenarios[0];
-    assert_eq!(sc.points.len(), 3);
+    assert_eq!(sc.points.len(), 4);
     for p in &sc.points {
         assert_eq!(
             p.status,

@@ -249,6 +249,9 @@ pub struct Knobs {
     /// The vnio switch's workers never sleep (`idle_polls` at its maximum),
     /// as the DPDK switches' poll-mode threads do.
     pub switch_busy_poll: Option<bool>,
+    /// The vnio switch's dedicated (latency-high) workers run under
+    /// SCHED_FIFO at this priority (1-99), not ordinary scheduling.
+    pub switch_rt_priority: Option<u8>,
     /// CPUs shielded for what the run starts (the switch, above all):
     /// every other task of the machine moves to the remaining CPUs for the
     /// configuration's life (a cpuset, as `isolcpus` would), and back
@@ -282,6 +285,7 @@ impl Knobs {
             poll_mode_wait: over.poll_mode_wait.or(self.poll_mode_wait),
             uplink_queues: over.uplink_queues.or(self.uplink_queues),
             switch_busy_poll: over.switch_busy_poll.or(self.switch_busy_poll),
+            switch_rt_priority: over.switch_rt_priority.or(self.switch_rt_priority),
             shield: over.shield.clone().or_else(|| self.shield.clone()),
             switch_binary: over
                 .switch_binary

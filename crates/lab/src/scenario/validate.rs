@@ -452,6 +452,17 @@ fn check_knobs(c: &Check, at: &str, k: &Knobs, wire: WireKind) -> Result<(), Sce
             );
         }
     }
+    if let Some(p) = k.switch_rt_priority {
+        if !(1..=99).contains(&p) {
+            return c.fail(format!("{at}.switch_rt_priority"), "must be 1 to 99");
+        }
+        if wire != WireKind::Switch {
+            return c.fail(
+                format!("{at}.switch_rt_priority"),
+                "needs wire = \"switch\"",
+            );
+        }
+    }
     if wire != WireKind::Switch && k.switch_busy_poll.is_some() {
         return c.fail(
             format!("{at}.switch_busy_poll"),
