@@ -19,6 +19,7 @@ pub mod contention;
 pub mod findings;
 pub mod guest;
 pub mod interleave;
+pub mod machine;
 pub mod pair;
 pub mod report;
 pub mod runner;

@@ -174,6 +174,9 @@ pub fn run(
         return Err(RunError::Unsupported(list.join(", ")));
     }
     // What a crashed earlier run left (its owner is dead) goes first.
+    // Machines first: their cleaning may use SSH sockets in local scratch
+    // directories.
+    let _ = crate::machine::MachineJournal::beside(&opts.journal).clean(false);
     let _ = opts.journal.clean_orphans();
     let ctx = BedContext {
         vnio: opts.vnio.clone(),
@@ -547,14 +550,24 @@ fn rr_via(
         .vhost_user
         .as_ref()
         .ok_or_else(|| format!("{} has no vhost-user port", from.name))?;
-    let ns = to
-        .netns()
-        .ok_or_else(|| format!("target {} is not a namespace host", to.name))?;
     let out = bed.scratch().join(format!("rr-via-{}.json", p.seq));
     let log = bed.scratch().join(format!("rr-via-{}.log", p.seq));
     let fmt = crate::scenario::humantime::format;
-    let mut cmd = ns.command(&opts.vnio);
-    cmd.args(["rr", "-p", "udp", "-t", &to.agent_addr().to_string()])
+    // A poll-mode target answers UDP echo (RFC 862): no control connection,
+    // so the client needs no namespace (the target may be on another machine).
+    let (mut cmd, target) = if to.kind == HostKind::PollMode {
+        let mut cmd = std::process::Command::new(&opts.vnio);
+        cmd.arg("rr").arg("--echo-server");
+        (cmd, SocketAddr::from((to.addr, ECHO_PORT)))
+    } else {
+        let ns = to
+            .netns()
+            .ok_or_else(|| format!("target {} is not a namespace host", to.name))?;
+        let mut cmd = ns.command(&opts.vnio);
+        cmd.arg("rr");
+        (cmd, to.agent_addr())
+    };
+    cmd.args(["-p", "udp", "-t", &target.to_string()])
         .args(["-s", &format!("{},{}", w.size, w.response_size)])
         .args(["-b", &w.burst.to_string()])
         .args(["-d", &fmt(run.duration), "--warmup", &fmt(run.warmup)])

@@ -135,6 +135,8 @@ pub struct BedHost {
     pub kind: HostKind,
     /// Behind the uplink.
     pub remote: bool,
+    /// On another machine (built there, `crate::machine`).
+    pub machine: Option<String>,
     /// Its IPv4 address.
     pub addr: Ipv4Addr,
     /// Its interface inside its namespace (namespace hosts).
@@ -180,6 +182,9 @@ pub struct BedDescription {
     pub hosts: Vec<HostDescription>,
     /// Notes on what was applied.
     pub notes: Vec<String>,
+    /// The other machines hosts were placed on.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub machines: Vec<crate::machine::span::MachineDescription>,
 }
 
 /// One host as built.
@@ -191,6 +196,9 @@ pub struct HostDescription {
     pub kind: HostKind,
     /// Namespace name (namespace hosts).
     pub netns: Option<String>,
+    /// The machine it is on (absent: this one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine: Option<String>,
     /// Address.
     pub addr: Ipv4Addr,
     /// Interface in the namespace.
@@ -214,6 +222,8 @@ pub struct GuestDescription {
 /// A built configuration. Drop (or [`Testbed::teardown`]) removes it.
 #[derive(Debug)]
 pub struct Testbed {
+    // First: the other machines' sides go before anything here.
+    span: Option<crate::machine::span::Span>,
     hosts: Vec<BedHost>,
     switch: Option<Process>,
     /// OVS-DPDK or testpmd (anchor wires), with its hugepages.
@@ -246,7 +256,9 @@ impl Testbed {
         let scratch = Scratch::create(&ctx.journal)?;
         let (id, n) = unique_id();
         let octet = (n % 256) as u8;
+        let span = crate::machine::span::Span::connect(s, cfg.wire, ctx, &id, octet)?;
         let mut bed = Testbed {
+            span,
             hosts: Vec::new(),
             switch: None,
             anchor: None,
@@ -260,6 +272,7 @@ impl Testbed {
                 knobs: knobs.clone(),
                 hosts: Vec::new(),
                 notes: Vec::new(),
+                machines: Vec::new(),
             },
         };
         for (i, h) in s.hosts.iter().enumerate() {
@@ -271,7 +284,7 @@ impl Testbed {
                 ));
             }
             let netns = match kind {
-                HostKind::Namespace => Some(Netns::create_with_journal(
+                HostKind::Namespace if h.machine.is_none() => Some(Netns::create_with_journal(
                     &format!("vnio-{id}-h-{}", h.name),
                     &ctx.journal,
                 )?),
@@ -281,6 +294,7 @@ impl Testbed {
                 name: h.name.clone(),
                 kind,
                 remote: h.remote,
+                machine: h.machine.clone(),
                 // Hosts are numbered from 1 in scenario order.
                 addr: Ipv4Addr::new(10, 77, octet, i as u8 + 1),
                 ifname: None,
@@ -302,6 +316,7 @@ impl Testbed {
             bed.shield = Some(shield);
         }
         match cfg.wire {
+            WireKind::Veth if bed.span.is_some() => bed.wire_plain()?,
             WireKind::Veth => bed.wire_veth()?,
             WireKind::Bridge => bed.wire_bridge(&id, &ctx.journal)?,
             WireKind::Switch => {
@@ -317,6 +332,7 @@ impl Testbed {
         }
         bed.apply_knobs(&knobs)?;
         bed.start_agents(ctx)?;
+        bed.start_machines(ctx, octet)?;
         let guests = bed.start_guests(ctx, cfg.wire, octet)?;
         bed.description.hosts = bed
             .hosts
@@ -325,6 +341,7 @@ impl Testbed {
                 name: h.name.clone(),
                 kind: h.kind,
                 netns: h.netns.as_ref().map(|n| n.name().to_owned()),
+                machine: h.machine.clone(),
                 addr: h.addr,
                 ifname: h.ifname.clone(),
                 guest: guests
@@ -354,6 +371,11 @@ impl Testbed {
     /// Remove everything now, reporting the first failure.
     pub fn teardown(mut self) -> Result<(), BedError> {
         let mut first: Option<BedError> = None;
+        if let Some(span) = self.span.take() {
+            if let Err(e) = span.finish() {
+                first = Some(e);
+            }
+        }
         // Guests first: QEMU is stopped before the switch it is plugged into.
         for h in &mut self.hosts {
             drop(h.guest.take());
@@ -410,6 +432,44 @@ impl Testbed {
             address(host, "eth0")?;
         }
         Ok(())
+    }
+
+    /// Hosts on other machines, on a plain wire: each local host's `eth0`
+    /// is a macvlan of the physical interface (the far hosts get theirs
+    /// from their machine's side).
+    fn wire_plain(&mut self) -> Result<(), BedError> {
+        let Some(span) = &self.span else {
+            return Ok(());
+        };
+        for (i, host) in self.hosts.iter_mut().enumerate() {
+            if host.machine.is_some() {
+                continue;
+            }
+            let name = span.plain_local(host, i)?;
+            address(host, &name)?;
+        }
+        self.description
+            .notes
+            .push("plain wire: every host on a macvlan of its machine's interface".into());
+        Ok(())
+    }
+
+    /// Build the other machines' sides, measure their clocks, and wait
+    /// until their agents answer across the wire.
+    fn start_machines(&mut self, ctx: &BedContext, octet: u8) -> Result<(), BedError> {
+        let Some(mut span) = self.span.take() else {
+            return Ok(());
+        };
+        let started = span.start(&self.hosts, &|i| host_mac(octet, i), ctx);
+        let from = self.hosts.iter().find_map(|h| h.netns());
+        let reached = match (&started, from) {
+            (Ok(()), Some(ns)) => span.reach(ns, &self.hosts),
+            _ => Ok(()),
+        };
+        self.description.notes.append(&mut span.notes);
+        self.description.machines = span.machines.clone();
+        self.span = Some(span);
+        started.and(reached)
     }
 
     fn wire_bridge(&mut self, id: &str, journal: &Journal) -> Result<(), BedError> {
@@ -510,7 +570,7 @@ impl Testbed {
         };
         let mut ports = Vec::new();
         for (i, host) in self.hosts.iter().enumerate() {
-            if host.remote {
+            if host.remote || host.machine.is_some() {
                 continue;
             }
             let mut port = match host.kind {
@@ -574,6 +634,9 @@ impl Testbed {
                 knobs.uplink_queues.unwrap_or(1)
             ));
         }
+        if let Some(span) = &self.span {
+            ports.push(span.overlay_port(&wire)?);
+        }
         if let Some(p) = knobs.port_policy {
             self.description.notes.push(format!(
                 "switch port policy {} on the clients' ports",
@@ -624,7 +687,7 @@ impl Testbed {
         let mut handle = wire.handle()?;
         let deadline = Instant::now() + READY;
         for (i, host) in self.hosts.iter_mut().enumerate() {
-            if host.remote {
+            if host.remote || host.machine.is_some() {
                 continue;
             }
             let tap = format!("t{}", i + 1);
@@ -647,6 +710,11 @@ impl Testbed {
                     }
                     let Some(ns) = &host.netns else { continue };
                     handle.move_to(&tap, ns)?;
+                    if self.span.is_some() {
+                        // Room for the overlay's 50 bytes of outer headers.
+                        ns.handle()?
+                            .set_mtu(&tap, crate::machine::side::OVERLAY_MTU)?;
+                    }
                     address(host, &tap)?;
                 }
                 _ => {

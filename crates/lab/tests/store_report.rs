@@ -267,6 +267,7 @@ fn the_guests_accelerator_is_stored_with_the_run_and_reported() {
             name: "b".into(),
             kind: vnio_lab::scenario::HostKind::Vm,
             netns: None,
+            machine: None,
             addr: "10.77.1.2".parse().unwrap(),
             ifname: None,
             guest: Some(GuestDescription {
@@ -276,6 +277,7 @@ fn the_guests_accelerator_is_stored_with_the_run_and_reported() {
             }),
         }],
         notes: Vec::new(),
+        machines: Vec::new(),
     };
     store.set_testbeds(id, "vm-vm", &[bed]).unwrap();
     let loaded = store.load(id).unwrap();
@@ -291,6 +293,63 @@ fn the_guests_accelerator_is_stored_with_the_run_and_reported() {
     assert!(
         html.contains("TCG guest on vhost-user port h2, agent ready 14.2 s"),
         "the testbed"
+    );
+    let _ = std::fs::remove_dir_all(db.parent().unwrap().parent().unwrap());
+}
+
+#[test]
+fn machines_and_their_clocks_are_stored_and_reported() {
+    use vnio_lab::machine::span::MachineDescription;
+    use vnio_lab::machine::ClockOffset;
+    use vnio_lab::testbed::{BedDescription, HostDescription};
+    let db = temp_db("machines");
+    let (store, id, _) = stored_run(&db, "native-bridge-switch");
+    let machine = MachineDescription {
+        name: "m1".into(),
+        ssh: "root@192.0.2.7".into(),
+        address: "192.0.2.7".into(),
+        interface: "eth0".into(),
+        local_address: "192.0.2.1".into(),
+        binary: "/x/vnio".into(),
+        clock: Some(ClockOffset {
+            offset_ns: -2_500,
+            uncertainty_ns: 41_000,
+            rtt_ns: 82_000,
+            samples: 16,
+        }),
+    };
+    let bed = BedDescription {
+        configuration: "overlay".into(),
+        wire: vnio_lab::scenario::WireKind::Switch,
+        knobs: Default::default(),
+        hosts: vec![HostDescription {
+            name: "server".into(),
+            kind: vnio_lab::scenario::HostKind::Namespace,
+            netns: None,
+            machine: Some("m1".into()),
+            addr: "10.77.1.2".parse().unwrap(),
+            ifname: None,
+            guest: None,
+        }],
+        notes: Vec::new(),
+        machines: vec![machine.clone()],
+    };
+    store
+        .set_testbeds(id, "native-bridge-switch", &[bed])
+        .unwrap();
+    let loaded = store.load(id).unwrap();
+    let beds = &loaded.scenarios[0].testbeds;
+    assert_eq!(beds[0].machines, vec![machine]);
+    let html = report::render(&loaded);
+    assert!(html.contains("Machines and clocks"), "the machines table");
+    assert!(
+        html.contains("<td>-2.5</td><td>41.0</td><td>82.0</td>"),
+        "the clock"
+    );
+    assert!(html.contains("refused below 41.0 µs"), "the one-way rule");
+    assert!(
+        html.contains("server (namespace, 10.77.1.2, on machine m1)"),
+        "the host"
     );
     let _ = std::fs::remove_dir_all(db.parent().unwrap().parent().unwrap());
 }

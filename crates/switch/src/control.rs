@@ -45,6 +45,8 @@ pub enum Request {
     Fdb,
     /// Counters in Prometheus text format.
     Metrics,
+    /// Where each worker's time goes ([`crate::perf::PerfSnapshot`] per worker).
+    Perf,
     /// Stop the switch.
     Shutdown,
 }

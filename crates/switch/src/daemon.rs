@@ -81,6 +81,11 @@ impl WorkerHandle {
         self.with(|w| w.fdb())
     }
 
+    /// Every worker's time accounting.
+    pub fn perf(&self) -> Vec<crate::perf::PerfSnapshot> {
+        self.with(|w| w.perf())
+    }
+
     fn stop(&self) {
         self.with(|w| w.stop());
     }
@@ -316,7 +321,7 @@ fn answer_metrics(
     let mut req = [0u8; 1024];
     let _ = s.read(&mut req);
     let body = match handle.list() {
-        Ok(l) => metrics_text(l),
+        Ok(l) => metrics_text(l) + &crate::perf::prometheus(&handle.perf()),
         Err(e) => format!("# error: {e}\n"),
     };
     let head = format!(
@@ -424,11 +429,10 @@ pub fn answer(handle: &WorkerHandle, req: Request) -> Response {
             Ok(serde_json::Value::Object(m))
         })),
         Request::Fdb => to_json(handle.fdb().and_then(|f| j(serde_json::to_value(f)))),
-        Request::Metrics => to_json(
-            handle
-                .list()
-                .map(|l| serde_json::Value::String(metrics_text(l))),
-        ),
+        Request::Metrics => to_json(handle.list().map(|l| {
+            serde_json::Value::String(metrics_text(l) + &crate::perf::prometheus(&handle.perf()))
+        })),
+        Request::Perf => to_json(j(serde_json::to_value(handle.perf()))),
         Request::Shutdown => Response::ok(serde_json::Value::Null),
     }
 }

@@ -15,6 +15,7 @@ pub mod lro;
 pub mod mesh;
 pub mod netqueue;
 pub mod offload;
+pub mod perf;
 pub mod stats;
 mod sys;
 

@@ -212,6 +212,11 @@ impl Worker {
         })
     }
 
+    /// The counters of where this worker's time goes.
+    pub fn perf(&self) -> Arc<crate::perf::WorkerPerf> {
+        self.dp.perf()
+    }
+
     /// Connects to another worker before the thread starts.
     pub fn add_peer(&mut self, p: PeerSetup) {
         self.dp.add_peer(p);
@@ -646,6 +651,7 @@ impl Worker {
                     return;
                 }
             };
+            self.dp.perf_resume();
             if sleep {
                 self.doorbell.sleeping.store(false, Ordering::Relaxed);
                 self.dp.disarm_notifications();

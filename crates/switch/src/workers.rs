@@ -32,6 +32,8 @@ struct Link {
     thread: Option<JoinHandle<()>>,
     /// The dedicated core (None for the shared worker).
     core: Option<usize>,
+    /// Where the worker's time goes (it writes, we read).
+    perf: Arc<crate::perf::WorkerPerf>,
 }
 
 impl Link {
@@ -135,6 +137,7 @@ impl Workers {
                 worker: p.worker,
             });
         }
+        let perf = worker.perf();
         let (ready_tx, ready_rx) = mpsc::channel();
         let rt = self
             .cfg
@@ -186,9 +189,22 @@ impl Workers {
             doorbell,
             thread: Some(thread),
             core,
+            perf,
         });
         self.repin_shared();
         Ok(id)
+    }
+
+    /// Every worker's time accounting now, the shared worker first.
+    pub fn perf(&self) -> Vec<crate::perf::PerfSnapshot> {
+        self.links
+            .iter()
+            .map(|l| crate::perf::PerfSnapshot {
+                worker: l.id as u32,
+                core: l.core,
+                ..l.perf.snapshot()
+            })
+            .collect()
     }
 
     /// Stops a dedicated worker (its port already left it).

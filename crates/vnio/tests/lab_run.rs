@@ -641,7 +641,7 @@ fn screenshot_shows_the_figures(report: &Path, dir: &Path) {
         "--headless",
         "--disable-gpu",
         "--hide-scrollbars",
-        "--window-size=1000,1400",
+        "--window-size=1000,4000",
     ])
     .arg(format!("--screenshot={}", shot.display()))
     .arg(format!("file://{}", report.display()))

@@ -371,7 +371,9 @@ fn scenario_section(h: &mut String, index: usize, s: &StoredScenario, verdicts: 
                         d.netns
                             .as_ref()
                             .map(|n| format!(", netns {n}"))
-                            .unwrap_or_default(),
+                            .into_iter()
+                            .chain(d.machine.as_ref().map(|m| format!(", on machine {m}")))
+                            .collect::<String>(),
                         d.guest
                             .as_ref()
                             .map(|g| format!(
@@ -394,6 +396,7 @@ fn scenario_section(h: &mut String, index: usize, s: &StoredScenario, verdicts: 
             );
         }
         h.push_str("</table></details>\n");
+        h.push_str(&crate::machine::report::html(&s.testbeds, escape));
     }
     let _ = writeln!(
         h,

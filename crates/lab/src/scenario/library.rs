@@ -41,6 +41,7 @@ pub const SHIPPED: &[Shipped] = shipped![
     "switch-anchors",
     "vm-native",
     "vm-vm",
+    "across-machines",
 ];
 
 /// The shipped scenario called `name`.

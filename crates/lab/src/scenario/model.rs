@@ -26,6 +26,9 @@ pub struct Scenario {
     /// The endpoints.
     #[serde(rename = "host")]
     pub hosts: Vec<HostSpec>,
+    /// Other machines hosts may be placed on (reached over SSH).
+    #[serde(default, rename = "machine", skip_serializing_if = "Vec::is_empty")]
+    pub machines: Vec<crate::machine::MachineSpec>,
     /// The set-ups compared (at least one).
     #[serde(rename = "configuration")]
     pub configurations: Vec<Configuration>,
@@ -115,6 +118,10 @@ pub struct HostSpec {
     /// switch drives as its uplink port. Default: on the wire itself.
     #[serde(default)]
     pub remote: bool,
+    /// On another machine (a `[[machine]]` name): built there over SSH and
+    /// joined to the wire over the network between the machines.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine: Option<String>,
 }
 
 fn default_host_kind() -> HostKind {

@@ -241,6 +241,10 @@ pub(super) fn scenario(origin: &str, s: &Scenario) -> Result<(), ScenarioError> 
         }
     }
     check_knobs(&c, "knobs", &s.knobs, WireKind::Switch)?;
+    if let Err((field, message)) = crate::machine::spec::check(s, |cfg, name| kind_in(s, cfg, name))
+    {
+        return c.fail(field, message);
+    }
 
     // Workloads.
     if s.workloads.is_empty() {
@@ -703,7 +707,10 @@ impl Capabilities {
                     w.from
                 ));
             }
-            if poll(&w.to[0]) {
+            // A far poll-mode target answers UDP echo (`vnio rr --echo-server
+            // --via`: no agent needed), as across machines.
+            let far = |h: &str| s.hosts.iter().any(|x| x.name == h && x.machine.is_some());
+            if poll(&w.to[0]) && !far(&w.to[0]) {
                 return Some(format!(
                     "`{}` and `{}` are both poll-mode endpoints: the client needs an agent to talk to",
                     w.from, w.to[0]

@@ -14,6 +14,7 @@ pub mod ring_mem;
 pub mod scm;
 pub mod sigbus;
 pub mod spsc;
+pub mod tsc;
 pub mod tun;
 pub mod udp;
 pub mod wait;

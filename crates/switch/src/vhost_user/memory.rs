@@ -83,6 +83,9 @@ pub struct GuestMem {
     mem: GuestMemoryMmap,
     regions: Vec<MemoryRegion>,
     mapped: Vec<Arc<GuestRegionMmap>>,
+    /// Each mapped region's (start, length), in the order of `mapped`: the
+    /// per-access lookup scans this flat array, no pointer chased.
+    bounds: Vec<(u64, u64)>,
     /// The mappings' registrations with the SIGBUS handler; dropped (first
     /// field to go, see `Drop`) before the memory is unmapped.
     guards: Vec<sigbus::Mapping>,
@@ -124,10 +127,15 @@ impl GuestMem {
         mapped.sort_by_key(vm_memory::GuestMemoryRegion::start_addr);
         let mapped: Vec<Arc<GuestRegionMmap>> = mapped.into_iter().map(Arc::new).collect();
         let mem = GuestMemoryMmap::from_arc_regions(mapped.clone()).map_err(MemoryError::Table)?;
+        let bounds = mapped
+            .iter()
+            .map(|r| (r.start_addr().0, vm_memory::GuestMemoryRegion::len(&**r)))
+            .collect();
         Ok(Self {
             mem,
             regions,
             mapped,
+            bounds,
             guards,
         })
     }
@@ -169,10 +177,11 @@ impl GuestMem {
     /// scan beats the generic lookup on the per-frame path.
     #[inline]
     fn find(&self, addr: u64) -> Option<(&GuestRegionMmap, u64)> {
-        self.mapped.iter().find_map(|r| {
-            let off = addr.wrapping_sub(r.start_addr().0);
-            (off < r.len()).then_some((&**r, off))
-        })
+        let i = self
+            .bounds
+            .iter()
+            .position(|&(start, len)| addr.wrapping_sub(start) < len)?;
+        Some((&*self.mapped[i], addr.wrapping_sub(self.bounds[i].0)))
     }
 
     /// True when `[addr, addr + len)` is guest memory.

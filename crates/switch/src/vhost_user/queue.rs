@@ -110,6 +110,8 @@ pub struct Burst {
     at: [u16; BURST + 1],
     segs: [Seg; BURST_SEGS],
     n: usize,
+    /// Chains the driver had made available when the burst was popped.
+    pending: u16,
 }
 
 impl Default for Burst {
@@ -127,6 +129,7 @@ impl Burst {
             at: [0; BURST + 1],
             segs: [Seg::default(); BURST_SEGS],
             n: 0,
+            pending: 0,
         }
     }
 
@@ -138,6 +141,12 @@ impl Burst {
     /// True when nothing was popped.
     pub fn is_empty(&self) -> bool {
         self.n == 0
+    }
+
+    /// Chains the driver had made available when the burst was popped (the
+    /// queue's depth as the switch found it).
+    pub fn pending(&self) -> u16 {
+        self.pending
     }
 
     /// Chain `k`: its head index, buffers and total length.
@@ -356,6 +365,7 @@ impl ActiveQueue {
         if pending > self.size {
             return Err(ChainError::IndexJump);
         }
+        b.pending = pending;
         let n = usize::from(pending).min(max).min(BURST);
         // Every head first, their descriptors prefetched: the walks below
         // then find them arriving together.

@@ -102,6 +102,16 @@ enum Cmd {
         #[arg(long)]
         all: bool,
     },
+    /// The far side of a configuration on another machine (started by the
+    /// runner over SSH; reads its spec as JSON).
+    #[command(hide = true)]
+    Side {
+        /// The run's scratch directory on this machine.
+        #[arg(long)]
+        dir: PathBuf,
+        /// What to build (`vnio_lab::machine::side::SideSpec` as JSON).
+        spec: String,
+    },
     /// Contention generators (started by the runner inside the hosts).
     #[command(hide = true)]
     Load {
@@ -203,6 +213,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         Cmd::Compare { a, b, db, out } => compare(&a, &b, &db.db, out),
         Cmd::Clean { all } => clean(all),
         Cmd::Load { cmd } => load(cmd),
+        Cmd::Side { dir, spec } => side(&dir, &spec),
     }
 }
 
@@ -837,6 +848,17 @@ fn compare(a: &str, b: &str, db: &Path, out: Option<PathBuf>) -> anyhow::Result<
 
 fn clean(all: bool) -> anyhow::Result<i32> {
     let journal = vnio_lab::Journal::default();
+    // Other machines first: cleaning them may use SSH connection sockets in
+    // local scratch directories.
+    let machines = vnio_lab::machine::MachineJournal::beside(&journal)
+        .clean(all)
+        .map_err(anyhow::Error::msg)?;
+    for m in &machines.removed {
+        println!("removed {m}");
+    }
+    for why in &machines.failed {
+        eprintln!("vnio lab: could not clean {why}");
+    }
     let report = if all {
         journal.clean()?
     } else {
@@ -854,7 +876,20 @@ fn clean(all: bool) -> anyhow::Result<i32> {
         report.failed.len(),
         journal.path().display()
     );
-    Ok(if report.failed.is_empty() { 0 } else { 1 })
+    Ok(if report.failed.is_empty() && machines.failed.is_empty() {
+        0
+    } else {
+        1
+    })
+}
+
+/// `vnio lab side`: build this machine's part of a configuration, answer
+/// the controller on stdin/stdout, remove it all at end of input.
+fn side(dir: &Path, spec: &str) -> anyhow::Result<i32> {
+    let spec: vnio_lab::machine::side::SideSpec =
+        serde_json::from_str(spec).context("reading the side's specification")?;
+    vnio_lab::machine::side::run(&spec, dir).map_err(anyhow::Error::msg)?;
+    Ok(0)
 }
 
 /// SIGTERM and SIGINT set the flag the generators watch.

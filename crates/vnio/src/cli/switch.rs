@@ -9,6 +9,7 @@ use vnio_switch::coalesce::Coalesce;
 use vnio_switch::config::{Config, Latency, PolicyUpdate, PortKind, PortSpec};
 use vnio_switch::control::{Client, Request};
 use vnio_switch::daemon::Switch;
+use vnio_switch::perf::PerfSnapshot;
 use vnio_switch::port::SocketMode;
 use vnio_switch::stats::PortStatsSnapshot;
 use vnio_switch::worker::PortInfo;
@@ -41,6 +42,13 @@ enum Cmd {
     },
     /// Print the counters in Prometheus text format.
     Metrics,
+    /// Where each worker's time goes: busy, idle polling and other shares,
+    /// cost per frame, frames per burst and transmit queue depths.
+    Perf {
+        /// Measure over this many seconds (default: since each worker started).
+        #[arg(long, value_name = "SECONDS")]
+        interval: Option<f64>,
+    },
     /// Stop a running switch.
     Shutdown,
 }
@@ -263,6 +271,35 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         }
         Cmd::Shutdown => {
             client.request(&Request::Shutdown)?;
+        }
+        Cmd::Perf { interval } => {
+            let take = |c: &mut Client| -> anyhow::Result<Vec<PerfSnapshot>> {
+                Ok(serde_json::from_value(c.request(&Request::Perf)?)?)
+            };
+            let mut now = take(&mut client)?;
+            if let Some(secs) = interval {
+                if !(secs > 0.0 && secs <= 3600.0) {
+                    anyhow::bail!("--interval {secs}: give 0 to 3600 seconds");
+                }
+                let before = now;
+                std::thread::sleep(std::time::Duration::from_secs_f64(secs));
+                now = take(&mut client)?
+                    .into_iter()
+                    .map(|w| match before.iter().find(|b| b.worker == w.worker) {
+                        Some(b) => w.since(b),
+                        None => w,
+                    })
+                    .collect();
+            }
+            if json {
+                let doc: Vec<_> = now
+                    .iter()
+                    .map(|w| serde_json::json!({ "counters": w, "figures": w.figures() }))
+                    .collect();
+                println!("{}", serde_json::to_string_pretty(&doc)?);
+            } else {
+                print!("{}", render_perf(&now));
+            }
         }
         Cmd::Port { command } => match command {
             PortCmd::Add {
@@ -549,4 +586,74 @@ fn print_stats(m: &std::collections::BTreeMap<String, PortStatsSnapshot>) {
             );
         }
     }
+}
+
+/// One block per worker: shares of its time, cost per frame, then the
+/// bursts and queue depths it saw as histograms (share of bursts).
+fn render_perf(workers: &[PerfSnapshot]) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let opt = |v: Option<f64>, digits: usize| v.map_or("-".into(), |v| format!("{v:.digits$}"));
+    for w in workers {
+        let f = w.figures();
+        let core = w.core.map_or("shared".into(), |c| format!("core {c}"));
+        let _ = writeln!(
+            out,
+            "worker {} ({core}) over {:.3} s: busy {:.1}%, idle polling {:.1}%, other {:.1}% (sleeping, commands)",
+            w.worker,
+            w.nanos as f64 / 1e9,
+            100.0 * f.busy_share,
+            100.0 * f.idle_poll_share,
+            100.0 * f.other_share
+        );
+        let _ = writeln!(
+            out,
+            "  {} frames, {:.3} Mpps; busy time per frame {} ns, {} cycles ({:.2} per ns); {} busy rounds, {} idle",
+            w.frames,
+            f.frames_per_sec / 1e6,
+            opt(f.ns_per_frame, 1),
+            opt(f.cycles_per_frame, 0),
+            f.ticks_per_ns,
+            w.busy_rounds,
+            w.idle_rounds
+        );
+        let bursts: u64 = w.bursts.iter().sum();
+        if bursts > 0 {
+            let groups = [(0, 0), (1, 1), (2, 3), (4, 7), (8, 15), (16, 31), (32, 32)];
+            let cells: Vec<String> = groups
+                .iter()
+                .map(|&(a, b)| {
+                    let k: u64 = w.bursts.iter().take(b + 1).skip(a).sum();
+                    let label = if a == b {
+                        a.to_string()
+                    } else {
+                        format!("{a}-{b}")
+                    };
+                    format!("{label}: {:.1}%", 100.0 * k as f64 / bursts as f64)
+                })
+                .collect();
+            let _ = writeln!(
+                out,
+                "  transmit bursts ({bursts}, mean {} chains): {}",
+                opt(f.mean_burst, 1),
+                cells.join("  ")
+            );
+            let depths: Vec<String> = w
+                .depth
+                .iter()
+                .enumerate()
+                .filter(|(_, &k)| k > 0)
+                .map(|(i, &k)| {
+                    let label = match i {
+                        0 => "0".to_string(),
+                        i if i + 1 == w.depth.len() => format!("{}+", 1u32 << (i - 1)),
+                        i => format!("{}-{}", 1u32 << (i - 1), (1u32 << i) - 1),
+                    };
+                    format!("{label}: {:.1}%", 100.0 * k as f64 / bursts as f64)
+                })
+                .collect();
+            let _ = writeln!(out, "  queue depth when polled: {}", depths.join("  "));
+        }
+    }
+    out
 }

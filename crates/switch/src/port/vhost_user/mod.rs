@@ -5,6 +5,9 @@
 //! resets the port: the connection is dropped with the device state, the
 //! port listens (server) or reconnects (client) again. Nothing else is affected.
 
+mod deliver;
+pub(crate) use deliver::RxPlan;
+
 use super::{SocketMode, Watch, Watched};
 use crate::vhost_user::conn::{ConnError, Connection};
 use crate::vhost_user::device::{Device, Reply, NUM_QUEUES};

@@ -1,0 +1,168 @@
+//! OpenSSH command lines for one machine: `ssh` and `scp` as installed,
+//! the user's keys and SSH configuration, never prompting (`BatchMode`),
+//! one connection master per machine (`ControlMaster`/`ControlPersist`: a
+//! run's many commands pay the handshake once), and timeouts so a dead
+//! machine fails a command instead of hanging it.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::MachineSpec;
+
+/// How long connecting may take.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the connection master outlives its last client.
+const PERSIST: &str = "60";
+
+/// Everything needed to reach one machine again (also from `vnio lab
+/// clean`, long after the run that wrote it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ssh {
+    /// The destination.
+    pub dest: String,
+    /// `-F` file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<String>,
+    /// `-o` options of the scenario.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub options: Vec<String>,
+    /// The directory of the connection master's socket (local).
+    pub control_dir: PathBuf,
+}
+
+impl Ssh {
+    /// The machine of `spec`, its master's socket in `control_dir`.
+    pub fn new(spec: &MachineSpec, control_dir: &Path) -> Ssh {
+        Ssh {
+            dest: spec.ssh.clone(),
+            config: spec.ssh_config.clone(),
+            options: spec.ssh_options.clone(),
+            control_dir: control_dir.to_path_buf(),
+        }
+    }
+
+    /// Options common to `ssh` and `scp`. The scenario's come first: for
+    /// each option OpenSSH keeps the first value it is given.
+    fn options(&self, cmd: &mut Command) {
+        if let Some(f) = &self.config {
+            cmd.arg("-F").arg(f);
+        }
+        for o in &self.options {
+            cmd.arg("-o").arg(o);
+        }
+        let control = self.control_dir.join("%C");
+        for o in [
+            "BatchMode=yes".to_owned(),
+            format!("ConnectTimeout={}", CONNECT_TIMEOUT.as_secs()),
+            "ServerAliveInterval=5".to_owned(),
+            "ServerAliveCountMax=3".to_owned(),
+            "ControlMaster=auto".to_owned(),
+            format!("ControlPath={}", control.display()),
+            format!("ControlPersist={PERSIST}"),
+        ] {
+            cmd.arg("-o").arg(o);
+        }
+    }
+
+    /// `ssh DEST -- SCRIPT`: the remote shell runs `script`.
+    pub fn command(&self, script: &str) -> Command {
+        let mut cmd = Command::new("ssh");
+        self.options(&mut cmd);
+        // No terminal: the far process sees our pipes, and ends when they
+        // close.
+        cmd.arg("-T").arg(&self.dest).arg("--").arg(script);
+        cmd.stdin(Stdio::null());
+        cmd
+    }
+
+    /// Run `script` there; its standard output, or a one-line error.
+    pub fn run(&self, script: &str, what: &str) -> Result<String, String> {
+        let out = self.command(script).output().map_err(|e| {
+            format!(
+                "{}: running ssh: {e} (is OpenSSH's client installed?)",
+                self.dest
+            )
+        })?;
+        checked(out, &self.dest, what)
+    }
+
+    /// Copy local `from` to `to` on the machine.
+    pub fn copy(&self, from: &Path, to: &str) -> Result<(), String> {
+        let mut cmd = Command::new("scp");
+        cmd.arg("-q");
+        self.options(&mut cmd);
+        cmd.arg(from).arg(format!("{}:{to}", self.dest));
+        let out = cmd
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("{}: running scp: {e}", self.dest))?;
+        checked(out, &self.dest, &format!("copying {}", from.display())).map(|_| ())
+    }
+
+    /// End the connection master, if one runs.
+    pub fn exit_master(&self) {
+        let mut cmd = Command::new("ssh");
+        self.options(&mut cmd);
+        let _ = cmd
+            .arg("-O")
+            .arg("exit")
+            .arg(&self.dest)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+fn checked(out: Output, dest: &str, what: &str) -> Result<String, String> {
+    if out.status.success() {
+        return Ok(String::from_utf8_lossy(&out.stdout).into_owned());
+    }
+    let err = String::from_utf8_lossy(&out.stderr);
+    let last = err
+        .lines()
+        .rfind(|l| !l.trim().is_empty())
+        .unwrap_or("no message");
+    Err(format!("{dest}: {what}: {} ({})", last.trim(), out.status))
+}
+
+/// `word` quoted for a POSIX shell.
+pub fn quote(word: &str) -> String {
+    format!("'{}'", word.replace('\'', r"'\''"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoting_survives_quotes() {
+        assert_eq!(quote("a b"), "'a b'");
+        assert_eq!(quote("it's"), r"'it'\''s'");
+    }
+
+    #[test]
+    fn scenario_options_come_first() {
+        let spec = MachineSpec {
+            name: "m1".into(),
+            ssh: "root@m1".into(),
+            ssh_config: Some("/x/config".into()),
+            ssh_options: vec!["ConnectTimeout=3".into()],
+        };
+        let ssh = Ssh::new(&spec, Path::new("/run/c"));
+        let cmd = ssh.command("true");
+        let args: Vec<String> = cmd
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        let pos = |s: &str| args.iter().position(|a| a == s).unwrap();
+        assert_eq!(args[0..2], ["-F", "/x/config"]);
+        assert!(pos("ConnectTimeout=3") < pos("ConnectTimeout=10"));
+        assert!(args.contains(&"BatchMode=yes".to_owned()));
+        assert!(args.contains(&"ControlPath=/run/c/%C".to_owned()));
+        assert_eq!(args[args.len() - 3..], ["root@m1", "--", "true"]);
+    }
+}

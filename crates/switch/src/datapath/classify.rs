@@ -1,0 +1,287 @@
+//! Classification: what a frame taken from a port is (virtio-net header,
+//! L2 header, offloads it asks for) and where it goes (direct mode, the
+//! FDB and VLANs, a remembered decision for the same flow), then the
+//! egress admission of an uplink it goes to.
+
+use super::{is_lent, Datapath, FlowMemo, Frame, Fwd, Port, MAX_FRAME};
+use crate::fdb::Learned;
+use crate::forward::{decide, Destination, L2Header};
+use crate::offload::{self, Caps, Reject};
+use crate::port::uplink;
+use crate::stats::DropReason;
+use crate::vhost_user::buffers::Src;
+use crate::vlan::Tagging;
+use crate::wire::virtio_net::{self, VirtioNetHdr, VirtioNetHdrRepr};
+use crate::PortId;
+use std::time::Instant;
+
+impl Datapath {
+    /// Forwards one frame of `total` bytes (virtio-net header of `hdr_len`
+    /// first) from slot `i`, switched.
+    pub(super) fn forward_frame(
+        &mut self,
+        i: usize,
+        src: Src<'_>,
+        total: u64,
+        hdr_len: usize,
+        now: Instant,
+    ) -> Fwd {
+        self.forward_frame_to(i, src, total, hdr_len, now, None)
+    }
+
+    /// Forwards one frame of `total` bytes (virtio-net header of `hdr_len` first) from slot `i`.
+    /// `direct`: a direct-mode port the frame goes to as it is (it came
+    /// in on that port's uplink queue); a frame from a direct-mode port goes
+    /// as it is to its uplink. Neither is switched (no FDB, VLAN or QoS).
+    pub(super) fn forward_frame_to(
+        &mut self,
+        i: usize,
+        src: Src<'_>,
+        total: u64,
+        hdr_len: usize,
+        now: Instant,
+        direct: Option<PortId>,
+    ) -> Fwd {
+        let Some(stats) = self.slots[i].as_ref().map(|s| &s.stats) else {
+            return Fwd::Done;
+        };
+        let mut pre = [0u8; virtio_net::HEADER_LEN + L2Header::MAX_LEN];
+        let want = (hdr_len + L2Header::MAX_LEN).min(total as usize);
+        let got = src.read(0, &mut pre[..want]);
+        let frame_len = total.saturating_sub(hdr_len as u64);
+        if got < hdr_len || frame_len > MAX_FRAME {
+            stats.tx.drop(DropReason::Malformed);
+            return Fwd::Done;
+        }
+        let vhdr = match VirtioNetHdr::new_checked(&pre[..hdr_len], hdr_len)
+            .and_then(|h| VirtioNetHdrRepr::parse(&h))
+        {
+            Ok(h) => h,
+            Err(_) => {
+                stats.tx.drop(DropReason::Malformed);
+                return Fwd::Done;
+            }
+        };
+        let l2 = match L2Header::parse(&pre[hdr_len..got]) {
+            Ok(l2) => l2,
+            Err(r) => {
+                stats.tx.drop(r);
+                return Fwd::Done;
+            }
+        };
+        let src_tag_len: u64 = if l2.tag.is_some() { 4 } else { 0 };
+        let sender = self.slots[i]
+            .as_ref()
+            .map_or(Caps::NONE, |s| s.port.tx_caps());
+        if let Err(r) = offload::check(&vhdr, frame_len as usize, 14 + src_tag_len as usize, sender)
+        {
+            stats.tx.drop(match r {
+                Reject::Malformed => DropReason::Malformed,
+                Reject::Unsupported => DropReason::Offload,
+            });
+            return Fwd::Done;
+        }
+        stats.tx.frame(frame_len as usize);
+        let direct = direct.or_else(|| self.slots[i].as_ref().and_then(|s| s.direct_up));
+        if let Some(to) = direct {
+            let frame = Frame {
+                src,
+                head: &pre[hdr_len..got],
+                hdr_len,
+                vhdr,
+                macs: pre[hdr_len..hdr_len + 12].try_into().unwrap_or([0; 12]),
+                src_tag_len,
+                tci_pcp: if l2.tag.is_some() {
+                    u16::from(pre[hdr_len + 14] & 0xe0) << 8
+                } else {
+                    0
+                },
+                frame_len,
+            };
+            // The frame leaves with the tag it came with, if any.
+            let tagging = l2.tag.map_or(Tagging::Untagged, Tagging::Tagged);
+            match self
+                .slots
+                .iter()
+                .position(|s| s.as_ref().is_some_and(|s| s.id == to))
+            {
+                Some(j) => self.deliver_to(j, &frame, tagging, now),
+                None => {
+                    if let Some(s) = &self.slots[i] {
+                        s.stats.tx.drop(DropReason::NoRoute);
+                    }
+                }
+            }
+            return Fwd::Done;
+        }
+        let Datapath {
+            slots,
+            fdb,
+            remote,
+            topo_gen,
+            ..
+        } = self;
+        let Some(me) = slots[i].as_ref() else {
+            return Fwd::Done;
+        };
+        let src_id = me.id;
+        let learn = me.needs_mac;
+        if let (Some(vtep), Some(vid)) = (self.from_vtep, me.policy.vlan.ingress(l2.tag)) {
+            // Before the decision (whose own learning keeps the VTEP): a
+            // new VTEP changes the generation, so no memo outlives it.
+            fdb.learn_remote(vid, l2.src, src_id, me.policy.fdb_limit, vtep, now);
+        }
+        // A burst from one port is mostly one flow: the last decision holds
+        // while its inputs are the same (addresses, tag, time, FDB, ports).
+        let memo = me.rt.flow.filter(|m| {
+            m.l2 == l2 && m.now == now && m.fdb_gen == fdb.generation() && m.topo_gen == *topo_gen
+        });
+        let (decision, dest_slot) = match memo {
+            Some(m) => (m.decision, m.dest_slot),
+            None => {
+                let decision = decide(fdb, src_id, &me.policy, &l2, now, |p, vid| {
+                    match slots.iter().flatten().find(|s| s.id == p) {
+                        Some(s) => s.policy.vlan.egress(vid),
+                        None => remote
+                            .iter()
+                            .find(|r| r.id == p)
+                            .and_then(|r| r.vlan.egress(vid)),
+                    }
+                });
+                let dest_slot = match decision.map(|d| d.dest) {
+                    Ok(Destination::Port(p, _)) => slots
+                        .iter()
+                        .position(|s| s.as_ref().is_some_and(|s| s.id == p)),
+                    _ => None,
+                };
+                if let Some(me) = slots[i].as_mut() {
+                    me.rt.flow = Some(FlowMemo {
+                        l2,
+                        now,
+                        fdb_gen: fdb.generation(),
+                        topo_gen: *topo_gen,
+                        decision,
+                        dest_slot,
+                    });
+                }
+                (decision, dest_slot)
+            }
+        };
+        let d = match decision {
+            Ok(d) => {
+                if d.learned == Learned::PortLimit {
+                    if let Some(me) = slots[i].as_ref() {
+                        me.stats.tx.drop(DropReason::FdbLimit);
+                    }
+                }
+                d
+            }
+            Err(r) => {
+                if let Some(me) = slots[i].as_ref() {
+                    me.stats.tx.drop(r);
+                }
+                return Fwd::Done;
+            }
+        };
+        let tci_pcp = if l2.tag.is_some() {
+            u16::from(pre[hdr_len + 14] & 0xe0) << 8
+        } else {
+            0
+        };
+        let mut macs = [0u8; 12];
+        macs.copy_from_slice(&pre[hdr_len..hdr_len + 12]);
+        let frame = Frame {
+            src,
+            head: &pre[hdr_len..got],
+            hdr_len,
+            vhdr,
+            macs,
+            src_tag_len,
+            tci_pcp,
+            frame_len,
+        };
+        match d.dest {
+            Destination::Port(p, tagging) => {
+                if let Some(j) = dest_slot {
+                    if self.egress_wait(i, j, frame_len as usize) {
+                        return Fwd::Wait;
+                    }
+                    self.to_vtep = self.vtep_of(j, d.vid, l2.dst, now);
+                    self.deliver_to(j, &frame, tagging, now);
+                    self.to_vtep = None;
+                } else if let Some(w) = self.remote.iter().find(|r| r.id == p).map(|r| r.worker) {
+                    self.push_remote(i, w, Some(p), &frame, &d);
+                }
+            }
+            Destination::Flood => {
+                let mut sent = false;
+                for j in 0..self.slots.len() {
+                    let Some(s) = self.slots[j].as_ref() else {
+                        continue;
+                    };
+                    // Direct-mode ports are not switched: no floods either.
+                    // A lent uplink queue's lender floods to the wire.
+                    if s.id == src_id || s.direct_up.is_some() || is_lent(&s.port) {
+                        continue;
+                    }
+                    if let Some(tagging) = s.policy.vlan.egress(d.vid) {
+                        // A flood does not wait for one destination; it counts against the link.
+                        if let Some(Port::Uplink(u)) = self.slots[j].as_mut().map(|s| &mut s.port) {
+                            u.sched.charge(frame_len as usize);
+                        }
+                        self.deliver_to(j, &frame, tagging, now);
+                        sent = true;
+                    }
+                }
+                // Once to every other worker with a member of the VLAN.
+                for k in 0..self.peers.len() {
+                    let w = self.peers[k].worker;
+                    if self
+                        .remote
+                        .iter()
+                        .any(|r| r.worker == w && r.vlan.egress(d.vid).is_some())
+                    {
+                        sent |= self.push_remote(i, w, None, &frame, &d);
+                    }
+                }
+                if let (false, Some(s)) = (sent, &self.slots[i]) {
+                    s.stats.tx.drop(DropReason::NoRoute);
+                }
+            }
+        }
+        if learn {
+            self.learn_mac(i, l2.src);
+        }
+        Fwd::Done
+    }
+
+    /// Whether a frame of `bytes` from slot `i` to slot `j` must wait: `j`
+    /// is an uplink whose egress scheduler or full ring holds it back, and
+    /// `i` a guest whose ring can keep it. Otherwise the frame is charged
+    /// to the link. A waiting frame is taken back from `i`'s counters.
+    #[inline]
+    pub(super) fn egress_wait(&mut self, i: usize, j: usize, bytes: usize) -> bool {
+        let Some(src) = self.slots[i].as_ref() else {
+            return false;
+        };
+        let (id, guest) = (src.id, matches!(src.port, Port::VhostUser(_)));
+        let Some(Port::Uplink(u)) = self.slots[j].as_mut().map(|s| &mut s.port) else {
+            return false;
+        };
+        if !guest {
+            u.sched.charge(bytes);
+            return false;
+        }
+        if !u.tx_ready(uplink::HDR_LEN + bytes + 4) {
+            // The ring is full: no verdict, but the port holds frames.
+            u.sched.ring_full(id);
+        } else if u.sched.admit(id, bytes).is_ok() {
+            return false;
+        }
+        if let Some(s) = &self.slots[i] {
+            s.stats.tx.unframe(bytes);
+            crate::stats::bump(&s.stats.tx.egress_waits, 1);
+        }
+        true
+    }
+}

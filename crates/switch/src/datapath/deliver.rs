@@ -1,0 +1,224 @@
+//! Delivery: a classified frame into a destination port, with the offload
+//! work the destination did not negotiate done in software.
+
+use super::{head_of, Datapath, DeliverError, Frame, Port};
+use crate::offload::{self, Caps, Reject, Work};
+use crate::port::uplink::{self};
+use crate::stats::DropReason;
+use crate::vhost_user::buffers::Src;
+use crate::vlan::Tagging;
+use crate::wire::virtio_net::{self};
+use std::time::Instant;
+
+impl Datapath {
+    /// Delivers a frame to slot `j`, doing in software the offload work the
+    /// destination did not negotiate.
+    pub(super) fn deliver_to(
+        &mut self,
+        j: usize,
+        frame: &Frame<'_>,
+        tagging: Tagging,
+        now: Instant,
+    ) {
+        let Some(caps) = self.slots[j].as_ref().map(|s| s.port.rx_caps()) else {
+            return;
+        };
+        if self.lro_offer(j, frame, tagging, caps, now) {
+            return;
+        }
+        let mut f = *frame;
+        f.vhdr.flags = offload::egress_flags(f.vhdr.flags, caps);
+        match offload::work(&frame.vhdr, caps) {
+            Work::Pass => {
+                self.deliver_one(j, &f, tagging, now);
+            }
+            work => self.deliver_soft(j, frame, work, caps, tagging, now),
+        }
+    }
+
+    /// The software fallback: the frame is copied out once (it is read in
+    /// full anyway to checksum it), completed or cut into segments, and each
+    /// result delivered like a frame from a local port.
+    pub(super) fn deliver_soft(
+        &mut self,
+        j: usize,
+        frame: &Frame<'_>,
+        work: Work,
+        caps: Caps,
+        tagging: Tagging,
+        now: Instant,
+    ) {
+        let (Some(mut soft), Some(mut seg)) = (self.soft.take(), self.seg.take()) else {
+            return;
+        };
+        let len = frame.frame_len as usize;
+        let got = frame.src.read(frame.hdr_len as u64, &mut soft[..len]);
+        let l3 = 14 + frame.src_tag_len as usize;
+        let local = |bytes, vhdr| Frame {
+            src: Src::Local(bytes),
+            head: head_of(bytes),
+            hdr_len: 0,
+            vhdr,
+            ..*frame
+        };
+        let result = if got != len {
+            Err(DropReason::Malformed)
+        } else if work == Work::Checksum {
+            match offload::complete_checksum(&mut soft[..len], &frame.vhdr) {
+                Ok(mut h) => {
+                    h.flags = offload::egress_flags(h.flags, caps);
+                    if self.deliver_one(j, &local(&soft[..len], h), tagging, now) {
+                        if let Some(s) = &self.slots[j] {
+                            crate::stats::bump(&s.stats.rx.sw_checksums, 1);
+                        }
+                    }
+                    Ok(())
+                }
+                Err(_) => Err(DropReason::Malformed),
+            }
+        } else {
+            let mut failed = false;
+            let cut = offload::segment(
+                &soft[..len],
+                &frame.vhdr,
+                l3,
+                caps.csum,
+                &mut seg,
+                |b, h| {
+                    let f = Frame {
+                        src: Src::Local(b),
+                        head: head_of(b),
+                        hdr_len: 0,
+                        vhdr: *h,
+                        frame_len: b.len() as u64,
+                        ..*frame
+                    };
+                    failed = !self.deliver_one(j, &f, tagging, now);
+                    !failed
+                },
+            );
+            match cut {
+                Ok(_) => {
+                    if let (false, Some(s)) = (failed, &self.slots[j]) {
+                        crate::stats::bump(&s.stats.rx.sw_segmented, 1);
+                    }
+                    Ok(())
+                }
+                Err(Reject::Malformed) => Err(DropReason::Malformed),
+                Err(Reject::Unsupported) => Err(DropReason::Offload),
+            }
+        };
+        if let (Err(r), Some(s)) = (result, &self.slots[j]) {
+            s.stats.rx.drop(r);
+        }
+        self.soft = Some(soft);
+        self.seg = Some(seg);
+    }
+
+    pub(super) fn deliver_one(
+        &mut self,
+        j: usize,
+        frame: &Frame<'_>,
+        tagging: Tagging,
+        now: Instant,
+    ) -> bool {
+        let Datapath {
+            slots,
+            rx_chain,
+            plan,
+            rx_hint,
+            to_vtep,
+            ..
+        } = self;
+        let Some(dst) = slots[j].as_mut() else {
+            return false;
+        };
+        let result = match &mut dst.port {
+            Port::VhostUser(p) => p.deliver(frame, tagging, plan, rx_chain, *rx_hint),
+            Port::Tap(t) => {
+                let out = t.out_buf();
+                deliver_local(out, virtio_net::HEADER_LEN, frame, tagging).and_then(
+                    |(len, bytes)| {
+                        if t.send(len) {
+                            Ok(bytes)
+                        } else {
+                            Err(DeliverError::Drop(DropReason::RingFull))
+                        }
+                    },
+                )
+            }
+            Port::Uplink(u) => {
+                let need = uplink::HDR_LEN + frame.egress_l2(tagging).1 + frame.rest().1 as usize;
+                match u.tx_buf(need) {
+                    Some(out) => deliver_local(out, uplink::HDR_LEN, frame, tagging).and_then(
+                        |(len, bytes)| {
+                            if u.tx_commit(len) {
+                                Ok(bytes)
+                            } else {
+                                Err(DeliverError::Drop(DropReason::RingFull))
+                            }
+                        },
+                    ),
+                    None => Err(DeliverError::Drop(DropReason::RingFull)),
+                }
+            }
+            Port::Vxlan(v) => {
+                // The inner frame goes into a send slot behind room for the
+                // UDP and VXLAN headers; no virtio-net header (its offloads
+                // were done in software: the port takes none).
+                let len = frame.egress_l2(tagging).1 + frame.rest().1 as usize;
+                let fanout = if to_vtep.is_some() { 1 } else { v.fanout() };
+                match v.reserve(len, fanout, &dst.stats.rx) {
+                    Ok(()) => deliver_local(v.slot(), 0, frame, tagging).map(|(n, bytes)| {
+                        v.commit(n, *to_vtep);
+                        bytes
+                    }),
+                    Err(r) => Err(DeliverError::Drop(r)),
+                }
+            }
+        };
+        match result {
+            Ok(bytes) => {
+                dst.stats.rx.frame(bytes);
+                dst.rt.round_rx += 1;
+                true
+            }
+            Err(DeliverError::Drop(r)) => {
+                dst.stats.rx.drop(r);
+                // The guest must hear about what it has, to return buffers.
+                dst.rt.urgent |= r == DropReason::RingFull;
+                false
+            }
+            Err(DeliverError::Hostile(e)) => {
+                dst.stats.rx.drop(DropReason::BadDescriptor);
+                self.reset(j, now, &format_args!("receive queue: {e}"));
+                false
+            }
+        }
+    }
+}
+
+/// Assembles a frame with a virtio-net header of `hl` bytes in `out`;
+/// returns (bytes to send, frame bytes without the header).
+pub(super) fn deliver_local(
+    out: &mut [u8],
+    hl: usize,
+    f: &Frame<'_>,
+    tagging: Tagging,
+) -> Result<(usize, usize), DeliverError> {
+    let (l2, l2_len) = f.egress_l2(tagging);
+    let (rest_off, rest_len) = f.rest();
+    let total = hl + l2_len + rest_len as usize;
+    if total > out.len() {
+        return Err(DeliverError::Drop(DropReason::Malformed));
+    }
+    if hl > 0 {
+        let _ = f.egress_vhdr(l2_len, 0).emit(&mut out[..hl], hl);
+    }
+    out[hl..hl + l2_len].copy_from_slice(&l2[..l2_len]);
+    let got = f.src.read(rest_off, &mut out[hl + l2_len..total]);
+    if got != rest_len as usize {
+        return Err(DeliverError::Drop(DropReason::Malformed));
+    }
+    Ok((total, l2_len + rest_len as usize))
+}

@@ -1,0 +1,231 @@
+//! Notifications and descriptor events: when the guest is called, when
+//! it is asked to kick, and what a readable descriptor means.
+
+use super::{Datapath, Port, PortRuntime, Slot};
+use crate::coalesce::{Coalescer, Decision};
+use crate::config::Policies;
+use crate::port::vhost_user::ResetCause;
+use crate::port::Watch;
+use crate::vhost_user::conn::ConnError;
+use crate::vhost_user::device::{RX_QUEUE, TX_QUEUE};
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Instant;
+
+impl PortRuntime {
+    pub(super) fn new(p: &Policies) -> Self {
+        Self {
+            coalescer: Coalescer::new(p.effective_coalesce()),
+            round_rx: 0,
+            urgent: false,
+            hold: None,
+            tx_idle: 0,
+            tx_armed: false,
+            egress_held: false,
+            lro: None,
+            flow: None,
+        }
+    }
+
+    /// Forgets rates and holds (the front-end went away).
+    pub(super) fn restart(&mut self) {
+        self.coalescer.restart();
+        self.round_rx = 0;
+        self.urgent = false;
+        self.hold = None;
+        self.tx_idle = 0;
+        self.tx_armed = false;
+        self.flow = None;
+        self.egress_held = false;
+        if let Some(l) = self.lro.as_mut() {
+            // The queue is gone: its chains with it.
+            l.agg.abandon();
+        }
+    }
+}
+
+impl Datapath {
+    /// The earliest instant a held call is due (the worker must poll by then).
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.next_deadline
+    }
+
+    /// True when every transmit queue asks its guest for kicks (the worker may sleep).
+    pub fn all_tx_armed(&self) -> bool {
+        self.slots.iter().flatten().all(|s| match &s.port {
+            Port::VhostUser(p) => s.rt.tx_armed || s.rt.egress_held || !p.device.ready(TX_QUEUE),
+            _ => true,
+        })
+    }
+
+    /// Before sleeping: asks every transmit queue for kicks. Returns true
+    /// when frames arrived meanwhile (poll again instead).
+    pub fn arm_notifications(&mut self) -> bool {
+        let mut pending = false;
+        for s in self.slots.iter_mut().flatten() {
+            if s.rt.egress_held {
+                // Its frames wait for the egress scheduler, whose timer
+                // wakes the worker: a kick would not let them go sooner.
+                continue;
+            }
+            if let Port::VhostUser(p) = &mut s.port {
+                if let Some(q) = p.device.queue(TX_QUEUE) {
+                    pending |= q.enable_notification();
+                    s.rt.tx_armed = true;
+                }
+            }
+        }
+        pending
+    }
+
+    /// After waking: tells transmit queues the worker is polling.
+    pub fn disarm_notifications(&mut self) {
+        for s in self.slots.iter_mut().flatten() {
+            if let Port::VhostUser(p) = &mut s.port {
+                if let Some(q) = p.device.queue(TX_QUEUE) {
+                    q.disable_notification();
+                }
+                s.rt.tx_armed = false;
+                s.rt.tx_idle = 0;
+            }
+        }
+    }
+
+    /// Handles an event on one of slot `idx`'s watched descriptors.
+    pub fn on_event(&mut self, idx: usize, what: Watch, now: Instant) {
+        if what == Watch::Connection {
+            // The front-end's messages may stop or remap the queues: an LRO
+            // aggregate's receive chains are returned first.
+            self.lro_deliver(idx, now);
+        }
+        let Some(s) = self.slots.get_mut(idx).and_then(Option::as_mut) else {
+            return;
+        };
+        let p = match &mut s.port {
+            Port::VhostUser(p) => p,
+            Port::Tap(t) => {
+                t.on_readable();
+                return;
+            }
+            Port::Vxlan(v) => {
+                v.on_readable();
+                return;
+            }
+            // The rings are polled every round; readiness only woke the worker.
+            Port::Uplink(_) => return,
+        };
+        match what {
+            Watch::Listener => {
+                if let Ok(true) = p.accept() {
+                    s.stats.connections.fetch_add(1, Relaxed);
+                    log::info!("port {}: front-end connected", s.name);
+                }
+            }
+            Watch::Connection => match p.on_readable() {
+                Ok(()) => {}
+                Err(ResetCause::Conn(ConnError::Closed)) => {
+                    log::info!("port {}: front-end disconnected", s.name);
+                    self.restart(idx, now);
+                }
+                Err(e) => {
+                    let msg = crate::error_chain(&e);
+                    self.reset(idx, now, &msg);
+                }
+            },
+            Watch::Kick(q) => {
+                if p.device.drain_kick(usize::from(q)) {
+                    let qs = if usize::from(q) == RX_QUEUE {
+                        &s.stats.rx
+                    } else {
+                        &s.stats.tx
+                    };
+                    crate::stats::bump(&qs.notifications_received, 1);
+                }
+            }
+        }
+    }
+
+    /// Time-driven port work (client reconnects); pushes slots whose watched set changed.
+    pub fn tick(&mut self, now: Instant, changed: &mut Vec<usize>) {
+        for (i, s) in self.slots.iter_mut().enumerate() {
+            let Some(s) = s else { continue };
+            if let Port::VhostUser(p) = &mut s.port {
+                if p.tick(now) {
+                    s.stats.connections.fetch_add(1, Relaxed);
+                    log::info!("port {}: connected to front-end", s.name);
+                    changed.push(i);
+                }
+            }
+        }
+    }
+}
+
+/// Transmit busy-poll budget: after `tx_poll_budget` empty rounds the
+/// guest is asked to kick again; a frame puts the queue back to polling.
+pub(super) fn tx_budget(s: &mut Slot, popped: usize) {
+    let Port::VhostUser(p) = &mut s.port else {
+        return;
+    };
+    let Some(q) = p.device.queue(TX_QUEUE) else {
+        return;
+    };
+    if s.rt.egress_held && popped == 0 {
+        // Not idle: held back (polled on the scheduler's timer).
+        return;
+    }
+    if popped > 0 {
+        s.rt.tx_idle = 0;
+        if s.rt.tx_armed {
+            s.rt.tx_armed = false;
+            q.disable_notification();
+        }
+        return;
+    }
+    s.rt.tx_idle = s.rt.tx_idle.saturating_add(1);
+    if !s.rt.tx_armed && s.rt.tx_idle >= s.policies.effective_tx_poll_budget() {
+        s.rt.tx_armed = true;
+        if q.enable_notification() {
+            // Frames came while arming: the next round takes them.
+            s.rt.tx_idle = 0;
+        }
+    }
+}
+
+/// Receive-side calls: the used ring is published every round; the call
+/// goes when the driver wants one and the coalescing policy agrees. Returns
+/// when a held call is due.
+pub(super) fn signal_rx(
+    q: &mut crate::vhost_user::queue::ActiveQueue,
+    rt: &mut PortRuntime,
+    now: Instant,
+    stats: &crate::stats::QueueStats,
+) -> Option<Instant> {
+    q.flush();
+    let k = std::mem::take(&mut rt.round_rx);
+    rt.coalescer.delivered(now, k);
+    if !q.used_pending() {
+        return None;
+    }
+    if !q.driver_wants_call() {
+        q.decline(stats);
+        rt.coalescer.declined();
+        return None;
+    }
+    let d = if std::mem::take(&mut rt.urgent) {
+        Decision::Now
+    } else {
+        rt.coalescer.decide(now)
+    };
+    match d {
+        Decision::Now => {
+            q.call(stats);
+            rt.coalescer.reset();
+            None
+        }
+        Decision::Hold(t) => {
+            if k > 0 {
+                crate::stats::bump(&stats.notifications_coalesced, 1);
+            }
+            Some(t)
+        }
+    }
+}

@@ -1,0 +1,309 @@
+//! The forwarding loop over a set of ports: pop frames from each port's
+//! transmit queue, decide (FDB, VLAN, guard), copy each frame once into
+//! each destination's receive buffers, return buffers, notify.
+//!
+//! No allocation, lock or system call per frame: buffers are fixed arrays
+//! on the stack, counters are relaxed atomics, and notifications (eventfd
+//! writes) happen once per queue per burst, only when the driver wants one.
+
+mod classify;
+mod deliver;
+mod events;
+mod frame;
+mod ingress;
+mod lending;
+mod lro_delivery;
+mod peers;
+mod table;
+
+use events::{signal_rx, tx_budget};
+use frame::head_of;
+pub(crate) use frame::Frame;
+pub use ingress::QUEUE_TURN;
+use lending::is_lent;
+pub use lending::Lent;
+pub use lro_delivery::{LRO_HOLD, LRO_IDLE};
+
+use crate::coalesce::Coalescer;
+use crate::config::Policies;
+use crate::fdb::Fdb;
+use crate::forward::{L2Header, PortPolicy};
+use crate::lro::place::InPlace;
+use crate::mesh::{Peer, RemotePort};
+use crate::perf::WorkerPerf;
+use crate::port::tap::{self, TapPort};
+use crate::port::uplink::UplinkPort;
+use crate::port::vhost_user::{RxPlan, VhostUserPort};
+use crate::port::vxlan::VxlanPort;
+use crate::stats::{DropReason, PortStats};
+use crate::vhost_user::chain::{Chain, ChainError};
+use crate::vhost_user::device::{RX_QUEUE, TX_QUEUE};
+use crate::vhost_user::queue::Burst;
+use crate::vlan::Tagging;
+use crate::PortId;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Largest frame carried (a 64 KiB GSO frame plus Ethernet and VLAN headers).
+pub const MAX_FRAME: u64 = 65535 + 18;
+/// Most receive buffers one frame may span with mergeable buffers.
+pub const MAX_MERGE: usize = 64;
+
+/// The kinds of ports (enum dispatch keeps the loop monomorphic).
+// One value per port: its size does not matter, a Box would add a pointer chase per frame.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug)]
+pub enum Port {
+    /// vhost-user virtio-net.
+    VhostUser(VhostUserPort),
+    /// A tap interface.
+    Tap(TapPort),
+    /// A host interface through AF_PACKET.
+    Uplink(UplinkPort),
+    /// A VXLAN tunnel endpoint: frames to and from remote VTEPs over UDP.
+    Vxlan(VxlanPort),
+}
+
+/// A port in the switch.
+#[derive(Debug)]
+pub struct Slot {
+    /// Identity.
+    pub id: PortId,
+    /// Name (unique).
+    pub name: String,
+    /// Forwarding policy.
+    pub policy: PortPolicy,
+    /// The port.
+    pub port: Port,
+    /// Counters (shared with the control plane).
+    pub stats: Arc<PortStats>,
+    /// Latency policies as configured.
+    pub policies: Policies,
+    /// The policies' running state.
+    pub rt: PortRuntime,
+    /// A vNIC's MAC: configured, or the first source address learned on it
+    /// (its uplink receive queue takes frames for it).
+    pub mac: Option<crate::wire::EthernetAddress>,
+    /// A vNIC whose MAC is still to be learned.
+    needs_mac: bool,
+    /// Direct mode: the uplink this port is bound to.
+    pub direct_up: Option<PortId>,
+}
+
+/// The running state of a port's latency policies.
+#[derive(Debug)]
+pub struct PortRuntime {
+    /// When to call the guest after deliveries to its receive queue.
+    pub coalescer: Coalescer,
+    /// Frames delivered to the receive queue in the current round.
+    round_rx: u32,
+    /// A delivery found the receive ring full: call the guest at once.
+    urgent: bool,
+    /// A call is held until this instant.
+    hold: Option<Instant>,
+    /// Empty rounds of the transmit queue since its last frame.
+    tx_idle: u32,
+    /// The guest was asked to kick for new transmit buffers.
+    tx_armed: bool,
+    /// An uplink's egress scheduler holds the frame at the head of the
+    /// transmit ring: the port is polled again on the scheduler's timer, not
+    /// on kicks (nothing behind that frame can leave first).
+    egress_held: bool,
+    /// The LRO aggregate toward the port (vhost-user ports; moved out while in use).
+    lro: Option<Box<LroCtx>>,
+    /// The last forwarding decision for a frame from the port.
+    flow: Option<FlowMemo>,
+}
+
+/// A forwarding decision and what it depended on: the frame's addresses
+/// and tag, the time (aging), the FDB's generation and the ports' (their
+/// VLANs and who exists). Reused for the next frame with the same inputs,
+/// which would get the same answer, without hashing into the FDB twice.
+#[derive(Debug, Clone, Copy)]
+struct FlowMemo {
+    l2: L2Header,
+    now: Instant,
+    fdb_gen: u64,
+    topo_gen: u64,
+    decision: Result<crate::forward::Decision, DropReason>,
+    /// The slot of a unicast destination on this worker (slots move only
+    /// with the ports' generation).
+    dest_slot: Option<usize>,
+}
+
+/// An LRO aggregate (built in the port's receive buffers) and how it leaves the port.
+#[derive(Debug)]
+struct LroCtx {
+    agg: InPlace,
+    tagging: Tagging,
+    /// When its first segment came.
+    started: Instant,
+    /// When its last segment came.
+    last: Instant,
+}
+
+/// What became of a frame taken from a port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fwd {
+    /// Forwarded or dropped: the source's buffer can be returned.
+    Done,
+    /// Held back by the uplink: leave it in the source's ring.
+    Wait,
+}
+
+/// A destination that misbehaved while a frame was delivered to it.
+pub(crate) enum DeliverError {
+    Drop(DropReason),
+    Hostile(ChainError),
+}
+
+/// The switch's data plane.
+pub struct Datapath {
+    slots: Vec<Option<Slot>>,
+    fdb: Fdb,
+    /// Slots whose watched descriptors changed outside an event (resets).
+    dirty: Vec<usize>,
+    /// The SIGBUS handler's epoch last seen ([`crate::sys::sigbus::epoch`]).
+    sigbus_epoch: u64,
+    /// A queue failed to signal its call eventfd this round.
+    call_failed: bool,
+    /// Where frames read from tap ports land (moved out while in use).
+    scratch: Option<Box<[u8]>>,
+    /// The transmit chains being forwarded (moved out while in use).
+    tx_burst: Option<Box<Burst>>,
+    /// Receive buffers being gathered for one delivery, reused frame after frame.
+    rx_chain: Box<Chain>,
+    plan: Box<RxPlan>,
+    /// The earliest held call's deadline after the last round.
+    next_deadline: Option<Instant>,
+    /// The other workers.
+    peers: Vec<Peer>,
+    /// Ports other workers own.
+    remote: Vec<RemotePort>,
+    /// A frame materialized for software offload work (moved out while in use).
+    soft: Option<Box<[u8]>>,
+    /// Where software segmentation builds each segment (moved out while in use).
+    seg: Option<Box<[u8]>>,
+    /// Counts changes to the ports and their policies (see [`FlowMemo`]).
+    topo_gen: u64,
+    /// Frames of the current transmit burst still to forward, this one
+    /// included: how many receive chains a destination pops ahead when it
+    /// runs out (one frame in flight pops one: no latency for the rest).
+    rx_hint: usize,
+    /// The VTEP the frame being forwarded came from (a VXLAN port's frame):
+    /// its source address is learned behind it.
+    from_vtep: Option<std::net::Ipv4Addr>,
+    /// The VTEP the frame being delivered to a VXLAN port goes to: its
+    /// destination's, from the FDB; `None` floods to the port's remotes.
+    to_vtep: Option<std::net::Ipv4Addr>,
+    /// Where this worker's time goes (read by the control plane).
+    perf: Arc<WorkerPerf>,
+    /// The counter when the last round ended, or the worker resumed
+    /// polling ([`Datapath::perf_resume`]): a round's cost is the time
+    /// since, one counter read per round.
+    perf_mark: u64,
+}
+
+impl Datapath {
+    /// An empty switch with the given FDB.
+    pub fn new(fdb: Fdb) -> Self {
+        Self {
+            slots: Vec::new(),
+            fdb,
+            dirty: Vec::with_capacity(64),
+            sigbus_epoch: crate::sys::sigbus::epoch(),
+            call_failed: false,
+            scratch: Some(vec![0u8; tap::BUF_LEN].into_boxed_slice()),
+            tx_burst: Some(Box::new(Burst::new())),
+            rx_chain: Box::new(Chain::new()),
+            plan: Box::new(RxPlan::new()),
+            next_deadline: None,
+            peers: Vec::new(),
+            remote: Vec::new(),
+            soft: Some(vec![0u8; MAX_FRAME as usize].into_boxed_slice()),
+            seg: Some(vec![0u8; MAX_FRAME as usize].into_boxed_slice()),
+            topo_gen: 0,
+            rx_hint: 1,
+            from_vtep: None,
+            to_vtep: None,
+            perf: Arc::default(),
+            perf_mark: crate::perf::clock(),
+        }
+    }
+
+    /// One polling round: up to `budget` frames from each port. Returns
+    /// frames forwarded or dropped (0 means idle).
+    pub fn poll(&mut self, now: Instant, budget: usize) -> usize {
+        let work = self.poll_round(now, budget);
+        let end = crate::perf::clock();
+        self.perf.round(end.wrapping_sub(self.perf_mark), work);
+        self.perf_mark = end;
+        work
+    }
+
+    /// The worker is back from waiting for events (asleep, or a look at
+    /// its descriptors): that time is not the next round's.
+    pub fn perf_resume(&mut self) {
+        self.perf_mark = crate::perf::clock();
+    }
+
+    /// The counters of where this data path's time goes.
+    pub fn perf(&self) -> Arc<WorkerPerf> {
+        Arc::clone(&self.perf)
+    }
+
+    fn poll_round(&mut self, now: Instant, budget: usize) -> usize {
+        for s in self.slots.iter_mut().flatten() {
+            if let Port::Uplink(u) = &mut s.port {
+                u.sched.begin_round(now);
+            }
+        }
+        let mut work = self.poll_peers(now, budget);
+        for i in 0..self.slots.len() {
+            let n = self.forward_from(i, now, budget);
+            work += n;
+            if let Some(s) = self.slots[i].as_mut() {
+                tx_budget(s, n);
+            }
+        }
+        let mut next: Option<Instant> = None;
+        // LRO aggregates end when their flow pauses or they are old enough.
+        for j in 0..self.slots.len() {
+            if let Some(due) = self.lro_due(j, now) {
+                next = Some(next.map_or(due, |n| n.min(due)));
+            }
+        }
+        for s in self.slots.iter_mut().flatten() {
+            match &mut s.port {
+                Port::VhostUser(p) => {
+                    if let Some(vq) = p.device.queue(RX_QUEUE) {
+                        s.rt.hold = signal_rx(vq, &mut s.rt, now, &s.stats.rx);
+                        if let Some(t) = s.rt.hold {
+                            next = Some(next.map_or(t, |n| n.min(t)));
+                        }
+                        self.call_failed |= vq.call_failed();
+                    }
+                    if let Some(vq) = p.device.queue(TX_QUEUE) {
+                        vq.signal(&s.stats.tx);
+                        self.call_failed |= vq.call_failed();
+                    }
+                }
+                // The round's frames to the wire leave in one system call;
+                // frames the scheduler held are tried again soon.
+                Port::Uplink(u) => {
+                    u.flush();
+                    if let Some(t) = u.sched.wake_at(now) {
+                        next = Some(next.map_or(t, |n| n.min(t)));
+                    }
+                }
+                // The round's datagrams leave in one sendmmsg.
+                Port::Vxlan(v) => v.flush(&s.stats.rx),
+                Port::Tap(_) => {}
+            }
+        }
+        self.next_deadline = next;
+        self.flush_peers();
+        self.reset_broken(now);
+        work
+    }
+}

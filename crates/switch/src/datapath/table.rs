@@ -1,0 +1,365 @@
+//! The port table: adding, finding, changing and removing ports, and the
+//! one path by which a port is reset.
+
+use super::{is_lent, Datapath, LroCtx, Port, PortRuntime, Slot};
+use crate::config::Policies;
+use crate::fdb::Fdb;
+use crate::forward::PortPolicy;
+use crate::lro::place::InPlace;
+use crate::offload::Caps;
+use crate::port::Watched;
+use crate::stats::PortStats;
+use crate::vlan::Tagging;
+use crate::PortId;
+use std::sync::Arc;
+use std::time::Instant;
+
+impl Port {
+    /// The offloads the port takes as a destination.
+    pub(super) fn rx_caps(&self) -> Caps {
+        match self {
+            Port::VhostUser(p) => Caps::guest_rx(p.device.acked_features()),
+            // tun and AF_PACKET sockets hand any TCP GSO or partially
+            // checksummed frame to the kernel, which completes it as needed.
+            Port::Tap(_) | Port::Uplink(_) => Caps::ALL,
+            // A datagram carries a finished frame: TSO super-frames and
+            // partial checksums are completed in software before
+            // encapsulation (`deliver_soft`), as for a guest without offloads.
+            Port::Vxlan(_) => Caps::NONE,
+        }
+    }
+
+    /// The offloads the port may use as a source.
+    pub(super) fn tx_caps(&self) -> Caps {
+        match self {
+            Port::VhostUser(p) => Caps::guest_tx(p.device.acked_features()),
+            // The kernel sends what TUNSETOFFLOAD (tap) allowed, and a packet
+            // socket passes the stack's own TCP GSO frames.
+            Port::Tap(_) | Port::Uplink(_) => Caps::ALL,
+            // Received frames are as their sender finished them.
+            Port::Vxlan(_) => Caps::NONE,
+        }
+    }
+
+    pub(super) fn watched(&self, out: &mut Vec<Watched>) {
+        match self {
+            Port::VhostUser(p) => p.watched(out),
+            Port::Tap(p) => p.watched(out),
+            Port::Uplink(p) => p.watched(out),
+            Port::Vxlan(p) => p.watched(out),
+        }
+    }
+}
+
+impl Slot {
+    /// A virtual NIC (vhost-user or tap), as opposed to an uplink.
+    pub fn is_vnic(&self) -> bool {
+        matches!(self.port, Port::VhostUser(_) | Port::Tap(_))
+    }
+}
+
+impl Datapath {
+    /// Adds a port; returns its slot index.
+    pub fn add(
+        &mut self,
+        id: PortId,
+        name: String,
+        policy: PortPolicy,
+        policies: Policies,
+        port: Port,
+    ) -> usize {
+        let mac = policy.mac;
+        let mut slot = Slot {
+            id,
+            name,
+            policy,
+            port,
+            stats: Arc::new(PortStats::default()),
+            rt: PortRuntime::new(&policies),
+            policies,
+            mac,
+            needs_mac: false,
+            direct_up: None,
+        };
+        slot.needs_mac = slot.is_vnic() && mac.is_none();
+        if matches!(slot.port, Port::VhostUser(_)) {
+            // Reserved once per port: aggregating never allocates.
+            slot.rt.lro = Some(Box::new(LroCtx {
+                agg: InPlace::new(),
+                tagging: Tagging::Untagged,
+                started: Instant::now(),
+                last: Instant::now(),
+            }));
+        }
+        self.attach(slot)
+    }
+
+    /// Takes in a port another worker detached; returns its slot index.
+    pub fn attach(&mut self, slot: Slot) -> usize {
+        self.topo_gen += 1;
+        // A lent uplink queue is the uplink only for unicast frames: floods
+        // to the wire still go through the uplink's own worker.
+        if !is_lent(&slot.port) {
+            self.remote.retain(|r| r.id != slot.id);
+        }
+        // What was learned on it here came through another worker's ring.
+        self.fdb.flush_port(slot.id);
+        let idx = match self.slots.iter().position(Option::is_none) {
+            Some(i) => {
+                self.slots[i] = Some(slot);
+                i
+            }
+            None => {
+                self.slots.push(Some(slot));
+                self.slots.len() - 1
+            }
+        };
+        if !self.bind_direct(idx) {
+            self.join_queues(idx);
+        }
+        idx
+    }
+
+    /// Records the MAC learned on vNIC slot `i`; its uplink queues follow it.
+    #[cold]
+    pub(super) fn learn_mac(&mut self, i: usize, mac: crate::wire::EthernetAddress) {
+        let Some(s) = self.slots[i].as_mut() else {
+            return;
+        };
+        s.needs_mac = false;
+        s.mac = Some(mac);
+        let id = s.id;
+        for s in self.slots.iter_mut().flatten() {
+            if let Port::Uplink(u) = &mut s.port {
+                u.update_queues(|t| t.set_mac(id, mac));
+            }
+        }
+    }
+
+    /// Removes the port in slot `idx`, forgetting its addresses.
+    pub fn remove(&mut self, idx: usize) -> Option<Slot> {
+        // The aggregate's chains go back with a delivery, not with the port.
+        self.lro_deliver(idx, Instant::now());
+        self.topo_gen += 1;
+        let s = self.slots.get_mut(idx)?.take()?;
+        self.fdb.flush_port(s.id);
+        for u in self.slots.iter_mut().flatten() {
+            if let Port::Uplink(u) = &mut u.port {
+                u.update_queues(|t| t.leave(s.id));
+                u.sched.remove(s.id);
+                for q in 0..u.queue_count() {
+                    if let Some(rx) = u.queue_mut(q).filter(|rx| rx.direct == Some(s.id)) {
+                        rx.direct = None;
+                    }
+                }
+            }
+        }
+        Some(s)
+    }
+
+    /// The slot index of the port named `name`.
+    pub fn find(&self, name: &str) -> Option<usize> {
+        self.slots
+            .iter()
+            .position(|s| s.as_ref().is_some_and(|s| s.name == name))
+    }
+
+    /// The port in slot `idx`.
+    pub fn slot(&self, idx: usize) -> Option<&Slot> {
+        self.slots.get(idx)?.as_ref()
+    }
+
+    /// The port in slot `idx`, mutable.
+    pub fn slot_mut(&mut self, idx: usize) -> Option<&mut Slot> {
+        self.slots.get_mut(idx)?.as_mut()
+    }
+
+    /// All ports with their slot indexes.
+    pub fn slots(&self) -> impl Iterator<Item = (usize, &Slot)> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| s.as_ref().map(|s| (i, s)))
+    }
+
+    /// Whether every uplink with a known capacity can also reserve
+    /// `extra_bps` for a port (other than `except`).
+    pub fn check_reservation(&self, extra_bps: u64, except: Option<PortId>) -> Result<(), String> {
+        if extra_bps == 0 {
+            return Ok(());
+        }
+        let reserved: u64 = self
+            .slots
+            .iter()
+            .flatten()
+            .filter(|s| s.is_vnic() && Some(s.id) != except)
+            .filter_map(|s| s.policy.egress.reserve_bps)
+            .sum();
+        for s in self.slots.iter().flatten() {
+            if let Port::Uplink(u) = &s.port {
+                if let Some(cap) = u.sched.capacity_bps() {
+                    if reserved + extra_bps > cap {
+                        return Err(format!(
+                            "uplink {}: reservations would total {} Mbit/s, over its capacity of {} Mbit/s",
+                            s.name,
+                            (reserved + extra_bps) / 1_000_000,
+                            cap / 1_000_000
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Changes a vNIC's egress policy (share, limit, reservation) on every uplink.
+    pub fn set_egress(&mut self, idx: usize, e: crate::egress::EgressPolicy) {
+        self.topo_gen += 1;
+        let Some(s) = self.slot_mut(idx) else { return };
+        s.policy.egress = e;
+        let id = s.id;
+        for s in self.slots.iter_mut().flatten() {
+            if let Port::Uplink(u) = &mut s.port {
+                u.sched.set_policy(id, e);
+            }
+        }
+    }
+
+    /// Changes how many addresses slot `idx` may have learned. A lower
+    /// limit refuses new addresses at once; those learned stay until they
+    /// age out.
+    pub fn set_fdb_limit(&mut self, idx: usize, limit: u32) {
+        // Remembered decisions hold a refusal (or not) under the old limit.
+        self.topo_gen += 1;
+        if let Some(s) = self.slot_mut(idx) {
+            s.policy.fdb_limit = Some(limit);
+        }
+    }
+
+    /// Changes slot `idx`'s latency policies.
+    pub fn set_policies(&mut self, idx: usize, p: Policies) {
+        self.topo_gen += 1;
+        if let Some(s) = self.slot_mut(idx) {
+            s.policies = p;
+            s.rt.coalescer.set_policy(p.effective_coalesce());
+        }
+    }
+
+    /// The FDB.
+    pub fn fdb(&self) -> &Fdb {
+        &self.fdb
+    }
+
+    /// Ages the FDB.
+    pub fn age(&mut self, now: Instant) -> usize {
+        self.fdb.age(now)
+    }
+
+    /// The descriptors slot `idx` wants watched.
+    pub fn watched(&self, idx: usize, out: &mut Vec<Watched>) {
+        if let Some(s) = self.slot(idx) {
+            s.port.watched(out);
+        }
+    }
+
+    /// True when slot `idx` has descriptors to close once the worker
+    /// unwatched them ([`Datapath::release_retired`]).
+    pub fn has_retired(&mut self, idx: usize) -> bool {
+        match self.slots.get_mut(idx).and_then(Option::as_mut) {
+            Some(Slot {
+                port: Port::VhostUser(p),
+                ..
+            }) => p.has_retired(),
+            _ => false,
+        }
+    }
+
+    /// Closes slot `idx`'s retired descriptors (the worker unwatched them).
+    pub fn release_retired(&mut self, idx: usize) {
+        if let Some(Slot {
+            port: Port::VhostUser(p),
+            ..
+        }) = self.slots.get_mut(idx).and_then(Option::as_mut)
+        {
+            p.release_retired();
+        }
+    }
+
+    /// Resets a port after an error: counts it, says why once in the log,
+    /// and restarts it (the one restart path).
+    pub fn reset(&mut self, idx: usize, now: Instant, why: &dyn std::fmt::Display) {
+        let Some(s) = self.slots.get_mut(idx).and_then(Option::as_mut) else {
+            return;
+        };
+        s.stats
+            .resets
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        log::warn!("port {}: reset: {why}", s.name);
+        self.restart(idx, now);
+    }
+
+    /// The one way a port goes back to its initial state (after an error or
+    /// a front-end that left): its front-end and device state dropped (the
+    /// descriptors retired until unwatched), its run-time state restarted,
+    /// its addresses forgotten here and in the other workers.
+    pub(super) fn restart(&mut self, idx: usize, now: Instant) {
+        let Some(s) = self.slots.get_mut(idx).and_then(Option::as_mut) else {
+            return;
+        };
+        match &mut s.port {
+            Port::VhostUser(p) => p.reset(now),
+            Port::Tap(_) | Port::Uplink(_) | Port::Vxlan(_) => {}
+        }
+        s.rt.restart();
+        let id = s.id;
+        self.fdb.flush_port(id);
+        self.flush_remote(id);
+        self.mark_dirty(idx);
+    }
+
+    /// Resets the ports whose guest memory vanished under the switch or
+    /// whose call eventfd would have blocked. Cheap when nothing happened:
+    /// one load of the SIGBUS handler's epoch and one flag a queue.
+    pub(super) fn reset_broken(&mut self, now: Instant) {
+        let epoch = crate::sys::sigbus::epoch();
+        let lost = epoch != self.sigbus_epoch;
+        if !lost && !self.call_failed {
+            return;
+        }
+        self.sigbus_epoch = epoch;
+        self.call_failed = false;
+        for i in 0..self.slots.len() {
+            let Some(Slot {
+                port: Port::VhostUser(p),
+                ..
+            }) = self.slots[i].as_mut()
+            else {
+                continue;
+            };
+            if lost && p.device.memory_lost() {
+                self.reset(
+                    i,
+                    now,
+                    &"guest memory vanished under the switch (its file was truncated); the switch read zeros there",
+                );
+            } else if let Some((q, e)) = p.device.take_call_failure() {
+                self.reset(
+                    i,
+                    now,
+                    &format_args!("queue {q}: cannot signal the call eventfd: {e}"),
+                );
+            }
+        }
+    }
+
+    pub(super) fn mark_dirty(&mut self, idx: usize) {
+        if !self.dirty.contains(&idx) {
+            self.dirty.push(idx);
+        }
+    }
+
+    /// Takes the slots whose watched descriptors changed since the last call.
+    pub fn take_dirty(&mut self, out: &mut Vec<usize>) {
+        out.append(&mut self.dirty);
+    }
+}

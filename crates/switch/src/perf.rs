@@ -1,0 +1,377 @@
+//! Where a worker's time goes, measured by the worker itself: cycles in
+//! polling rounds that moved frames (busy) and in rounds that found
+//! nothing (idle polling), the rest (sleeping in epoll, control commands),
+//! frames per burst taken from a guest's transmit queue, and how many
+//! chains were waiting in that queue when it was polled. The counterpart
+//! of OVS's `dpif-netdev/pmd-perf-show`, cheap enough to stay on: one
+//! counter read per round (a round costs the time since the previous
+//! one ended) and a few single-writer stores (no atomic read-modify-write),
+//! see `examples/perf_cost.rs`.
+//!
+//! The worker writes, the control plane reads ([`WorkerPerf::snapshot`]);
+//! [`PerfSnapshot::since`] turns two snapshots into the figures of the
+//! interval between them.
+
+use crate::stats::bump;
+use crate::sys::tsc;
+use serde::{Deserialize, Serialize};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Instant;
+
+/// Burst sizes counted exactly up to this; larger ones in the last bucket.
+pub const BURST_BUCKETS: usize = 33;
+/// Queue depths in powers of two: 0, 1, 2-3, 4-7, ... , 512 and more.
+pub const DEPTH_BUCKETS: usize = 11;
+
+/// One worker's counters (written by the worker only).
+#[derive(Debug)]
+pub struct WorkerPerf {
+    start: (u64, Instant),
+    busy_cycles: AtomicU64,
+    idle_cycles: AtomicU64,
+    busy_rounds: AtomicU64,
+    idle_rounds: AtomicU64,
+    frames: AtomicU64,
+    bursts: [AtomicU64; BURST_BUCKETS],
+    depth: [AtomicU64; DEPTH_BUCKETS],
+}
+
+impl Default for WorkerPerf {
+    fn default() -> Self {
+        Self {
+            start: tsc::pair(),
+            busy_cycles: AtomicU64::new(0),
+            idle_cycles: AtomicU64::new(0),
+            busy_rounds: AtomicU64::new(0),
+            idle_rounds: AtomicU64::new(0),
+            frames: AtomicU64::new(0),
+            bursts: std::array::from_fn(|_| AtomicU64::new(0)),
+            depth: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
+}
+
+/// The counter the accounting reads (cycles on x86-64): public so the
+/// accounting's own cost can be measured (`examples/perf_cost.rs`).
+#[inline]
+pub fn clock() -> u64 {
+    tsc::now()
+}
+
+/// The bucket of a queue depth.
+#[inline]
+pub fn depth_bucket(pending: u16) -> usize {
+    ((u16::BITS - pending.leading_zeros()) as usize).min(DEPTH_BUCKETS - 1)
+}
+
+impl WorkerPerf {
+    /// A polling round of `cycles` that forwarded or dropped `frames`.
+    #[inline]
+    pub fn round(&self, cycles: u64, frames: usize) {
+        if frames > 0 {
+            bump(&self.busy_cycles, cycles);
+            bump(&self.busy_rounds, 1);
+            bump(&self.frames, frames as u64);
+        } else {
+            bump(&self.idle_cycles, cycles);
+            bump(&self.idle_rounds, 1);
+        }
+    }
+
+    /// A burst of `n` chains taken from a transmit queue where `pending` were waiting.
+    #[inline]
+    pub fn burst(&self, n: usize, pending: u16) {
+        bump(&self.bursts[n.min(BURST_BUCKETS - 1)], 1);
+        bump(&self.depth[depth_bucket(pending)], 1);
+    }
+
+    /// The counters now.
+    pub fn snapshot(&self) -> PerfSnapshot {
+        let now = tsc::pair();
+        PerfSnapshot {
+            worker: 0,
+            core: None,
+            cycles: now.0.wrapping_sub(self.start.0),
+            nanos: now.1.duration_since(self.start.1).as_nanos() as u64,
+            busy_cycles: self.busy_cycles.load(Relaxed),
+            idle_cycles: self.idle_cycles.load(Relaxed),
+            busy_rounds: self.busy_rounds.load(Relaxed),
+            idle_rounds: self.idle_rounds.load(Relaxed),
+            frames: self.frames.load(Relaxed),
+            bursts: self.bursts.iter().map(|c| c.load(Relaxed)).collect(),
+            depth: self.depth.iter().map(|c| c.load(Relaxed)).collect(),
+        }
+    }
+}
+
+/// A worker's counters at one instant (or over an interval, [`PerfSnapshot::since`]).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct PerfSnapshot {
+    /// The worker (0 is the shared one).
+    pub worker: u32,
+    /// Its dedicated core, if any.
+    pub core: Option<usize>,
+    /// Counter ticks elapsed (cycles on x86-64).
+    pub cycles: u64,
+    /// Nanoseconds elapsed.
+    pub nanos: u64,
+    /// Ticks in rounds that moved frames.
+    pub busy_cycles: u64,
+    /// Ticks in rounds that found nothing.
+    pub idle_cycles: u64,
+    /// Rounds that moved frames.
+    pub busy_rounds: u64,
+    /// Rounds that found nothing.
+    pub idle_rounds: u64,
+    /// Frames forwarded or dropped.
+    pub frames: u64,
+    /// Bursts from guests' transmit queues by size: index n counts bursts
+    /// of n chains (the last, n and more).
+    pub bursts: Vec<u64>,
+    /// Chains waiting in a guest's transmit queue when polled, by power of
+    /// two: index 0 counts 0, index k counts 2^(k-1) to 2^k - 1.
+    pub depth: Vec<u64>,
+}
+
+/// What a snapshot says, in the units a reader wants.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PerfFigures {
+    /// Counter ticks per nanosecond (the CPU's TSC rate on x86-64).
+    pub ticks_per_ns: f64,
+    /// Share of the time in rounds that moved frames.
+    pub busy_share: f64,
+    /// Share of the time polling rounds that found nothing.
+    pub idle_poll_share: f64,
+    /// Share of the time elsewhere (sleeping, control commands).
+    pub other_share: f64,
+    /// Frames per second over the span.
+    pub frames_per_sec: f64,
+    /// Busy ticks per frame (cycles on x86-64).
+    pub cycles_per_frame: Option<f64>,
+    /// Busy nanoseconds per frame.
+    pub ns_per_frame: Option<f64>,
+    /// Mean chains per transmit burst (empty polls excluded).
+    pub mean_burst: Option<f64>,
+}
+
+impl PerfSnapshot {
+    /// The interval from `earlier` to this snapshot.
+    pub fn since(&self, earlier: &PerfSnapshot) -> PerfSnapshot {
+        let sub = |a: &[u64], b: &[u64]| {
+            a.iter()
+                .enumerate()
+                .map(|(i, x)| x.saturating_sub(b.get(i).copied().unwrap_or(0)))
+                .collect()
+        };
+        PerfSnapshot {
+            worker: self.worker,
+            core: self.core,
+            cycles: self.cycles.saturating_sub(earlier.cycles),
+            nanos: self.nanos.saturating_sub(earlier.nanos),
+            busy_cycles: self.busy_cycles.saturating_sub(earlier.busy_cycles),
+            idle_cycles: self.idle_cycles.saturating_sub(earlier.idle_cycles),
+            busy_rounds: self.busy_rounds.saturating_sub(earlier.busy_rounds),
+            idle_rounds: self.idle_rounds.saturating_sub(earlier.idle_rounds),
+            frames: self.frames.saturating_sub(earlier.frames),
+            bursts: sub(&self.bursts, &earlier.bursts),
+            depth: sub(&self.depth, &earlier.depth),
+        }
+    }
+
+    /// Shares, rates and costs per frame.
+    pub fn figures(&self) -> PerfFigures {
+        let ticks_per_ns = if self.nanos > 0 && self.cycles > 0 {
+            self.cycles as f64 / self.nanos as f64
+        } else {
+            tsc::calibrated_rate()
+        };
+        let total = self.cycles.max(1) as f64;
+        let busy = self.busy_cycles as f64 / total;
+        let idle = self.idle_cycles as f64 / total;
+        let per_frame = (self.frames > 0).then(|| self.busy_cycles as f64 / self.frames as f64);
+        let (n, chains) = self
+            .bursts
+            .iter()
+            .enumerate()
+            .skip(1)
+            .fold((0u64, 0u64), |(n, c), (size, k)| {
+                (n + k, c + size as u64 * k)
+            });
+        PerfFigures {
+            ticks_per_ns,
+            busy_share: busy.min(1.0),
+            idle_poll_share: idle.min(1.0),
+            other_share: (1.0 - busy - idle).clamp(0.0, 1.0),
+            frames_per_sec: self.frames as f64 * 1e9 / self.nanos.max(1) as f64,
+            cycles_per_frame: per_frame,
+            ns_per_frame: per_frame.map(|c| c / ticks_per_ns),
+            mean_burst: (n > 0).then(|| chains as f64 / n as f64),
+        }
+    }
+}
+
+/// The workers' counters in Prometheus text format (cumulative since each
+/// worker started; rates and costs per frame come from their differences).
+pub fn prometheus(workers: &[PerfSnapshot]) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let mut family = |name: &str, help: &str, kind: &str, value: &dyn Fn(&PerfSnapshot) -> u64| {
+        let _ = writeln!(
+            out,
+            "# HELP vnio_switch_worker_{name} {help}\n# TYPE vnio_switch_worker_{name} {kind}"
+        );
+        for w in workers {
+            let _ = writeln!(
+                out,
+                "vnio_switch_worker_{name}{{worker=\"{}\"}} {}",
+                w.worker,
+                value(w)
+            );
+        }
+    };
+    family(
+        "cycles_total",
+        "Counter ticks since the worker started (cycles on x86-64).",
+        "counter",
+        &|w| w.cycles,
+    );
+    family(
+        "busy_cycles_total",
+        "Ticks in polling rounds that moved frames.",
+        "counter",
+        &|w| w.busy_cycles,
+    );
+    family(
+        "idle_poll_cycles_total",
+        "Ticks in polling rounds that found nothing.",
+        "counter",
+        &|w| w.idle_cycles,
+    );
+    family(
+        "frames_total",
+        "Frames forwarded or dropped.",
+        "counter",
+        &|w| w.frames,
+    );
+    family(
+        "busy_rounds_total",
+        "Polling rounds that moved frames.",
+        "counter",
+        &|w| w.busy_rounds,
+    );
+    family(
+        "idle_rounds_total",
+        "Polling rounds that found nothing.",
+        "counter",
+        &|w| w.idle_rounds,
+    );
+    family(
+        "nanoseconds_total",
+        "Nanoseconds since the worker started.",
+        "counter",
+        &|w| w.nanos,
+    );
+    let _ = writeln!(out, "# HELP vnio_switch_worker_tx_burst_chains Bursts taken from guests' transmit queues, by chains in the burst (le: at most).\n# TYPE vnio_switch_worker_tx_burst_chains histogram");
+    for w in workers {
+        let mut cum = 0;
+        let (mut count, mut sum) = (0u64, 0u64);
+        for (n, k) in w.bursts.iter().enumerate() {
+            cum += k;
+            count += k;
+            sum += n as u64 * k;
+            if n + 1 < w.bursts.len() {
+                let _ = writeln!(
+                    out,
+                    "vnio_switch_worker_tx_burst_chains_bucket{{worker=\"{}\",le=\"{n}\"}} {cum}",
+                    w.worker
+                );
+            }
+        }
+        let _ = writeln!(
+            out,
+            "vnio_switch_worker_tx_burst_chains_bucket{{worker=\"{}\",le=\"+Inf\"}} {cum}",
+            w.worker
+        );
+        let _ = writeln!(
+            out,
+            "vnio_switch_worker_tx_burst_chains_sum{{worker=\"{}\"}} {sum}",
+            w.worker
+        );
+        let _ = writeln!(
+            out,
+            "vnio_switch_worker_tx_burst_chains_count{{worker=\"{}\"}} {count}",
+            w.worker
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn depth_buckets_are_powers_of_two() {
+        let b: Vec<usize> = [0u16, 1, 2, 3, 4, 7, 8, 255, 256, 511, 512, 4096]
+            .iter()
+            .map(|&d| depth_bucket(d))
+            .collect();
+        assert_eq!(b, [0, 1, 2, 2, 3, 3, 4, 8, 9, 9, 10, 10]);
+    }
+
+    #[test]
+    fn an_interval_gives_shares_costs_and_the_mean_burst() {
+        let p = WorkerPerf::default();
+        let a = p.snapshot();
+        p.round(3_000, 30);
+        p.round(1_000, 0);
+        p.burst(32, 40);
+        p.burst(28, 28);
+        p.burst(0, 0);
+        let mut b = p.snapshot();
+        // A fixed span, so the shares are exact.
+        b.cycles = a.cycles + 10_000;
+        b.nanos = a.nanos + 5_000;
+        let d = b.since(&a);
+        assert_eq!((d.busy_rounds, d.idle_rounds, d.frames), (1, 1, 30));
+        assert_eq!((d.bursts[32], d.bursts[28], d.bursts[0]), (1, 1, 1));
+        assert_eq!((d.depth[6], d.depth[5], d.depth[0]), (1, 1, 1));
+        let f = d.figures();
+        assert_eq!(f.ticks_per_ns, 2.0);
+        assert!((f.busy_share - 0.3).abs() < 1e-9);
+        assert!((f.idle_poll_share - 0.1).abs() < 1e-9);
+        assert!((f.other_share - 0.6).abs() < 1e-9);
+        assert_eq!(f.cycles_per_frame, Some(100.0));
+        assert_eq!(f.ns_per_frame, Some(50.0));
+        assert_eq!(f.mean_burst, Some(30.0));
+        assert_eq!(f.frames_per_sec, 30.0 * 1e9 / 5_000.0);
+    }
+
+    #[test]
+    fn no_frames_means_no_cost_per_frame() {
+        let f = WorkerPerf::default().snapshot().figures();
+        assert_eq!(
+            (f.cycles_per_frame, f.ns_per_frame, f.mean_burst),
+            (None, None, None)
+        );
+        assert!(f.ticks_per_ns > 0.0);
+    }
+
+    #[test]
+    fn prometheus_has_every_family_and_a_cumulative_histogram() {
+        let p = WorkerPerf::default();
+        p.round(500, 10);
+        p.burst(4, 4);
+        p.burst(32, 64);
+        let text = prometheus(&[PerfSnapshot {
+            worker: 3,
+            ..p.snapshot()
+        }]);
+        assert!(text.contains("vnio_switch_worker_frames_total{worker=\"3\"} 10"));
+        assert!(text.contains("vnio_switch_worker_busy_cycles_total{worker=\"3\"} 500"));
+        assert!(text.contains("tx_burst_chains_bucket{worker=\"3\",le=\"3\"} 0"));
+        assert!(text.contains("tx_burst_chains_bucket{worker=\"3\",le=\"4\"} 1"));
+        assert!(text.contains("tx_burst_chains_bucket{worker=\"3\",le=\"+Inf\"} 2"));
+        assert!(text.contains("tx_burst_chains_sum{worker=\"3\"} 36"));
+    }
+}

@@ -1,0 +1,148 @@
+//! Delivery into a guest's receive queue.
+
+use super::VhostUserPort;
+use crate::datapath::{DeliverError, Frame, MAX_MERGE};
+use crate::stats::DropReason;
+use crate::vhost_user::buffers::{self, Src};
+use crate::vhost_user::chain::{Chain, Seg, MAX_SEGS};
+use crate::vhost_user::device::RX_QUEUE;
+use crate::vhost_user::memory::GuestMem;
+use crate::vlan::Tagging;
+use crate::wire::virtio_net;
+
+/// Receive buffers gathered for one frame (several chains with MRG_RXBUF).
+pub(crate) struct RxPlan {
+    segs: [Seg; MAX_SEGS],
+    nsegs: usize,
+    heads: [(u16, u32); MAX_MERGE],
+    nheads: usize,
+    cap: u64,
+}
+
+impl RxPlan {
+    /// Room for the most buffers a frame may span.
+    pub(crate) fn new() -> Self {
+        Self {
+            segs: [Seg::default(); MAX_SEGS],
+            nsegs: 0,
+            heads: [(0, 0); MAX_MERGE],
+            nheads: 0,
+            cap: 0,
+        }
+    }
+}
+
+impl VhostUserPort {
+    /// Delivers a frame into the guest's receive queue: the first available
+    /// chain when it fits (most frames), else several with mergeable receive
+    /// buffers; `hint`: chains to pop ahead (frames still to come in the burst).
+    pub(crate) fn deliver(
+        &mut self,
+        f: &Frame<'_>,
+        tagging: Tagging,
+        plan: &mut RxPlan,
+        chain: &mut Chain,
+        hint: usize,
+    ) -> Result<usize, DeliverError> {
+        let hdr_len = self.device.vnet_hdr_len();
+        let mrg = self.device.mrg_rxbuf();
+        let Some(q) = self.device.queue(RX_QUEUE) else {
+            return Err(DeliverError::Drop(DropReason::RingFull));
+        };
+        let (l2, l2_len) = f.egress_l2(tagging);
+        let (rest_off, rest_len) = f.rest();
+        let out_frame_len = l2_len as u64 + rest_len;
+        let total = hdr_len as u64 + out_frame_len;
+
+        match q.take(chain, hint) {
+            Ok(true) => {}
+            Ok(false) => return Err(DeliverError::Drop(DropReason::RingFull)),
+            Err(e) => return Err(DeliverError::Hostile(e)),
+        }
+        // Most frames fit the first chain: its buffers are used as they are.
+        let single = chain.len() >= total;
+        if !single {
+            // Mergeable receive buffers: more chains until the frame fits.
+            if !mrg {
+                q.untake(1);
+                return Err(DeliverError::Drop(DropReason::RingFull));
+            }
+            plan.nsegs = 0;
+            plan.nheads = 0;
+            plan.cap = 0;
+            loop {
+                if plan.nsegs + chain.segs().len() > MAX_SEGS {
+                    q.untake(plan.nheads + 1);
+                    return Err(DeliverError::Drop(DropReason::RingFull));
+                }
+                plan.segs[plan.nsegs..plan.nsegs + chain.segs().len()]
+                    .copy_from_slice(chain.segs());
+                plan.nsegs += chain.segs().len();
+                plan.heads[plan.nheads] = (chain.head, chain.len() as u32);
+                plan.nheads += 1;
+                plan.cap += chain.len();
+                if plan.cap >= total {
+                    break;
+                }
+                if plan.nheads == MAX_MERGE {
+                    q.untake(plan.nheads);
+                    return Err(DeliverError::Drop(DropReason::RingFull));
+                }
+                match q.take(chain, hint) {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        q.untake(plan.nheads);
+                        return Err(DeliverError::Drop(DropReason::RingFull));
+                    }
+                    Err(e) => return Err(DeliverError::Hostile(e)),
+                }
+            }
+        }
+        let (segs, nheads) = if single {
+            (chain.segs(), 1)
+        } else {
+            (&plan.segs[..plan.nsegs], plan.nheads)
+        };
+
+        let mut hb = [0u8; virtio_net::HEADER_LEN];
+        let _ = f.egress_vhdr(l2_len, nheads as u16).emit(&mut hb, hdr_len);
+        let at = {
+            let mem: &GuestMem = q.mem();
+            // Header and MACs (and tag) in one write.
+            let mut head = [0u8; virtio_net::HEADER_LEN + 16];
+            head[..hdr_len].copy_from_slice(&hb[..hdr_len]);
+            head[hdr_len..hdr_len + l2_len].copy_from_slice(&l2[..l2_len]);
+            let mut at = buffers::write(mem, segs, 0, &head[..hdr_len + l2_len]) as u64;
+            at += match f.src {
+                Src::Guest {
+                    mem: smem,
+                    segs: ssegs,
+                } => buffers::copy(smem, ssegs, rest_off, mem, segs, at, rest_len),
+                Src::Local(b) => {
+                    let from = (rest_off as usize).min(b.len());
+                    let to = (from + rest_len as usize).min(b.len());
+                    buffers::write(mem, segs, at, &b[from..to]) as u64
+                }
+            };
+            at
+        };
+        if at != total {
+            // Unmapped memory under a validated buffer: the memory table changed under us.
+            q.untake(nheads);
+            return Err(DeliverError::Drop(DropReason::BadDescriptor));
+        }
+        if single {
+            q.add_used(chain.head, total as u32)
+                .map_err(DeliverError::Hostile)?;
+        } else {
+            let mut left = total;
+            for &(head, cap) in &plan.heads[..plan.nheads] {
+                let used = left.min(u64::from(cap));
+                left -= used;
+                q.add_used(head, used as u32)
+                    .map_err(DeliverError::Hostile)?;
+            }
+        }
+        Ok(out_frame_len as usize)
+    }
+}
