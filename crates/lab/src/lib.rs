@@ -15,11 +15,14 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod anchor_switch;
 pub mod contention;
 pub mod export;
 pub mod findings;
 pub mod guest;
+pub mod interleave;
 pub mod machine;
+pub mod pair;
 pub mod report;
 pub mod runner;
 pub mod scenario;

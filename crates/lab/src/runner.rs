@@ -162,6 +162,9 @@ pub fn run(
     if !crate::is_root() {
         return Err(RunError::NotRoot);
     }
+    if plan.run.interleave && plan.run.iterations > 1 {
+        return crate::interleave::run(scenario, plan, opts, stop, observer, sink);
+    }
     if !plan.missing.is_empty() {
         let list: Vec<String> = plan
             .missing
@@ -331,6 +334,9 @@ fn workload(
     for t in &w.to {
         let h = bed.host(t).ok_or_else(|| format!("no host {t}"))?;
         targets.push(h);
+    }
+    if from.kind == HostKind::PollMode && targets.iter().all(|t| t.kind == HostKind::PollMode) {
+        return crate::pair::measure(bed, p, from, targets[0], run, opts, stop);
     }
     if from.kind == HostKind::PollMode {
         return rr_via(bed, p, from, targets[0], run, opts, stop);

@@ -29,6 +29,9 @@ use vnio_topo::Process;
 use vnio_topo::{Entry, Journal, SCRATCH_PREFIX};
 use vnio_topo::{Netem, RateLimit};
 
+mod anchors;
+pub use anchors::endpoints_listen;
+
 /// Port every agent listens on.
 pub const AGENT_PORT: u16 = 7700;
 /// Prefix length of the testbed's subnet.
@@ -223,6 +226,10 @@ pub struct Testbed {
     span: Option<crate::machine::span::Span>,
     hosts: Vec<BedHost>,
     switch: Option<Process>,
+    /// OVS-DPDK or testpmd (anchor wires), with its hugepages.
+    anchor: Option<crate::anchor_switch::AnchorSwitch>,
+    /// The CPU shield around the switch's CPUs (knob `shield`).
+    shield: Option<vnio_topo::Shield>,
     wire_ns: Option<Netns>,
     outside_ns: Option<Netns>,
     scratch: Scratch,
@@ -254,6 +261,8 @@ impl Testbed {
             span,
             hosts: Vec::new(),
             switch: None,
+            anchor: None,
+            shield: None,
             wire_ns: None,
             outside_ns: None,
             scratch,
@@ -296,6 +305,16 @@ impl Testbed {
                 netns,
             });
         }
+        if let Some(cpus) = &knobs.shield {
+            // Before anything starts: what the runner starts from now on
+            // stays in the root cpuset, everything else moves off `cpus`.
+            let shield = vnio_topo::Shield::raise(cpus, &ctx.journal)?;
+            bed.description.notes.push(format!(
+                "CPUs {cpus:?} shielded: {} other tasks moved off them for the configuration",
+                shield.moved()
+            ));
+            bed.shield = Some(shield);
+        }
         match cfg.wire {
             WireKind::Veth if bed.span.is_some() => bed.wire_plain()?,
             WireKind::Veth => bed.wire_veth()?,
@@ -305,7 +324,10 @@ impl Testbed {
                 // by that workload's `vnio rr --via`; the others answer as
                 // responders for the whole configuration.
                 let clients: Vec<&str> = s.workloads.iter().map(|w| w.from.as_str()).collect();
-                bed.wire_switch(&id, octet, ctx, &knobs, &clients)?
+                bed.wire_switch(&id, octet, ctx, &knobs, &clients, &paired(s, cfg))?
+            }
+            WireKind::OvsDpdk | WireKind::Testpmd => {
+                bed.wire_anchor(cfg.wire, octet, ctx, &knobs)?
             }
         }
         bed.apply_knobs(&knobs)?;
@@ -381,6 +403,8 @@ impl Testbed {
                 first.get_or_insert(e.into());
             }
         }
+        drop(self.anchor.take());
+        drop(self.shield.take());
         if let Some(ns) = self.outside_ns.take() {
             if let Err(e) = ns.delete() {
                 first.get_or_insert(e.into());
@@ -530,6 +554,7 @@ impl Testbed {
         ctx: &BedContext,
         knobs: &Knobs,
         clients: &[&str],
+        paired: &[&str],
     ) -> Result<(), BedError> {
         use vnio_switch::config::{Config, PortSpec, SwitchConfig};
         use vnio_switch::port::SocketMode;
@@ -618,11 +643,25 @@ impl Testbed {
                 p.as_str()
             ));
         }
+        let mut switch_config = SwitchConfig {
+            control: dir.join("switch.sock"),
+            ..Default::default()
+        };
+        if knobs.switch_busy_poll == Some(true) {
+            // Never sleep, as the DPDK switches' poll-mode threads.
+            switch_config.idle_polls = u32::MAX;
+            self.description
+                .notes
+                .push("switch workers busy-poll (idle_polls at its maximum)".into());
+        }
+        if let Some(prio) = knobs.switch_rt_priority {
+            switch_config.dedicated_rt_priority = Some(prio);
+            self.description
+                .notes
+                .push(format!("dedicated switch workers under SCHED_FIFO {prio}"));
+        }
         let config = Config {
-            switch: SwitchConfig {
-                control: dir.join("switch.sock"),
-                ..Default::default()
-            },
+            switch: switch_config,
             ports,
         };
         let path = dir.join("switch.toml");
@@ -630,7 +669,13 @@ impl Testbed {
             toml::to_string(&config).map_err(|e| setup("writing the switch configuration", e))?;
         std::fs::write(&path, text).map_err(|e| setup(format!("writing {}", path.display()), e))?;
         let log = dir.join("switch.log");
-        let mut cmd = wire.command(&ctx.vnio);
+        let binary = knobs.switch_binary.as_ref().unwrap_or(&ctx.vnio);
+        if let Some(b) = &knobs.switch_binary {
+            self.description
+                .notes
+                .push(format!("switch run by {}", b.display()));
+        }
+        let mut cmd = wire.command(binary);
         cmd.arg("switch")
             .arg("--config")
             .arg(&path)
@@ -677,7 +722,10 @@ impl Testbed {
                     let mac = host_mac(octet, i);
                     host.vhost_user = Some((sock.clone(), mac.clone()));
                     // Guests connect once launched (start_guests).
-                    if clients.contains(&host.name.as_str()) || host.kind == HostKind::Vm {
+                    if clients.contains(&host.name.as_str())
+                        || paired.contains(&host.name.as_str())
+                        || host.kind == HostKind::Vm
+                    {
                         continue;
                     }
                     let log = dir.join(format!("endpoint-{}.log", host.name));
@@ -794,7 +842,7 @@ impl Testbed {
                     let tap = format!("vnio{tap_id}v");
                     (format!("tap:{tap},mac={mac}"), format!("tap {tap} on br0"))
                 }
-                WireKind::Veth => {
+                WireKind::Veth | WireKind::OvsDpdk | WireKind::Testpmd => {
                     return Err(setup(what, "a VM host needs wire = bridge or switch"))
                 }
             };
@@ -917,6 +965,20 @@ impl Testbed {
         }
         Ok(())
     }
+}
+
+/// Poll-mode hosts served by a poll-mode client's own thread (the far
+/// endpoint of a pair: `vnio rr --via-echo`, the pair's rate receiver),
+/// which therefore get no `vnio endpoint` process of their own.
+fn paired<'a>(s: &'a Scenario, cfg: &Configuration) -> Vec<&'a str> {
+    let poll = |h: &str| crate::scenario::kind_in(s, cfg, h) == HostKind::PollMode;
+    s.workloads
+        .iter()
+        .filter(|w| poll(&w.from))
+        .flat_map(|w| w.to.iter())
+        .filter(|t| poll(t))
+        .map(String::as_str)
+        .collect()
 }
 
 /// The switch's uplink port (toward the remote hosts' outside bridge).

@@ -9,7 +9,7 @@
 #                        (other sessions' builds otherwise take most of the
 #                        CPU whatever the bench's nice value; restored at exit)
 #
-# The switch busy-polls (idle_polls at its maximum, as in anchor-x.sh).
+# The switch busy-polls (idle_polls at its maximum, as the DPDK switches do).
 # Wire->vNIC is bounded by the sender here: the kernel delivers a frame into
 # the switch's socket in the sender's system call, on the driver's core.
 # Builds `vnio` at BEFORE_REV (from `git archive`, in its own target

@@ -8,6 +8,7 @@
 //! link vnio3kx1r 4711
 //! process 4712:98231 4711
 //! dir /run/vnio/lab/vnio-lab-3kx2 4711
+//! hugepages 0:/run/vnio/lab/vnio-lab-3kx2/hugetlbfs 4711
 //! ```
 //!
 //! A process is recorded as `PID:STARTTIME` (field 22 of `/proc/PID/stat`) so
@@ -58,6 +59,16 @@ pub enum Entry {
         /// Start time from `/proc/PID/stat`, guarding against pid reuse.
         start_time: u64,
     },
+    /// A CPU shield's cpuset: its tasks go back to the root cpuset.
+    Cpuset(PathBuf),
+    /// Hugepages reserved and a hugetlbfs mounted for a DPDK program:
+    /// unmounted, and the pool set back to `restore` pages.
+    Hugepages {
+        /// The hugetlbfs mount point.
+        mount: PathBuf,
+        /// `nr_hugepages` before the reservation.
+        restore: u64,
+    },
 }
 
 impl Entry {
@@ -74,6 +85,10 @@ impl Entry {
             Entry::Link(name) => ("link", name.clone()),
             Entry::Dir(path) => ("dir", path.display().to_string()),
             Entry::Process { pid, start_time } => ("process", format!("{pid}:{start_time}")),
+            Entry::Hugepages { mount, restore } => {
+                ("hugepages", format!("{restore}:{}", mount.display()))
+            }
+            Entry::Cpuset(path) => ("cpuset", path.display().to_string()),
         }
     }
 
@@ -90,6 +105,14 @@ impl Entry {
             "netns" => Some(Entry::Netns(name)),
             "link" => Some(Entry::Link(name)),
             "dir" => Some(Entry::Dir(PathBuf::from(name))),
+            "cpuset" => Some(Entry::Cpuset(PathBuf::from(name))),
+            "hugepages" => {
+                let (restore, mount) = name.split_once(':')?;
+                Some(Entry::Hugepages {
+                    mount: PathBuf::from(mount),
+                    restore: restore.parse().ok()?,
+                })
+            }
             "process" => {
                 let (pid, start) = name.split_once(':')?;
                 Some(Entry::Process {
@@ -246,9 +269,13 @@ impl Journal {
             .collect();
         let order = |e: &Entry| match e {
             Entry::Process { .. } => 0,
+            // Shielded tasks back before anything else goes.
+            Entry::Cpuset(_) => 0,
             Entry::Netns(_) => 1,
             Entry::Link(_) => 2,
-            Entry::Dir(_) => 3,
+            // After the processes using them, before the directory holding them.
+            Entry::Hugepages { .. } => 3,
+            Entry::Dir(_) => 4,
         };
         entries.sort_by_key(|(e, _)| order(e));
         let mut seen_kept = std::collections::HashSet::new();
@@ -284,6 +311,8 @@ fn remove(entry: &Entry) -> Result<bool> {
         Entry::Netns(name) => crate::netns::remove_named(name),
         Entry::Link(name) => crate::link::remove_root_link(name),
         Entry::Dir(path) => remove_scratch_dir(path),
+        Entry::Hugepages { mount, restore } => crate::hugepages::release(mount, *restore),
+        Entry::Cpuset(path) => crate::shield::lower(path),
         Entry::Process { pid, start_time } => {
             if process_start_time(*pid) != Some(*start_time) {
                 return Ok(false);

@@ -50,6 +50,7 @@ mod addr;
 mod bridged;
 mod error;
 mod handle;
+mod hugepages;
 mod journal;
 mod link;
 mod names;
@@ -59,6 +60,7 @@ mod pair;
 mod process;
 mod route;
 mod rtnl;
+mod shield;
 #[allow(unsafe_code)]
 mod sys;
 mod tc;
@@ -67,6 +69,7 @@ pub use addr::Cidr;
 pub use bridged::{Bridged, BRIDGED_MAX_HOSTS};
 pub use error::{Error, Result};
 pub use handle::Handle;
+pub use hugepages::Hugepages;
 pub use journal::{CleanReport, Entry, Journal, DEFAULT_JOURNAL, JOURNAL_ENV, SCRATCH_PREFIX};
 pub use link::{IpvlanMode, Link, LinkState, MacvlanMode};
 pub use names::{check_ifname, unique_id, IFNAME_MAX};
@@ -75,6 +78,7 @@ pub use owner::Owner;
 pub use pair::{Host, Pair, PAIR_PREFIX};
 pub use process::Process;
 pub use route::RouteState;
+pub use shield::{Shield, CPUSET_ROOT};
 pub use tc::{Netem, QdiscState, RateLimit};
 
 /// Remove everything the default journal ([`Journal::default`]) lists that

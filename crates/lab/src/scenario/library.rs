@@ -37,6 +37,8 @@ pub const SHIPPED: &[Shipped] = shipped![
     "cpu-contention",
     "bandwidth-contention",
     "latency-modes",
+    "latency-shield",
+    "switch-anchors",
     "vm-native",
     "vm-vm",
     "across-machines",

@@ -11,6 +11,7 @@
 
 mod library;
 mod model;
+mod pairs;
 mod plan;
 mod validate;
 
@@ -21,7 +22,7 @@ pub use model::{
     WorkloadSpec,
 };
 pub use plan::{Overrides, Plan, Point, Resolved, ResolvedContention};
-pub use validate::Capabilities;
+pub use validate::{kind_in, Capabilities};
 
 use std::path::Path;
 

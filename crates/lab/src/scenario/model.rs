@@ -62,6 +62,11 @@ pub struct RunSpec {
     pub warmup: Duration,
     /// Iterations per point; the median one (by mean) is reported.
     pub iterations: u32,
+    /// Run the whole plan once per iteration, every configuration in turn,
+    /// instead of each configuration's iterations back to back (see
+    /// [`crate::interleave`]).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub interleave: bool,
 }
 
 impl Default for RunSpec {
@@ -70,6 +75,7 @@ impl Default for RunSpec {
             duration: Duration::from_secs(10),
             warmup: Duration::from_secs(1),
             iterations: 3,
+            interleave: false,
         }
     }
 }
@@ -133,6 +139,13 @@ pub enum WireKind {
     /// The vnio switch: a tap port per namespace host, a vhost-user port per
     /// poll-mode host.
     Switch,
+    /// OVS-DPDK (a netdev bridge, a `dpdkvhostuserclient` port per
+    /// poll-mode host, port-to-port flows): an anchor switch to compare
+    /// vnio's with. Two poll-mode hosts only.
+    OvsDpdk,
+    /// DPDK's testpmd forwarding between two `net_vhost` ports (io mode,
+    /// no switching at all): the other anchor. Two poll-mode hosts only.
+    Testpmd,
 }
 
 impl WireKind {
@@ -142,7 +155,23 @@ impl WireKind {
             WireKind::Veth => "veth",
             WireKind::Bridge => "bridge",
             WireKind::Switch => "switch",
+            WireKind::OvsDpdk => "ovs-dpdk",
+            WireKind::Testpmd => "testpmd",
         }
+    }
+
+    /// True for the wires made of a vhost-user switch (poll-mode hosts
+    /// plug into them).
+    pub fn has_vhost_user(self) -> bool {
+        matches!(
+            self,
+            WireKind::Switch | WireKind::OvsDpdk | WireKind::Testpmd
+        )
+    }
+
+    /// True for the anchor switches (OVS-DPDK, testpmd).
+    pub fn is_anchor(self) -> bool {
+        matches!(self, WireKind::OvsDpdk | WireKind::Testpmd)
     }
 }
 
@@ -224,6 +253,21 @@ pub struct Knobs {
     /// Poll-mode endpoints sleep on the switch's notifications when idle
     /// (an interrupt-driven guest) instead of busy-polling (default).
     pub poll_mode_wait: Option<bool>,
+    /// The vnio switch's workers never sleep (`idle_polls` at its maximum),
+    /// as the DPDK switches' poll-mode threads do.
+    pub switch_busy_poll: Option<bool>,
+    /// The vnio switch's dedicated (latency-high) workers run under
+    /// SCHED_FIFO at this priority (1-99), not ordinary scheduling.
+    pub switch_rt_priority: Option<u8>,
+    /// CPUs shielded for what the run starts (the switch, above all):
+    /// every other task of the machine moves to the remaining CPUs for the
+    /// configuration's life (a cpuset, as `isolcpus` would), and back
+    /// afterwards.
+    pub shield: Option<Vec<usize>>,
+    /// Another build of `vnio` to run the switch (wire = "switch"), e.g.
+    /// the build before a change: two configurations then compare two
+    /// builds of the switch with the same endpoints.
+    pub switch_binary: Option<std::path::PathBuf>,
 }
 
 impl Knobs {
@@ -247,6 +291,13 @@ impl Knobs {
             rx_timestamp: over.rx_timestamp.or(self.rx_timestamp),
             poll_mode_wait: over.poll_mode_wait.or(self.poll_mode_wait),
             uplink_queues: over.uplink_queues.or(self.uplink_queues),
+            switch_busy_poll: over.switch_busy_poll.or(self.switch_busy_poll),
+            switch_rt_priority: over.switch_rt_priority.or(self.switch_rt_priority),
+            shield: over.shield.clone().or_else(|| self.shield.clone()),
+            switch_binary: over
+                .switch_binary
+                .clone()
+                .or_else(|| self.switch_binary.clone()),
         }
     }
 }

@@ -140,11 +140,20 @@ pub(super) fn scenario(origin: &str, s: &Scenario) -> Result<(), ScenarioError> 
         }
         for h in &s.hosts {
             let kind = kind_in(s, cfg, &h.name);
-            if kind == HostKind::PollMode && cfg.wire != WireKind::Switch {
+            if kind == HostKind::PollMode && !cfg.wire.has_vhost_user() {
                 return c.fail(
                     format!("{at}: host `{}`", h.name),
                     format!(
-                        "a poll-mode endpoint needs wire = \"switch\" (a vhost-user port), not {:?}",
+                        "a poll-mode endpoint needs wire = \"switch\", \"ovs-dpdk\" or \"testpmd\" (a vhost-user port), not {:?}",
+                        cfg.wire.as_str()
+                    ),
+                );
+            }
+            if cfg.wire.is_anchor() && (kind != HostKind::PollMode || h.remote) {
+                return c.fail(
+                    format!("{at}: host `{}`", h.name),
+                    format!(
+                        "wire = {:?} joins two poll-mode endpoints (kind = \"poll-mode\", not remote)",
                         cfg.wire.as_str()
                     ),
                 );
@@ -183,6 +192,16 @@ pub(super) fn scenario(origin: &str, s: &Scenario) -> Result<(), ScenarioError> 
                     );
                 }
             }
+        }
+        if cfg.wire.is_anchor() && s.hosts.len() != 2 {
+            return c.fail(
+                format!("{at}: wire"),
+                format!(
+                    "{:?} has two ports: the scenario needs exactly two hosts, it has {}",
+                    cfg.wire.as_str(),
+                    s.hosts.len()
+                ),
+            );
         }
         if cfg.wire == WireKind::Veth && s.hosts.len() != 2 {
             return c.fail(
@@ -380,7 +399,7 @@ pub(super) fn scenario(origin: &str, s: &Scenario) -> Result<(), ScenarioError> 
 }
 
 /// The kind host `name` has in `cfg`.
-pub(super) fn kind_in(s: &Scenario, cfg: &Configuration, name: &str) -> HostKind {
+pub fn kind_in(s: &Scenario, cfg: &Configuration, name: &str) -> HostKind {
     cfg.hosts.get(name).copied().unwrap_or_else(|| {
         s.hosts
             .iter()
@@ -417,6 +436,43 @@ fn check_knobs(c: &Check, at: &str, k: &Knobs, wire: WireKind) -> Result<(), Sce
     if k.rate_limit_mbit == Some(0) {
         return c.fail(format!("{at}.rate_limit_mbit"), "must be more than 0");
     }
+    if let Some(cpus) = &k.shield {
+        check_cpus(c, &format!("{at}.shield"), cpus)?;
+        if cpus.is_empty() {
+            return c.fail(format!("{at}.shield"), "names no CPU");
+        }
+    }
+    if let Some(b) = &k.switch_binary {
+        if wire != WireKind::Switch {
+            return c.fail(format!("{at}.switch_binary"), "needs wire = \"switch\"");
+        }
+        if !b.is_absolute() {
+            return c.fail(
+                format!("{at}.switch_binary"),
+                format!(
+                    "{:?} must be an absolute path to a vnio binary",
+                    b.display().to_string()
+                ),
+            );
+        }
+    }
+    if let Some(p) = k.switch_rt_priority {
+        if !(1..=99).contains(&p) {
+            return c.fail(format!("{at}.switch_rt_priority"), "must be 1 to 99");
+        }
+        if wire != WireKind::Switch {
+            return c.fail(
+                format!("{at}.switch_rt_priority"),
+                "needs wire = \"switch\"",
+            );
+        }
+    }
+    if wire != WireKind::Switch && k.switch_busy_poll.is_some() {
+        return c.fail(
+            format!("{at}.switch_busy_poll"),
+            "needs wire = \"switch\" (the anchor switches always busy-poll)",
+        );
+    }
     if wire != WireKind::Switch {
         if k.port_policy.is_some_and(|p| p != PortPolicy::Default) {
             return c.fail(
@@ -424,8 +480,11 @@ fn check_knobs(c: &Check, at: &str, k: &Knobs, wire: WireKind) -> Result<(), Sce
                 "a port policy needs wire = \"switch\"",
             );
         }
-        if k.switch_cpus.is_some() {
-            return c.fail(format!("{at}.switch_cpus"), "needs wire = \"switch\"");
+        if k.switch_cpus.is_some() && !wire.is_anchor() {
+            return c.fail(
+                format!("{at}.switch_cpus"),
+                "needs a switch (wire = \"switch\", \"ovs-dpdk\" or \"testpmd\")",
+            );
         }
         if k.coalesce.is_some() {
             return c.fail(format!("{at}.coalesce"), "needs wire = \"switch\"");
@@ -540,6 +599,10 @@ pub struct Capabilities {
     pub latency_high: bool,
     /// The switch has direct ports (bound to an uplink queue, no switching).
     pub direct: bool,
+    /// OVS-DPDK is installed (wire = "ovs-dpdk").
+    pub ovs_dpdk: bool,
+    /// DPDK's testpmd is installed (wire = "testpmd").
+    pub testpmd: bool,
 }
 
 impl Capabilities {
@@ -550,6 +613,8 @@ impl Capabilities {
             poll_mode_client: true,
             latency_high: true,
             direct: true,
+            ovs_dpdk: crate::anchor_switch::missing(WireKind::OvsDpdk).is_none(),
+            testpmd: crate::anchor_switch::missing(WireKind::Testpmd).is_none(),
         }
     }
 
@@ -591,6 +656,14 @@ impl Capabilities {
     ) -> Option<String> {
         let poll = |h: &str| kind_in(s, cfg, h) == HostKind::PollMode;
         let vm = |h: &str| kind_in(s, cfg, h) == HostKind::Vm;
+        let installed = match cfg.wire {
+            WireKind::OvsDpdk => self.ovs_dpdk,
+            WireKind::Testpmd => self.testpmd,
+            _ => true,
+        };
+        if !installed {
+            return Some(crate::anchor_switch::not_installed(cfg.wire));
+        }
         if poll(&w.from) && w.to.iter().any(|t| vm(t)) {
             return Some(format!(
                 "client `{}` is a poll-mode endpoint: its `vnio rr --via` runs in the target's namespace, and a VM target has none",
@@ -604,6 +677,9 @@ impl Capabilities {
             ));
         }
         let udp_rr = w.kind == WorkloadKind::Rr && w.protocol == Some(Protocol::Udp);
+        if poll(&w.from) && w.to.iter().all(|t| poll(t)) {
+            return super::pairs::skip_reason(w);
+        }
         if poll(&w.from) {
             if !self.poll_mode_client {
                 return Some(format!(

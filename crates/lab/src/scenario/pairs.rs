@@ -1,0 +1,37 @@
+//! Workloads between two poll-mode endpoints (see [`crate::pair`]): which
+//! ones one thread driving both endpoints can run.
+
+use super::model::{Protocol, WorkloadKind, WorkloadSpec};
+
+/// Why a workload between two poll-mode endpoints cannot run (None: it
+/// can): one thread drives both (see [`crate::pair`]).
+pub(super) fn skip_reason(w: &WorkloadSpec) -> Option<String> {
+    let why = |what: &str| {
+        Some(format!(
+            "`{}` and `{}` are poll-mode endpoints driven by one thread: {what}",
+            w.from,
+            w.to.join(", ")
+        ))
+    };
+    if w.protocol != Some(Protocol::Udp) || w.kind == WorkloadKind::Ping {
+        return why("UDP rr and UDP stream only (protocol = \"udp\")");
+    }
+    if w.to.len() != 1 || w.sessions.unwrap_or(1) != 1 {
+        return why("one session to one target");
+    }
+    match w.kind {
+        WorkloadKind::Rr if w.burst.unwrap_or(1) != 1 || w.rate.is_some() => {
+            why("one request in flight, closed loop (no burst, no rate)")
+        }
+        WorkloadKind::Stream if w.rate.is_some() || w.reverse == Some(true) => {
+            why("as fast as the switch forwards, one way (no rate, no reverse)")
+        }
+        WorkloadKind::Stream if w.size.is_some_and(|s| s > crate::pair::MAX_PAYLOAD) => {
+            why(&format!(
+                "frames up to 1518 B (size at most {} B of payload)",
+                crate::pair::MAX_PAYLOAD
+            ))
+        }
+        _ => None,
+    }
+}

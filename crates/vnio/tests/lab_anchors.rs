@@ -1,0 +1,243 @@
+//! `vnio lab run switch-anchors` end to end (root, dpdk-testpmd; OVS-DPDK
+//! when installed): vnio's switch, testpmd's io forwarding and OVS-DPDK
+//! each forward both workloads between the same poll-mode endpoints, the
+//! run stores every point and judges the ratios, and the hugepages, the
+//! hugetlbfs, DPDK's run-time directories, the processes and the journal
+//! are given back. About 30 s with `--quick`. And `latency-shield
+//! --quick` (about 15 s): every configuration measured with CPU 1
+//! shielded, every task put back in the root cpuset afterwards.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use vnio_lab::runner::Status;
+use vnio_lab::store::Store;
+
+const VNIO: &str = env!("CARGO_BIN_EXE_vnio");
+
+/// One run at a time: a shield moves every other task, a concurrent run's
+/// busy-polling switch included.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn turn() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn temp(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("vnio-lab-anchors-{}-{tag}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn nr_hugepages() -> String {
+    std::fs::read_to_string("/proc/sys/vm/nr_hugepages").unwrap()
+}
+
+fn hugetlbfs_mounts() -> Vec<String> {
+    std::fs::read_to_string("/proc/self/mounts")
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains("hugetlbfs") && l.contains("vnio-lab-"))
+        .map(str::to_owned)
+        .collect()
+}
+
+fn dpdk_runtime_dirs() -> Vec<PathBuf> {
+    std::fs::read_dir("/var/run/dpdk")
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.path())
+                .filter(|p| p.to_string_lossy().contains("vnio-lab-"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn journal_lines(journal: &Path) -> Vec<String> {
+    std::fs::read_to_string(journal)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn switch_anchors_measures_every_switch_and_gives_everything_back() {
+    if !vnio_lab::is_root() {
+        eprintln!("skipped the anchor switches: hugepages and namespaces need root");
+        return;
+    }
+    if let Some(why) = vnio_lab::anchor_switch::missing(vnio_lab::scenario::WireKind::Testpmd) {
+        println!("skip: the anchor switches: {why}");
+        return;
+    }
+    let ovs = vnio_lab::anchor_switch::missing(vnio_lab::scenario::WireKind::OvsDpdk);
+    let _turn = turn();
+    let dir = temp("run");
+    let (journal, db) = (dir.join("journal"), dir.join("lab.db"));
+    let huge_before = nr_hugepages();
+    let out = Command::new(VNIO)
+        .args(["lab", "run", "switch-anchors", "--quick", "--db"])
+        .arg(&db)
+        .arg("--report")
+        .arg(dir.join("anchors.html"))
+        .env("VNIO_LAB_JOURNAL", &journal)
+        .output()
+        .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "vnio lab run switch-anchors:\n{said}");
+
+    // Everything given back.
+    assert_eq!(nr_hugepages(), huge_before, "hugepages restored");
+    assert!(hugetlbfs_mounts().is_empty(), "{:?}", hugetlbfs_mounts());
+    assert!(dpdk_runtime_dirs().is_empty(), "{:?}", dpdk_runtime_dirs());
+    assert!(
+        journal_lines(&journal).is_empty(),
+        "{:?}",
+        journal_lines(&journal)
+    );
+
+    // Every installed switch forwarded every workload.
+    let store = Store::open(&db).unwrap();
+    let run = store.load(store.resolve("last").unwrap()).unwrap();
+    let points = &run.scenarios[0].points;
+    assert_eq!(points.len(), 9, "3 switches x 3 workloads");
+    for p in points {
+        let cfg = p.point.configuration.as_str();
+        if cfg == "ovs-dpdk" && ovs.is_some() {
+            assert_eq!(p.status, Status::Skipped, "{p:?}");
+            assert!(p
+                .error
+                .as_ref()
+                .unwrap()
+                .contains("openvswitch-switch-dpdk"));
+            continue;
+        }
+        assert_eq!(
+            p.status,
+            Status::Ok,
+            "{cfg} {}: {:?}",
+            p.point.workload.name,
+            p.error
+        );
+        let doc = p.document.as_ref().unwrap();
+        let it = &doc.iterations[doc.chosen];
+        if p.point.workload.name.starts_with("rate") {
+            assert!(it.merged.ops_per_s > 1000.0, "{cfg}: {:?}", it.merged);
+            // One way: what arrived was sent.
+            assert!(it.merged.ops <= it.merged.sent, "{:?}", it.merged);
+        } else {
+            let lat = it.merged.latency.as_ref().unwrap();
+            assert!(lat.p50_ns > 0, "{cfg}: {lat:?}");
+        }
+    }
+    let testbeds = &run.scenarios[0].testbeds;
+    assert!(testbeds.iter().any(|b| b
+        .notes
+        .iter()
+        .any(|n| n.contains("dpdk-testpmd io forwarding"))));
+    assert!(testbeds
+        .iter()
+        .any(|b| b.notes.iter().any(|n| n.contains("busy-poll"))));
+
+    // The ratios are judged (one quick iteration: inconclusive is fine).
+    let findings = Command::new(VNIO)
+        .args(["lab", "findings", "--json", "--db"])
+        .arg(&db)
+        .output()
+        .unwrap();
+    assert!(findings.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&findings.stdout).unwrap();
+    let verdicts = v["verdicts"].as_array().unwrap();
+    assert_eq!(verdicts.len(), 6);
+    for f in verdicts
+        .iter()
+        .filter(|f| f["id"].as_str().unwrap().ends_with("testpmd"))
+    {
+        assert!(f["value"].as_f64().is_some_and(|r| r > 0.0), "{f}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn shield_cpusets() -> Vec<PathBuf> {
+    std::fs::read_dir(vnio_topo_cpuset_root())
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.path())
+                .filter(|p| p.to_string_lossy().contains("vnio-lab-shield-"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn vnio_topo_cpuset_root() -> &'static str {
+    "/sys/fs/cgroup/cpuset"
+}
+
+#[test]
+fn latency_shield_measures_with_cpu_1_shielded_and_puts_every_task_back() {
+    if !vnio_lab::is_root() {
+        eprintln!("skipped the shielded run: namespaces and cpusets need root");
+        return;
+    }
+    let root = Path::new(vnio_topo_cpuset_root());
+    if !root.join("cgroup.procs").exists()
+        || std::thread::available_parallelism().unwrap().get() < 2
+    {
+        println!("skip: the shielded run: no cgroup v1 cpuset controller, or one CPU");
+        return;
+    }
+    let _turn = turn();
+    let dir = temp("shield");
+    let (journal, db) = (dir.join("journal"), dir.join("lab.db"));
+    let out = Command::new(VNIO)
+        .args(["lab", "run", "latency-shield", "--quick", "--db"])
+        .arg(&db)
+        .arg("--report")
+        .arg(dir.join("shield.html"))
+        .env("VNIO_LAB_JOURNAL", &journal)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "vnio lab run latency-shield:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(shield_cpusets().is_empty(), "{:?}", shield_cpusets());
+    assert!(
+        journal_lines(&journal).is_empty(),
+        "{:?}",
+        journal_lines(&journal)
+    );
+    // This test's process was moved with every other task, and put back.
+    let mine = std::fs::read_to_string("/proc/self/cpuset").unwrap();
+    assert_eq!(mine.trim(), "/");
+    let store = Store::open(&db).unwrap();
+    let run = store.load(store.resolve("last").unwrap()).unwrap();
+    let sc = &run.scenarios[0];
+    assert_eq!(sc.points.len(), 4);
+    for p in &sc.points {
+        assert_eq!(
+            p.status,
+            Status::Ok,
+            "{}: {:?}",
+            p.point.configuration,
+            p.error
+        );
+    }
+    for b in &sc.testbeds {
+        assert!(
+            b.notes.iter().any(|n| n.contains("shielded")),
+            "{}: {:?}",
+            b.configuration,
+            b.notes
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
