@@ -134,9 +134,9 @@ pub(super) struct PackedRing {
     /// Slots each buffer id in flight holds (0: not in flight), to skip
     /// when it is returned.
     slots: Box<[u16]>,
-    /// Where the chains popped and not yet used began, by pop count
-    /// (`pops % size`): giving chains back returns there.
-    began: Box<[Pos]>,
+    /// Where the chains popped and not yet used began and their ids, by
+    /// pop count (`pops % size`): giving chains back returns there.
+    began: Box<[(Pos, u16)]>,
     pops: Wrapping<u16>,
     /// The first used descriptor written since the last flush and its
     /// flags, stored last so the driver sees the batch at once.
@@ -180,7 +180,7 @@ impl PackedRing {
             used: avail,
             signalled: avail,
             slots: vec![0; usize::from(size)].into_boxed_slice(),
-            began: vec![avail; usize::from(size)].into_boxed_slice(),
+            began: vec![(avail, 0); usize::from(size)].into_boxed_slice(),
             pops: Wrapping(0),
             first: None,
             batch: None,
@@ -278,7 +278,7 @@ impl PackedRing {
             return Err(ChainError::IndexJump);
         }
         *slot = count;
-        self.began[usize::from(self.pops.0 % self.size)] = self.avail;
+        self.began[usize::from(self.pops.0 % self.size)] = (self.avail, id);
         self.pops += Wrapping(1);
         self.avail = at;
         Ok(Some((id, n, total)))
@@ -323,29 +323,13 @@ impl PackedRing {
         self.pops -= Wrapping(n);
         for k in 0..n {
             let i = self.pops.0.wrapping_add(k) % self.size;
-            let p = self.began[usize::from(i)];
-            // The id of the chain that began at `p` is no longer in flight.
-            if let Ok(id) = self.last_id(p) {
-                if let Some(s) = self.slots.get_mut(usize::from(id)) {
-                    *s = 0;
-                }
+            // That chain's id is no longer in flight.
+            let (_, id) = self.began[usize::from(i)];
+            if let Some(s) = self.slots.get_mut(usize::from(id)) {
+                *s = 0;
             }
         }
-        self.avail = self.began[usize::from(self.pops.0 % self.size)];
-    }
-
-    /// The buffer id of the chain beginning at `p` (read again from the
-    /// ring, where the driver cannot change it while the chain is the
-    /// device's: a hostile driver that does only confuses its own ids).
-    fn last_id(&self, mut p: Pos) -> Result<u16, ChainError> {
-        for _ in 0..self.size {
-            let d = self.descriptor(p.idx)?;
-            if d.flags & F_NEXT == 0 || d.flags & F_INDIRECT != 0 {
-                return Ok(d.id);
-            }
-            p.advance(1, self.size);
-        }
-        Err(ChainError::Loop)
+        self.avail = self.began[usize::from(self.pops.0 % self.size)].0;
     }
 
     pub(super) fn add_used(&mut self, id: u16, len: u32) -> Result<(), ChainError> {
