@@ -8,7 +8,8 @@
 #   cargo build --release -p vnio
 #   crates/switch/bench/packed.sh [REPS] [SIZES] [DUR]    # defaults: 5, "64 1518", 4
 #
-# Environment: HARNESS (run_anchors.sh, default ../shared/anchors/ beside
+# Environment: MEM=nohuge when 2 MiB hugepages cannot be had (the
+# harness's knob; slower, but both layouts alike), HARNESS (run_anchors.sh, default ../shared/anchors/ beside
 # the repository), W (work directory, default /tmp/vnio-packed-bench),
 # PACKED_OPTS (the packed runs' extra virtio-user options, default
 # ",packed_vq=1,in_order=1"). Busy-polls both cores while it runs
@@ -25,14 +26,16 @@ PACKED_OPTS=${PACKED_OPTS:-",packed_vq=1,in_order=1"}
 [ -f "$HARNESS" ] || { echo "packed.sh: no anchor harness at $HARNESS (set HARNESS)" >&2; exit 1; }
 [ -x "${VNIO:-$root/target/release/vnio}" ] || { echo "packed.sh: build the switch first: cargo build --release -p vnio" >&2; exit 1; }
 . "$here/env.sh"
-mkdir -p "$W"
+mkdir -p "$W/vpair"
+# The harness builds its endpoint from $W/vpair/vpair.c.
+cp "$(dirname "$HARNESS")/vpair.c" "$W/vpair/vpair.c"
 rm -f "$W/results.csv"
 for rep in $(seq "$REPS"); do
     for layout in split packed; do
         opts=""
         [ "$layout" = packed ] && opts=$PACKED_OPTS
         # The harness appends QSZ to each endpoint's vdev: the ring layout rides on it.
-        W=$W FRESH=0 ANCHORS=X TOPOS=vpair PLACEMENTS=pinned SIZES="$SIZES" REPS=1 REP_FROM="$rep" \
+        W=$W FRESH=0 ANCHORS=X TOPOS=vpair PLACEMENTS=pinned SIZES="$SIZES" REPS="$rep" REP_FROM="$rep" \
             DUR="$DUR" WARM=1 QUIET_MAX=0 QSZ="256$opts" TAG="$layout" \
             X_CMD="$here/anchor-x.sh" X_STATS="$here/anchor-x.sh stats" \
             bash "$HARNESS" > "$W/harness-$layout-$rep.log" 2>&1 ||

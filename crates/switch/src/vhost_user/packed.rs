@@ -271,9 +271,12 @@ impl PackedRing {
             .ok_or(ChainError::IndexOutOfRange(id))?;
         // An id already in flight: the driver offered slots it does not
         // own (the split ring's index jump).
-        let in_flight = (self.avail.linear(self.size) + 2 * u32::from(self.size)
-            - self.used.linear(self.size))
-            % (2 * u32::from(self.size));
+        let (avail, used) = (self.avail.linear(self.size), self.used.linear(self.size));
+        let in_flight = if avail >= used {
+            avail - used
+        } else {
+            avail + 2 * u32::from(self.size) - used
+        };
         if *slot != 0 || in_flight + u32::from(count) > u32::from(self.size) {
             return Err(ChainError::IndexJump);
         }

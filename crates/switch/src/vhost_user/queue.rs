@@ -1,7 +1,7 @@
 //! A started virtqueue on the device side: popping validated chains,
 //! returning used buffers, and notifying the driver, in either ring layout:
-//! split ([`super::split`]) or packed ([`super::packed`]), chosen when the
-//! queue starts. The layout is an enum matched in each call (one
+//! split (`split.rs`) or packed (`packed.rs`), chosen when the queue
+//! starts. The layout is an enum matched in each call (one
 //! predictable branch); what both share lives here: chains popped ahead
 //! for the receive path, and the call eventfd. Chain walking is
 //! [`super::chain`].
