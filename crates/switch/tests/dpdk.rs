@@ -13,7 +13,8 @@ use std::io::Read;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-struct Testpmd(Child);
+/// testpmd and its EAL file prefix.
+struct Testpmd(Child, String);
 
 impl Drop for Testpmd {
     fn drop(&mut self) {
@@ -22,6 +23,8 @@ impl Drop for Testpmd {
             .args(["-TERM", &self.0.id().to_string()])
             .status();
         let _ = self.0.wait();
+        // EAL leaves its runtime directory behind.
+        let _ = std::fs::remove_dir_all(std::path::Path::new("/var/run/dpdk").join(&self.1));
     }
 }
 
@@ -110,7 +113,7 @@ fn macswap(tag: &'static str, options: &str, want: u64) {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let mut tp = Testpmd(child);
+        let mut tp = Testpmd(child, prefix);
         let deadline = Instant::now() + Duration::from_secs(20);
         while !sw
             .handle()
