@@ -1,8 +1,10 @@
 //! A real peer: DPDK's testpmd with a virtio-user port (`dpdk-testpmd` from
 //! Debian's dpdk-dev) on a switch port, in macswap mode, returns frames a
 //! poll-mode endpoint sends through the switch: DPDK's vhost-user front-end
-//! and virtio driver against our back-end, both directions. Prints a skip
-//! line when testpmd is not installed.
+//! and virtio driver against our back-end, both directions, on split and
+//! packed rings (`packed_vq=1`, with and without `in_order=1`; the
+//! features DPDK's driver ends up with are read from its log). Prints a
+//! skip line when testpmd is not installed.
 
 mod common;
 
@@ -11,7 +13,8 @@ use std::io::Read;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-struct Testpmd(Child);
+/// testpmd and its EAL file prefix.
+struct Testpmd(Child, String);
 
 impl Drop for Testpmd {
     fn drop(&mut self) {
@@ -20,6 +23,8 @@ impl Drop for Testpmd {
             .args(["-TERM", &self.0.id().to_string()])
             .status();
         let _ = self.0.wait();
+        // EAL leaves its runtime directory behind.
+        let _ = std::fs::remove_dir_all(std::path::Path::new("/var/run/dpdk").join(&self.1));
     }
 }
 
@@ -32,21 +37,59 @@ fn testpmd_present() -> bool {
         .is_ok()
 }
 
+const RING_PACKED: u64 = 1 << 34;
+const IN_ORDER: u64 = 1 << 35;
+
+/// One testpmd at a time: each busy-polls a core.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn testpmd_virtio_user_macswaps_frames_through_the_switch() {
+    // virtio-user asks for VIRTIO_F_IN_ORDER unless told `in_order=0`.
+    macswap("split", "", IN_ORDER);
+}
+
+#[test]
+fn testpmd_on_packed_in_order_rings() {
+    macswap(
+        "packed-io",
+        ",packed_vq=1,in_order=1",
+        RING_PACKED | IN_ORDER,
+    );
+}
+
+#[test]
+fn testpmd_on_packed_rings_out_of_order() {
+    macswap("packed", ",packed_vq=1,in_order=0", RING_PACKED);
+}
+
+/// The features DPDK's virtio driver negotiated, from its init log.
+fn negotiated(log: &str) -> Option<u64> {
+    let line = log
+        .lines()
+        .find(|l| l.contains("features after negotiate"))?;
+    let hex = line.rsplit(['=', ' ']).find(|w| !w.is_empty())?;
+    u64::from_str_radix(hex.trim_start_matches("0x"), 16).ok()
+}
+
+/// testpmd on a virtio-user port with `options` appended to its vdev
+/// returns 1000 frames; its driver negotiated `want` of RING_PACKED and IN_ORDER.
+fn macswap(tag: &'static str, options: &str, want: u64) {
     if !testpmd_present() {
         println!("skip: dpdk-testpmd not installed (Debian package dpdk-dev)");
         return;
     }
-    bounded(Duration::from_secs(50), || {
-        let dir = Dir::new("dpdk");
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let options = options.to_string();
+    bounded(Duration::from_secs(50), move || {
+        let dir = Dir::new(&format!("dpdk-{tag}"));
         let sw = switch(&dir, 2);
         let peer = [2, 0, 0, 0, 0, 0x09];
         let vdev = format!(
-            "net_virtio_user0,path={},queues=1,queue_size=256,mac=02:00:00:00:00:09",
+            "net_virtio_user0,path={},queues=1,queue_size=256,mac=02:00:00:00:00:09{options}",
             dir.sock("p1").display()
         );
-        let prefix = format!("vnio-test-{}", std::process::id());
+        let prefix = format!("vnio-test-{}-{tag}", std::process::id());
         // testpmd exits when stdin closes: keep a pipe open until it is killed.
         // `timeout` bounds testpmd's life even if the test process dies without killing it.
         let child = Command::new("timeout")
@@ -62,6 +105,7 @@ fn testpmd_virtio_user_macswaps_frames_through_the_switch() {
                 &prefix,
                 "--vdev",
                 &vdev,
+                "--log-level=pmd.net.virtio.init:debug",
             ])
             .args(["--", "--forward-mode=macswap", "--total-num-mbufs=2048"])
             .stdin(Stdio::piped())
@@ -69,7 +113,7 @@ fn testpmd_virtio_user_macswaps_frames_through_the_switch() {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let mut tp = Testpmd(child);
+        let mut tp = Testpmd(child, prefix);
         let deadline = Instant::now() + Duration::from_secs(20);
         while !sw
             .handle()
@@ -131,7 +175,7 @@ fn testpmd_virtio_user_macswaps_frames_through_the_switch() {
         }
         rtts.sort();
         println!(
-            "testpmd macswap round trip through the switch (64 B, unpinned, debug build): p50 {:?} p99 {:?}",
+            "testpmd ({tag}) macswap round trip through the switch (64 B, unpinned, debug build): p50 {:?} p99 {:?}",
             rtts[rtts.len() / 2],
             rtts[rtts.len() * 99 / 100]
         );
@@ -148,5 +192,18 @@ fn testpmd_virtio_user_macswaps_frames_through_the_switch() {
             p1.stats
         );
         assert_eq!(p1.stats.resets, 0);
+        drop(tp.0.stdin.take());
+        let mut out = String::new();
+        let _ = tp.0.stdout.take().map(|mut o| o.read_to_string(&mut out));
+        let mut err = String::new();
+        let _ = tp.0.stderr.take().map(|mut e| e.read_to_string(&mut err));
+        let features = negotiated(&out)
+            .or_else(|| negotiated(&err))
+            .expect("DPDK logs the negotiated features");
+        assert_eq!(
+            features & (RING_PACKED | IN_ORDER),
+            want,
+            "negotiated {features:#x}"
+        );
     });
 }

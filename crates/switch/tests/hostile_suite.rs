@@ -5,10 +5,11 @@
 //! and on a port reset just before, with non-blocking and with blocking
 //! eventfds (legal: the vhost-user spec does not ask for non-blocking ones).
 //! After each case the port must serve a well-behaved front-end again.
+//! The chain cases run on split and on packed rings.
 
 mod common;
 
-use common::attacks::{clear_nonblock, frame, Attack, Expect, CHAINS, DESCRIPTORS};
+use common::attacks::{clear_nonblock, frame, Attack, Expect, CHAINS, DESCRIPTORS, PACKED_CHAINS};
 use common::raw::{Order, RawFrontend};
 use common::*;
 use std::net::SocketAddrV4;
@@ -21,10 +22,25 @@ use vnio_switch::daemon::{Switch, WorkerHandle};
 use vnio_switch::port::SocketMode;
 use vnio_switch::vhost_user::protocol::code;
 
-/// Connects a front-end, completes the handshake and shows the port
-/// forwards one of its frames.
-fn healthy(sw: &WorkerHandle, name: &str, path: &Path, blocking: bool, src: u8) -> RawFrontend {
-    let mut h = RawFrontend::connect_with(path, blocking);
+/// One case: what it is, what it does, what the switch must do, and
+/// whether the front-end uses packed rings.
+type Case = (&'static str, Attack, Expect, bool);
+
+/// Connects a front-end (on packed rings when `packed`), completes the
+/// handshake and shows the port forwards one of its frames.
+fn healthy(
+    sw: &WorkerHandle,
+    name: &str,
+    path: &Path,
+    blocking: bool,
+    packed: bool,
+    src: u8,
+) -> RawFrontend {
+    let mut h = if packed {
+        RawFrontend::connect_packed(path, blocking)
+    } else {
+        RawFrontend::connect_with(path, blocking)
+    };
     if blocking {
         clear_nonblock(&h);
     }
@@ -39,22 +55,23 @@ fn healthy(sw: &WorkerHandle, name: &str, path: &Path, blocking: bool, src: u8) 
 }
 
 /// Runs `attack` on port `name` and checks the switch's answer.
-fn case(sw: &WorkerHandle, name: &str, path: &Path, what: &str, attack: Attack, expect: Expect) {
+fn case(sw: &WorkerHandle, name: &str, path: &Path, (what, attack, expect, packed): Case) {
     let src = name[1..].parse::<u8>().unwrap() + 100;
     for blocking in [false, true] {
         for reset_before in [false, true] {
             let label =
                 format!("{name}: {what} (blocking {blocking}, reset before {reset_before})");
             if reset_before {
-                let mut h = healthy(sw, name, path, blocking, src);
+                let mut h = healthy(sw, name, path, blocking, packed, src);
                 let resets = port(sw, name).stats.resets;
-                CHAINS[5].1(&mut h);
+                let zero_length = if packed { PACKED_CHAINS[5] } else { CHAINS[5] };
+                zero_length.1(&mut h);
                 wait_for(&format!("{label}: reset before"), || {
                     port(sw, name).stats.resets > resets
                 });
                 assert!(h.closed(T), "{label}: closed before");
             }
-            let mut h = healthy(sw, name, path, blocking, src);
+            let mut h = healthy(sw, name, path, blocking, packed, src);
             let resets = port(sw, name).stats.resets;
             attack(&mut h);
             match expect {
@@ -73,7 +90,7 @@ fn case(sw: &WorkerHandle, name: &str, path: &Path, what: &str, attack: Attack, 
             }
             drop(h);
             // The port serves a well-behaved front-end afterwards.
-            drop(healthy(sw, name, path, blocking, src));
+            drop(healthy(sw, name, path, blocking, packed, src));
         }
     }
 }
@@ -83,10 +100,13 @@ fn neighbours(dir: &Dir, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<(u64,
     let mut b = endpoint(dir, 2, 2);
     let c = endpoint(dir, 3, 3);
     std::thread::spawn(move || {
-        let s2 = stop.clone();
+        // The echo server runs until the client's last round trip is back
+        // (stopping it on `stop` could swallow the one in flight).
+        let done = Arc::new(AtomicBool::new(false));
+        let d2 = done.clone();
         let server = std::thread::spawn(move || {
             let mut c = c;
-            c.serve(Duration::from_secs(600), &move || s2.load(Ordering::SeqCst))
+            c.serve(Duration::from_secs(600), &move || d2.load(Ordering::SeqCst))
                 .unwrap();
         });
         b.resolve(ip(3), T).unwrap();
@@ -111,6 +131,7 @@ fn neighbours(dir: &Dir, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<(u64,
             last = Instant::now();
             std::thread::sleep(Duration::from_millis(1));
         }
+        done.store(true, Ordering::SeqCst);
         server.join().unwrap();
         (n, gap)
     })
@@ -133,15 +154,19 @@ fn hostile_front_ends_cost_only_their_own_ports() {
                 std::thread::spawn(move || {
                     // Each attacker starts at another case, so different
                     // cases overlap in time.
-                    let chains = CHAINS.iter().map(|&(w, a)| (w, a, Expect::Reset));
-                    let all: Vec<_> = chains.chain(DESCRIPTORS.iter().copied()).collect();
+                    let chains = CHAINS.iter().map(|&(w, a)| (w, a, Expect::Reset, false));
+                    let packed = PACKED_CHAINS
+                        .iter()
+                        .map(|&(w, a)| (w, a, Expect::Reset, true));
+                    let descriptors = DESCRIPTORS.iter().map(|&(w, a, e)| (w, a, e, false));
+                    let all: Vec<Case> = chains.chain(packed).chain(descriptors).collect();
                     let only = std::env::var("ONLY").ok();
                     for k in 0..all.len() {
-                        let (what, attack, expect) = all[(k + 3 * i) % all.len()];
-                        if only.as_deref().is_some_and(|o| !what.contains(o)) {
+                        let c = all[(k + 3 * i) % all.len()];
+                        if only.as_deref().is_some_and(|o| !c.0.contains(o)) {
                             continue;
                         }
-                        case(&sw, name, &path, what, attack, expect);
+                        case(&sw, name, &path, c);
                     }
                 })
             })

@@ -180,20 +180,22 @@ pub fn domain_xml(
             let _ = writeln!(w, "      <target dev='{}' managed='yes'/>", escape(dev));
         }
         let _ = writeln!(w, "      <model type='{model}'/>");
-        match (vhost_net, n.guest_offloads) {
-            (true, true) => {
-                let _ = writeln!(w, "      <driver name='vhost'/>");
-            }
-            (vhost, false) => {
-                let name = if vhost { " name='vhost'" } else { "" };
-                let _ = writeln!(w, "      <driver{name}>");
-                let _ = writeln!(
-                    w,
-                    "        <guest csum='off' tso4='off' tso6='off' ecn='off'/>"
-                );
-                let _ = writeln!(w, "      </driver>");
-            }
-            (false, true) => {}
+        let mut driver = String::new();
+        if vhost_net {
+            driver.push_str(" name='vhost'");
+        }
+        if n.packed {
+            driver.push_str(" packed='on'");
+        }
+        if !n.guest_offloads {
+            let _ = writeln!(w, "      <driver{driver}>");
+            let _ = writeln!(
+                w,
+                "        <guest csum='off' tso4='off' tso6='off' ecn='off'/>"
+            );
+            let _ = writeln!(w, "      </driver>");
+        } else if !driver.is_empty() {
+            let _ = writeln!(w, "      <driver{driver}/>");
         }
         let _ = writeln!(w, "      <alias name='ua-{}'/>", n.id);
         let _ = writeln!(w, "    </interface>");

@@ -66,6 +66,9 @@ pub struct NicPlan {
     pub fd: Option<i32>,
     /// virtio-net receive offloads offered to the guest.
     pub guest_offloads: bool,
+    /// virtio-net on packed virtqueues.
+    #[serde(default)]
+    pub packed: bool,
     /// Switch port latency-high requested (vhost-user with a control socket,
     /// on a switch build that has the policy).
     pub switch_latency_high: bool,
@@ -389,6 +392,7 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
             host_ifname: spec.host_ifname(i),
             fd: None,
             guest_offloads: nic.guest_offloads,
+            packed: nic.packed,
             switch_latency_high: false,
         };
         match &nic.backend {
@@ -590,11 +594,15 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
         }
         // The guest's receive offloads off: the host side segments and
         // checksums in software.
-        let offloads = if n.guest_offloads {
+        let mut offloads = if n.guest_offloads {
             ""
         } else {
             ",guest_csum=off,guest_tso4=off,guest_tso6=off,guest_ecn=off"
-        };
+        }
+        .to_string();
+        if n.packed {
+            offloads.push_str(",packed=on");
+        }
         let device = match n.model {
             // QEMU 7.2 under TCG crashes on MSI-X with a vhost-user NIC:
             // vectors=0 makes virtio-net use INTx.

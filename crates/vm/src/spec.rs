@@ -177,6 +177,9 @@ pub struct Nic {
     /// ECN); `guest-offloads=off` makes the host side segment and checksum
     /// in software, as for a guest whose NIC cannot.
     pub guest_offloads: bool,
+    /// virtio-net on packed virtqueues (`packed=on`; QEMU's `packed`).
+    #[serde(default)]
+    pub packed: bool,
 }
 
 fn check_ifname(what: &str, name: &str) -> std::result::Result<(), String> {
@@ -189,8 +192,8 @@ impl FromStr for Nic {
     /// `vhost-user:SOCK[,server][,control=CTL]`,
     /// `tap[:IFNAME][,bridge=BR|,host-ip=ADDR/PREFIX]`, `macvtap:PARENT[,mode=bridge]`,
     /// `e1000[:IFNAME][,bridge=BR]` (a tap with QEMU's emulated e1000);
-    /// every kind takes `mac=`, `ip=ADDR/PREFIX`, `guest-offloads=off`
-    /// (virtio-net), and tap kinds `model=`.
+    /// every kind takes `mac=`, `ip=ADDR/PREFIX`, `guest-offloads=off` and
+    /// `packed=on` (virtio-net), and tap kinds `model=`.
     fn from_str(s: &str) -> std::result::Result<Self, String> {
         let mut parts = s.split(',');
         let head = parts.next().unwrap_or("");
@@ -226,6 +229,11 @@ impl FromStr for Nic {
             None | Some("on") => true,
             Some("off") => false,
             Some(_) => return Err(format!("--nic {s}: guest-offloads=on|off")),
+        };
+        let packed = match value("packed", take("packed"))?.as_deref() {
+            None | Some("off") => false,
+            Some("on") => true,
+            Some(_) => return Err(format!("--nic {s}: packed=on|off")),
         };
         let model_opt = value("model", take("model"))?
             .map(|m| m.parse::<Model>())
@@ -319,12 +327,16 @@ impl FromStr for Nic {
         if !guest_offloads && model != Model::Virtio {
             return Err(format!("--nic {s}: guest-offloads is a virtio-net setting"));
         }
+        if packed && model != Model::Virtio {
+            return Err(format!("--nic {s}: packed is a virtio-net setting"));
+        }
         Ok(Nic {
             backend,
             model,
             mac,
             ip,
             guest_offloads,
+            packed,
         })
     }
 }
@@ -475,123 +487,5 @@ pub fn check_name(name: &str) -> Result<()> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn nic_kinds_parse() {
-        let n: Nic = "vhost-user:/run/p1.sock,control=/run/sw.sock,ip=10.0.0.2/24"
-            .parse()
-            .unwrap();
-        assert_eq!(
-            n.backend,
-            Backend::VhostUser {
-                socket: "/run/p1.sock".into(),
-                server: false,
-                control: Some("/run/sw.sock".into())
-            }
-        );
-        assert_eq!(n.ip.unwrap().to_string(), "10.0.0.2/24");
-        let n: Nic = "vhost-user:/x.sock,server".parse().unwrap();
-        assert!(matches!(n.backend, Backend::VhostUser { server: true, .. }));
-        let n: Nic = "tap:vt0,bridge=br0,mac=52:54:00:00:00:09".parse().unwrap();
-        assert_eq!(
-            n.backend,
-            Backend::Tap {
-                ifname: Some("vt0".into()),
-                bridge: Some("br0".into()),
-                host_ip: None,
-            }
-        );
-        assert_eq!(n.model, Model::Virtio);
-        let n: Nic = "tap,host-ip=10.0.0.1/24,ip=10.0.0.2/24".parse().unwrap();
-        assert!(
-            matches!(n.backend, Backend::Tap { host_ip: Some(c), .. } if c.to_string() == "10.0.0.1/24")
-        );
-        let n: Nic = "e1000".parse().unwrap();
-        assert_eq!(n.model, Model::E1000);
-        assert!(matches!(
-            n.backend,
-            Backend::Tap {
-                ifname: None,
-                bridge: None,
-                host_ip: None
-            }
-        ));
-        let n: Nic = "macvtap:eth0,mode=vepa,model=e1000".parse().unwrap();
-        assert_eq!(
-            n.backend,
-            Backend::Macvtap {
-                parent: "eth0".into(),
-                mode: MacvtapMode::Vepa
-            }
-        );
-        assert_eq!(n.model, Model::E1000);
-        assert!(n.guest_offloads);
-        let n: Nic = "vhost-user:/x.sock,guest-offloads=off".parse().unwrap();
-        assert!(!n.guest_offloads);
-    }
-
-    #[test]
-    fn bad_nics_say_what_is_wrong() {
-        for (s, needle) in [
-            ("vhost-user", "needs a socket"),
-            ("vhost-user:/x,model=e1000", "virtio-net"),
-            ("tap,colour=red", "unknown option \"colour\""),
-            ("macvtap", "host interface"),
-            ("wifi:x", "unknown kind"),
-            ("tap:this-name-is-far-too-long", "--nic tap"),
-            ("tap,ip=10.0.0.1", "prefix"),
-            ("tap,mac=", "needs a value"),
-            ("e1000,model=virtio", "e1000 model"),
-            ("e1000,guest-offloads=off", "virtio-net setting"),
-            ("tap,guest-offloads=maybe", "on|off"),
-            ("tap,bridge=br0,host-ip=10.0.0.1/24", "plain tap"),
-        ] {
-            let err = s.parse::<Nic>().unwrap_err();
-            assert!(err.contains(needle), "{s}: {err}");
-        }
-    }
-
-    #[test]
-    fn memory_sizes() {
-        assert_eq!(parse_mem("256M"), Ok(256));
-        assert_eq!(parse_mem("2G"), Ok(2048));
-        assert_eq!(parse_mem("512"), Ok(512));
-        assert!(parse_mem("lots").is_err());
-    }
-
-    #[test]
-    fn specs_are_checked_whole() {
-        let mut s = VmSpec::new("g1");
-        s.validate().unwrap();
-        s.vcpus = 0;
-        assert!(s.validate().is_err());
-        let mut s = VmSpec::new("g 1");
-        assert!(s.validate().is_err());
-        s.name = "g1".into();
-        s.mem_mib = 64;
-        assert!(s.validate().unwrap_err().to_string().contains("at least"));
-        s.mem_mib = 256;
-        s.nics = vec!["tap:x0".parse().unwrap(), "tap:x0".parse().unwrap()];
-        assert!(s.validate().unwrap_err().to_string().contains("x0"));
-        s.nics = vec![
-            "tap,mac=52:54:00:00:00:01".parse().unwrap(),
-            "e1000,mac=52:54:00:00:00:01".parse().unwrap(),
-        ];
-        assert!(s.validate().unwrap_err().to_string().contains("same MAC"));
-    }
-
-    #[test]
-    fn host_interface_names_fit_the_kernel_limit() {
-        let mut s = VmSpec::new("a-rather-long-vm-name");
-        s.nics = vec!["tap".parse().unwrap(), "macvtap:eth0".parse().unwrap()];
-        for i in 0..2 {
-            let n = s.host_ifname(i).unwrap();
-            assert!(n.len() <= 15, "{n}");
-        }
-        let mut s = VmSpec::new("g1");
-        s.nics = vec!["tap".parse().unwrap()];
-        assert_eq!(s.host_ifname(0).as_deref(), Some("vt-g1-0"));
-    }
-}
+#[path = "spec_tests.rs"]
+mod tests;

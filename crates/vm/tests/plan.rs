@@ -463,6 +463,29 @@ fn guest_offloads_off_reaches_the_device_and_the_xml() {
 }
 
 #[test]
+fn packed_rings_reach_the_device_and_the_xml() {
+    let s = spec(
+        Latency::Normal,
+        1,
+        &["vhost-user:/run/vnio/p2.sock,packed=on"],
+    );
+    let p = make(&s, &small_tcg_host(), &tcg(), &[]);
+    let want = format!(
+        "virtio-net-pci,netdev=nic0,mac={},vectors=0,packed=on",
+        s.mac(0)
+    );
+    assert!(
+        values(&p.argv, "-device").contains(&want.as_str()),
+        "{:?}",
+        p.argv
+    );
+    let dir = VmDir::new(Path::new("/run/vnio/vm"), "g1");
+    let x = domain_xml(&s, &p, Accel::Tcg, Path::new("/k"), Path::new("/i"), &dir);
+    assert_balanced(&x);
+    assert!(x.contains("<driver packed='on'/>"), "{x}");
+}
+
+#[test]
 fn libvirt_xml_for_high_latency() {
     let s = spec(Latency::High, 2, &["macvtap:eth0", "e1000"]);
     let p = make(&s, &big_kvm_host(), &kvm(), &[]);

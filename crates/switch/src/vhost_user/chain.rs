@@ -45,6 +45,10 @@ pub enum ChainError {
     /// An indirect descriptor (the feature is not offered).
     #[error("indirect descriptor without VIRTIO_RING_F_INDIRECT_DESC")]
     Indirect,
+    /// An indirect table whose length is not a whole number of descriptors
+    /// (packed rings), or an indirect descriptor inside a chain or a table.
+    #[error("indirect descriptor table of {0} bytes is malformed")]
+    IndirectTable(u32),
     /// The chain's total length exceeds 4 GiB.
     #[error("descriptor chain too large")]
     TooLarge,
@@ -114,6 +118,28 @@ impl Chain {
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
+}
+
+/// Checks one buffer of a chain, in either ring layout (the WRITE flag is
+/// the same bit in both): its direction, a length, inside guest memory.
+#[inline]
+pub(crate) fn check_buffer(
+    addr: u64,
+    len: u32,
+    flags: u16,
+    writable: bool,
+    in_memory: impl Fn(u64, u32) -> bool,
+) -> Result<Seg, ChainError> {
+    if (flags & F_WRITE != 0) != writable {
+        return Err(ChainError::WrongDirection);
+    }
+    if len == 0 {
+        return Err(ChainError::ZeroLength);
+    }
+    if !in_memory(addr, len) {
+        return Err(ChainError::OutOfMemory { addr, len });
+    }
+    Ok(Seg { addr, len })
 }
 
 /// Reads a descriptor from the region holding `at` (one region lookup, no iteration).
@@ -225,17 +251,7 @@ pub fn walk_segs(
         if flags & F_INDIRECT != 0 {
             return Err(ChainError::Indirect);
         }
-        if (flags & F_WRITE != 0) != writable {
-            return Err(ChainError::WrongDirection);
-        }
-        if d.len() == 0 {
-            return Err(ChainError::ZeroLength);
-        }
-        let addr = d.addr().raw_value();
-        if !in_memory(addr, d.len()) {
-            return Err(ChainError::OutOfMemory { addr, len: d.len() });
-        }
-        segs[n] = Seg { addr, len: d.len() };
+        segs[n] = check_buffer(d.addr().raw_value(), d.len(), flags, writable, &in_memory)?;
         n += 1;
         total += u64::from(d.len());
         if total > u64::from(u32::MAX) {

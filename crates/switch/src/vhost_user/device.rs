@@ -6,10 +6,18 @@
 //! SET_VRING_ENABLE before SET_FEATURES (and never again), so an enable is
 //! recorded whenever it comes and applies once the ring starts; without
 //! VHOST_USER_F_PROTOCOL_FEATURES a ring is enabled as soon as it starts.
+//!
+//! With VIRTIO_F_RING_PACKED the rings are packed: SET_VRING_ADDR's avail
+//! and used addresses are the event suppression areas, and the vring base
+//! carries the avail slot with its wrap counter in bit 15 (GET_VRING_BASE
+//! answers the used slot and wrap counter in the upper 16 bits, as the
+//! vhost-user spec has it; on SET_VRING_BASE the used position restarts at
+//! the avail one, as DPDK's vhost does, since front-ends differ on the
+//! upper half and nothing is in flight across a restart).
 
 use super::memory::{GuestMem, MemoryError};
 use super::protocol::{Request, VringAddr};
-use super::queue::{ActiveQueue, QueueError, RingAddrs, MAX_QUEUE_SIZE};
+use super::queue::{ActiveQueue, PackedFeatures, QueueError, RingAddrs, MAX_QUEUE_SIZE};
 use std::fs::File;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
@@ -49,11 +57,16 @@ pub mod feature {
     pub const HOST_TSO6: u64 = 1 << virtio_bindings::virtio_net::VIRTIO_NET_F_HOST_TSO6;
     /// VIRTIO_NET_F_HOST_ECN: the driver may send GSO frames with the ECN bit.
     pub const HOST_ECN: u64 = 1 << virtio_bindings::virtio_net::VIRTIO_NET_F_HOST_ECN;
+    /// VIRTIO_F_RING_PACKED: the packed virtqueue layout.
+    pub const RING_PACKED: u64 = 1 << virtio_bindings::virtio_config::VIRTIO_F_RING_PACKED;
+    /// VIRTIO_F_IN_ORDER: buffers are used in the order they were made available.
+    pub const IN_ORDER: u64 = 1 << virtio_bindings::virtio_config::VIRTIO_F_IN_ORDER;
     /// Checksum and TCP segmentation offloads, both directions.
     pub const OFFLOADS: u64 =
         CSUM | GUEST_CSUM | GUEST_TSO4 | GUEST_TSO6 | GUEST_ECN | HOST_TSO4 | HOST_TSO6 | HOST_ECN;
     /// What this device offers.
-    pub const OFFERED: u64 = MRG_RXBUF | EVENT_IDX | PROTOCOL_FEATURES | VERSION_1 | OFFLOADS;
+    pub const OFFERED: u64 =
+        MRG_RXBUF | EVENT_IDX | PROTOCOL_FEATURES | VERSION_1 | RING_PACKED | IN_ORDER | OFFLOADS;
 }
 
 /// Protocol feature bits.
@@ -121,7 +134,9 @@ pub enum Reply {
 struct Vring {
     num: u16,
     addr: Option<VringAddr>,
-    base: u16,
+    /// The vring state to resume at (split: the available index; packed:
+    /// avail slot and wrap counter, used ones in the upper half).
+    base: u32,
     kick: Option<File>,
     kick_set: bool,
     call: Option<File>,
@@ -256,7 +271,7 @@ impl Device {
                 // Running queues continue on the new memory from where they are.
                 for i in 0..NUM_QUEUES {
                     if let Some(q) = self.vrings[i].active.take() {
-                        self.vrings[i].base = q.stop();
+                        self.vrings[i].base = q.stop_state();
                         self.try_start(i)?;
                     }
                 }
@@ -277,19 +292,19 @@ impl Device {
             }
             Request::SetVringBase { index, num } => {
                 let i = queue_index(index)?;
-                self.vrings[i].base = num as u16;
+                self.vrings[i].base = num;
                 Reply::Ack
             }
             Request::GetVringBase { index } => {
                 let i = queue_index(index)?;
                 let v = &mut self.vrings[i];
                 if let Some(q) = v.active.take() {
-                    v.base = q.stop();
+                    v.base = q.stop_state();
                 }
                 // The ring is stopped until the next SET_VRING_KICK.
                 self.retired.extend(v.kick.take());
                 v.kick_set = false;
-                Reply::VringState(index, u32::from(v.base))
+                Reply::VringState(index, v.base)
             }
             Request::SetVringKick { index, fd } => {
                 let i = queue_index(u32::from(index))?;
@@ -305,7 +320,7 @@ impl Device {
                 check_eventfd(fd.as_ref(), i, "call")?;
                 self.vrings[i].call = fd;
                 if self.vrings[i].active.is_some() {
-                    let q = self.vrings[i].active.take().map(ActiveQueue::stop);
+                    let q = self.vrings[i].active.take().map(ActiveQueue::stop_state);
                     self.vrings[i].base = q.unwrap_or(self.vrings[i].base);
                     self.try_start(i)?;
                 }
@@ -337,6 +352,8 @@ impl Device {
 
     fn try_start(&mut self, i: usize) -> Result<(), DeviceError> {
         let event_idx = self.event_idx();
+        let packed = self.packed();
+        let in_order = self.acked_features & feature::IN_ORDER != 0;
         let Some(mem) = self.mem.clone() else {
             return Ok(());
         };
@@ -345,14 +362,21 @@ impl Device {
             return Ok(());
         };
         let n = u64::from(v.num);
+        // Packed: the avail and used addresses are the driver's and the
+        // device's event suppression areas, 4 bytes each.
+        let (avail_len, used_len) = if packed {
+            (4, 4)
+        } else {
+            (6 + 2 * n, 6 + 8 * n)
+        };
         let desc = mem
             .va_to_gpa(a.desc, 16 * n)
             .ok_or(DeviceError::RingAddress(i))?;
         let avail = mem
-            .va_to_gpa(a.avail, 6 + 2 * n)
+            .va_to_gpa(a.avail, avail_len)
             .ok_or(DeviceError::RingAddress(i))?;
         let used = mem
-            .va_to_gpa(a.used, 6 + 8 * n)
+            .va_to_gpa(a.used, used_len)
             .ok_or(DeviceError::RingAddress(i))?;
         let call = v
             .call
@@ -363,15 +387,26 @@ impl Device {
                 index: i,
                 source: QueueError::Call(e),
             })?;
-        let q = ActiveQueue::start(
-            mem,
-            v.num,
-            RingAddrs { desc, avail, used },
-            v.base,
-            event_idx,
-            call,
-            i == RX_QUEUE,
-        )
+        let addrs = RingAddrs { desc, avail, used };
+        let q = if packed {
+            let features = PackedFeatures {
+                event_idx,
+                in_order,
+                // Not offered: the split layout walks no indirect tables.
+                indirect: false,
+            };
+            ActiveQueue::start_packed(mem, v.num, addrs, v.base, features, call, i == RX_QUEUE)
+        } else {
+            ActiveQueue::start(
+                mem,
+                v.num,
+                addrs,
+                v.base as u16,
+                event_idx,
+                call,
+                i == RX_QUEUE,
+            )
+        }
         .map_err(|source| DeviceError::Queue { index: i, source })?;
         v.active = Some(q);
         Ok(())
@@ -420,6 +455,11 @@ impl Device {
     /// True when EVENT_IDX was negotiated.
     pub fn event_idx(&self) -> bool {
         self.acked_features & feature::EVENT_IDX != 0
+    }
+
+    /// True when the packed ring layout was negotiated.
+    pub fn packed(&self) -> bool {
+        self.acked_features & feature::RING_PACKED != 0
     }
 
     /// True when mergeable receive buffers were negotiated.

@@ -1,5 +1,5 @@
 //! vhost-user virtio-net: the protocol, guest memory, descriptor-chain
-//! validation, and the device a front-end (QEMU, DPDK virtio-user, our
+//! validation, split and packed rings, and the device a front-end (QEMU, DPDK virtio-user, our
 //! poll-mode endpoint) drives.
 
 pub mod buffers;
@@ -7,5 +7,7 @@ pub mod chain;
 pub mod conn;
 pub mod device;
 pub mod memory;
+mod packed;
 pub mod protocol;
 pub mod queue;
+mod split;

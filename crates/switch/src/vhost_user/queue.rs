@@ -1,28 +1,20 @@
-//! A started split virtqueue on the device side: popping validated chains,
-//! returning used buffers, and notifying the driver (honouring EVENT_IDX
-//! and VRING_AVAIL_F_NO_INTERRUPT).
-//!
-//! virtio-queue's [`Queue`] validates the ring addresses when the queue
-//! starts; the per-frame ring accesses are ours, straight on the mapped
-//! region that holds each ring (found once, at start), because the generic
-//! guest-memory accessors cost more than the rest of the data path.
-//! Chain walking is [`super::chain`].
+//! A started virtqueue on the device side: popping validated chains,
+//! returning used buffers, and notifying the driver, in either ring layout:
+//! split (`split.rs`) or packed (`packed.rs`), chosen when the queue
+//! starts. The layout is an enum matched in each call (one
+//! predictable branch); what both share lives here: chains popped ahead
+//! for the receive path, and the call eventfd. Chain walking is
+//! [`super::chain`].
 
-use super::chain::{self, Chain, ChainError, Seg, MAX_SEGS};
+use super::chain::{Chain, ChainError, Seg, MAX_SEGS};
 use super::memory::GuestMem;
+pub use super::packed::PackedFeatures;
+use super::packed::PackedRing;
+use super::split::SplitRing;
 use crate::stats::QueueStats;
-use crate::sys::ring_mem::RingMem;
 use std::fs::File;
-use std::num::Wrapping;
-use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
-use virtio_queue::desc::split::Descriptor;
-use virtio_queue::{Queue, QueueT};
 use vm_memory::GuestAddress;
-
-const VRING_AVAIL_F_NO_INTERRUPT: u16 =
-    virtio_bindings::virtio_ring::VRING_AVAIL_F_NO_INTERRUPT as u16;
-const VRING_USED_F_NO_NOTIFY: u16 = virtio_bindings::virtio_ring::VRING_USED_F_NO_NOTIFY as u16;
 
 /// Why a queue could not start.
 #[derive(Debug, thiserror::Error)]
@@ -33,64 +25,12 @@ pub enum QueueError {
     /// Rings not inside guest memory (or across two regions), or misaligned.
     #[error("rings outside guest memory or misaligned")]
     Rings,
+    /// A packed ring's vring base names a slot beyond the queue.
+    #[error("vring base {0:#x} outside the queue")]
+    Base(u32),
     /// The call eventfd could not be duplicated.
     #[error("call eventfd unusable")]
     Call(#[source] std::io::Error),
-}
-
-/// One ring, inside the mapped region that holds all of it.
-#[derive(Debug)]
-struct Ring(RingMem);
-
-impl Ring {
-    fn at(mem: &GuestMem, addr: GuestAddress, len: u64) -> Result<Self, QueueError> {
-        let (region, base) = mem.region_for(addr, len).ok_or(QueueError::Rings)?;
-        RingMem::new(region, base, len)
-            .map(Self)
-            .ok_or(QueueError::Rings)
-    }
-
-    fn load(&self, off: u64, order: Ordering) -> Result<u16, ChainError> {
-        self.0.load_u16(off as usize, order).ok_or(ChainError::Ring)
-    }
-
-    fn store(&self, off: u64, v: u16, order: Ordering) -> Result<(), ChainError> {
-        self.0
-            .store_u16(off as usize, v, order)
-            .ok_or(ChainError::Ring)
-    }
-
-    /// A ring entry the driver wrote earlier (it is published by the index
-    /// the caller read with Acquire before).
-    fn read_u16(&self, off: u64) -> Result<u16, ChainError> {
-        self.load(off, Ordering::Relaxed)
-    }
-
-    /// A used element (id, len): two 4-byte stores, as the used ring is
-    /// only 4-byte aligned.
-    fn write_used(&self, off: u64, id: u32, len: u32) -> Result<(), ChainError> {
-        let off = off as usize;
-        self.0
-            .store_u32(off, id, Ordering::Relaxed)
-            .and_then(|()| self.0.store_u32(off + 4, len, Ordering::Relaxed))
-            .ok_or(ChainError::Ring)
-    }
-
-    /// Descriptor `idx` as two 8-byte loads (the table is 16-byte aligned).
-    fn descriptor(&self, idx: u16) -> Option<Descriptor> {
-        let (lo, hi) = self.0.load_u64_pair(usize::from(idx))?;
-        Some(Descriptor::new(
-            lo,
-            hi as u32,
-            (hi >> 32) as u16,
-            (hi >> 48) as u16,
-        ))
-    }
-
-    /// Hints that descriptor `idx` will be read soon.
-    fn prefetch_descriptor(&self, idx: u16) {
-        self.0.prefetch(usize::from(idx) * 16);
-    }
 }
 
 /// Most chains popped at once by [`ActiveQueue::pop_burst`].
@@ -104,14 +44,16 @@ const BURST_SEGS: usize = 4 * MAX_SEGS;
 /// on what the driver wrote on another core overlap instead of adding up.
 #[derive(Debug, Clone)]
 pub struct Burst {
-    heads: [u16; BURST],
-    lens: [u64; BURST],
+    pub(super) heads: [u16; BURST],
+    pub(super) lens: [u64; BURST],
     /// Chain k's buffers are `segs[at[k]..at[k + 1]]`.
-    at: [u16; BURST + 1],
-    segs: [Seg; BURST_SEGS],
-    n: usize,
-    /// Chains the driver had made available when the burst was popped.
-    pending: u16,
+    pub(super) at: [u16; BURST + 1],
+    pub(super) segs: [Seg; BURST_SEGS],
+    pub(super) n: usize,
+    /// Chains the driver had made available when the burst was popped
+    /// (packed rings: the chains popped, as their depth is not known
+    /// without walking the ring).
+    pub(super) pending: u16,
 }
 
 impl Default for Burst {
@@ -156,26 +98,31 @@ impl Burst {
     }
 }
 
+/// The ring layout a queue runs.
+#[derive(Debug)]
+enum Layout {
+    Split(SplitRing),
+    Packed(PackedRing),
+}
+
+/// Calls `$m` on whichever ring the queue runs.
+macro_rules! ring {
+    ($q:expr, $r:ident => $e:expr) => {
+        match $q {
+            Layout::Split($r) => $e,
+            Layout::Packed($r) => $e,
+        }
+    };
+}
+
 /// A running queue.
 #[derive(Debug)]
 pub struct ActiveQueue {
     mem: Arc<GuestMem>,
-    size: u16,
-    desc: Ring,
-    avail: Ring,
-    used: Ring,
-    next_avail: Wrapping<u16>,
-    /// The driver's available index as last read (re-read only when caught up).
-    avail_seen: u16,
-    next_used: Wrapping<u16>,
-    num_added: Wrapping<u16>,
-    /// Used elements written but not yet published with the used index.
-    unpublished: bool,
-    event_idx: bool,
+    ring: Layout,
     call: Option<File>,
     /// Set when signalling `call` failed (it would have blocked).
     call_failed: Option<std::io::Error>,
-    writable: bool,
     used_pending: bool,
     /// Chains popped ahead ([`ActiveQueue::take`]; moved out while being
     /// refilled): the next one to hand out is `ahead_next`; the rest are not
@@ -187,11 +134,11 @@ pub struct ActiveQueue {
 /// Ring addresses in guest-physical space.
 #[derive(Debug, Clone, Copy)]
 pub struct RingAddrs {
-    /// Descriptor table.
+    /// Descriptor table (a packed queue's descriptor ring).
     pub desc: GuestAddress,
-    /// Available ring.
+    /// Available ring (a packed queue's driver event area).
     pub avail: GuestAddress,
-    /// Used ring.
+    /// Used ring (a packed queue's device event area).
     pub used: GuestAddress,
 }
 
@@ -199,7 +146,7 @@ pub struct RingAddrs {
 pub const MAX_QUEUE_SIZE: u16 = 32768;
 
 impl ActiveQueue {
-    /// Starts a queue of `size` entries at `addrs`, resuming at `base`.
+    /// Starts a split queue of `size` entries at `addrs`, resuming at `base`.
     /// `writable`: the driver's buffers are for the device to write (a receive queue).
     pub fn start(
         mem: Arc<GuestMem>,
@@ -210,51 +157,44 @@ impl ActiveQueue {
         call: Option<File>,
         writable: bool,
     ) -> Result<Self, QueueError> {
-        // virtio-queue checks size, alignment and that the rings are in memory.
-        let mut queue = Queue::new(MAX_QUEUE_SIZE).map_err(|_| QueueError::Size(size))?;
-        queue
-            .try_set_size(size)
-            .map_err(|_| QueueError::Size(size))?;
-        queue
-            .try_set_desc_table_address(addrs.desc)
-            .map_err(|_| QueueError::Rings)?;
-        queue
-            .try_set_avail_ring_address(addrs.avail)
-            .map_err(|_| QueueError::Rings)?;
-        queue
-            .try_set_used_ring_address(addrs.used)
-            .map_err(|_| QueueError::Rings)?;
-        queue.set_ready(true);
-        if !queue.is_valid(mem.mem()) {
-            return Err(QueueError::Rings);
-        }
-        let n = u64::from(size);
-        let desc = Ring::at(&mem, addrs.desc, 16 * n)?;
-        let avail = Ring::at(&mem, addrs.avail, 6 + 2 * n)?;
-        let used = Ring::at(&mem, addrs.used, 6 + 8 * n)?;
-        let base = resume_index(&used, base);
+        let ring = SplitRing::start(&mem, size, addrs, base, event_idx, writable)?;
+        Ok(Self::running(mem, Layout::Split(ring), call))
+    }
+
+    /// Starts a packed queue of `size` entries at `addrs`, resuming at
+    /// `base` (a vhost-user vring state: the avail slot in bits 0-14, its
+    /// wrap counter in bit 15).
+    pub fn start_packed(
+        mem: Arc<GuestMem>,
+        size: u16,
+        addrs: RingAddrs,
+        base: u32,
+        features: PackedFeatures,
+        call: Option<File>,
+        writable: bool,
+    ) -> Result<Self, QueueError> {
+        let ring = PackedRing::start(&mem, size, addrs, base, features, writable)?;
+        Ok(Self::running(mem, Layout::Packed(ring), call))
+    }
+
+    fn running(mem: Arc<GuestMem>, ring: Layout, call: Option<File>) -> Self {
         let mut q = Self {
             mem,
-            size,
-            desc,
-            avail,
-            used,
-            next_avail: Wrapping(base),
-            avail_seen: base,
-            next_used: Wrapping(base),
-            num_added: Wrapping(0),
-            unpublished: false,
-            event_idx,
+            ring,
             call,
             call_failed: None,
-            writable,
             used_pending: false,
             ahead: Some(Box::new(Burst::new())),
             ahead_next: 0,
         };
         // The worker polls a queue that just started; it asks for kicks again before it sleeps.
         q.disable_notification();
-        Ok(q)
+        q
+    }
+
+    /// True when the queue runs the packed layout.
+    pub fn is_packed(&self) -> bool {
+        matches!(self.ring, Layout::Packed(_))
     }
 
     /// The memory the queue's buffers live in.
@@ -262,42 +202,32 @@ impl ActiveQueue {
         &self.mem
     }
 
-    /// Where the device will resume (GET_VRING_BASE's answer).
+    /// Where the device will resume: the available index (packed: the
+    /// slot and, in bit 15, the wrap counter).
     pub fn next_avail(&self) -> u16 {
-        self.next_avail.0
+        ring!(&self.ring, r => r.next_avail())
     }
 
     /// True when the driver has offered chains not yet popped.
     pub fn has_available(&self) -> Result<bool, ChainError> {
-        Ok(self.avail.load(2, Ordering::Acquire)? != self.next_avail.0)
+        ring!(&self.ring, r => r.has_available())
     }
 
     /// Pops and validates the next available chain into `chain`; false when none is available.
     pub fn pop_into(&mut self, chain: &mut Chain) -> Result<bool, ChainError> {
-        // The driver's index lives in a cache line it keeps writing: read it
-        // once per batch, not once per chain.
-        if self.avail_seen == self.next_avail.0 {
-            self.avail_seen = self.avail.load(2, Ordering::Acquire)?;
+        match &mut self.ring {
+            Layout::Split(r) => r.pop_into(&self.mem, chain),
+            Layout::Packed(r) => {
+                let mut segs = [Seg::default(); MAX_SEGS];
+                match r.pop_segs(&self.mem, &mut segs)? {
+                    Some((id, n, len)) => {
+                        chain.set(id, &segs[..n], len);
+                        Ok(true)
+                    }
+                    None => Ok(false),
+                }
+            }
         }
-        let pending = self.avail_seen.wrapping_sub(self.next_avail.0);
-        if pending == 0 {
-            return Ok(false);
-        }
-        if pending > self.size {
-            return Err(ChainError::IndexJump);
-        }
-        let head = self.avail.read_u16(self.avail_slot(0))?;
-        self.next_avail += Wrapping(1);
-        let (desc, mem) = (&self.desc, &self.mem);
-        chain::walk_into(
-            chain,
-            |i| desc.descriptor(i),
-            |addr, len| mem.contains(addr, len),
-            self.size,
-            head,
-            self.writable,
-        )?;
-        Ok(true)
     }
 
     /// Like [`ActiveQueue::pop_into`], from chains popped ahead a burst at a
@@ -341,7 +271,7 @@ impl ActiveQueue {
             // Some came from an earlier burst: give back everything not
             // consumed (contiguous in the available ring) and pop again.
             let back = self.ahead_left() + n;
-            self.next_avail -= Wrapping(back as u16);
+            self.unpop_n(back as u16);
             if let Some(a) = self.ahead.as_mut() {
                 a.n = 0;
             }
@@ -349,74 +279,16 @@ impl ActiveQueue {
         }
     }
 
-    /// The available ring's entry `ahead` chains after the next one.
-    fn avail_slot(&self, ahead: u16) -> u64 {
-        4 + 2 * u64::from(self.next_avail.0.wrapping_add(ahead) % self.size)
-    }
-
     /// Pops and validates up to `max` (at most [`BURST`]) available chains
     /// into `b`. On a bad chain, `b` holds the valid chains before it and
     /// the error is returned (the caller resets the port).
     pub fn pop_burst(&mut self, b: &mut Burst, max: usize) -> Result<(), ChainError> {
-        b.n = 0;
-        if self.avail_seen == self.next_avail.0 {
-            self.avail_seen = self.avail.load(2, Ordering::Acquire)?;
-        }
-        let pending = self.avail_seen.wrapping_sub(self.next_avail.0);
-        if pending > self.size {
-            return Err(ChainError::IndexJump);
-        }
-        b.pending = pending;
-        let n = usize::from(pending).min(max).min(BURST);
-        // Every head first, their descriptors prefetched: the walks below
-        // then find them arriving together.
-        for k in 0..n {
-            let h = self.avail.read_u16(self.avail_slot(k as u16))?;
-            b.heads[k] = h;
-            // A lone chain is read right away: a hint would only cost.
-            if n > 1 && h < self.size {
-                self.desc.prefetch_descriptor(h);
-            }
-        }
-        let mut used = 0;
-        b.at[0] = 0;
-        let desc = &self.desc;
-        let mem = &self.mem;
-        for k in 0..n {
-            let Some(room) = b.segs.get_mut(used..used + MAX_SEGS) else {
-                break;
-            };
-            let room: &mut [Seg; MAX_SEGS] = room.try_into().map_err(|_| ChainError::TooLong)?;
-            self.next_avail += Wrapping(1);
-            let (cnt, len) = chain::walk_segs(
-                room,
-                |i| desc.descriptor(i),
-                |addr, len| mem.contains(addr, len),
-                self.size,
-                b.heads[k],
-                self.writable,
-            )?;
-            // The virtio-net header and the Ethernet header after it: read
-            // (or written) first, and often across a line boundary (a driver
-            // that puts the header in the headroom before the frame, as DPDK does).
-            let first = b.segs[used];
-            if n > 1 {
-                self.mem.prefetch(first.addr, self.writable);
-                if first.len > 32 {
-                    self.mem.prefetch(first.addr + 32, self.writable);
-                }
-            }
-            used += cnt;
-            b.lens[k] = len;
-            b.at[k + 1] = used as u16;
-            b.n = k + 1;
-        }
-        Ok(())
+        ring!(&mut self.ring, r => r.pop_burst(&self.mem, b, max))
     }
 
     /// Gives back the last `n` popped chains (they will be popped again).
     pub fn unpop_n(&mut self, n: u16) {
-        self.next_avail -= Wrapping(n);
+        ring!(&mut self.ring, r => r.unpop_n(n))
     }
 
     /// Pops and validates the next available chain.
@@ -427,38 +299,41 @@ impl ActiveQueue {
 
     /// Gives back the last popped chain (it will be popped again).
     pub fn unpop(&mut self) {
-        self.next_avail -= Wrapping(1);
+        self.unpop_n(1);
     }
 
     /// Where the device stops: used elements published, the next available index returned.
-    pub fn stop(mut self) -> u16 {
+    pub fn stop(self) -> u16 {
+        self.stop_state() as u16
+    }
+
+    /// Like [`ActiveQueue::stop`], as GET_VRING_BASE answers: a split
+    /// queue's available index; a packed queue's avail slot and wrap
+    /// counter in bits 0-15, its used slot and wrap counter in bits 16-31.
+    pub fn stop_state(mut self) -> u32 {
         self.flush();
         // Chains popped ahead but never taken were not consumed.
-        (self.next_avail - Wrapping(self.ahead_left() as u16)).0
+        let left = self.ahead_left() as u16;
+        self.unpop_n(left);
+        match &self.ring {
+            Layout::Split(r) => u32::from(r.next_avail()),
+            Layout::Packed(r) => r.state(),
+        }
     }
 
     /// Returns a chain to the driver with `len` bytes written. The driver
     /// sees it at the next [`ActiveQueue::flush`] (or [`ActiveQueue::signal`],
-    /// which flushes): one used-index store per batch.
+    /// which flushes): one used-index store (packed: one flags store) per batch.
+    /// Chains are returned in the order they were popped.
     pub fn add_used(&mut self, head: u16, len: u32) -> Result<(), ChainError> {
-        if head >= self.size {
-            return Err(ChainError::IndexOutOfRange(head));
-        }
-        let slot = 4 + 8 * u64::from(self.next_used.0 % self.size);
-        self.used.write_used(slot, u32::from(head), len)?;
-        self.next_used += Wrapping(1);
-        self.num_added += Wrapping(1);
-        self.unpublished = true;
+        ring!(&mut self.ring, r => r.add_used(head, len))?;
         self.used_pending = true;
         Ok(())
     }
 
     /// Publishes the used elements added since the last flush.
     pub fn flush(&mut self) {
-        if self.unpublished {
-            self.unpublished = false;
-            let _ = self.used.store(2, self.next_used.0, Ordering::Release);
-        }
+        ring!(&mut self.ring, r => r.flush())
     }
 
     /// Notifies the driver of used buffers if it wants to be (at most one write per call).
@@ -480,30 +355,17 @@ impl ActiveQueue {
     }
 
     /// True when the driver wants a call for the used elements added since
-    /// the last one: with EVENT_IDX, its used_event lies among them; without,
-    /// VRING_AVAIL_F_NO_INTERRUPT is clear.
+    /// the last one: with EVENT_IDX, its event index lies among them;
+    /// without, its flags do not suppress calls.
     pub fn driver_wants_call(&self) -> bool {
-        fence(Ordering::SeqCst);
-        if self.event_idx {
-            let used_event = Wrapping(
-                self.avail
-                    .load(4 + 2 * u64::from(self.size), Ordering::Relaxed)
-                    .unwrap_or(0),
-            );
-            let new = self.next_used;
-            let old = new - self.num_added;
-            // vring_need_event: the driver's event index lies in [old, new).
-            new - used_event - Wrapping(1) < new - old
-        } else {
-            self.avail.load(0, Ordering::Relaxed).unwrap_or(0) & VRING_AVAIL_F_NO_INTERRUPT == 0
-        }
+        ring!(&self.ring, r => r.driver_wants_call())
     }
 
     /// Signals the call eventfd now (the used ring is published first).
     pub fn call(&mut self, stats: &QueueStats) {
         self.flush();
         self.used_pending = false;
-        self.num_added = Wrapping(0);
+        ring!(&mut self.ring, r => r.notified());
         if let Some(call) = self.call.as_ref() {
             match crate::sys::eventfd::signal(call) {
                 Ok(()) => crate::stats::bump(&stats.notifications_sent, 1),
@@ -528,54 +390,24 @@ impl ActiveQueue {
     /// The driver does not want a call for what was added so far (it polls).
     pub fn decline(&mut self, stats: &QueueStats) {
         self.used_pending = false;
-        self.num_added = Wrapping(0);
+        ring!(&mut self.ring, r => r.notified());
         crate::stats::bump(&stats.notifications_suppressed, 1);
     }
 
     /// Asks the driver to kick on new buffers; returns true when some
     /// arrived meanwhile (poll again instead of sleeping).
     pub fn enable_notification(&mut self) -> bool {
-        let r = if self.event_idx {
-            self.used.store(
-                4 + 8 * u64::from(self.size),
-                self.next_avail.0,
-                Ordering::Relaxed,
-            )
-        } else {
-            self.used.store(0, 0, Ordering::Relaxed)
-        };
-        fence(Ordering::SeqCst);
-        r.is_err() || self.has_available().unwrap_or(true)
+        ring!(&mut self.ring, r => r.enable_notification())
     }
 
     /// Switches EVENT_IDX on or off (features may be acked after the start).
     pub fn set_event_idx(&mut self, on: bool) {
-        self.event_idx = on;
+        ring!(&mut self.ring, r => r.set_event_idx(on))
     }
 
     /// Asks the driver not to kick (the worker is polling).
     pub fn disable_notification(&mut self) {
-        if !self.event_idx {
-            let _ = self
-                .used
-                .store(0, VRING_USED_F_NO_NOTIFY, Ordering::Relaxed);
-        }
-    }
-}
-
-/// Where a starting queue resumes. This device completes chains in
-/// order, so the used index in the ring is where it stopped, even when it
-/// died without answering GET_VRING_BASE: a front-end whose base disagrees
-/// (a stale copy after a crash) is overruled by the ring, as rewinding the
-/// used index under the driver would corrupt it. A fresh ring holds 0, as
-/// does the base.
-fn resume_index(used: &Ring, base: u16) -> u16 {
-    match used.load(2, Ordering::Acquire) {
-        Ok(idx) if idx != base => {
-            log::warn!("vring base {base} but the used index is {idx}: resuming at {idx}");
-            idx
-        }
-        _ => base,
+        ring!(&mut self.ring, r => r.disable_notification())
     }
 }
 

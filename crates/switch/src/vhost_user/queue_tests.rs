@@ -4,6 +4,7 @@ use crate::endpoint::ring::{DriverRing, RingLayout};
 use crate::stats::QueueStats;
 use crate::vhost_user::protocol::MemoryRegion;
 use std::io::Read;
+use std::sync::atomic::Ordering;
 use vm_memory::{Bytes, GuestMemoryMmap};
 
 const SIZE: u16 = 8;

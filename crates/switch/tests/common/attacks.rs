@@ -4,6 +4,7 @@
 //! (`examples/hostile_frontend.rs`).
 
 use super::mac;
+use super::packed::{F_AVAIL as F_AVAIL_PACKED, F_USED as F_USED_PACKED};
 use super::raw::RawFrontend;
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
@@ -68,6 +69,76 @@ pub const CHAINS: &[(&str, Attack)] = &[
     }),
     ("head outside the queue", |h| offer(h, 999, 1)),
 ];
+
+/// Hostile chains on a packed transmit queue (each resets the port, with
+/// the error the split ring's counterpart gets where there is one).
+pub const PACKED_CHAINS: &[(&str, Attack)] = &[
+    ("packed: buffer outside memory", |h| {
+        offer_packed(h, &[(1 << 40, 64, 0)], 0)
+    }),
+    ("packed: buffer across the end of memory", |h| {
+        let end = h.tx.layout.end().div_ceil(1 << 20) * (1 << 20);
+        offer_packed(h, &[(end - 16, 64, 0)], 0);
+    }),
+    ("packed: over-long chain", |h| {
+        let b = h.tx.layout.buffer(0).0;
+        offer_packed(h, &[(b, 16, 0); 100], 0);
+    }),
+    ("packed: chain through the whole ring", |h| {
+        let tx = &h.packed.as_ref().unwrap()[1];
+        let b = tx.layout.buffer(0).0;
+        // Every slot available in this lap and linked to the next.
+        for slot in 0..tx.layout.size {
+            let (idx, wrap) = tx.avail;
+            let lap = if (slot < tx.layout.size - idx) == wrap {
+                F_AVAIL_PACKED
+            } else {
+                F_USED_PACKED
+            };
+            tx.put(&h.mem, idx + slot, b, 16, 0, F_NEXT | lap);
+        }
+        h.kick[1].write(1).unwrap();
+    }),
+    ("packed: device-writable buffer on transmit", |h| {
+        let b = h.tx.layout.buffer(0).0;
+        offer_packed(h, &[(b, 64, F_WRITE)], 0);
+    }),
+    ("packed: zero-length buffer", |h| {
+        let b = h.tx.layout.buffer(0).0;
+        offer_packed(h, &[(b, 0, 0)], 0);
+    }),
+    ("packed: indirect without the feature", |h| {
+        let b = h.tx.layout.buffer(0).0;
+        offer_packed(h, &[(b, 64, F_INDIRECT)], 0);
+    }),
+    ("packed: buffer id outside the queue", |h| {
+        let b = h.tx.layout.buffer(0).0;
+        offer_packed(h, &[(b, 64, 0)], 999);
+    }),
+    ("packed: buffer id offered twice at once", |h| {
+        let tx = &h.packed.as_ref().unwrap()[1];
+        let b = tx.layout.buffer(0).0;
+        let (idx, wrap) = tx.avail;
+        let lap = |slot: u16| {
+            if (slot < tx.layout.size) == wrap {
+                F_AVAIL_PACKED
+            } else {
+                F_USED_PACKED
+            }
+        };
+        // The second first: the switch finds both in one burst.
+        tx.put(&h.mem, idx + 1, b, 64, 7, lap(idx + 1));
+        tx.put(&h.mem, idx, b, 64, 7, lap(idx));
+        h.kick[1].write(1).unwrap();
+    }),
+];
+
+/// Offers a chain on the packed transmit queue and kicks.
+fn offer_packed(h: &mut RawFrontend, bufs: &[(u64, u32, u16)], id: u16) {
+    let [_, tx] = h.packed.as_mut().expect("a packed front-end");
+    tx.offer(&h.mem, bufs, id);
+    h.kick[1].write(1).unwrap();
+}
 
 /// Cases on the descriptors and memory the front-end hands over.
 pub const DESCRIPTORS: &[(&str, Attack, Expect)] = &[

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod attacks;
+pub mod packed;
 pub mod raw;
 
 use std::path::PathBuf;

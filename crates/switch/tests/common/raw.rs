@@ -14,12 +14,15 @@ use vmm_sys_util::sock_ctrl_msg::ScmSocket;
 use vnio_switch::endpoint::ring::{DriverRing, RingLayout};
 use vnio_switch::vhost_user::protocol::{code, encode_request};
 
+use super::packed::PackedRing;
+
 pub const QSIZE: u16 = 256;
 pub const BUF: u32 = 2048;
 const VERSION_1: u64 = 1 << 32;
 const PROTOCOL_FEATURES: u64 = 1 << 30;
 const MRG_RXBUF: u64 = 1 << 15;
 const EVENT_IDX: u64 = 1 << 29;
+const RING_PACKED: u64 = 1 << 34;
 
 /// Which order the handshake uses.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -40,6 +43,9 @@ pub struct RawFrontend {
     pub kick: [EventFd; 2],
     pub call: [EventFd; 2],
     pub features: u64,
+    /// Packed rings (receive, transmit) instead of `rx` and `tx`, over the
+    /// same layouts.
+    pub packed: Option<[PackedRing; 2]>,
 }
 
 fn memfd(size: u64) -> File {
@@ -105,7 +111,15 @@ impl RawFrontend {
             kick: [ev(), ev()],
             call: [ev(), ev()],
             features: 0,
+            packed: None,
         }
+    }
+
+    /// Like [`RawFrontend::connect_with`], on packed rings.
+    pub fn connect_packed(path: &Path, blocking: bool) -> Self {
+        let mut h = Self::connect_with(path, blocking);
+        h.packed = Some([PackedRing::new(h.rx.layout), PackedRing::new(h.tx.layout)]);
+        h
     }
 
     pub fn send(
@@ -179,6 +193,10 @@ impl RawFrontend {
         let offered = self.get_u64(code::GET_FEATURES);
         assert!(offered & VERSION_1 != 0);
         self.features = offered & (VERSION_1 | PROTOCOL_FEATURES | MRG_RXBUF);
+        if self.packed.is_some() {
+            assert!(offered & RING_PACKED != 0, "packed rings offered");
+            self.features |= RING_PACKED;
+        }
         let _pf = self.get_u64(code::GET_PROTOCOL_FEATURES);
         self.send(code::SET_PROTOCOL_FEATURES, 0, &0u64.to_le_bytes(), &[])
             .unwrap();
@@ -197,9 +215,17 @@ impl RawFrontend {
             &[self.memfd.as_raw_fd()],
         )
         .unwrap();
-        while let Some(id) = self.rx.take() {
-            self.rx.publish(&self.mem, id, BUF, true);
+        if let Some([rx, _]) = self.packed.as_mut() {
+            while let Some(id) = rx.take() {
+                rx.publish(&self.mem, id, BUF, true);
+            }
+        } else {
+            while let Some(id) = self.rx.take() {
+                self.rx.publish(&self.mem, id, BUF, true);
+            }
         }
+        // Packed: slot 0 in the first lap (the wrap counter starts at 1).
+        let base = if self.packed.is_some() { 0x8000 } else { 0 };
         for q in 0..2u32 {
             self.send(
                 code::SET_VRING_NUM,
@@ -210,7 +236,7 @@ impl RawFrontend {
             .unwrap();
             self.send(code::SET_VRING_ADDR, 0, &self.vring_addr_body(q), &[])
                 .unwrap();
-            self.send(code::SET_VRING_BASE, 0, &Self::state(q, 0), &[])
+            self.send(code::SET_VRING_BASE, 0, &Self::state(q, base), &[])
                 .unwrap();
             self.send(
                 code::SET_VRING_CALL,
@@ -247,6 +273,12 @@ impl RawFrontend {
 
     /// True once every frame sent so far was taken by the switch.
     pub fn tx_reaped(&mut self) -> bool {
+        if let Some([_, tx]) = self.packed.as_mut() {
+            while let Some((id, _)) = tx.reap(&self.mem) {
+                tx.release(id);
+            }
+            return tx.available() == usize::from(QSIZE);
+        }
         while let Some((id, _)) = self.tx.reap(&self.mem) {
             self.tx.release(id);
         }
@@ -256,6 +288,20 @@ impl RawFrontend {
     /// Like [`RawFrontend::send_frame`], but false (nothing sent) while the
     /// switch has not yet taken back a transmit descriptor.
     pub fn try_send_frame(&mut self, frame: &[u8]) -> bool {
+        if let Some([_, tx]) = self.packed.as_mut() {
+            while let Some((id, _)) = tx.reap(&self.mem) {
+                tx.release(id);
+            }
+            let Some(id) = tx.take() else {
+                return false;
+            };
+            let at = tx.layout.buffer(id);
+            self.mem.write_slice(&[0u8; 12], at).unwrap();
+            self.mem.write_slice(frame, at.unchecked_add(12)).unwrap();
+            tx.publish(&self.mem, id, 12 + frame.len() as u32, false);
+            self.kick[1].write(1).unwrap();
+            return true;
+        }
         while let Some((id, _)) = self.tx.reap(&self.mem) {
             self.tx.release(id);
         }
@@ -274,7 +320,16 @@ impl RawFrontend {
     pub fn recv_frame(&mut self, timeout: Duration) -> Option<Vec<u8>> {
         let deadline = Instant::now() + timeout;
         loop {
-            if let Some((id, len)) = self.rx.reap(&self.mem) {
+            if let Some([rx, _]) = self.packed.as_mut() {
+                if let Some((id, len)) = rx.reap(&self.mem) {
+                    let mut v = vec![0u8; len as usize - 12];
+                    self.mem
+                        .read_slice(&mut v, rx.layout.buffer(id).unchecked_add(12))
+                        .unwrap();
+                    rx.publish(&self.mem, id, BUF, true);
+                    return Some(v);
+                }
+            } else if let Some((id, len)) = self.rx.reap(&self.mem) {
                 let mut v = vec![0u8; len as usize - 12];
                 self.mem
                     .read_slice(&mut v, self.rx.layout.buffer(id).unchecked_add(12))

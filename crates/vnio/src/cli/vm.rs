@@ -140,7 +140,7 @@ struct RunArgs {
     /// A NIC (repeat for more): vhost-user:SOCK[,server][,control=SWITCH_CTL] |
     /// tap[:IFNAME][,bridge=BR | ,host-ip=ADDR/PREFIX] |
     /// macvtap:IFNAME[,mode=bridge|vepa|private|passthru] | e1000[:IFNAME][,bridge=BR];
-    /// each with [,ip=ADDR/PREFIX][,mac=MAC][,model=virtio|e1000][,guest-offloads=off].
+    /// each with [,ip=ADDR/PREFIX][,mac=MAC][,model=virtio|e1000][,guest-offloads=off][,packed=on].
     #[arg(long = "nic", value_name = "KIND[,OPTS]")]
     nics: Vec<Nic>,
     /// Latency sensitivity: normal, or high (dedicated pinned cores, preallocated locked

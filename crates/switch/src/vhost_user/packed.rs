@@ -1,0 +1,494 @@
+//! The packed virtqueue (VIRTIO_F_RING_PACKED, virtio 1.1 §2.8) on the
+//! device side.
+//!
+//! One ring of 16-byte descriptors (addr, len, buffer id, flags) that the
+//! driver and the device both write. A descriptor is available when its
+//! AVAIL flag equals the driver's wrap counter and its USED flag does not;
+//! the device walks the ring in order, flipping its own copy of that
+//! counter each time it passes the end. A chain is consecutive descriptors
+//! linked by NEXT (its buffer id in the last one), or one descriptor
+//! pointing at an indirect table. The device returns a chain by writing one
+//! used descriptor (id, len, AVAIL = USED = its used wrap counter) at its
+//! used position and skipping as many slots as the chain held.
+//!
+//! Event suppression replaces the split ring's flags and event indexes: two
+//! 4-byte areas (offset and wrap, flags), the driver's telling the device
+//! when to call, the device's telling the driver when to kick; their DESC
+//! mode is EVENT_IDX's. With VIRTIO_F_IN_ORDER the transmit queue (whose
+//! used lengths are all zero) writes one used descriptor per flush, naming
+//! the batch's last buffer, as the spec allows.
+//!
+//! Every chain goes through the same checks as a split ring's
+//! ([`chain::check_buffer`]); the ring itself through [`RingMem`].
+
+use super::chain::{self, ChainError, Seg, MAX_SEGS};
+use super::memory::GuestMem;
+use super::queue::{Burst, QueueError, RingAddrs, BURST};
+use crate::sys::ring_mem::RingMem;
+use std::num::Wrapping;
+use std::sync::atomic::{fence, Ordering};
+use virtio_bindings::virtio_ring as vr;
+use vm_memory::{Bytes, GuestAddress};
+
+const F_NEXT: u16 = vr::VRING_DESC_F_NEXT as u16;
+const F_INDIRECT: u16 = vr::VRING_DESC_F_INDIRECT as u16;
+const F_AVAIL: u16 = 1 << vr::VRING_PACKED_DESC_F_AVAIL;
+const F_USED: u16 = 1 << vr::VRING_PACKED_DESC_F_USED;
+const EVENT_ENABLE: u16 = vr::VRING_PACKED_EVENT_FLAG_ENABLE as u16;
+const EVENT_DISABLE: u16 = vr::VRING_PACKED_EVENT_FLAG_DISABLE as u16;
+const EVENT_DESC: u16 = vr::VRING_PACKED_EVENT_FLAG_DESC as u16;
+const WRAP_BIT: u16 = 1 << vr::VRING_PACKED_EVENT_F_WRAP_CTR;
+/// Offset of the flags in a descriptor (and in an event area).
+const DESC_FLAGS: usize = 14;
+const EVENT_OFF_WRAP: usize = 0;
+const EVENT_FLAGS: usize = 2;
+
+/// A place in the ring: a slot and the wrap counter that goes with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Pos {
+    idx: u16,
+    wrap: bool,
+}
+
+impl Pos {
+    /// Decodes `v` (slot in bits 0-14, wrap counter in bit 15), as the
+    /// vhost-user vring base and the event areas carry it.
+    fn decode(v: u16, size: u16) -> Option<Self> {
+        let idx = v & !WRAP_BIT;
+        (idx < size).then_some(Self {
+            idx,
+            wrap: v & WRAP_BIT != 0,
+        })
+    }
+
+    fn encode(self) -> u16 {
+        self.idx | if self.wrap { WRAP_BIT } else { 0 }
+    }
+
+    /// `n` slots on (`n` at most `size`).
+    fn advance(&mut self, n: u16, size: u16) {
+        let i = u32::from(self.idx) + u32::from(n);
+        if i >= u32::from(size) {
+            self.idx = (i - u32::from(size)) as u16;
+            self.wrap = !self.wrap;
+        } else {
+            self.idx = i as u16;
+        }
+    }
+
+    /// The place on a line twice the ring long (the wrap counter as the
+    /// high part), to measure distances.
+    fn linear(self, size: u16) -> u32 {
+        u32::from(self.idx) + if self.wrap { u32::from(size) } else { 0 }
+    }
+}
+
+/// A descriptor as read: address, length, buffer id, flags.
+#[derive(Debug, Clone, Copy)]
+struct Desc {
+    addr: u64,
+    len: u32,
+    id: u16,
+    flags: u16,
+}
+
+impl Desc {
+    fn from_halves(lo: u64, hi: u64) -> Self {
+        Self {
+            addr: lo,
+            len: hi as u32,
+            id: (hi >> 32) as u16,
+            flags: (hi >> 48) as u16,
+        }
+    }
+}
+
+/// What the driver agreed to, for a packed ring.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PackedFeatures {
+    /// VIRTIO_RING_F_EVENT_IDX: event areas in DESC mode.
+    pub event_idx: bool,
+    /// VIRTIO_F_IN_ORDER: buffers are used in the order they were made available.
+    pub in_order: bool,
+    /// VIRTIO_RING_F_INDIRECT_DESC: chains may be indirect tables.
+    pub indirect: bool,
+}
+
+/// A running packed ring.
+#[derive(Debug)]
+pub(super) struct PackedRing {
+    size: u16,
+    desc: RingMem,
+    /// The driver's event suppression area: when it wants calls.
+    driver_event: RingMem,
+    /// The device's event suppression area: when it wants kicks.
+    device_event: RingMem,
+    features: PackedFeatures,
+    writable: bool,
+    /// The next slot to look at for an available chain.
+    avail: Pos,
+    /// The next slot to write a used descriptor to.
+    used: Pos,
+    /// `used` when the driver was last called (or declined a call).
+    signalled: Pos,
+    /// Slots each buffer id in flight holds (0: not in flight), to skip
+    /// when it is returned.
+    slots: Box<[u16]>,
+    /// Where the chains popped and not yet used began and their ids, by
+    /// pop count (`pops % size`): giving chains back returns there.
+    began: Box<[(Pos, u16)]>,
+    pops: Wrapping<u16>,
+    /// The first used descriptor written since the last flush and its
+    /// flags, stored last so the driver sees the batch at once.
+    first: Option<(u16, u16)>,
+    /// In-order batch not written yet: where it starts, its last id.
+    batch: Option<(Pos, u16)>,
+}
+
+impl PackedRing {
+    /// The ring and event areas at `addrs` (desc, driver area, device
+    /// area), resuming at `base` (the avail position and wrap counter in
+    /// its low 16 bits; the used position restarts there, as whatever was
+    /// in flight when the ring stopped was not returned).
+    pub(super) fn start(
+        mem: &GuestMem,
+        size: u16,
+        addrs: RingAddrs,
+        base: u32,
+        features: PackedFeatures,
+        writable: bool,
+    ) -> Result<Self, QueueError> {
+        if size == 0 || size > super::queue::MAX_QUEUE_SIZE {
+            return Err(QueueError::Size(size));
+        }
+        if addrs.desc.0 % 16 != 0 || addrs.avail.0 % 4 != 0 || addrs.used.0 % 4 != 0 {
+            return Err(QueueError::Rings);
+        }
+        let at = |addr: GuestAddress, len: u64| {
+            let (region, off) = mem.region_for(addr, len).ok_or(QueueError::Rings)?;
+            RingMem::new(region, off, len).ok_or(QueueError::Rings)
+        };
+        let avail = Pos::decode(base as u16, size).ok_or(QueueError::Base(base))?;
+        Ok(Self {
+            size,
+            desc: at(addrs.desc, 16 * u64::from(size))?,
+            driver_event: at(addrs.avail, 4)?,
+            device_event: at(addrs.used, 4)?,
+            features,
+            writable,
+            avail,
+            used: avail,
+            signalled: avail,
+            slots: vec![0; usize::from(size)].into_boxed_slice(),
+            began: vec![(avail, 0); usize::from(size)].into_boxed_slice(),
+            pops: Wrapping(0),
+            first: None,
+            batch: None,
+        })
+    }
+
+    /// The avail position and wrap counter (GET_VRING_BASE's low half).
+    pub(super) fn next_avail(&self) -> u16 {
+        self.avail.encode()
+    }
+
+    /// The vring state to hand back: avail in bits 0-15, used in 16-31.
+    pub(super) fn state(&self) -> u32 {
+        u32::from(self.avail.encode()) | u32::from(self.used.encode()) << 16
+    }
+
+    fn is_avail(&self, flags: u16) -> bool {
+        (flags & F_AVAIL != 0) == self.avail.wrap && (flags & F_USED != 0) != self.avail.wrap
+    }
+
+    /// The flags of descriptor `idx`, read with Acquire: when available,
+    /// the rest of the chain the driver wrote before is visible.
+    fn flags(&self, idx: u16) -> Result<u16, ChainError> {
+        self.desc
+            .load_u16(usize::from(idx) * 16 + DESC_FLAGS, Ordering::Acquire)
+            .ok_or(ChainError::Ring)
+    }
+
+    fn descriptor(&self, idx: u16) -> Result<Desc, ChainError> {
+        let (lo, hi) = self
+            .desc
+            .load_u64_pair(usize::from(idx))
+            .ok_or(ChainError::Ring)?;
+        Ok(Desc::from_halves(lo, hi))
+    }
+
+    pub(super) fn has_available(&self) -> Result<bool, ChainError> {
+        Ok(self.is_avail(self.flags(self.avail.idx)?))
+    }
+
+    /// Pops the next available chain's buffers into `segs`: (buffer id,
+    /// buffers, total length), None when nothing is available.
+    pub(super) fn pop_segs(
+        &mut self,
+        mem: &GuestMem,
+        segs: &mut [Seg; MAX_SEGS],
+    ) -> Result<Option<(u16, usize, u64)>, ChainError> {
+        if !self.has_available()? {
+            return Ok(None);
+        }
+        let mut at = self.avail;
+        let (mut n, mut total, mut count) = (0usize, 0u64, 0u16);
+        let in_memory = |addr, len| mem.contains(addr, len);
+        let id = loop {
+            if count == self.size {
+                // Every slot of the ring says NEXT: nothing ends the chain.
+                return Err(ChainError::Loop);
+            }
+            count += 1;
+            let d = self.descriptor(at.idx)?;
+            at.advance(1, self.size);
+            if d.flags & F_INDIRECT != 0 {
+                if !self.features.indirect {
+                    return Err(ChainError::Indirect);
+                }
+                if count != 1 || d.flags & F_NEXT != 0 {
+                    return Err(ChainError::IndirectTable(d.len));
+                }
+                (n, total) = indirect(mem, d, segs, self.writable)?;
+                break d.id;
+            }
+            if n == MAX_SEGS {
+                return Err(ChainError::TooLong);
+            }
+            segs[n] = chain::check_buffer(d.addr, d.len, d.flags, self.writable, in_memory)?;
+            n += 1;
+            total += u64::from(d.len);
+            if total > u64::from(u32::MAX) {
+                return Err(ChainError::TooLarge);
+            }
+            if d.flags & F_NEXT == 0 {
+                break d.id;
+            }
+        };
+        let slot = self
+            .slots
+            .get_mut(usize::from(id))
+            .ok_or(ChainError::IndexOutOfRange(id))?;
+        // An id already in flight: the driver offered slots it does not
+        // own (the split ring's index jump).
+        let (avail, used) = (self.avail.linear(self.size), self.used.linear(self.size));
+        let in_flight = if avail >= used {
+            avail - used
+        } else {
+            avail + 2 * u32::from(self.size) - used
+        };
+        if *slot != 0 || in_flight + u32::from(count) > u32::from(self.size) {
+            return Err(ChainError::IndexJump);
+        }
+        *slot = count;
+        self.began[usize::from(self.pops.0 % self.size)] = (self.avail, id);
+        self.pops += Wrapping(1);
+        self.avail = at;
+        Ok(Some((id, n, total)))
+    }
+
+    pub(super) fn pop_burst(
+        &mut self,
+        mem: &GuestMem,
+        b: &mut Burst,
+        max: usize,
+    ) -> Result<(), ChainError> {
+        b.n = 0;
+        b.pending = 0;
+        b.at[0] = 0;
+        let mut used = 0;
+        for k in 0..max.min(BURST) {
+            let Some(room) = b.segs.get_mut(used..used + MAX_SEGS) else {
+                break;
+            };
+            let room: &mut [Seg; MAX_SEGS] = room.try_into().map_err(|_| ChainError::TooLong)?;
+            let Some((id, cnt, len)) = self.pop_segs(mem, room)? else {
+                break;
+            };
+            // The next chain's descriptors, and this one's first buffer.
+            self.desc.prefetch(usize::from(self.avail.idx) * 16);
+            mem.prefetch(b.segs[used].addr, self.writable);
+            b.heads[k] = id;
+            used += cnt;
+            b.lens[k] = len;
+            b.at[k + 1] = used as u16;
+            b.n = k + 1;
+            b.pending = b.n as u16;
+        }
+        Ok(())
+    }
+
+    /// Gives back the last `n` chains popped (never used).
+    pub(super) fn unpop_n(&mut self, n: u16) {
+        if n == 0 {
+            return;
+        }
+        self.pops -= Wrapping(n);
+        for k in 0..n {
+            let i = self.pops.0.wrapping_add(k) % self.size;
+            // That chain's id is no longer in flight.
+            let (_, id) = self.began[usize::from(i)];
+            if let Some(s) = self.slots.get_mut(usize::from(id)) {
+                *s = 0;
+            }
+        }
+        self.avail = self.began[usize::from(self.pops.0 % self.size)].0;
+    }
+
+    pub(super) fn add_used(&mut self, id: u16, len: u32) -> Result<(), ChainError> {
+        let slots = match self.slots.get_mut(usize::from(id)) {
+            Some(s) if *s != 0 => std::mem::take(s),
+            _ => return Err(ChainError::IndexOutOfRange(id)),
+        };
+        let at = self.used;
+        self.used.advance(slots, self.size);
+        if self.features.in_order && !self.writable {
+            // One used descriptor for the batch, naming its last buffer.
+            let start = self.batch.map_or(at, |(s, _)| s);
+            self.batch = Some((start, id));
+            return Ok(());
+        }
+        self.write_used(at, id, len)
+    }
+
+    /// Writes a used descriptor at `at`; its flags wait for the flush when
+    /// it is the first of the batch.
+    fn write_used(&mut self, at: Pos, id: u16, len: u32) -> Result<(), ChainError> {
+        let off = usize::from(at.idx) * 16;
+        self.desc
+            .store_u32(off + 8, len, Ordering::Relaxed)
+            .and_then(|()| self.desc.store_u16(off + 12, id, Ordering::Relaxed))
+            .ok_or(ChainError::Ring)?;
+        let flags = if at.wrap { F_AVAIL | F_USED } else { 0 };
+        if self.first.is_none() {
+            self.first = Some((at.idx, flags));
+            return Ok(());
+        }
+        self.desc
+            .store_u16(off + DESC_FLAGS, flags, Ordering::Release)
+            .ok_or(ChainError::Ring)
+    }
+
+    pub(super) fn flush(&mut self) {
+        if let Some((at, id)) = self.batch.take() {
+            let _ = self.write_used(at, id, 0);
+        }
+        if let Some((idx, flags)) = self.first.take() {
+            let _ =
+                self.desc
+                    .store_u16(usize::from(idx) * 16 + DESC_FLAGS, flags, Ordering::Release);
+        }
+    }
+
+    pub(super) fn notified(&mut self) {
+        self.signalled = self.used;
+    }
+
+    /// The driver's event area: DISABLE never, ENABLE always, DESC (with
+    /// EVENT_IDX) when the used position passed the one it names since
+    /// the last call.
+    pub(super) fn driver_wants_call(&self) -> bool {
+        fence(Ordering::SeqCst);
+        let flags = self
+            .driver_event
+            .load_u16(EVENT_FLAGS, Ordering::Relaxed)
+            .unwrap_or(EVENT_ENABLE);
+        if flags != EVENT_DESC || !self.features.event_idx {
+            return flags != EVENT_DISABLE;
+        }
+        let off_wrap = self
+            .driver_event
+            .load_u16(EVENT_OFF_WRAP, Ordering::Relaxed)
+            .unwrap_or(0);
+        let size = self.size;
+        let new = Wrapping(self.used.idx);
+        let mut old = Wrapping(self.signalled.idx);
+        if new <= old {
+            // The used position wrapped since the last call.
+            old -= Wrapping(size);
+        }
+        let mut event = Wrapping(off_wrap & !WRAP_BIT);
+        if (off_wrap & WRAP_BIT != 0) != self.used.wrap {
+            // The event lies in the previous lap.
+            event -= Wrapping(size);
+        }
+        // vring_need_event: the event lies in [old, new).
+        new - event - Wrapping(1) < new - old
+    }
+
+    pub(super) fn enable_notification(&mut self) -> bool {
+        let r = if self.features.event_idx {
+            self.device_event
+                .store_u16(EVENT_OFF_WRAP, self.avail.encode(), Ordering::Relaxed)
+                .and_then(|()| {
+                    self.device_event
+                        .store_u16(EVENT_FLAGS, EVENT_DESC, Ordering::Release)
+                })
+        } else {
+            self.device_event
+                .store_u16(EVENT_FLAGS, EVENT_ENABLE, Ordering::Relaxed)
+        };
+        fence(Ordering::SeqCst);
+        r.is_none() || self.has_available().unwrap_or(true)
+    }
+
+    pub(super) fn set_event_idx(&mut self, on: bool) {
+        self.features.event_idx = on;
+    }
+
+    pub(super) fn disable_notification(&mut self) {
+        let _ = self
+            .device_event
+            .store_u16(EVENT_FLAGS, EVENT_DISABLE, Ordering::Relaxed);
+    }
+}
+
+/// Walks the indirect table `d` points at into `segs`: a whole number of
+/// descriptors inside guest memory, each checked like any buffer (only
+/// WRITE counts in a table; another indirect one is refused).
+fn indirect(
+    mem: &GuestMem,
+    d: Desc,
+    segs: &mut [Seg; MAX_SEGS],
+    writable: bool,
+) -> Result<(usize, u64), ChainError> {
+    if d.len == 0 {
+        return Err(ChainError::ZeroLength);
+    }
+    if d.len % 16 != 0 {
+        return Err(ChainError::IndirectTable(d.len));
+    }
+    if !mem.contains(d.addr, d.len) {
+        return Err(ChainError::OutOfMemory {
+            addr: d.addr,
+            len: d.len,
+        });
+    }
+    let n = (d.len / 16) as usize;
+    if n > MAX_SEGS {
+        return Err(ChainError::TooLong);
+    }
+    let mut total = 0u64;
+    for (k, seg) in segs.iter_mut().enumerate().take(n) {
+        let at = d.addr + 16 * k as u64;
+        let read = |off: u64| mem.mem().read_obj::<u64>(GuestAddress(at + off));
+        let (lo, hi) = match (read(0), read(8)) {
+            (Ok(lo), Ok(hi)) => (u64::from_le(lo), u64::from_le(hi)),
+            _ => return Err(ChainError::OutOfMemory { addr: at, len: 16 }),
+        };
+        let e = Desc::from_halves(lo, hi);
+        if e.flags & F_INDIRECT != 0 {
+            return Err(ChainError::IndirectTable(d.len));
+        }
+        *seg = chain::check_buffer(e.addr, e.len, e.flags, writable, |a, l| mem.contains(a, l))?;
+        total += u64::from(e.len);
+    }
+    if total > u64::from(u32::MAX) {
+        return Err(ChainError::TooLarge);
+    }
+    Ok((n, total))
+}
+
+#[cfg(test)]
+#[path = "packed_tests.rs"]
+mod tests;

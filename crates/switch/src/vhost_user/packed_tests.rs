@@ -1,0 +1,528 @@
+//! Unit tests of [`super`] (packed.rs): a packed queue driven through
+//! [`ActiveQueue`] by a small driver written here from the spec, on the
+//! same memfd.
+use super::*;
+use crate::stats::QueueStats;
+use crate::vhost_user::chain::Chain;
+use crate::vhost_user::protocol::MemoryRegion;
+use crate::vhost_user::queue::ActiveQueue;
+use std::fs::File;
+use std::io::Read;
+use std::sync::Arc;
+use vm_memory::GuestMemoryMmap;
+
+const DESC: u64 = 0;
+const BUFS: u64 = 0x10_0000;
+const MEM: u64 = 0x20_0000;
+const F_WRITE: u16 = 2;
+
+/// The driver side of a packed ring (virtio 1.1 §2.8), minimal.
+struct Driver {
+    mem: GuestMemoryMmap,
+    size: u16,
+    avail: Pos,
+    used: Pos,
+    /// Descriptors each id in flight holds, in the order offered.
+    in_flight: Vec<(u16, u16)>,
+}
+
+impl Driver {
+    fn driver_event(&self) -> GuestAddress {
+        GuestAddress(DESC + 16 * u64::from(self.size))
+    }
+
+    fn device_event(&self) -> GuestAddress {
+        GuestAddress(DESC + 16 * u64::from(self.size) + 4)
+    }
+
+    fn flags_for(&self, wrap: bool, flags: u16) -> u16 {
+        flags | if wrap { F_AVAIL } else { F_USED }
+    }
+
+    fn put(&self, slot: u16, addr: u64, len: u32, id: u16, flags: u16) {
+        let d = GuestAddress(DESC + 16 * u64::from(slot));
+        self.mem.write_obj(addr, d).unwrap();
+        self.mem.write_obj(len, GuestAddress(d.0 + 8)).unwrap();
+        self.mem.write_obj(id, GuestAddress(d.0 + 12)).unwrap();
+        self.mem.write_obj(flags, GuestAddress(d.0 + 14)).unwrap();
+    }
+
+    /// Offers a chain of `(addr, len, flags)` as buffer `id`: the rest of
+    /// the chain first, the head's flags last.
+    fn offer(&mut self, bufs: &[(u64, u32, u16)], id: u16) {
+        let head = self.avail;
+        let mut at = self.avail;
+        for (k, &(addr, len, flags)) in bufs.iter().enumerate() {
+            let next = if k + 1 < bufs.len() { F_NEXT } else { 0 };
+            let f = self.flags_for(at.wrap, flags | next);
+            if k == 0 {
+                // Not available yet: the head's flags are written last.
+                self.put(at.idx, addr, len, id, self.flags_for(!at.wrap, 0));
+            } else {
+                self.put(at.idx, addr, len, id, f);
+            }
+            at.advance(1, self.size);
+        }
+        let f = self.flags_for(
+            head.wrap,
+            bufs[0].2 | if bufs.len() > 1 { F_NEXT } else { 0 },
+        );
+        self.mem
+            .write_obj(f, GuestAddress(DESC + 16 * u64::from(head.idx) + 14))
+            .unwrap();
+        self.avail = at;
+        self.in_flight.push((id, bufs.len() as u16));
+    }
+
+    /// One buffer of `len` bytes as buffer `id` (its own 2 KiB slot).
+    fn offer_one(&mut self, id: u16, len: u32, flags: u16) {
+        self.offer(&[(BUFS + 2048 * u64::from(id), len, flags)], id);
+    }
+
+    /// The next used descriptor: (id, len), the in-flight buffers up to
+    /// that id released (in order, as VIRTIO_F_IN_ORDER lets the device
+    /// name only the last of a batch).
+    fn reap(&mut self) -> Option<(u16, u32)> {
+        let d = DESC + 16 * u64::from(self.used.idx);
+        let flags: u16 = self.mem.read_obj(GuestAddress(d + 14)).unwrap();
+        let w = self.used.wrap;
+        if (flags & F_AVAIL != 0) != w || (flags & F_USED != 0) != w {
+            return None;
+        }
+        let len: u32 = self.mem.read_obj(GuestAddress(d + 8)).unwrap();
+        let id: u16 = self.mem.read_obj(GuestAddress(d + 12)).unwrap();
+        loop {
+            let (first, n) = self.in_flight.remove(0);
+            self.used.advance(n, self.size);
+            if first == id {
+                return Some((id, len));
+            }
+        }
+    }
+
+    /// Sets the driver's event suppression area.
+    fn want_calls(&self, flags: u16, off_wrap: u16) {
+        self.mem.write_obj(off_wrap, self.driver_event()).unwrap();
+        self.mem
+            .write_obj(flags, GuestAddress(self.driver_event().0 + 2))
+            .unwrap();
+    }
+
+    /// The device's event suppression area: (off_wrap, flags).
+    fn device_wants(&self) -> (u16, u16) {
+        let e = self.device_event();
+        (
+            self.mem.read_obj(e).unwrap(),
+            self.mem.read_obj(GuestAddress(e.0 + 2)).unwrap(),
+        )
+    }
+}
+
+/// A device queue and its driver over one memfd; `call` counts calls.
+fn pair(size: u16, features: PackedFeatures, writable: bool) -> (ActiveQueue, Driver, File) {
+    let f = crate::sys::memfd::create("packed-test", MEM).unwrap();
+    let driver_mem = GuestMemoryMmap::<()>::from_ranges_with_files([(
+        GuestAddress(0),
+        MEM as usize,
+        Some(vm_memory::FileOffset::new(f.try_clone().unwrap(), 0)),
+    )])
+    .unwrap();
+    let region = MemoryRegion {
+        guest_phys_addr: 0,
+        memory_size: MEM,
+        userspace_addr: 0,
+        mmap_offset: 0,
+    };
+    let dev_mem = Arc::new(
+        GuestMem::from_table(
+            vec![(region, f)],
+            crate::vhost_user::memory::DEFAULT_MAX_MEMORY,
+        )
+        .unwrap(),
+    );
+    let start = Pos { idx: 0, wrap: true };
+    let d = Driver {
+        mem: driver_mem,
+        size,
+        avail: start,
+        used: start,
+        in_flight: Vec::new(),
+    };
+    let addrs = RingAddrs {
+        desc: GuestAddress(DESC),
+        avail: d.driver_event(),
+        used: d.device_event(),
+    };
+    let call = crate::sys::memfd::create("not-an-eventfd", 0).unwrap();
+    let q = ActiveQueue::start_packed(
+        dev_mem,
+        size,
+        addrs,
+        u32::from(start.encode()),
+        features,
+        Some(call.try_clone().unwrap()),
+        writable,
+    )
+    .unwrap();
+    (q, d, call)
+}
+
+fn calls(f: &File) -> u64 {
+    // The stand-in for the call eventfd is a plain file: each signal appends 8 bytes.
+    let mut v = Vec::new();
+    let mut r = f.try_clone().unwrap();
+    std::io::Seek::rewind(&mut r).unwrap();
+    r.read_to_end(&mut v).unwrap();
+    v.len() as u64 / 8
+}
+
+const PLAIN: PackedFeatures = PackedFeatures {
+    event_idx: false,
+    in_order: false,
+    indirect: false,
+};
+
+#[test]
+fn single_buffers_round_trip_across_several_wraps() {
+    let (mut q, mut d, _call) = pair(8, PLAIN, true);
+    assert!(q.pop().unwrap().is_none(), "nothing offered yet");
+    for round in 0..5u16 {
+        // Three per round: the ring of 8 wraps in the middle of rounds.
+        for k in 0..3 {
+            d.offer_one(k, 2048, F_WRITE);
+        }
+        for k in 0..3u16 {
+            let c = q.pop().unwrap().unwrap();
+            assert_eq!((c.head, c.len()), (k, 2048));
+            assert_eq!(c.segs()[0].addr, BUFS + 2048 * u64::from(k));
+            q.add_used(c.head, 100 + u32::from(k + round)).unwrap();
+        }
+        assert!(q.pop().unwrap().is_none());
+        assert!(d.reap().is_none(), "used descriptors wait for the flush");
+        q.flush();
+        for k in 0..3u16 {
+            assert_eq!(d.reap(), Some((k, 100 + u32::from(k + round))));
+        }
+        assert!(d.reap().is_none());
+    }
+    // 15 slots on: slot 7 of the second lap (wrap counter 0).
+    assert_eq!(q.next_avail(), 7);
+    assert_eq!(q.stop_state(), 7 | 7 << 16);
+}
+
+#[test]
+fn chains_by_next_across_the_end_of_the_ring() {
+    let (mut q, mut d, _call) = pair(8, PLAIN, false);
+    // Move both sides to slot 6.
+    for id in 0..6 {
+        d.offer_one(id, 64, 0);
+        let c = q.pop().unwrap().unwrap();
+        q.add_used(c.head, 0).unwrap();
+    }
+    q.flush();
+    while d.reap().is_some() {}
+    let bufs = [
+        (BUFS, 12, 0),
+        (BUFS + 0x1000, 100, 0),
+        (BUFS + 0x2000, 200, 0),
+    ];
+    d.offer(&bufs, 5);
+    let c = q.pop().unwrap().unwrap();
+    assert_eq!(c.head, 5, "the id is the last descriptor's");
+    assert_eq!(
+        c.segs().iter().map(|s| (s.addr, s.len)).collect::<Vec<_>>(),
+        bufs.iter().map(|b| (b.0, b.1)).collect::<Vec<_>>()
+    );
+    assert_eq!(c.len(), 312);
+    assert_eq!(
+        q.next_avail(),
+        1,
+        "slots 6, 7, 0: the wrap counter flipped to 0"
+    );
+    q.add_used(5, 0).unwrap();
+    q.flush();
+    assert_eq!(d.reap(), Some((5, 0)));
+    assert_eq!(
+        d.used, d.avail,
+        "the used descriptor skipped the chain's three slots"
+    );
+    // Another chain is found right after it.
+    d.offer_one(2, 64, 0);
+    assert_eq!(q.pop().unwrap().unwrap().head, 2);
+}
+
+#[test]
+fn indirect_tables_are_walked_and_checked() {
+    let features = PackedFeatures {
+        indirect: true,
+        ..PLAIN
+    };
+    let (mut q, mut d, _call) = pair(8, features, false);
+    let table = BUFS + 0x8000;
+    let entries = [(BUFS, 10u32), (BUFS + 0x1000, 20), (BUFS + 0x2000, 30)];
+    for (k, &(addr, len)) in entries.iter().enumerate() {
+        let e = GuestAddress(table + 16 * k as u64);
+        d.mem.write_obj(addr, e).unwrap();
+        d.mem.write_obj(len, GuestAddress(e.0 + 8)).unwrap();
+        d.mem.write_obj(0u32, GuestAddress(e.0 + 12)).unwrap();
+    }
+    d.offer(&[(table, 48, F_INDIRECT)], 3);
+    let c = q.pop().unwrap().unwrap();
+    assert_eq!(c.head, 3);
+    assert_eq!(c.segs().len(), 3);
+    assert_eq!(c.len(), 60);
+    q.add_used(3, 0).unwrap();
+    q.flush();
+    assert_eq!(d.reap(), Some((3, 0)), "an indirect chain holds one slot");
+
+    let bad = |table_addr: u64, len: u32, nested: bool| {
+        let (mut q, mut d, _call) = pair(8, features, false);
+        if nested {
+            d.mem
+                .write_obj(F_INDIRECT, GuestAddress(table + 16 + 14))
+                .unwrap();
+        }
+        for (k, &(addr, l)) in entries.iter().enumerate() {
+            let e = GuestAddress(table + 16 * k as u64);
+            d.mem.write_obj(addr, e).unwrap();
+            d.mem.write_obj(l, GuestAddress(e.0 + 8)).unwrap();
+        }
+        d.offer(&[(table_addr, len, F_INDIRECT)], 0);
+        q.pop().unwrap_err()
+    };
+    assert_eq!(bad(table, 40, false), ChainError::IndirectTable(40));
+    assert_eq!(bad(table, 0, false), ChainError::ZeroLength);
+    assert!(matches!(
+        bad(MEM - 16, 32, false),
+        ChainError::OutOfMemory { .. }
+    ));
+    assert_eq!(bad(table, 48, true), ChainError::IndirectTable(48));
+    // Without the feature, as on a split ring.
+    let (mut q, mut d, _call) = pair(8, PLAIN, false);
+    d.offer(&[(table, 48, F_INDIRECT)], 0);
+    assert_eq!(q.pop().unwrap_err(), ChainError::Indirect);
+}
+
+#[test]
+fn hostile_chains_get_the_split_rings_errors() {
+    let one = |bufs: &[(u64, u32, u16)], id: u16, size: u16| {
+        let (mut q, mut d, _call) = pair(size, PLAIN, false);
+        d.offer(bufs, id);
+        q.pop().unwrap_err()
+    };
+    assert_eq!(one(&[(BUFS, 0, 0)], 0, 8), ChainError::ZeroLength);
+    assert!(matches!(
+        one(&[(MEM - 16, 64, 0)], 0, 8),
+        ChainError::OutOfMemory { .. }
+    ));
+    assert!(matches!(
+        one(&[(1 << 40, 64, 0)], 0, 8),
+        ChainError::OutOfMemory { .. }
+    ));
+    assert_eq!(
+        one(&[(BUFS, 64, F_WRITE)], 0, 8),
+        ChainError::WrongDirection
+    );
+    assert_eq!(one(&[(BUFS, 64, 0)], 8, 8), ChainError::IndexOutOfRange(8));
+    let long = vec![(BUFS, 16, 0); 100];
+    assert_eq!(one(&long, 0, 256), ChainError::TooLong);
+    // Every slot says NEXT: the chain never ends.
+    let (mut q, d, _call) = pair(8, PLAIN, false);
+    for slot in 0..8 {
+        d.put(slot, BUFS, 16, 0, F_NEXT | F_AVAIL);
+    }
+    assert_eq!(q.pop().unwrap_err(), ChainError::Loop);
+    // A buffer id offered twice while in flight.
+    let (mut q, mut d, _call) = pair(8, PLAIN, false);
+    d.offer_one(1, 64, 0);
+    d.offer_one(1, 64, 0);
+    assert_eq!(q.pop().unwrap().unwrap().head, 1);
+    assert_eq!(q.pop().unwrap_err(), ChainError::IndexJump);
+    // A used id that is not in flight.
+    assert_eq!(
+        q.add_used(2, 0).unwrap_err(),
+        ChainError::IndexOutOfRange(2)
+    );
+}
+
+#[test]
+fn a_bad_chain_ends_a_burst_after_the_good_ones() {
+    let (mut q, mut d, _call) = pair(8, PLAIN, false);
+    d.offer_one(0, 64, 0);
+    d.offer_one(1, 64, 0);
+    d.offer(&[(BUFS, 0, 0)], 2);
+    let mut b = Burst::new();
+    assert_eq!(
+        q.pop_burst(&mut b, BURST).unwrap_err(),
+        ChainError::ZeroLength
+    );
+    assert_eq!(b.len(), 2);
+}
+
+#[test]
+fn bursts_give_back_and_take_again() {
+    let (mut q, mut d, _call) = pair(8, PLAIN, true);
+    for id in 0..5 {
+        d.offer_one(id, 2048, F_WRITE);
+    }
+    let mut b = Burst::new();
+    q.pop_burst(&mut b, 4).unwrap();
+    assert_eq!(b.len(), 4, "no more than asked for");
+    q.unpop_n(2);
+    q.pop_burst(&mut b, BURST).unwrap();
+    assert_eq!(
+        (0..b.len()).map(|k| b.chain(k).0).collect::<Vec<_>>(),
+        vec![2, 3, 4]
+    );
+    q.unpop_n(3);
+    // Taken ahead, given back across bursts, taken again in order.
+    let mut c = Chain::new();
+    assert!(q.take(&mut c, 2).unwrap());
+    assert_eq!(c.head, 2);
+    q.add_used(2, 60).unwrap();
+    assert!(q.take(&mut c, 2).unwrap());
+    assert!(q.take(&mut c, 2).unwrap(), "a new burst");
+    assert_eq!(c.head, 4);
+    q.untake(2);
+    assert_eq!(q.next_avail(), 3 | 0x8000);
+    assert!(q.take(&mut c, 8).unwrap());
+    assert_eq!(c.head, 3);
+    // Stopping returns the chains popped ahead and not taken.
+    assert_eq!(q.stop_state() & 0xffff, 4 | 0x8000);
+}
+
+#[test]
+fn in_order_transmit_writes_one_used_descriptor_per_flush() {
+    let features = PackedFeatures {
+        in_order: true,
+        ..PLAIN
+    };
+    let (mut q, mut d, _call) = pair(8, features, false);
+    for id in 0..3 {
+        d.offer_one(id, 64, 0);
+    }
+    let mut b = Burst::new();
+    q.pop_burst(&mut b, BURST).unwrap();
+    for k in 0..3 {
+        q.add_used(b.chain(k).0, 0).unwrap();
+    }
+    q.flush();
+    let written =
+        |slot: u64| -> u16 { d.mem.read_obj(GuestAddress(DESC + 16 * slot + 14)).unwrap() };
+    assert_eq!(written(0) & (F_AVAIL | F_USED), F_AVAIL | F_USED);
+    assert_eq!(
+        written(1) & F_USED,
+        0,
+        "no used descriptor in the batch's other slots"
+    );
+    assert_eq!(d.reap(), Some((2, 0)), "naming the batch's last buffer");
+    assert!(d.in_flight.is_empty(), "the driver released all three");
+    // The receive queue writes each (its lengths differ).
+    let (mut q, mut d, _call) = pair(8, features, true);
+    for id in 0..2 {
+        d.offer_one(id, 2048, F_WRITE);
+    }
+    for len in [70, 80] {
+        let c = q.pop().unwrap().unwrap();
+        q.add_used(c.head, len).unwrap();
+    }
+    q.flush();
+    assert_eq!(d.reap(), Some((0, 70)));
+    assert_eq!(d.reap(), Some((1, 80)));
+}
+
+#[test]
+fn event_flags_without_event_idx() {
+    let (mut q, mut d, call) = pair(8, PLAIN, false);
+    let stats = QueueStats::default();
+    assert_eq!(
+        d.device_wants().1,
+        EVENT_DISABLE,
+        "a started queue is polled"
+    );
+    assert!(!q.enable_notification(), "nothing offered");
+    assert_eq!(d.device_wants().1, EVENT_ENABLE);
+    d.offer_one(0, 64, 0);
+    assert!(q.enable_notification(), "a chain arrived: poll again");
+    q.disable_notification();
+    assert_eq!(d.device_wants().1, EVENT_DISABLE);
+    let c = q.pop().unwrap().unwrap();
+    q.add_used(c.head, 0).unwrap();
+    q.signal(&stats);
+    assert_eq!(calls(&call), 1, "ENABLE: called");
+    d.want_calls(EVENT_DISABLE, 0);
+    d.offer_one(1, 64, 0);
+    let c = q.pop().unwrap().unwrap();
+    q.add_used(c.head, 0).unwrap();
+    q.signal(&stats);
+    assert_eq!(calls(&call), 1, "DISABLE: suppressed");
+    // DESC means nothing without EVENT_IDX: calls as ENABLE.
+    d.want_calls(EVENT_DESC, 0);
+    d.offer_one(2, 64, 0);
+    let c = q.pop().unwrap().unwrap();
+    q.add_used(c.head, 0).unwrap();
+    q.signal(&stats);
+    assert_eq!(calls(&call), 2);
+}
+
+#[test]
+fn event_idx_calls_when_the_named_descriptor_is_used() {
+    let features = PackedFeatures {
+        event_idx: true,
+        ..PLAIN
+    };
+    let (mut q, mut d, call) = pair(8, features, false);
+    let stats = QueueStats::default();
+    // The driver asks for a call once slot 2 of this lap (wrap 1) is used.
+    d.want_calls(EVENT_DESC, 2 | 0x8000);
+    let mut expected = Vec::new();
+    for id in 0..4u16 {
+        d.offer_one(id, 64, 0);
+        let c = q.pop().unwrap().unwrap();
+        q.add_used(c.head, 0).unwrap();
+        q.signal(&stats);
+        expected.push(calls(&call));
+        while d.reap().is_some() {}
+    }
+    assert_eq!(expected, vec![0, 0, 1, 1]);
+    // Next lap's slot 1 (wrap 0): six more used, the call on the sixth.
+    d.want_calls(EVENT_DESC, 1);
+    let mut seen = Vec::new();
+    for id in 0..6u16 {
+        d.offer_one(id, 64, 0);
+        let c = q.pop().unwrap().unwrap();
+        q.add_used(c.head, 0).unwrap();
+        q.signal(&stats);
+        seen.push(calls(&call));
+        while d.reap().is_some() {}
+    }
+    assert_eq!(seen, vec![1, 1, 1, 1, 1, 2]);
+    // The device asks for a kick at its next avail slot.
+    assert!(!q.enable_notification());
+    assert_eq!(d.device_wants(), (q.next_avail(), EVENT_DESC));
+    assert_eq!(q.next_avail(), 2, "ten slots on: slot 2, wrap counter 0");
+}
+
+#[test]
+fn bad_bases_and_rings_do_not_start() {
+    let (q, d, _call) = pair(8, PLAIN, false);
+    let mem = q.mem().clone();
+    let addrs = RingAddrs {
+        desc: GuestAddress(DESC),
+        avail: d.driver_event(),
+        used: d.device_event(),
+    };
+    let start =
+        |addrs, base| ActiveQueue::start_packed(mem.clone(), 8, addrs, base, PLAIN, None, false);
+    assert!(matches!(start(addrs, 8), Err(QueueError::Base(8))));
+    let outside = RingAddrs {
+        desc: GuestAddress(MEM - 64),
+        ..addrs
+    };
+    assert!(matches!(start(outside, 0), Err(QueueError::Rings)));
+    let misaligned = RingAddrs {
+        desc: GuestAddress(8),
+        ..addrs
+    };
+    assert!(matches!(start(misaligned, 0), Err(QueueError::Rings)));
+}
