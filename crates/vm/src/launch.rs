@@ -426,6 +426,26 @@ fn start(
                 });
                 st.save(dir)?;
             }
+            // QEMU redials a restarted switch (`reconnect=1`), so it would
+            // also wait forever for a socket that is not there at all.
+            Backend::VhostUser {
+                socket,
+                server: false,
+                ..
+            } => {
+                use std::os::unix::fs::FileTypeExt;
+                let is_socket = std::fs::metadata(socket).map(|m| m.file_type().is_socket());
+                if !matches!(is_socket, Ok(true)) {
+                    return Err(Error::Invalid(format!(
+                        "vhost-user NIC: nothing for QEMU to connect to at {} ({}): start the switch and its port first",
+                        socket.display(),
+                        match is_socket {
+                            Ok(_) => "not a socket".to_string(),
+                            Err(e) => e.to_string(),
+                        }
+                    )));
+                }
+            }
             _ => {}
         }
     }
