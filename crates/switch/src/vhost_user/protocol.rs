@@ -245,8 +245,21 @@ pub enum Request {
         /// On or off.
         enable: bool,
     },
-    /// Announce the guest's MAC after migration (ignored: nothing migrates here).
-    SendRarp,
+    /// The dirty-page log: `size` bytes of `fd` from `offset`.
+    SetLogBase {
+        /// Bytes of log.
+        size: u64,
+        /// Where the log starts in the file.
+        offset: u64,
+        /// The shared memory holding it.
+        fd: File,
+    },
+    /// An eventfd to signal log changes on (kept, never signalled: the
+    /// shared log needs no notification).
+    SetLogFd(File),
+    /// Announce the guest's MAC after a migration (a guest without
+    /// VIRTIO_NET_F_GUEST_ANNOUNCE).
+    SendRarp([u8; 6]),
     /// The guest's MTU.
     NetSetMtu(u64),
     /// Reset the device.
@@ -277,6 +290,15 @@ fn expect_fds(h: &Header, fds: &[File], expected: usize) -> Result<(), ProtocolE
         });
     }
     Ok(())
+}
+
+fn one_fd(h: &Header, mut fds: Vec<File>) -> Result<File, ProtocolError> {
+    expect_fds(h, &fds, 1)?;
+    fds.pop().ok_or(ProtocolError::BadFds {
+        request: h.request,
+        got: 0,
+        expected: 1,
+    })
 }
 
 fn vring_fd(
@@ -441,7 +463,27 @@ pub fn parse_request(h: &Header, body: &[u8], fds: Vec<File>) -> Result<Request,
         }
         SEND_RARP => {
             expect_size(h, body, 8)?;
-            Request::SendRarp
+            let mut mac = [0u8; 6];
+            mac.copy_from_slice(&body[..6]);
+            Request::SendRarp(mac)
+        }
+        SET_LOG_BASE => {
+            expect_size(h, body, 16)?;
+            Request::SetLogBase {
+                size: u64_at(body, 0),
+                offset: u64_at(body, 8),
+                fd: one_fd(h, fds)?,
+            }
+        }
+        SET_LOG_FD => {
+            if body.len() > 8 {
+                return Err(ProtocolError::BadSize {
+                    request: h.request,
+                    got: body.len(),
+                    expected: 8,
+                });
+            }
+            Request::SetLogFd(one_fd(h, fds)?)
         }
         NET_SET_MTU => Request::NetSetMtu(u64_body(h, body)?),
         RESET_DEVICE => {

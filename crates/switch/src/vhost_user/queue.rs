@@ -9,6 +9,7 @@
 //! Chain walking is [`super::chain`].
 
 use super::chain::{self, Chain, ChainError, Seg, MAX_SEGS};
+use super::log::DirtyLog;
 use super::memory::GuestMem;
 use crate::stats::QueueStats;
 use crate::sys::ring_mem::RingMem;
@@ -182,6 +183,39 @@ pub struct ActiveQueue {
     /// consumed yet.
     ahead: Option<Box<Burst>>,
     ahead_next: usize,
+    /// The dirty log while a migration logs this queue's writes.
+    log: Option<QueueLog>,
+}
+
+/// Where a queue marks what it writes while a migration logs.
+#[derive(Debug, Clone)]
+pub struct QueueLog {
+    /// The shared log.
+    pub log: Arc<DirtyLog>,
+    /// The guest physical address of the used ring, as the front-end asked
+    /// it logged (SET_VRING_ADDR's log_guest_addr).
+    pub used: u64,
+}
+
+/// Marks the writable buffers of the chain at `head` for the first `left`
+/// bytes the device wrote into them. The chain was validated when popped,
+/// and the driver may not change it before it is used.
+fn log_chain(log: &DirtyLog, desc: &Ring, size: u16, head: u16, mut left: u64) {
+    let mut i = head;
+    for _ in 0..size {
+        let Some(d) = desc.descriptor(i) else {
+            return;
+        };
+        if d.is_write_only() {
+            let n = u64::from(d.len()).min(left);
+            log.mark(d.addr().0, n);
+            left -= n;
+        }
+        if left == 0 || !d.has_next() || d.next() >= size {
+            return;
+        }
+        i = d.next();
+    }
 }
 
 /// Ring addresses in guest-physical space.
@@ -251,10 +285,30 @@ impl ActiveQueue {
             used_pending: false,
             ahead: Some(Box::new(Burst::new())),
             ahead_next: 0,
+            log: None,
         };
         // The worker polls a queue that just started; it asks for kicks again before it sleeps.
         q.disable_notification();
         Ok(q)
+    }
+
+    /// Starts (Some) or stops (None) marking this queue's writes in a
+    /// dirty log.
+    pub fn set_log(&mut self, log: Option<QueueLog>) {
+        self.log = log;
+    }
+
+    /// True while this queue's writes are logged.
+    pub fn logging(&self) -> bool {
+        self.log.is_some()
+    }
+
+    /// Marks `len` bytes of the used ring at `off` in the log, if logging.
+    #[inline]
+    fn log_used(&self, off: u64, len: u64) {
+        if let Some(l) = &self.log {
+            l.log.mark(l.used.wrapping_add(off), len);
+        }
     }
 
     /// The memory the queue's buffers live in.
@@ -446,6 +500,12 @@ impl ActiveQueue {
         }
         let slot = 4 + 8 * u64::from(self.next_used.0 % self.size);
         self.used.write_used(slot, u32::from(head), len)?;
+        if let Some(l) = &self.log {
+            l.log.mark(l.used.wrapping_add(slot), 8);
+            if self.writable {
+                log_chain(&l.log, &self.desc, self.size, head, u64::from(len));
+            }
+        }
         self.next_used += Wrapping(1);
         self.num_added += Wrapping(1);
         self.unpublished = true;
@@ -458,6 +518,7 @@ impl ActiveQueue {
         if self.unpublished {
             self.unpublished = false;
             let _ = self.used.store(2, self.next_used.0, Ordering::Release);
+            self.log_used(2, 2);
         }
     }
 
@@ -535,14 +596,17 @@ impl ActiveQueue {
     /// Asks the driver to kick on new buffers; returns true when some
     /// arrived meanwhile (poll again instead of sleeping).
     pub fn enable_notification(&mut self) -> bool {
+        let avail_event = 4 + 8 * u64::from(self.size);
         let r = if self.event_idx {
-            self.used.store(
-                4 + 8 * u64::from(self.size),
-                self.next_avail.0,
-                Ordering::Relaxed,
-            )
+            let r = self
+                .used
+                .store(avail_event, self.next_avail.0, Ordering::Relaxed);
+            self.log_used(avail_event, 2);
+            r
         } else {
-            self.used.store(0, 0, Ordering::Relaxed)
+            let r = self.used.store(0, 0, Ordering::Relaxed);
+            self.log_used(0, 2);
+            r
         };
         fence(Ordering::SeqCst);
         r.is_err() || self.has_available().unwrap_or(true)
@@ -559,6 +623,7 @@ impl ActiveQueue {
             let _ = self
                 .used
                 .store(0, VRING_USED_F_NO_NOTIFY, Ordering::Relaxed);
+            self.log_used(0, 2);
         }
     }
 }
