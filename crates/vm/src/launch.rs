@@ -715,6 +715,13 @@ pub fn supervise(dir: &VmDir, mut child: Child, interrupt: &AtomicBool) -> Resul
     loop {
         if let Some(status) = child.try_wait().ctx(|| "waiting for QEMU".into())? {
             let st = State::load(dir)?;
+            // Live-migrated: the guest runs on in another QEMU.
+            if let Some(p) = st
+                .pid
+                .filter(|&p| p != child.id() && state::is_ours(p, dir))
+            {
+                return Ok(format!("migrated to QEMU {p}; it runs on detached"));
+            }
             teardown(dir, &st, None);
             return Ok(format!("QEMU exited ({status})"));
         }

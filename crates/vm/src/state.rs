@@ -216,7 +216,8 @@ pub fn is_ours(pid: u32, dir: &VmDir) -> bool {
         return false;
     }
     let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-    let needle = dir.qmp().display().to_string();
+    // Its files are in the directory (a migrated QEMU's in `incoming/`).
+    let needle = format!("{}/", dir.path().display());
     String::from_utf8_lossy(&cmdline).contains(&needle)
 }
 

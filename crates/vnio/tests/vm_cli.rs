@@ -207,6 +207,12 @@ fn bad_input_is_one_line_and_a_nonzero_exit() {
         (vec!["stop", "nosuch"], 1, "no VM named nosuch"),
         (vec!["exec", "nosuch", "--", "true"], 1, "nosuch"),
         (vec!["wait-agent", "nosuch"], 1, "no VM named nosuch"),
+        (vec!["migrate", "nosuch"], 1, "no VM named nosuch"),
+        (
+            vec!["migrate", "nosuch", "--to", "lab2"],
+            1,
+            "--to lab2: migrating to another machine is not implemented yet",
+        ),
     ] {
         let out = vnio(&t, &args);
         let err = text(&out.stderr);

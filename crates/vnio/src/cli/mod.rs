@@ -6,3 +6,4 @@ pub mod measure;
 pub mod switch;
 pub mod tune;
 pub mod vm;
+pub mod vm_migrate;

@@ -85,6 +85,8 @@ enum Cmd {
         #[arg(trailing_var_arg = true, required = true, allow_hyphen_values = true)]
         command: Vec<String>,
     },
+    /// Live-migrate a running VM to a new QEMU process (its NICs move to new switch ports).
+    Migrate(super::vm_migrate::MigrateArgs),
     /// Inside a guest: serve the command channel (started by the guest's init).
     #[command(hide = true)]
     GuestServe,
@@ -237,6 +239,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             }
             Ok(out.code.unwrap_or(128))
         }
+        Cmd::Migrate(a) => super::vm_migrate::run(a, &root),
         Cmd::GuestServe => {
             vnio_vm::exec::serve()?;
             Ok(0)
