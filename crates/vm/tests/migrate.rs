@@ -55,6 +55,10 @@ fn a_guest_migrates_under_ping_and_tcp_with_little_loss() {
     let Some(kit) = Kit::get("live migration through the switch") else {
         return;
     };
+    if std::env::var("VNIO_LOG").as_deref() == Ok("debug") {
+        // Shows QEMU's requests: SET_LOG_BASE, the log flag, LOG_ALL on and off.
+        vnio_switch::logging::init(vnio_switch::logging::LevelFilter::Debug);
+    }
     bounded(Duration::from_secs(900), move || {
         let n = run_id();
         let work = Dir::new("migrate");
