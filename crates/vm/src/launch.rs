@@ -21,6 +21,7 @@ use crate::error::{Context, Error, Result};
 use crate::host::HostFacts;
 use crate::hostnet;
 use crate::image::{self, Image};
+use crate::passthrough::{self, Passthrough};
 use crate::plan::{self, Pinning, Plan, PlanInput, SwitchAnswer};
 use crate::qmp::Qmp;
 use crate::spec::{Backend, VmSpec};
@@ -164,18 +165,44 @@ fn lock_root(root: &Path) -> Result<RootLock> {
 }
 
 fn needs_root(spec: &VmSpec) -> bool {
-    spec.nics
-        .iter()
-        .any(|n| matches!(n.backend, Backend::Tap { .. } | Backend::Macvtap { .. }))
+    spec.nics.iter().any(|n| {
+        matches!(
+            n.backend,
+            Backend::Tap { .. }
+                | Backend::Macvtap { .. }
+                | Backend::Vfio { .. }
+                | Backend::Sriov { .. }
+        )
+    })
+}
+
+/// Each passthrough NIC's host plan (by NIC index), or the one-line
+/// refusal naming what this host lacks.
+pub fn passthrough_plans(
+    spec: &VmSpec,
+    sys: &passthrough::Sysfs,
+) -> Result<Vec<(usize, Passthrough)>> {
+    let mut out = Vec::new();
+    for (i, n) in spec.nics.iter().enumerate() {
+        if let Some(p) = passthrough::plan(sys, &n.backend) {
+            out.push((
+                i,
+                p.map_err(|why| Error::Missing(format!("NIC {i} (passthrough): {why}")))?,
+            ));
+        }
+    }
+    Ok(out)
 }
 
 /// Launches `spec`. On any failure, or on interrupt, everything created
 /// so far is removed before returning the error.
 pub fn launch(spec: &VmSpec, opts: &LaunchOptions) -> Result<Launched> {
     spec.validate()?;
+    let pt = passthrough_plans(spec, &passthrough::Sysfs::host())?;
     if needs_root(spec) && !nix::unistd::geteuid().is_root() {
         return Err(Error::Missing(
-            "tap and macvtap NICs need root (CAP_NET_ADMIN): run as root".into(),
+            "tap, macvtap and passthrough NICs need root (CAP_NET_ADMIN, sysfs): run as root"
+                .into(),
         ));
     }
     accel::qemu_version()?;
@@ -282,6 +309,7 @@ pub fn launch(spec: &VmSpec, opts: &LaunchOptions) -> Result<Launched> {
         &dir,
         &mut st,
         &prepared.plan,
+        &pt,
         opts,
         (&mut child, &mut journaled),
         lock,
@@ -385,6 +413,7 @@ fn start(
     dir: &VmDir,
     st: &mut State,
     plan: &Plan,
+    pt: &[(usize, Passthrough)],
     opts: &LaunchOptions,
     slots: (&mut Option<Child>, &mut Option<Entry>),
     lock: RootLock,
@@ -429,22 +458,23 @@ fn start(
             _ => {}
         }
     }
-    std::fs::write(dir.cmdline(), plan::shell_line(&plan.argv) + "\n")
+    let argv = passthrough_devices(dir, st, plan, pt)?;
+    std::fs::write(dir.cmdline(), plan::shell_line(&argv) + "\n")
         .ctx(|| format!("writing {}", dir.cmdline().display()))?;
 
     // QEMU, paused (-S) until pinning and interfaces are in place.
     let log =
         File::create(dir.qemu_log()).ctx(|| format!("creating {}", dir.qemu_log().display()))?;
     let log2 = log.try_clone().ctx(|| "duplicating the log file".into())?;
-    let mut cmd = Command::new(&plan.argv[0]);
-    cmd.args(&plan.argv[1..])
+    let mut cmd = Command::new(&argv[0]);
+    cmd.args(&argv[1..])
         .arg("-S")
         .stdin(Stdio::null())
         .stdout(log)
         .stderr(log2);
     crate::sys::detach_and_pass_fds(&mut cmd, pass);
     check_interrupt(opts)?;
-    let child = cmd.spawn().ctx(|| format!("starting {}", plan.argv[0]))?;
+    let child = cmd.spawn().ctx(|| format!("starting {}", argv[0]))?;
     st.pid = Some(child.id());
     st.launched_ns = state::monotonic_ns();
     let child = child_slot.insert(child);
@@ -481,6 +511,46 @@ fn start(
     qmp.cont()?;
     st.phase = Phase::Running;
     st.save(dir)
+}
+
+/// Hands each passthrough NIC's device to vfio-pci (each change journalled
+/// in the state first) and raises RLIMIT_MEMLOCK for QEMU, which pins all
+/// guest memory for the device's DMA; returns the command line with the
+/// created VFs' addresses.
+fn passthrough_devices(
+    dir: &VmDir,
+    st: &mut State,
+    plan: &Plan,
+    pt: &[(usize, Passthrough)],
+) -> Result<Vec<String>> {
+    let mut argv = plan.argv.clone();
+    if pt.is_empty() {
+        return Ok(argv);
+    }
+    let sys = passthrough::Sysfs::host();
+    for (i, p) in pt {
+        let n = &plan.nics[*i];
+        let mut record = |undo| {
+            st.owned.push(Owned::Passthrough { undo });
+            st.save(dir)
+        };
+        let addr = passthrough::apply(&sys, p, &n.mac.to_string(), &mut record)?;
+        if let Backend::Sriov { pf, vf } = &n.backend {
+            let pending = passthrough::pending_vf(pf, *vf);
+            for a in &mut argv {
+                *a = a.replace(&pending, &addr);
+            }
+        }
+    }
+    let want = passthrough::memlock_bytes(st.spec.mem_mib);
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let (soft, hard) =
+        getrlimit(Resource::RLIMIT_MEMLOCK).ctx(|| "reading RLIMIT_MEMLOCK".into())?;
+    if soft < want {
+        setrlimit(Resource::RLIMIT_MEMLOCK, want, hard.max(want))
+            .ctx(|| format!("raising RLIMIT_MEMLOCK to {want} bytes for VFIO"))?;
+    }
+    Ok(argv)
 }
 
 /// One netlink handle per launch, opened on first use.
@@ -617,6 +687,9 @@ pub fn teardown(dir: &VmDir, st: &State, child: Option<&mut Child>) -> Vec<Strin
                     error_chain(&e)
                 )),
             },
+            Owned::Passthrough { undo } => {
+                done.push(passthrough::undo(&passthrough::Sysfs::host(), undo));
+            }
             Owned::Socket { path: p } => {
                 if std::fs::remove_file(p).is_ok() {
                     done.push(format!("socket {}", p.display()));

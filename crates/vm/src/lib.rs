@@ -43,6 +43,7 @@ pub mod launch;
 pub mod libvirt;
 pub mod migrate;
 pub mod modules;
+pub mod passthrough;
 pub mod plan;
 pub mod qmp;
 pub mod spec;

@@ -114,6 +114,11 @@ pub enum Owned {
         /// Its path.
         path: PathBuf,
     },
+    /// A host change for a passthrough NIC (a device on vfio-pci, VFs created).
+    Passthrough {
+        /// What to undo.
+        undo: crate::passthrough::Undo,
+    },
     /// A switch port whose latency policy was raised: put back `latency`.
     SwitchPort {
         /// The switch's control socket.

@@ -7,3 +7,4 @@ pub mod switch;
 pub mod tune;
 pub mod vm;
 pub mod vm_migrate;
+pub mod vm_passthrough;

@@ -429,6 +429,7 @@ fn run_vm(a: RunArgs, root: PathBuf, cache: PathBuf) -> anyhow::Result<i32> {
                 );
             }
         }
+        super::vm_passthrough::print_passthrough(&spec);
         for s in p.plan.not_honoured() {
             println!("# not honoured: {}: {}", s.name, s.detail);
         }
@@ -502,6 +503,10 @@ fn print_state(dir: &VmDir, st: &State, launched: bool) {
                 "macvtap {} on {parent} ({mode})",
                 st.host_ifnames[i].as_deref().unwrap_or("?")
             ),
+            spec::Backend::Vfio { addr } => format!("passthrough {addr} (VFIO)"),
+            spec::Backend::Sriov { pf, vf } => {
+                format!("passthrough VF {vf} of {pf} (SR-IOV, VFIO)")
+            }
         };
         println!(
             "  nic{i}     {host}, {:?}, mac {}{}",
