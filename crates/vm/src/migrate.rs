@@ -71,6 +71,8 @@ struct MovingNic {
     new_socket: PathBuf,
     /// The switch listens on the socket (QEMU connects).
     switch_listens: bool,
+    /// The source port's latency policy, which the new port takes.
+    latency: vnio_switch::config::Latency,
 }
 
 /// What was created for the destination, undone if it fails.
@@ -107,8 +109,9 @@ fn del_port(control: &Path, name: &str) -> Result<()> {
         .map(drop)
 }
 
-fn add_port(control: &Path, name: &str, socket: &Path, switch_listens: bool) -> Result<()> {
-    let mode = if switch_listens {
+fn add_port(n: &MovingNic) -> Result<()> {
+    let (control, name, socket) = (&n.control, &n.new_port, &n.new_socket);
+    let mode = if n.switch_listens {
         SocketMode::Server
     } else {
         SocketMode::Client
@@ -117,8 +120,11 @@ fn add_port(control: &Path, name: &str, socket: &Path, switch_listens: bool) -> 
         .request(&Request::PortAdd {
             port: PortSpec::vhost_user(name, socket, mode),
         })
-        .ctx(|| format!("creating switch port {name} on {}", socket.display()))
-        .map(drop)
+        .ctx(|| format!("creating switch port {name} on {}", socket.display()))?;
+    if n.latency != vnio_switch::config::Latency::Normal {
+        switchport::set_latency(control, name, n.latency)?;
+    }
+    Ok(())
 }
 
 /// The destination port's name: the source's without a previous
@@ -225,6 +231,7 @@ fn nics_to_move(st: &State) -> Result<Vec<MovingNic>> {
             new_port,
             new_socket,
             switch_listens: !server,
+            latency: old.latency,
         });
     }
     Ok(out)
@@ -387,8 +394,8 @@ fn run(
     let argv = destination_argv(&source_argv(old_pid)?, dir.path(), incoming, &sockets);
     // A port the switch listens on must exist before QEMU connects to it.
     for n in nics.iter().filter(|n| n.switch_listens) {
-        add_port(&n.control, &n.new_port, &n.new_socket, true)?;
         made.ports.push((n.control.clone(), n.new_port.clone()));
+        add_port(n)?;
     }
     let log_path = incoming.join("qemu.log");
     let log =
@@ -407,8 +414,8 @@ fn run(
     let new_pid = child.id();
     // A port that connects to QEMU: QEMU listens (and waits for it) now.
     for n in nics.iter().filter(|n| !n.switch_listens) {
-        add_port(&n.control, &n.new_port, &n.new_socket, false)?;
         made.ports.push((n.control.clone(), n.new_port.clone()));
+        add_port(n)?;
     }
     let with_log = |e: Error| {
         let text = std::fs::read_to_string(&log_path).unwrap_or_default();

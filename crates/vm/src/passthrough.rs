@@ -167,8 +167,8 @@ fn group_bindings(sys: &Sysfs, addr: &str) -> Result<Vec<Binding>, String> {
     Ok(members
         .into_iter()
         .filter(|m| {
-            sys.read(&format!("{}/class", dev(m)))
-                .map_or(true, |c| !c.starts_with(CLASS_BRIDGE))
+            !sys.read(&format!("{}/class", dev(m)))
+                .is_some_and(|c| c.starts_with(CLASS_BRIDGE))
         })
         .map(|m| Binding {
             driver: driver_of(sys, &m),
