@@ -350,13 +350,23 @@ pub fn migrate(root: &Path, name: &str) -> Result<Migration> {
         }
     };
     // The guest runs on the destination: the rest cannot be undone, only
-    // done. The new pid is recorded before the source quits, so a
-    // launcher supervising the source sees a move, not an exit.
+    // done. The source's ports go first: the switch forgets the addresses
+    // learned there, so frames for the guest flood to its new port until
+    // its announce (or any frame it sends) teaches the switch again.
+    let mut notes = Vec::new();
+    for n in &nics {
+        if let Err(e) = del_port(&n.control, &n.old_port) {
+            notes.push(format!("switch port {} not removed: {e}", n.old_port));
+        }
+    }
+    // The new pid is recorded before the source quits, so a launcher
+    // supervising the source sees a move, not an exit.
     st.pid = Some(new_pid);
     let _ = st.save(&dir);
     // The source is paused for good ("postmigrate").
     let _ = src.quit();
     drop(src);
+    st.notes.extend(notes);
     finish(&dir, &incoming, &mut st, old_pid, new_pid, &nics);
     let ms = |k: &str| stats.get(k).and_then(Value::as_u64);
     Ok(Migration {
@@ -436,7 +446,7 @@ fn run(
     Ok((new_pid, stats, src))
 }
 
-/// After the switchover: the source gone, its ports removed, the
+/// After the switchover and the source's quit: the source gone, the
 /// destination's files under the standard names, the state saved.
 fn finish(
     dir: &VmDir,
@@ -447,12 +457,6 @@ fn finish(
     nics: &[MovingNic],
 ) {
     wait_gone(dir, old_pid, Duration::from_secs(10));
-    let mut notes = Vec::new();
-    for n in nics {
-        if let Err(e) = del_port(&n.control, &n.old_port) {
-            notes.push(format!("switch port {} not removed: {e}", n.old_port));
-        }
-    }
     // The source removed its sockets on exit; the destination's take their names.
     if let Ok(entries) = std::fs::read_dir(incoming) {
         for e in entries.flatten() {
@@ -483,7 +487,6 @@ fn finish(
             }
         }
     }
-    st.notes.extend(notes);
     st.notes.push(format!(
         "live-migrated from QEMU {old_pid} to QEMU {new_pid}"
     ));

@@ -50,6 +50,26 @@ fn ping_counts(summary: &str) -> (u64, u64) {
     (n[0], n[1])
 }
 
+/// The unanswered sequence numbers of a busybox ping log, as ranges.
+fn gaps(log: &str) -> String {
+    let seqs: Vec<u64> = log
+        .lines()
+        .filter_map(|l| l.split("seq=").nth(1))
+        .filter_map(|r| r.split_whitespace().next()?.parse().ok())
+        .collect();
+    let mut out = Vec::new();
+    for w in seqs.windows(2) {
+        if w[1] > w[0] + 1 {
+            out.push(format!("{}..{}", w[0] + 1, w[1] - 1));
+        }
+    }
+    if out.is_empty() {
+        "none in sequence".into()
+    } else {
+        out.join(", ")
+    }
+}
+
 #[test]
 fn a_guest_migrates_under_ping_and_tcp_with_little_loss() {
     let Some(kit) = Kit::get("live migration through the switch") else {
@@ -108,7 +128,7 @@ fn a_guest_migrates_under_ping_and_tcp_with_little_loss() {
         );
         run(
             &a,
-            &format!("(ping -q -i 0.01 -w 30 {b_ip} > /tmp/ping.out 2>&1) > /dev/null 2>&1 &"),
+            &format!("(ping -i 0.01 -w 30 {b_ip} > /tmp/ping.out 2>&1) > /dev/null 2>&1 &"),
         );
         std::thread::sleep(Duration::from_secs(1));
         run(
@@ -152,7 +172,10 @@ fn a_guest_migrates_under_ping_and_tcp_with_little_loss() {
             o.contains("packet loss")
         });
         let (tx, rx) = ping_counts(&summary);
-        println!("ping across the migration: {rx} of {tx} answered");
+        println!(
+            "ping across the migration: {rx} of {tx} answered; unanswered: {}",
+            gaps(&summary)
+        );
         assert!(tx > 100, "{summary}");
         assert!(
             (tx - rx) * 100 <= tx * 5,
