@@ -5,6 +5,8 @@
 //! guest's MAC, so every learning switch on the way points the MAC at the
 //! guest's new place.
 
+use crate::wire::virtio_net::HEADER_LEN;
+
 /// EtherType of RARP.
 pub const ETHERTYPE_RARP: u16 = 0x8035;
 /// Length of the frame (the Ethernet minimum, without FCS).
@@ -23,6 +25,14 @@ pub fn rarp_frame(mac: [u8; 6]) -> [u8; RARP_LEN] {
     f[20..22].copy_from_slice(&3u16.to_be_bytes()); // reverse request
     f[22..28].copy_from_slice(&mac); // sender MAC (sender IP stays 0)
     f[32..38].copy_from_slice(&mac); // target MAC (target IP stays 0)
+    f
+}
+
+/// The RARP request announcing `mac` behind a zeroed virtio-net header,
+/// as a frame a port received (what the datapath forwards for SEND_RARP).
+pub fn rarp_with_header(mac: [u8; 6]) -> [u8; HEADER_LEN + RARP_LEN] {
+    let mut f = [0u8; HEADER_LEN + RARP_LEN];
+    f[HEADER_LEN..].copy_from_slice(&rarp_frame(mac));
     f
 }
 
@@ -58,5 +68,11 @@ mod tests {
         assert_eq!(d.handle(req).unwrap(), Reply::Ack);
         assert_eq!(d.take_announce(), Some([2, 0, 0, 0, 0, 9]));
         assert_eq!(d.take_announce(), None, "taken once");
+        let req = parse_request(&h, &body, vec![]).unwrap();
+        d.handle(req).unwrap();
+        let f = d.take_announce_frame().unwrap();
+        assert!(f[..HEADER_LEN].iter().all(|&b| b == 0));
+        assert_eq!(f[HEADER_LEN..], rarp_frame([2, 0, 0, 0, 0, 9]));
+        assert!(d.take_announce_frame().is_none());
     }
 }

@@ -424,6 +424,15 @@ impl Device {
         self.announce.take()
     }
 
+    /// Like [`Device::take_announce`], as the frame to forward as if this
+    /// port received it (a zeroed virtio-net header of
+    /// [`crate::wire::virtio_net::HEADER_LEN`] bytes, then the RARP request).
+    pub fn take_announce_frame(
+        &mut self,
+    ) -> Option<[u8; crate::wire::virtio_net::HEADER_LEN + super::announce::RARP_LEN]> {
+        self.take_announce().map(super::announce::rarp_with_header)
+    }
+
     fn try_start(&mut self, i: usize) -> Result<(), DeviceError> {
         let event_idx = self.event_idx();
         let log = self.queue_log(i);
