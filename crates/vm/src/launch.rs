@@ -176,29 +176,11 @@ fn needs_root(spec: &VmSpec) -> bool {
     })
 }
 
-/// Each passthrough NIC's host plan (by NIC index), or the one-line
-/// refusal naming what this host lacks.
-pub fn passthrough_plans(
-    spec: &VmSpec,
-    sys: &passthrough::Sysfs,
-) -> Result<Vec<(usize, Passthrough)>> {
-    let mut out = Vec::new();
-    for (i, n) in spec.nics.iter().enumerate() {
-        if let Some(p) = passthrough::plan(sys, &n.backend) {
-            out.push((
-                i,
-                p.map_err(|why| Error::Missing(format!("NIC {i} (passthrough): {why}")))?,
-            ));
-        }
-    }
-    Ok(out)
-}
-
 /// Launches `spec`. On any failure, or on interrupt, everything created
 /// so far is removed before returning the error.
 pub fn launch(spec: &VmSpec, opts: &LaunchOptions) -> Result<Launched> {
     spec.validate()?;
-    let pt = passthrough_plans(spec, &passthrough::Sysfs::host())?;
+    let pt = passthrough::plans(spec, &passthrough::Sysfs::host())?;
     if needs_root(spec) && !nix::unistd::geteuid().is_root() {
         return Err(Error::Missing(
             "tap, macvtap and passthrough NICs need root (CAP_NET_ADMIN, sysfs): run as root"
@@ -458,7 +440,7 @@ fn start(
             _ => {}
         }
     }
-    let argv = passthrough_devices(dir, st, plan, pt)?;
+    let argv = passthrough::hand_over(dir, st, plan, pt)?;
     std::fs::write(dir.cmdline(), plan::shell_line(&argv) + "\n")
         .ctx(|| format!("writing {}", dir.cmdline().display()))?;
 
@@ -511,46 +493,6 @@ fn start(
     qmp.cont()?;
     st.phase = Phase::Running;
     st.save(dir)
-}
-
-/// Hands each passthrough NIC's device to vfio-pci (each change journalled
-/// in the state first) and raises RLIMIT_MEMLOCK for QEMU, which pins all
-/// guest memory for the device's DMA; returns the command line with the
-/// created VFs' addresses.
-fn passthrough_devices(
-    dir: &VmDir,
-    st: &mut State,
-    plan: &Plan,
-    pt: &[(usize, Passthrough)],
-) -> Result<Vec<String>> {
-    let mut argv = plan.argv.clone();
-    if pt.is_empty() {
-        return Ok(argv);
-    }
-    let sys = passthrough::Sysfs::host();
-    for (i, p) in pt {
-        let n = &plan.nics[*i];
-        let mut record = |undo| {
-            st.owned.push(Owned::Passthrough { undo });
-            st.save(dir)
-        };
-        let addr = passthrough::apply(&sys, p, &n.mac.to_string(), &mut record)?;
-        if let Backend::Sriov { pf, vf } = &n.backend {
-            let pending = passthrough::pending_vf(pf, *vf);
-            for a in &mut argv {
-                *a = a.replace(&pending, &addr);
-            }
-        }
-    }
-    let want = passthrough::memlock_bytes(st.spec.mem_mib);
-    use nix::sys::resource::{getrlimit, setrlimit, Resource};
-    let (soft, hard) =
-        getrlimit(Resource::RLIMIT_MEMLOCK).ctx(|| "reading RLIMIT_MEMLOCK".into())?;
-    if soft < want {
-        setrlimit(Resource::RLIMIT_MEMLOCK, want, hard.max(want))
-            .ctx(|| format!("raising RLIMIT_MEMLOCK to {want} bytes for VFIO"))?;
-    }
-    Ok(argv)
 }
 
 /// One netlink handle per launch, opened on first use.

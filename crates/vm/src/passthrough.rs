@@ -4,12 +4,13 @@
 //! for it (`--nic sriov:PF,vf=N`).
 //!
 //! Everything is read and written through [`Sysfs`], rooted at `/` on the
-//! host and at a fake tree in tests. [`plan`] decides what a launch does
-//! or refuses in one line naming what is missing (no IOMMU, no such
-//! device, no SR-IOV, too few VFs); [`bind_vfio`] / [`unbind_vfio`] and
-//! [`set_numvfs`] are the host effects, which the launcher journals in the
-//! VM's state before making them, so `stop` (or the next launch after a
-//! crash) puts every device back on its driver.
+//! host and at a fake tree in tests. [`plan`] (and [`plans`] for a whole
+//! VM) decides what a launch does or refuses in one line naming what is
+//! missing (no IOMMU, no such device, no SR-IOV, too few VFs);
+//! [`bind_vfio`] / [`unbind_vfio`] and [`set_numvfs`] are the host
+//! effects, which [`apply`] journals in the VM's state before making them
+//! (the launcher calls it through `hand_over`), so `stop` (or the next
+//! launch after a crash) puts every device back on its driver ([`undo`]).
 //!
 //! VFIO needs the whole IOMMU group on vfio-pci (bridges excepted), and
 //! pins all guest memory for DMA: the launcher raises RLIMIT_MEMLOCK to
@@ -19,7 +20,10 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::error::Context;
+use crate::plan::Plan;
 use crate::spec::Backend;
+use crate::state::{Owned, State, VmDir};
 
 /// The driver VFIO devices are bound to.
 pub const VFIO_DRIVER: &str = "vfio-pci";
@@ -282,6 +286,21 @@ pub fn plan(sys: &Sysfs, backend: &Backend) -> Option<Result<Passthrough, String
     }
 }
 
+/// Each passthrough NIC's host plan (by NIC index), or the one-line
+/// refusal naming what this host lacks.
+pub fn plans(spec: &crate::spec::VmSpec, sys: &Sysfs) -> crate::Result<Vec<(usize, Passthrough)>> {
+    let mut out = Vec::new();
+    for (i, n) in spec.nics.iter().enumerate() {
+        if let Some(p) = plan(sys, &n.backend) {
+            out.push((
+                i,
+                p.map_err(|why| crate::Error::Missing(format!("NIC {i} (passthrough): {why}")))?,
+            ));
+        }
+    }
+    Ok(out)
+}
+
 /// After [`set_numvfs`]: the created VF's address and its group's bindings.
 pub fn created_vf(sys: &Sysfs, c: &VfCreation) -> Result<(String, Vec<Binding>), String> {
     let a = sys
@@ -395,7 +414,6 @@ pub fn apply(
     mac: &str,
     record: &mut dyn FnMut(Undo) -> crate::Result<()>,
 ) -> crate::Result<String> {
-    use crate::error::Context;
     if p.load_vfio {
         crate::tool::run(
             std::process::Command::new("modprobe").arg(VFIO_DRIVER),
@@ -453,4 +471,44 @@ pub fn undo(sys: &Sysfs, u: &Undo) -> String {
             Err(e) => format!("{pf} NOT back to {before} virtual functions: {e}"),
         },
     }
+}
+
+/// Hands each passthrough NIC's device to vfio-pci (each change journalled
+/// in the state first) and raises RLIMIT_MEMLOCK for QEMU, which pins all
+/// guest memory for the device's DMA; returns the command line with the
+/// created VFs' addresses.
+pub(crate) fn hand_over(
+    dir: &VmDir,
+    st: &mut State,
+    plan: &Plan,
+    pt: &[(usize, Passthrough)],
+) -> crate::Result<Vec<String>> {
+    let mut argv = plan.argv.clone();
+    if pt.is_empty() {
+        return Ok(argv);
+    }
+    let sys = Sysfs::host();
+    for (i, p) in pt {
+        let n = &plan.nics[*i];
+        let mut record = |undo| {
+            st.owned.push(Owned::Passthrough { undo });
+            st.save(dir)
+        };
+        let addr = apply(&sys, p, &n.mac.to_string(), &mut record)?;
+        if let Backend::Sriov { pf, vf } = &n.backend {
+            let pending = pending_vf(pf, *vf);
+            for a in &mut argv {
+                *a = a.replace(&pending, &addr);
+            }
+        }
+    }
+    let want = memlock_bytes(st.spec.mem_mib);
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let (soft, hard) =
+        getrlimit(Resource::RLIMIT_MEMLOCK).ctx(|| "reading RLIMIT_MEMLOCK".into())?;
+    if soft < want {
+        setrlimit(Resource::RLIMIT_MEMLOCK, want, hard.max(want))
+            .ctx(|| format!("raising RLIMIT_MEMLOCK to {want} bytes for VFIO"))?;
+    }
+    Ok(argv)
 }

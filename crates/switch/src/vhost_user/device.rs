@@ -7,10 +7,10 @@
 //! recorded whenever it comes and applies once the ring starts; without
 //! VHOST_USER_F_PROTOCOL_FEATURES a ring is enabled as soon as it starts.
 
-use super::log::{DirtyLog, LogError};
+use super::log::{DirtyLog, LogError, QueueLog};
 use super::memory::{GuestMem, MemoryError};
 use super::protocol::{Request, VringAddr};
-use super::queue::{ActiveQueue, QueueError, QueueLog, RingAddrs, MAX_QUEUE_SIZE};
+use super::queue::{ActiveQueue, QueueError, RingAddrs, MAX_QUEUE_SIZE};
 use std::fs::File;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;

@@ -16,6 +16,8 @@ use crate::sys::sigbus;
 use std::fs::File;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Arc;
+use virtio_queue::desc::split::Descriptor;
 use vm_memory::{FileOffset, MmapRegion, VolatileMemory};
 
 /// Bytes of guest memory per bit of the log (VHOST_LOG_PAGE).
@@ -185,6 +187,44 @@ impl DirtyLog {
     }
 }
 
+/// Where a queue marks what it writes while a migration logs.
+#[derive(Debug, Clone)]
+pub struct QueueLog {
+    /// The shared log.
+    pub log: Arc<DirtyLog>,
+    /// The guest physical address of the used ring, as the front-end asked
+    /// it logged (SET_VRING_ADDR's log_guest_addr).
+    pub used: u64,
+}
+
+/// Marks the writable buffers of the chain at `head` (descriptors read
+/// through `descriptor`) for the first `left` bytes the device wrote into
+/// them. The chain was validated when popped, and the driver may not
+/// change it before it is used.
+pub(super) fn log_chain(
+    log: &DirtyLog,
+    descriptor: impl Fn(u16) -> Option<Descriptor>,
+    size: u16,
+    head: u16,
+    mut left: u64,
+) {
+    let mut i = head;
+    for _ in 0..size {
+        let Some(d) = descriptor(i) else {
+            return;
+        };
+        if d.is_write_only() {
+            let n = u64::from(d.len()).min(left);
+            log.mark(d.addr().0, n);
+            left -= n;
+        }
+        if left == 0 || !d.has_next() || d.next() >= size {
+            return;
+        }
+        i = d.next();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -227,6 +267,24 @@ mod tests {
         // Past the end: dropped, no fault.
         log.mark(64 * 8 * 4096, 1 << 20);
         assert!(!log.is_marked(64 * 8));
+    }
+
+    #[test]
+    fn a_chain_is_marked_for_the_bytes_written_only() {
+        const NEXT: u16 = 1;
+        const WRITE: u16 = 2;
+        let log = DirtyLog::map(memfd(4096), 64, 0, 64 * 8 * 4096, 1 << 30).unwrap();
+        // 0: read-only 4 KiB at page 1 -> 1: writable 4 KiB at page 5 -> 2: writable 8 KiB at page 9.
+        let table = [
+            Descriptor::new(4096, 4096, NEXT, 1),
+            Descriptor::new(5 * 4096, 4096, WRITE | NEXT, 2),
+            Descriptor::new(9 * 4096, 8192, WRITE, 0),
+        ];
+        let at = |i: u16| table.get(usize::from(i)).copied();
+        // 4 KiB + 1 byte written: page 5 whole, the first byte of page 9.
+        log_chain(&log, at, 8, 0, 4097);
+        let set: Vec<u64> = (0..64 * 8).filter(|&p| log.is_marked(p)).collect();
+        assert_eq!(set, vec![5, 9]);
     }
 
     #[test]

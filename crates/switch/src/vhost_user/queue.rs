@@ -9,7 +9,7 @@
 //! Chain walking is [`super::chain`].
 
 use super::chain::{self, Chain, ChainError, Seg, MAX_SEGS};
-use super::log::DirtyLog;
+use super::log::{log_chain, QueueLog};
 use super::memory::GuestMem;
 use crate::stats::QueueStats;
 use crate::sys::ring_mem::RingMem;
@@ -187,37 +187,6 @@ pub struct ActiveQueue {
     log: Option<QueueLog>,
 }
 
-/// Where a queue marks what it writes while a migration logs.
-#[derive(Debug, Clone)]
-pub struct QueueLog {
-    /// The shared log.
-    pub log: Arc<DirtyLog>,
-    /// The guest physical address of the used ring, as the front-end asked
-    /// it logged (SET_VRING_ADDR's log_guest_addr).
-    pub used: u64,
-}
-
-/// Marks the writable buffers of the chain at `head` for the first `left`
-/// bytes the device wrote into them. The chain was validated when popped,
-/// and the driver may not change it before it is used.
-fn log_chain(log: &DirtyLog, desc: &Ring, size: u16, head: u16, mut left: u64) {
-    let mut i = head;
-    for _ in 0..size {
-        let Some(d) = desc.descriptor(i) else {
-            return;
-        };
-        if d.is_write_only() {
-            let n = u64::from(d.len()).min(left);
-            log.mark(d.addr().0, n);
-            left -= n;
-        }
-        if left == 0 || !d.has_next() || d.next() >= size {
-            return;
-        }
-        i = d.next();
-    }
-}
-
 /// Ring addresses in guest-physical space.
 #[derive(Debug, Clone, Copy)]
 pub struct RingAddrs {
@@ -296,11 +265,6 @@ impl ActiveQueue {
     /// dirty log.
     pub fn set_log(&mut self, log: Option<QueueLog>) {
         self.log = log;
-    }
-
-    /// True while this queue's writes are logged.
-    pub fn logging(&self) -> bool {
-        self.log.is_some()
     }
 
     /// Marks `len` bytes of the used ring at `off` in the log, if logging.
@@ -503,7 +467,14 @@ impl ActiveQueue {
         if let Some(l) = &self.log {
             l.log.mark(l.used.wrapping_add(slot), 8);
             if self.writable {
-                log_chain(&l.log, &self.desc, self.size, head, u64::from(len));
+                let desc = &self.desc;
+                log_chain(
+                    &l.log,
+                    |i| desc.descriptor(i),
+                    self.size,
+                    head,
+                    u64::from(len),
+                );
             }
         }
         self.next_used += Wrapping(1);

@@ -5,7 +5,7 @@
 /// on this host, or why it cannot.
 pub fn print_passthrough(spec: &vnio_vm::spec::VmSpec) {
     use vnio_vm::passthrough::Sysfs;
-    match vnio_vm::launch::passthrough_plans(spec, &Sysfs::host()) {
+    match vnio_vm::passthrough::plans(spec, &Sysfs::host()) {
         Err(e) => println!("# cannot launch on this host: {e}"),
         Ok(plans) => {
             for (i, p) in plans {
