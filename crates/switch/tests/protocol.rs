@@ -77,8 +77,8 @@ fn reply_ack_for_supported_and_unsupported_requests() {
         .unwrap();
         h.send(code::SET_OWNER, FLAG_NEED_REPLY, &[], &[]).unwrap();
         assert_eq!(h.reply_u64().unwrap(), 0, "success ack");
-        // SET_LOG_BASE is not implemented: a failure ack, and the connection stays.
-        h.send(code::SET_LOG_BASE, FLAG_NEED_REPLY, &[0u8; 16], &[])
+        // SET_CONFIG is not implemented: a failure ack, and the connection stays.
+        h.send(code::SET_CONFIG, FLAG_NEED_REPLY, &[0u8; 16], &[])
             .unwrap();
         assert_ne!(h.reply_u64().unwrap(), 0, "failure ack");
         assert_eq!(h.get_u64(code::GET_QUEUE_NUM), 1);

@@ -21,6 +21,7 @@ use crate::error::{Context, Error, Result};
 use crate::host::HostFacts;
 use crate::hostnet;
 use crate::image::{self, Image};
+use crate::passthrough::{self, Passthrough};
 use crate::plan::{self, Pinning, Plan, PlanInput, SwitchAnswer};
 use crate::qmp::Qmp;
 use crate::spec::{Backend, VmSpec};
@@ -164,18 +165,26 @@ fn lock_root(root: &Path) -> Result<RootLock> {
 }
 
 fn needs_root(spec: &VmSpec) -> bool {
-    spec.nics
-        .iter()
-        .any(|n| matches!(n.backend, Backend::Tap { .. } | Backend::Macvtap { .. }))
+    spec.nics.iter().any(|n| {
+        matches!(
+            n.backend,
+            Backend::Tap { .. }
+                | Backend::Macvtap { .. }
+                | Backend::Vfio { .. }
+                | Backend::Sriov { .. }
+        )
+    })
 }
 
 /// Launches `spec`. On any failure, or on interrupt, everything created
 /// so far is removed before returning the error.
 pub fn launch(spec: &VmSpec, opts: &LaunchOptions) -> Result<Launched> {
     spec.validate()?;
+    let pt = passthrough::plans(spec, &passthrough::Sysfs::host())?;
     if needs_root(spec) && !nix::unistd::geteuid().is_root() {
         return Err(Error::Missing(
-            "tap and macvtap NICs need root (CAP_NET_ADMIN): run as root".into(),
+            "tap, macvtap and passthrough NICs need root (CAP_NET_ADMIN, sysfs): run as root"
+                .into(),
         ));
     }
     accel::qemu_version()?;
@@ -282,6 +291,7 @@ pub fn launch(spec: &VmSpec, opts: &LaunchOptions) -> Result<Launched> {
         &dir,
         &mut st,
         &prepared.plan,
+        &pt,
         opts,
         (&mut child, &mut journaled),
         lock,
@@ -385,6 +395,7 @@ fn start(
     dir: &VmDir,
     st: &mut State,
     plan: &Plan,
+    pt: &[(usize, Passthrough)],
     opts: &LaunchOptions,
     slots: (&mut Option<Child>, &mut Option<Entry>),
     lock: RootLock,
@@ -449,22 +460,23 @@ fn start(
             _ => {}
         }
     }
-    std::fs::write(dir.cmdline(), plan::shell_line(&plan.argv) + "\n")
+    let argv = passthrough::hand_over(dir, st, plan, pt)?;
+    std::fs::write(dir.cmdline(), plan::shell_line(&argv) + "\n")
         .ctx(|| format!("writing {}", dir.cmdline().display()))?;
 
     // QEMU, paused (-S) until pinning and interfaces are in place.
     let log =
         File::create(dir.qemu_log()).ctx(|| format!("creating {}", dir.qemu_log().display()))?;
     let log2 = log.try_clone().ctx(|| "duplicating the log file".into())?;
-    let mut cmd = Command::new(&plan.argv[0]);
-    cmd.args(&plan.argv[1..])
+    let mut cmd = Command::new(&argv[0]);
+    cmd.args(&argv[1..])
         .arg("-S")
         .stdin(Stdio::null())
         .stdout(log)
         .stderr(log2);
     crate::sys::detach_and_pass_fds(&mut cmd, pass);
     check_interrupt(opts)?;
-    let child = cmd.spawn().ctx(|| format!("starting {}", plan.argv[0]))?;
+    let child = cmd.spawn().ctx(|| format!("starting {}", argv[0]))?;
     st.pid = Some(child.id());
     st.launched_ns = state::monotonic_ns();
     let child = child_slot.insert(child);
@@ -637,6 +649,9 @@ pub fn teardown(dir: &VmDir, st: &State, child: Option<&mut Child>) -> Vec<Strin
                     error_chain(&e)
                 )),
             },
+            Owned::Passthrough { undo } => {
+                done.push(passthrough::undo(&passthrough::Sysfs::host(), undo));
+            }
             Owned::Socket { path: p } => {
                 if std::fs::remove_file(p).is_ok() {
                     done.push(format!("socket {}", p.display()));
@@ -735,6 +750,13 @@ pub fn supervise(dir: &VmDir, mut child: Child, interrupt: &AtomicBool) -> Resul
     loop {
         if let Some(status) = child.try_wait().ctx(|| "waiting for QEMU".into())? {
             let st = State::load(dir)?;
+            // Live-migrated: the guest runs on in another QEMU.
+            if let Some(p) = st
+                .pid
+                .filter(|&p| p != child.id() && state::is_ours(p, dir))
+            {
+                return Ok(format!("migrated to QEMU {p}; it runs on detached"));
+            }
             teardown(dir, &st, None);
             return Ok(format!("QEMU exited ({status})"));
         }

@@ -14,6 +14,8 @@
 //! * [`launch`] runs the plan (QEMU paused, pinning via [`qmp`], tap and
 //!   macvtap through netlink in [`hostnet`], then `cont`) and undoes all of
 //!   it on failure, interrupt or stop; [`state`] keeps each VM's directory.
+//! * [`migrate`] moves a running guest to a new QEMU (live migration
+//!   through the switch).
 //! * [`agent`] waits for a guest's agent; [`exec`] runs commands inside a
 //!   guest over a virtio-serial channel; [`console`] attaches to its serial
 //!   console.
@@ -39,7 +41,9 @@ pub mod image;
 pub mod init;
 pub mod launch;
 pub mod libvirt;
+pub mod migrate;
 pub mod modules;
+pub mod passthrough;
 pub mod plan;
 pub mod qmp;
 pub mod spec;

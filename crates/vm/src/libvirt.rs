@@ -14,6 +14,50 @@ use crate::plan::{Plan, Status};
 use crate::spec::{Backend, Latency, Model, VmSpec};
 use crate::state::VmDir;
 
+/// libvirt's `<address>` of PCI address `a` (`0000:03:00.0`).
+fn pci_address(a: &str) -> String {
+    let (dom, rest) = a.split_at(4);
+    let (bus, rest) = rest[1..].split_at(2);
+    let (slot, func) = rest[1..].split_at(2);
+    format!(
+        "domain='0x{dom}' bus='0x{bus}' slot='0x{slot}' function='0x{}'",
+        &func[1..]
+    )
+}
+
+/// A passthrough NIC: a VFIO `<hostdev>`, or an SR-IOV VF from a libvirt
+/// hostdev network over its PF (libvirt picks and binds the VF). False
+/// for other NICs.
+fn passthrough_xml(w: &mut String, n: &crate::plan::NicPlan) -> bool {
+    match &n.backend {
+        Backend::Vfio { addr } => {
+            let _ = writeln!(w, "    <hostdev mode='subsystem' type='pci' managed='yes'>");
+            let _ = writeln!(w, "      <source>");
+            let _ = writeln!(w, "        <address {}/>", pci_address(addr));
+            let _ = writeln!(w, "      </source>");
+            let _ = writeln!(w, "      <alias name='ua-{}'/>", n.id);
+            let _ = writeln!(w, "    </hostdev>");
+            true
+        }
+        Backend::Sriov { pf, vf } => {
+            let net = format!("vnio-sriov-{}", escape(pf));
+            let _ = writeln!(
+                w,
+                "    <!-- VF {vf} of {}: define network {net} as <network><name>{net}</name><forward mode='hostdev' managed='yes'><pf dev='{}'/></forward></network> -->",
+                escape(pf),
+                escape(pf)
+            );
+            let _ = writeln!(w, "    <interface type='network'>");
+            let _ = writeln!(w, "      <mac address='{}'/>", n.mac);
+            let _ = writeln!(w, "      <source network='{net}'/>");
+            let _ = writeln!(w, "      <alias name='ua-{}'/>", n.id);
+            let _ = writeln!(w, "    </interface>");
+            true
+        }
+        _ => false,
+    }
+}
+
 /// Escapes text for XML attributes and content.
 pub fn escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
@@ -133,6 +177,9 @@ pub fn domain_xml(
     let _ = writeln!(w, "    </channel>");
     let mut overrides = Vec::new();
     for n in &plan.nics {
+        if passthrough_xml(w, n) {
+            continue;
+        }
         let model = match n.model {
             Model::Virtio => "virtio",
             Model::E1000 => "e1000",
@@ -142,6 +189,7 @@ pub fn domain_xml(
             .iter()
             .any(|a| a.contains(&format!("id={},", n.id)) && a.contains("vhost=on"));
         match &n.backend {
+            Backend::Vfio { .. } | Backend::Sriov { .. } => {}
             Backend::VhostUser { socket, server, .. } => {
                 let _ = writeln!(w, "    <interface type='vhostuser'>");
                 if *server {

@@ -444,6 +444,9 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
                     ));
                 }
             }
+            Backend::Vfio { .. } | Backend::Sriov { .. } => {
+                notes.push(crate::passthrough::note(&plan.id));
+            }
             Backend::Tap { .. } | Backend::Macvtap { .. } => {
                 if matches!(nic.backend, Backend::Macvtap { .. }) {
                     plan.fd = Some(macvtap_fd);
@@ -560,7 +563,12 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
         } else {
             ""
         };
+        if let Some(dev) = crate::passthrough::qemu_device_for(id, &n.backend) {
+            push(&["-device", &dev]);
+            continue;
+        }
         match &n.backend {
+            Backend::Vfio { .. } | Backend::Sriov { .. } => {}
             Backend::VhostUser { socket, server, .. } => {
                 // As the client, QEMU redials a restarted switch every
                 // second and the guest keeps its vNIC (no reboot); as the

@@ -160,6 +160,19 @@ pub enum Backend {
         /// Mode.
         mode: MacvtapMode,
     },
+    /// A host PCI function handed to the guest through VFIO.
+    Vfio {
+        /// Its PCI address (`0000:03:00.0`).
+        addr: String,
+    },
+    /// Virtual function `vf` of SR-IOV NIC `pf` (interface or PCI
+    /// address), created at launch and handed over through VFIO.
+    Sriov {
+        /// The physical function.
+        pf: String,
+        /// The VF's index.
+        vf: u32,
+    },
 }
 
 /// One NIC.
@@ -315,9 +328,26 @@ impl FromStr for Nic {
                     model_opt.unwrap_or(Model::Virtio),
                 )
             }
+            "vfio" | "sriov" => {
+                let a = arg.filter(|a| !a.is_empty()).ok_or_else(|| {
+                    format!("--nic {s}: {kind} needs a device: vfio:PCI_ADDR or sriov:PF,vf=N")
+                })?;
+                let vf = value("vf", take("vf"))?;
+                let backend = match (kind, vf) {
+                    ("vfio", None) => Backend::Vfio {
+                        addr: crate::passthrough::pci_addr(a).map_err(|e| format!("--nic {s}: {e}"))?,
+                    },
+                    ("sriov", Some(n)) => Backend::Sriov {
+                        pf: a.to_string(),
+                        vf: n.parse().map_err(|_| format!("--nic {s}: vf=N, a number"))?,
+                    },
+                    _ => return Err(format!("--nic {s}: vfio:PCI_ADDR or sriov:PF,vf=N")),
+                };
+                (backend, Model::Virtio)
+            }
             _ => {
                 return Err(format!(
-                    "--nic {s}: unknown kind {kind:?}: vhost-user:SOCK, tap[:IFNAME], macvtap:IFNAME or e1000[:IFNAME]"
+                    "--nic {s}: unknown kind {kind:?}: vhost-user:SOCK, tap[:IFNAME], macvtap:IFNAME, e1000[:IFNAME], vfio:PCI_ADDR or sriov:PF,vf=N"
                 ))
             }
         };
@@ -461,7 +491,7 @@ impl VmSpec {
             }
         };
         match &self.nics[i].backend {
-            Backend::VhostUser { .. } => None,
+            Backend::VhostUser { .. } | Backend::Vfio { .. } | Backend::Sriov { .. } => None,
             Backend::Tap { ifname, .. } => Some(ifname.clone().unwrap_or_else(|| derived("vt-"))),
             Backend::Macvtap { .. } => Some(derived("mvt-")),
         }

@@ -114,6 +114,11 @@ pub enum Owned {
         /// Its path.
         path: PathBuf,
     },
+    /// A host change for a passthrough NIC (a device on vfio-pci, VFs created).
+    Passthrough {
+        /// What to undo.
+        undo: crate::passthrough::Undo,
+    },
     /// A switch port whose latency policy was raised: put back `latency`.
     SwitchPort {
         /// The switch's control socket.
@@ -216,7 +221,8 @@ pub fn is_ours(pid: u32, dir: &VmDir) -> bool {
         return false;
     }
     let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-    let needle = dir.qmp().display().to_string();
+    // Its files are in the directory (a migrated QEMU's in `incoming/`).
+    let needle = format!("{}/", dir.path().display());
     String::from_utf8_lossy(&cmdline).contains(&needle)
 }
 

@@ -171,6 +171,38 @@ fn plans_print_without_launching() {
     );
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(text(&out.stdout).starts_with("<domain type='qemu'"));
+    // Passthrough NICs print on any host, with what the launch would do
+    // here or why it cannot.
+    for (nic, qemu, xml) in [
+        (
+            "vfio:0000:fe:1f.7",
+            "-device vfio-pci,host=0000:fe:1f.7,id=nic0",
+            "<address domain='0x0000' bus='0xfe' slot='0x1f' function='0x7'/>",
+        ),
+        (
+            "sriov:nosuch0,vf=3",
+            "-device vfio-pci,host=VF3-OF-nosuch0,id=nic0",
+            "<source network='vnio-sriov-nosuch0'/>",
+        ),
+    ] {
+        let run = |print: &str| {
+            let out = vnio(
+                &t,
+                &[
+                    "run", "--name", "p1", "--nic", nic, "--accel", "tcg", "--image", img, print,
+                ],
+            );
+            assert!(out.status.success(), "{nic}: {}", text(&out.stderr));
+            text(&out.stdout)
+        };
+        let s = run("--print-qemu");
+        assert!(s.contains(qemu), "{s}");
+        assert!(
+            s.contains("# cannot launch on this host: NIC 0 (passthrough): no "),
+            "{s}"
+        );
+        assert!(run("--print-libvirt").contains(xml));
+    }
     assert!(!t.join("state/p1").exists(), "printing launched nothing");
 }
 
@@ -207,6 +239,27 @@ fn bad_input_is_one_line_and_a_nonzero_exit() {
         (vec!["stop", "nosuch"], 1, "no VM named nosuch"),
         (vec!["exec", "nosuch", "--", "true"], 1, "nosuch"),
         (vec!["wait-agent", "nosuch"], 1, "no VM named nosuch"),
+        (vec!["migrate", "nosuch"], 1, "no VM named nosuch"),
+        (
+            vec![
+                "run",
+                "--name",
+                "x",
+                "--nic",
+                "vfio:0000:fe:1f.7",
+                "--accel",
+                "tcg",
+                "--image",
+                img,
+            ],
+            1,
+            "NIC 0 (passthrough): no PCI device 0000:fe:1f.7 on this host",
+        ),
+        (
+            vec!["migrate", "nosuch", "--to", "lab2"],
+            1,
+            "--to lab2: migrating to another machine is not implemented yet",
+        ),
     ] {
         let out = vnio(&t, &args);
         let err = text(&out.stderr);

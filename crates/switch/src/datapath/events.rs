@@ -6,6 +6,7 @@ use crate::coalesce::{Coalescer, Decision};
 use crate::config::Policies;
 use crate::port::vhost_user::ResetCause;
 use crate::port::Watch;
+use crate::vhost_user::buffers::Src;
 use crate::vhost_user::conn::ConnError;
 use crate::vhost_user::device::{RX_QUEUE, TX_QUEUE};
 use std::sync::atomic::Ordering::Relaxed;
@@ -121,7 +122,24 @@ impl Datapath {
                 }
             }
             Watch::Connection => match p.on_readable() {
-                Ok(()) => {}
+                Ok(()) => {
+                    // A migrated guest without GUEST_ANNOUNCE: QEMU's
+                    // SEND_RARP, forwarded as if the guest sent it, points
+                    // the FDB here and tells the segment.
+                    if let Some(f) = p.device.take_announce_frame() {
+                        log::info!(
+                            "port {}: announcing the guest's address (SEND_RARP)",
+                            s.name
+                        );
+                        self.forward_frame(
+                            idx,
+                            Src::Local(&f),
+                            f.len() as u64,
+                            crate::wire::virtio_net::HEADER_LEN,
+                            now,
+                        );
+                    }
+                }
                 Err(ResetCause::Conn(ConnError::Closed)) => {
                     log::info!("port {}: front-end disconnected", s.name);
                     self.restart(idx, now);

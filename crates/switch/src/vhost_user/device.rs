@@ -15,12 +15,16 @@
 //! the avail one, as DPDK's vhost does, since front-ends differ on the
 //! upper half and nothing is in flight across a restart).
 
+use super::log::{DirtyLog, LogError, QueueLog};
 use super::memory::{GuestMem, MemoryError};
 use super::protocol::{Request, VringAddr};
 use super::queue::{ActiveQueue, PackedFeatures, QueueError, RingAddrs, MAX_QUEUE_SIZE};
 use std::fs::File;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
+
+/// SET_VRING_ADDR's flag: log the used ring's writes at `log`.
+const VRING_F_LOG: u32 = 1;
 
 /// The driver's receive queue.
 pub const RX_QUEUE: usize = 0;
@@ -61,22 +65,38 @@ pub mod feature {
     pub const RING_PACKED: u64 = 1 << virtio_bindings::virtio_config::VIRTIO_F_RING_PACKED;
     /// VIRTIO_F_IN_ORDER: buffers are used in the order they were made available.
     pub const IN_ORDER: u64 = 1 << virtio_bindings::virtio_config::VIRTIO_F_IN_ORDER;
+    /// VHOST_F_LOG_ALL: the device logs the guest pages it writes (live migration).
+    pub const LOG_ALL: u64 = 1 << 26;
+    /// VIRTIO_NET_F_GUEST_ANNOUNCE: the guest announces its own addresses
+    /// after a migration (QEMU then sends no SEND_RARP).
+    pub const GUEST_ANNOUNCE: u64 = 1 << virtio_bindings::virtio_net::VIRTIO_NET_F_GUEST_ANNOUNCE;
     /// Checksum and TCP segmentation offloads, both directions.
     pub const OFFLOADS: u64 =
         CSUM | GUEST_CSUM | GUEST_TSO4 | GUEST_TSO6 | GUEST_ECN | HOST_TSO4 | HOST_TSO6 | HOST_ECN;
     /// What this device offers.
-    pub const OFFERED: u64 =
-        MRG_RXBUF | EVENT_IDX | PROTOCOL_FEATURES | VERSION_1 | RING_PACKED | IN_ORDER | OFFLOADS;
+    pub const OFFERED: u64 = MRG_RXBUF
+        | EVENT_IDX
+        | PROTOCOL_FEATURES
+        | VERSION_1
+        | RING_PACKED
+        | IN_ORDER
+        | OFFLOADS
+        | LOG_ALL
+        | GUEST_ANNOUNCE;
 }
 
 /// Protocol feature bits.
 pub mod protocol_feature {
+    /// VHOST_USER_PROTOCOL_F_LOG_SHMFD: the dirty log comes as shared memory.
+    pub const LOG_SHMFD: u64 = 1 << 1;
+    /// VHOST_USER_PROTOCOL_F_RARP: SEND_RARP announces a migrated guest.
+    pub const RARP: u64 = 1 << 2;
     /// VHOST_USER_PROTOCOL_F_REPLY_ACK.
     pub const REPLY_ACK: u64 = 1 << 3;
     /// VHOST_USER_PROTOCOL_F_NET_MTU.
     pub const NET_MTU: u64 = 1 << 4;
     /// What this device offers.
-    pub const OFFERED: u64 = REPLY_ACK | NET_MTU;
+    pub const OFFERED: u64 = LOG_SHMFD | RARP | REPLY_ACK | NET_MTU;
 }
 
 /// Why a request failed (the connection is reset).
@@ -106,6 +126,9 @@ pub enum DeviceError {
         /// "kick" or "call".
         what: &'static str,
     },
+    /// The dirty log (SET_LOG_BASE) is unusable.
+    #[error("dirty log rejected")]
+    Log(#[from] LogError),
     /// A queue could not start.
     #[error("queue {index} cannot start")]
     Queue {
@@ -154,6 +177,12 @@ pub struct Device {
     mem: Option<Arc<GuestMem>>,
     vrings: [Vring; NUM_QUEUES],
     mtu: Option<u64>,
+    /// The dirty log of a migration (used while VHOST_F_LOG_ALL is acked).
+    log: Option<Arc<DirtyLog>>,
+    /// SET_LOG_FD's eventfd (held, never signalled).
+    log_fd: Option<File>,
+    /// The MAC a SEND_RARP announced, until the switch takes it.
+    announce: Option<[u8; 6]>,
     /// Most bytes of guest memory the front-end may have mapped.
     max_memory: u64,
     /// Kick eventfds replaced or dropped since the worker last looked:
@@ -256,9 +285,32 @@ impl Device {
                         q.set_event_idx(ev);
                     }
                 }
+                self.apply_log();
                 Reply::Ack
             }
-            Request::SetOwner | Request::SendRarp => Reply::Ack,
+            Request::SetOwner => Reply::Ack,
+            Request::SendRarp(mac) => {
+                self.announce = Some(mac);
+                Reply::Ack
+            }
+            Request::SetLogBase { size, offset, fd } => {
+                let mem_end = self.mem.as_ref().map_or(0, |m| {
+                    m.regions()
+                        .iter()
+                        .map(|r| r.guest_phys_addr.saturating_add(r.memory_size))
+                        .max()
+                        .unwrap_or(0)
+                });
+                let log = DirtyLog::map(fd, size, offset, mem_end, self.max_memory)?;
+                self.log = Some(Arc::new(log));
+                self.apply_log();
+                // QEMU waits for a reply to SET_LOG_BASE, asked or not.
+                Reply::U64(0)
+            }
+            Request::SetLogFd(fd) => {
+                self.log_fd = Some(fd);
+                Reply::Ack
+            }
             Request::ResetOwner | Request::ResetDevice => {
                 let mut kicks = Vec::new();
                 self.retire(&mut kicks);
@@ -288,6 +340,12 @@ impl Device {
             Request::SetVringAddr(a) => {
                 let i = queue_index(a.index)?;
                 self.vrings[i].addr = Some(a);
+                // A running ring follows (QEMU re-sends the addresses with
+                // the log flag when a migration starts).
+                if let Some(q) = self.vrings[i].active.take() {
+                    self.vrings[i].base = q.stop_state();
+                    self.try_start(i)?;
+                }
                 Reply::Ack
             }
             Request::SetVringBase { index, num } => {
@@ -350,10 +408,57 @@ impl Device {
         })
     }
 
+    /// True while the front-end logs the pages the device writes.
+    pub fn logging(&self) -> bool {
+        self.acked_features & feature::LOG_ALL != 0 && self.log.is_some()
+    }
+
+    /// What queue `i` marks while logging: the used ring at the address the
+    /// front-end asked logged (VHOST_VRING_F_LOG), or where it lies.
+    fn queue_log(&self, i: usize) -> Option<QueueLog> {
+        let log = self.log.as_ref().filter(|_| self.logging())?;
+        let a = self.vrings[i].addr?;
+        let used = if a.flags & VRING_F_LOG != 0 {
+            a.log
+        } else {
+            self.mem.as_ref()?.va_to_gpa(a.used, 1)?.0
+        };
+        Some(QueueLog {
+            log: Arc::clone(log),
+            used,
+        })
+    }
+
+    /// Starts or stops logging on the running queues.
+    fn apply_log(&mut self) {
+        for i in 0..NUM_QUEUES {
+            let log = self.queue_log(i);
+            if let Some(q) = self.vrings[i].active.as_mut() {
+                q.set_log(log);
+            }
+        }
+    }
+
+    /// The MAC a SEND_RARP announced since the last call: the switch
+    /// points its forwarding table at this port and announces it.
+    pub fn take_announce(&mut self) -> Option<[u8; 6]> {
+        self.announce.take()
+    }
+
+    /// Like [`Device::take_announce`], as the frame to forward as if this
+    /// port received it (a zeroed virtio-net header of
+    /// [`crate::wire::virtio_net::HEADER_LEN`] bytes, then the RARP request).
+    pub fn take_announce_frame(
+        &mut self,
+    ) -> Option<[u8; crate::wire::virtio_net::HEADER_LEN + super::announce::RARP_LEN]> {
+        self.take_announce().map(super::announce::rarp_with_header)
+    }
+
     fn try_start(&mut self, i: usize) -> Result<(), DeviceError> {
         let event_idx = self.event_idx();
         let packed = self.packed();
         let in_order = self.acked_features & feature::IN_ORDER != 0;
+        let log = self.queue_log(i);
         let Some(mem) = self.mem.clone() else {
             return Ok(());
         };
@@ -388,7 +493,7 @@ impl Device {
                 source: QueueError::Call(e),
             })?;
         let addrs = RingAddrs { desc, avail, used };
-        let q = if packed {
+        let mut q = if packed {
             let features = PackedFeatures {
                 event_idx,
                 in_order,
@@ -408,6 +513,7 @@ impl Device {
             )
         }
         .map_err(|source| DeviceError::Queue { index: i, source })?;
+        q.set_log(log);
         v.active = Some(q);
         Ok(())
     }

@@ -2,10 +2,12 @@
 //! validation, split and packed rings, and the device a front-end (QEMU, DPDK virtio-user, our
 //! poll-mode endpoint) drives.
 
+pub mod announce;
 pub mod buffers;
 pub mod chain;
 pub mod conn;
 pub mod device;
+pub mod log;
 pub mod memory;
 mod packed;
 pub mod protocol;

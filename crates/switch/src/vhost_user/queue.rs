@@ -7,6 +7,7 @@
 //! [`super::chain`].
 
 use super::chain::{Chain, ChainError, Seg, MAX_SEGS};
+use super::log::QueueLog;
 use super::memory::GuestMem;
 pub use super::packed::PackedFeatures;
 use super::packed::PackedRing;
@@ -190,6 +191,19 @@ impl ActiveQueue {
         // The worker polls a queue that just started; it asks for kicks again before it sleeps.
         q.disable_notification();
         q
+    }
+
+    /// Starts (Some) or stops (None) marking this queue's writes in a dirty
+    /// log. Split rings only: a packed ring's writes are not logged yet, so
+    /// a migration of its guest is not safe, and this says so.
+    pub fn set_log(&mut self, log: Option<QueueLog>) {
+        match &mut self.ring {
+            Layout::Split(r) => r.set_log(log),
+            Layout::Packed(_) if log.is_some() => log::warn!(
+                "dirty logging requested on a packed ring, which does not log its writes yet: migrating this guest is not safe"
+            ),
+            Layout::Packed(_) => {}
+        }
     }
 
     /// True when the queue runs the packed layout.

@@ -5,6 +5,7 @@
 //! rest of the data path. EVENT_IDX and the ring flags decide notifications.
 
 use super::chain::{self, Chain, ChainError, Seg, MAX_SEGS};
+use super::log::{log_chain, QueueLog};
 use super::memory::GuestMem;
 use super::queue::{Burst, QueueError, RingAddrs, BURST};
 use crate::sys::ring_mem::RingMem;
@@ -89,6 +90,8 @@ pub(super) struct SplitRing {
     unpublished: bool,
     event_idx: bool,
     writable: bool,
+    /// The dirty log while a migration logs this queue's writes.
+    log: Option<QueueLog>,
 }
 
 impl SplitRing {
@@ -135,6 +138,7 @@ impl SplitRing {
             unpublished: false,
             event_idx,
             writable,
+            log: None,
         })
     }
 
@@ -253,6 +257,19 @@ impl SplitRing {
         }
         let slot = 4 + 8 * u64::from(self.next_used.0 % self.size);
         self.used.write_used(slot, u32::from(head), len)?;
+        if let Some(l) = &self.log {
+            l.log.mark(l.used.wrapping_add(slot), 8);
+            if self.writable {
+                let desc = &self.desc;
+                log_chain(
+                    &l.log,
+                    |i| desc.descriptor(i),
+                    self.size,
+                    head,
+                    u64::from(len),
+                );
+            }
+        }
         self.next_used += Wrapping(1);
         self.num_added += Wrapping(1);
         self.unpublished = true;
@@ -263,6 +280,20 @@ impl SplitRing {
         if self.unpublished {
             self.unpublished = false;
             let _ = self.used.store(2, self.next_used.0, Ordering::Release);
+            self.log_used(2, 2);
+        }
+    }
+
+    /// Starts (Some) or stops (None) marking this ring's writes in a dirty log.
+    pub(super) fn set_log(&mut self, log: Option<QueueLog>) {
+        self.log = log;
+    }
+
+    /// Marks `len` bytes of the used ring at `off` in the log, if logging.
+    #[inline]
+    fn log_used(&self, off: u64, len: u64) {
+        if let Some(l) = &self.log {
+            l.log.mark(l.used.wrapping_add(off), len);
         }
     }
 
@@ -292,13 +323,16 @@ impl SplitRing {
 
     pub(super) fn enable_notification(&mut self) -> bool {
         let r = if self.event_idx {
-            self.used.store(
-                4 + 8 * u64::from(self.size),
-                self.next_avail.0,
-                Ordering::Relaxed,
-            )
+            let avail_event = 4 + 8 * u64::from(self.size);
+            let r = self
+                .used
+                .store(avail_event, self.next_avail.0, Ordering::Relaxed);
+            self.log_used(avail_event, 2);
+            r
         } else {
-            self.used.store(0, 0, Ordering::Relaxed)
+            let r = self.used.store(0, 0, Ordering::Relaxed);
+            self.log_used(0, 2);
+            r
         };
         fence(Ordering::SeqCst);
         r.is_err() || self.has_available().unwrap_or(true)
@@ -313,6 +347,7 @@ impl SplitRing {
             let _ = self
                 .used
                 .store(0, VRING_USED_F_NO_NOTIFY, Ordering::Relaxed);
+            self.log_used(0, 2);
         }
     }
 }

@@ -189,16 +189,24 @@ impl RawFrontend {
 
     /// The whole handshake; RX buffers are posted before the rings start.
     pub fn handshake(&mut self, order: Order) {
+        self.handshake_with(order, 0, 0);
+    }
+
+    /// Like [`RawFrontend::handshake`], also acking the `features` and
+    /// `protocol` feature bits (which the switch must offer).
+    pub fn handshake_with(&mut self, order: Order, features: u64, protocol: u64) {
         self.send(code::SET_OWNER, 0, &[], &[]).unwrap();
         let offered = self.get_u64(code::GET_FEATURES);
         assert!(offered & VERSION_1 != 0);
-        self.features = offered & (VERSION_1 | PROTOCOL_FEATURES | MRG_RXBUF);
+        assert_eq!(offered & features, features, "features offered");
+        self.features = offered & (VERSION_1 | PROTOCOL_FEATURES | MRG_RXBUF) | features;
         if self.packed.is_some() {
             assert!(offered & RING_PACKED != 0, "packed rings offered");
             self.features |= RING_PACKED;
         }
-        let _pf = self.get_u64(code::GET_PROTOCOL_FEATURES);
-        self.send(code::SET_PROTOCOL_FEATURES, 0, &0u64.to_le_bytes(), &[])
+        let pf = self.get_u64(code::GET_PROTOCOL_FEATURES);
+        assert_eq!(pf & protocol, protocol, "protocol features offered");
+        self.send(code::SET_PROTOCOL_FEATURES, 0, &protocol.to_le_bytes(), &[])
             .unwrap();
         if order == Order::Qemu72 {
             for q in 0..2 {

@@ -6,3 +6,5 @@ pub mod measure;
 pub mod switch;
 pub mod tune;
 pub mod vm;
+pub mod vm_migrate;
+pub mod vm_passthrough;

@@ -85,6 +85,8 @@ enum Cmd {
         #[arg(trailing_var_arg = true, required = true, allow_hyphen_values = true)]
         command: Vec<String>,
     },
+    /// Live-migrate a running VM to a new QEMU process (its NICs move to new switch ports).
+    Migrate(super::vm_migrate::MigrateArgs),
     /// Inside a guest: serve the command channel (started by the guest's init).
     #[command(hide = true)]
     GuestServe,
@@ -237,6 +239,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             }
             Ok(out.code.unwrap_or(128))
         }
+        Cmd::Migrate(a) => super::vm_migrate::run(a, &root),
         Cmd::GuestServe => {
             vnio_vm::exec::serve()?;
             Ok(0)
@@ -426,6 +429,7 @@ fn run_vm(a: RunArgs, root: PathBuf, cache: PathBuf) -> anyhow::Result<i32> {
                 );
             }
         }
+        super::vm_passthrough::print_passthrough(&spec);
         for s in p.plan.not_honoured() {
             println!("# not honoured: {}: {}", s.name, s.detail);
         }
@@ -499,6 +503,10 @@ fn print_state(dir: &VmDir, st: &State, launched: bool) {
                 "macvtap {} on {parent} ({mode})",
                 st.host_ifnames[i].as_deref().unwrap_or("?")
             ),
+            spec::Backend::Vfio { addr } => format!("passthrough {addr} (VFIO)"),
+            spec::Backend::Sriov { pf, vf } => {
+                format!("passthrough VF {vf} of {pf} (SR-IOV, VFIO)")
+            }
         };
         println!(
             "  nic{i}     {host}, {:?}, mac {}{}",
