@@ -335,7 +335,11 @@ fn workload(
         let h = bed.host(t).ok_or_else(|| format!("no host {t}"))?;
         targets.push(h);
     }
-    if from.kind == HostKind::PollMode && targets.iter().all(|t| t.kind == HostKind::PollMode) {
+    // Both endpoints of a pair are driven here: a poll-mode target on
+    // another machine (its port is not here) answers UDP echo instead.
+    let local_pmd =
+        |h: &crate::testbed::BedHost| h.kind == HostKind::PollMode && h.vhost_user.is_some();
+    if local_pmd(from) && targets.iter().all(|t| local_pmd(t)) {
         return crate::pair::measure(bed, p, from, targets[0], run, opts, stop);
     }
     if from.kind == HostKind::PollMode {
