@@ -484,6 +484,13 @@ mod tests {
             .spawn()
             .unwrap();
         std::fs::write(j.path(), format!("dir {} {}\n", dir.display(), owner.id())).unwrap();
+        // `spawn` returns once exec has begun, before the kernel has set the
+        // new image's argument area: until then the command line reads empty.
+        let pid = owner.id() as i32;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while Owner::of(pid).command == "?" && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
         let report = j.clean_orphans().unwrap();
         assert!(report.removed.is_empty() && dir.exists(), "the owner runs");
         assert_eq!(report.kept[0].1.as_ref().unwrap().command, "sleep 60");
