@@ -32,6 +32,7 @@ pub struct WorkerPerf {
     busy_rounds: AtomicU64,
     idle_rounds: AtomicU64,
     frames: AtomicU64,
+    fast: AtomicU64,
     bursts: [AtomicU64; BURST_BUCKETS],
     depth: [AtomicU64; DEPTH_BUCKETS],
 }
@@ -45,6 +46,7 @@ impl Default for WorkerPerf {
             busy_rounds: AtomicU64::new(0),
             idle_rounds: AtomicU64::new(0),
             frames: AtomicU64::new(0),
+            fast: AtomicU64::new(0),
             bursts: std::array::from_fn(|_| AtomicU64::new(0)),
             depth: std::array::from_fn(|_| AtomicU64::new(0)),
         }
@@ -85,6 +87,12 @@ impl WorkerPerf {
         bump(&self.depth[depth_bucket(pending)], 1);
     }
 
+    /// A frame forwarded on the fast case (`datapath/fast.rs`).
+    #[inline]
+    pub fn fast_frame(&self) {
+        bump(&self.fast, 1);
+    }
+
     /// The counters now.
     pub fn snapshot(&self) -> PerfSnapshot {
         let now = tsc::pair();
@@ -98,6 +106,7 @@ impl WorkerPerf {
             busy_rounds: self.busy_rounds.load(Relaxed),
             idle_rounds: self.idle_rounds.load(Relaxed),
             frames: self.frames.load(Relaxed),
+            fast_frames: self.fast.load(Relaxed),
             bursts: self.bursts.iter().map(|c| c.load(Relaxed)).collect(),
             depth: self.depth.iter().map(|c| c.load(Relaxed)).collect(),
         }
@@ -125,6 +134,10 @@ pub struct PerfSnapshot {
     pub idle_rounds: u64,
     /// Frames forwarded or dropped.
     pub frames: u64,
+    /// Frames that took the fast case: plain frames from a guest to a guest
+    /// on the same worker (the rest took the full path).
+    #[serde(default)]
+    pub fast_frames: u64,
     /// Bursts from guests' transmit queues by size: index n counts bursts
     /// of n chains (the last, n and more).
     pub bursts: Vec<u64>,
@@ -152,6 +165,8 @@ pub struct PerfFigures {
     pub ns_per_frame: Option<f64>,
     /// Mean chains per transmit burst (empty polls excluded).
     pub mean_burst: Option<f64>,
+    /// Share of the frames that took the fast case.
+    pub fast_share: Option<f64>,
 }
 
 impl PerfSnapshot {
@@ -173,6 +188,7 @@ impl PerfSnapshot {
             busy_rounds: self.busy_rounds.saturating_sub(earlier.busy_rounds),
             idle_rounds: self.idle_rounds.saturating_sub(earlier.idle_rounds),
             frames: self.frames.saturating_sub(earlier.frames),
+            fast_frames: self.fast_frames.saturating_sub(earlier.fast_frames),
             bursts: sub(&self.bursts, &earlier.bursts),
             depth: sub(&self.depth, &earlier.depth),
         }
@@ -206,6 +222,8 @@ impl PerfSnapshot {
             cycles_per_frame: per_frame,
             ns_per_frame: per_frame.map(|c| c / ticks_per_ns),
             mean_burst: (n > 0).then(|| chains as f64 / n as f64),
+            fast_share: (self.frames > 0)
+                .then(|| (self.fast_frames as f64 / self.frames as f64).min(1.0)),
         }
     }
 }
@@ -252,6 +270,12 @@ pub fn prometheus(workers: &[PerfSnapshot]) -> String {
         "Frames forwarded or dropped.",
         "counter",
         &|w| w.frames,
+    );
+    family(
+        "fast_frames_total",
+        "Frames that took the fast case (plain, guest to guest on one worker).",
+        "counter",
+        &|w| w.fast_frames,
     );
     family(
         "busy_rounds_total",

@@ -134,9 +134,11 @@ impl Datapath {
         // A burst from one port is mostly one flow: the last decision holds
         // while its inputs are the same (addresses, tag, time, FDB, ports).
         // (Looked at in place: the memo is too large to copy per frame.)
-        let memo = me.rt.flow.as_ref().filter(|m| {
-            m.now == now && m.fdb_gen == fdb.generation() && m.topo_gen == *topo_gen && m.l2 == l2
-        });
+        let memo = me
+            .rt
+            .flow
+            .as_ref()
+            .filter(|m| m.holds(&l2, now, fdb.generation(), *topo_gen));
         let (decision, dest_slot) = match memo {
             Some(m) => (m.decision, m.dest_slot),
             None => {
@@ -158,7 +160,7 @@ impl Datapath {
                 if let Some(me) = slots[i].as_mut() {
                     me.rt.flow = Some(FlowMemo {
                         l2,
-                        now,
+                        until: now + super::MEMO_HOLD,
                         fdb_gen: fdb.generation(),
                         topo_gen: *topo_gen,
                         decision,

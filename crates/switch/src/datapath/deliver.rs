@@ -177,6 +177,20 @@ impl Datapath {
                 }
             }
         };
+        self.delivered(j, result, now)
+    }
+
+    /// Accounts for a delivery to slot `j`: counted, or dropped (a full ring
+    /// calls the guest at once), or the destination reset when it was hostile.
+    pub(super) fn delivered(
+        &mut self,
+        j: usize,
+        result: Result<usize, DeliverError>,
+        now: Instant,
+    ) -> bool {
+        let Some(dst) = self.slots[j].as_mut() else {
+            return false;
+        };
         match result {
             Ok(bytes) => {
                 dst.stats.rx.frame(bytes);

@@ -189,9 +189,13 @@ impl Datapath {
             let mut wait = false;
             while done < burst.len() {
                 let (_, segs, len) = burst.chain(done);
-                let src = Src::Guest { mem: &mem, segs };
                 self.rx_hint = burst.len() - done;
-                let fwd = self.forward_frame(i, src, len, hdr_len, now);
+                let fwd = if self.forward_plain(i, &mem, segs, len, hdr_len, now) {
+                    Fwd::Done
+                } else {
+                    let src = Src::Guest { mem: &mem, segs };
+                    self.forward_frame(i, src, len, hdr_len, now)
+                };
                 self.rx_hint = 1;
                 if fwd == Fwd::Wait {
                     // The uplink holds this port back: this frame and the

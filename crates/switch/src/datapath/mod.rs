@@ -9,6 +9,7 @@
 mod classify;
 mod deliver;
 mod events;
+mod fast;
 mod frame;
 mod ingress;
 mod lending;
@@ -17,6 +18,7 @@ mod peers;
 mod table;
 
 use events::{signal_rx, tx_budget};
+pub(crate) use fast::Look;
 use frame::head_of;
 pub(crate) use frame::Frame;
 pub use ingress::QUEUE_TURN;
@@ -118,17 +120,32 @@ pub struct PortRuntime {
 /// A forwarding decision and what it depended on: the frame's addresses
 /// and tag, the time (aging), the FDB's generation and the ports' (their
 /// VLANs and who exists). Reused for the next frame with the same inputs,
-/// which would get the same answer, without hashing into the FDB twice.
+/// which would get the same answer, without hashing into the FDB twice;
+/// the time counts as the same for [`MEMO_HOLD`], so a flow's first frame
+/// of each polling round does not decide again (its FDB entries are
+/// refreshed at least that often, against an aging time of minutes).
 #[derive(Debug, Clone, Copy)]
 struct FlowMemo {
     l2: L2Header,
-    now: Instant,
+    /// When the decision was made plus [`MEMO_HOLD`].
+    until: Instant,
     fdb_gen: u64,
     topo_gen: u64,
     decision: Result<crate::forward::Decision, DropReason>,
     /// The slot of a unicast destination on this worker (slots move only
     /// with the ports' generation).
     dest_slot: Option<usize>,
+}
+
+/// How long a remembered decision holds while nothing else changes.
+pub const MEMO_HOLD: std::time::Duration = std::time::Duration::from_millis(1);
+
+impl FlowMemo {
+    /// True when a frame with header `l2` at `now` gets this decision.
+    #[inline]
+    fn holds(&self, l2: &L2Header, now: Instant, fdb_gen: u64, topo_gen: u64) -> bool {
+        self.fdb_gen == fdb_gen && self.topo_gen == topo_gen && self.l2 == *l2 && now < self.until
+    }
 }
 
 /// An LRO aggregate (built in the port's receive buffers) and how it leaves the port.

@@ -13,6 +13,7 @@ pub mod prefetch;
 pub mod ring_mem;
 pub mod scm;
 pub mod sigbus;
+pub mod span;
 pub mod spsc;
 pub mod tsc;
 pub mod tun;

@@ -5,6 +5,7 @@
 
 use super::protocol::MemoryRegion;
 use crate::sys::sigbus;
+use crate::sys::span::Span;
 use std::fs::File;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::sync::Arc;
@@ -209,6 +210,14 @@ impl GuestMem {
         let n = n.min(r.len() - off);
         r.get_slice(vm_memory::MemoryRegionAddress(off), n as usize)
             .ok()
+    }
+
+    /// `[addr, addr + len)` as a span of one region (the fast case's
+    /// copies), when it lies inside one.
+    #[inline]
+    pub fn span(&self, addr: u64, len: u64) -> Option<Span<'_>> {
+        let (r, off) = self.find(addr)?;
+        Span::new(r, off, len)
     }
 
     /// Hints that the cache line at guest address `addr` will be read

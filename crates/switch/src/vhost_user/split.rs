@@ -183,7 +183,8 @@ impl SplitRing {
 
     /// The available ring's entry `ahead` chains after the next one.
     fn avail_slot(&self, ahead: u16) -> u64 {
-        4 + 2 * u64::from(self.next_avail.0.wrapping_add(ahead) % self.size)
+        // The size is a power of two (checked at start): a mask, not a division.
+        4 + 2 * u64::from(self.next_avail.0.wrapping_add(ahead) & (self.size - 1))
     }
 
     pub(super) fn pop_burst(
@@ -255,7 +256,7 @@ impl SplitRing {
         if head >= self.size {
             return Err(ChainError::IndexOutOfRange(head));
         }
-        let slot = 4 + 8 * u64::from(self.next_used.0 % self.size);
+        let slot = 4 + 8 * u64::from(self.next_used.0 & (self.size - 1));
         self.used.write_used(slot, u32::from(head), len)?;
         if let Some(l) = &self.log {
             l.log.mark(l.used.wrapping_add(slot), 8);

@@ -608,8 +608,9 @@ fn render_perf(workers: &[PerfSnapshot]) -> String {
         );
         let _ = writeln!(
             out,
-            "  {} frames, {:.3} Mpps; busy time per frame {} ns, {} cycles ({:.2} per ns); {} busy rounds, {} idle",
+            "  {} frames ({}% on the fast case), {:.3} Mpps; busy time per frame {} ns, {} cycles ({:.2} per ns); {} busy rounds, {} idle",
             w.frames,
+            opt(f.fast_share.map(|s| 100.0 * s), 1),
             f.frames_per_sec / 1e6,
             opt(f.ns_per_frame, 1),
             opt(f.cycles_per_frame, 0),

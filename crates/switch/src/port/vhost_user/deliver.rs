@@ -1,7 +1,7 @@
 //! Delivery into a guest's receive queue.
 
 use super::VhostUserPort;
-use crate::datapath::{DeliverError, Frame, MAX_MERGE};
+use crate::datapath::{DeliverError, Frame, Look, MAX_MERGE};
 use crate::stats::DropReason;
 use crate::vhost_user::buffers::{self, Src};
 use crate::vhost_user::chain::{Chain, Seg, MAX_SEGS};
@@ -144,5 +144,67 @@ impl VhostUserPort {
             }
         }
         Ok(out_frame_len as usize)
+    }
+
+    /// Delivers a plain frame (the fast case, `datapath/fast.rs`): the
+    /// source's header carried over with one receive chain, the frame's
+    /// `frame_len` bytes after the source's header (`look`) copied once.
+    /// None, with nothing taken, when the frame needs more than the first
+    /// available chain (the full path merges buffers).
+    #[inline]
+    pub(crate) fn deliver_plain(
+        &mut self,
+        smem: &GuestMem,
+        ssegs: &[Seg],
+        look: &Look,
+        frame_len: u64,
+        chain: &mut Chain,
+        hint: usize,
+    ) -> Option<Result<usize, DeliverError>> {
+        let hdr_len = self.device.vnet_hdr_len();
+        let Some(q) = self.device.queue(RX_QUEUE) else {
+            return Some(Err(DeliverError::Drop(DropReason::RingFull)));
+        };
+        match q.take(chain, hint) {
+            Ok(true) => {}
+            Ok(false) => return Some(Err(DeliverError::Drop(DropReason::RingFull))),
+            Err(e) => return Some(Err(DeliverError::Hostile(e))),
+        }
+        let total = hdr_len as u64 + frame_len;
+        if chain.len() < total {
+            q.untake(1);
+            return None;
+        }
+        let mut hb = [0u8; virtio_net::HEADER_LEN];
+        hb[..10].copy_from_slice(&look.header());
+        // One buffer with mergeable receive buffers (the field is only in
+        // the 12-byte header).
+        hb[10..12].copy_from_slice(&1u16.to_le_bytes());
+        let skip = look.hdr_len() as u64;
+        let mem: &GuestMem = q.mem();
+        let segs = chain.segs();
+        // Most frames: one source buffer, one receive buffer, one copy.
+        let direct = match (ssegs.first(), segs.first()) {
+            (Some(s), Some(d)) if u64::from(s.len) >= skip + frame_len => smem
+                .span(s.addr + skip, frame_len)
+                .zip(mem.span(d.addr, u64::from(d.len))),
+            _ => None,
+        };
+        let at = match direct {
+            Some((from, to)) if to.write_with(&hb[..hdr_len], &from) => total,
+            _ => {
+                let at = buffers::write(mem, segs, 0, &hb[..hdr_len]) as u64;
+                at + buffers::copy(smem, ssegs, skip, mem, segs, at, frame_len)
+            }
+        };
+        if at != total {
+            q.untake(1);
+            return Some(Err(DeliverError::Drop(DropReason::BadDescriptor)));
+        }
+        Some(
+            q.add_used(chain.head, total as u32)
+                .map(|()| frame_len as usize)
+                .map_err(DeliverError::Hostile),
+        )
     }
 }
