@@ -220,18 +220,30 @@ impl GuestMem {
         Span::new(r, off, len)
     }
 
-    /// Hints that the cache line at guest address `addr` will be read
-    /// (`write`: written) soon. Nothing happens outside guest memory.
+    /// Hints that the cache lines holding the first `len` bytes (at most
+    /// two lines: a frame's headers) at guest address `addr` will be read
+    /// (`write`: written) soon: one lookup for both. Nothing happens
+    /// outside guest memory.
     #[inline]
-    pub fn prefetch(&self, addr: u64, write: bool) {
-        if let Some((r, off)) = self.find(addr) {
-            if let Ok(p) = r.get_host_address(vm_memory::MemoryRegionAddress(off)) {
-                if write {
-                    crate::sys::prefetch::write(p);
-                } else {
-                    crate::sys::prefetch::read(p);
-                }
-            }
+    pub fn prefetch(&self, addr: u64, len: u32, write: bool) {
+        let Some((r, off)) = self.find(addr) else {
+            return;
+        };
+        let Ok(p) = r.get_host_address(vm_memory::MemoryRegionAddress(off)) else {
+            return;
+        };
+        // The last byte wanted, when its line is not the first's (a hint
+        // never faults, even past the region).
+        let last = p.wrapping_add(len.clamp(1, 64) as usize - 1);
+        let second = (last as usize / 64 != p as usize / 64).then_some(last);
+        let hint = if write {
+            crate::sys::prefetch::write
+        } else {
+            crate::sys::prefetch::read
+        };
+        hint(p);
+        if let Some(q) = second {
+            hint(q);
         }
     }
 

@@ -307,7 +307,7 @@ impl PackedRing {
             };
             // The next chain's descriptors, and this one's first buffer.
             self.desc.prefetch(usize::from(self.avail.idx) * 16);
-            mem.prefetch(b.segs[used].addr, self.writable);
+            mem.prefetch(b.segs[used].addr, b.segs[used].len, self.writable);
             b.heads[k] = id;
             used += cnt;
             b.lens[k] = len;

@@ -235,10 +235,7 @@ impl SplitRing {
             // that puts the header in the headroom before the frame, as DPDK does).
             let first = b.segs[used];
             if n > 1 {
-                mem.prefetch(first.addr, self.writable);
-                if first.len > 32 {
-                    mem.prefetch(first.addr + 32, self.writable);
-                }
+                mem.prefetch(first.addr, first.len, self.writable);
             }
             used += cnt;
             b.lens[k] = len;
