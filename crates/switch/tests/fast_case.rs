@@ -1,6 +1,7 @@
 //! The fast case (`datapath/fast.rs`) against the full path it shortcuts:
 //! plain frames between guests take it and arrive exactly as the full path
-//! delivers them; frames that need a policy (LRO, a flood, a first frame
+//! delivers them (a flood only one port receives counts as a unicast to
+//! it); frames that need a policy (LRO, a flood, a first frame
 //! whose decision is not remembered yet) do not take it, and still arrive.
 //! Driven in-process with poll-mode endpoints on real vhost-user sockets.
 
@@ -98,6 +99,21 @@ fn frames_that_need_a_policy_take_the_full_path() {
         assert_eq!(receive(&mut dp, &mut eps[1], 1), vec![bcast.clone()]);
         assert_eq!(receive(&mut dp, &mut eps[2], 1), vec![bcast]);
         assert_eq!(fast_frames(&dp), before, "a flood");
+    });
+}
+
+#[test]
+fn a_flood_that_reaches_one_port_is_a_unicast_to_it() {
+    bounded(Duration::from_secs(60), || {
+        // Two ports, one-way traffic: p2's address is never learned, so
+        // every frame floods, to p2 alone (as in the packet-rate harness).
+        let dir = Dir::new("fast-sole");
+        let (mut dp, mut eps) = driven(&dir, 2);
+        let sent: Vec<Vec<u8>> = (0..32u8).map(|k| frame(9, 1, 17, 64, k)).collect();
+        let burst: Vec<&[u8]> = sent.iter().map(Vec::as_slice).collect();
+        assert_eq!(eps[0].send_burst(&burst), 32);
+        assert_eq!(receive(&mut dp, &mut eps[1], 32), sent);
+        assert!(fast_frames(&dp) >= 31, "{} of 32", fast_frames(&dp));
     });
 }
 

@@ -140,7 +140,7 @@ impl Datapath {
             .as_ref()
             .filter(|m| m.holds(&l2, now, fdb.generation(), *topo_gen));
         let (decision, dest_slot) = match memo {
-            Some(m) => (m.decision, m.dest_slot),
+            Some(m) => (m.decision, m.to.map(|(j, _)| j)),
             None => {
                 let decision = decide(fdb, src_id, &me.policy, &l2, now, |p, vid| {
                     match slots.iter().flatten().find(|s| s.id == p) {
@@ -151,11 +151,13 @@ impl Datapath {
                             .and_then(|r| r.vlan.egress(vid)),
                     }
                 });
-                let dest_slot = match decision.map(|d| d.dest) {
-                    Ok(Destination::Port(p, _)) => slots
+                let to = match decision.map(|d| (d.dest, d.vid)) {
+                    Ok((Destination::Port(p, tagging), _)) => slots
                         .iter()
-                        .position(|s| s.as_ref().is_some_and(|s| s.id == p)),
-                    _ => None,
+                        .position(|s| s.as_ref().is_some_and(|s| s.id == p))
+                        .map(|j| (j, tagging)),
+                    Ok((Destination::Flood, vid)) => sole_recipient(slots, remote, src_id, vid),
+                    Err(_) => None,
                 };
                 if let Some(me) = slots[i].as_mut() {
                     me.rt.flow = Some(FlowMemo {
@@ -164,10 +166,10 @@ impl Datapath {
                         fdb_gen: fdb.generation(),
                         topo_gen: *topo_gen,
                         decision,
-                        dest_slot,
+                        to,
                     });
                 }
-                (decision, dest_slot)
+                (decision, to.map(|(j, _)| j))
             }
         };
         let d = match decision {
@@ -287,4 +289,35 @@ impl Datapath {
         }
         true
     }
+}
+
+/// The one port on this worker a flood on VLAN `vid` from port `src` reaches
+/// (slot and tagging), when there is exactly one and no other worker has a
+/// member of the VLAN: the flood is then a unicast to it, and can take the
+/// fast case (a two-port switch whose far side's address is not learned,
+/// as with one-way traffic). A lent uplink queue counts as a member (its
+/// lending changes without the ports' generation).
+fn sole_recipient(
+    slots: &[Option<super::Slot>],
+    remote: &[crate::mesh::RemotePort],
+    src: PortId,
+    vid: u16,
+) -> Option<(usize, Tagging)> {
+    if remote.iter().any(|r| r.vlan.egress(vid).is_some()) {
+        return None;
+    }
+    let mut sole = None;
+    for (j, s) in slots.iter().enumerate() {
+        let Some(s) = s else { continue };
+        if s.id == src || s.direct_up.is_some() {
+            continue;
+        }
+        if let Some(tagging) = s.policy.vlan.egress(vid) {
+            if sole.is_some() {
+                return None;
+            }
+            sole = Some((j, tagging));
+        }
+    }
+    sole
 }

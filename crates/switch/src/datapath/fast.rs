@@ -4,7 +4,8 @@
 //! (`classify.rs`, `deliver.rs`) applies: no offload metadata in its
 //! virtio-net header (flags and GSO type zero), untagged and leaving
 //! untagged, its flow's forwarding decision remembered from the frame
-//! before (same addresses, time, FDB and ports), a destination whose LRO
+//! before (same addresses, time, FDB and ports) and delivering to one
+//! port (a unicast, or a flood only one port receives), a destination whose LRO
 //! cannot take it (LRO off, or not a TCP segment) and with no aggregate
 //! open, and a receive chain it fits. Such a frame leaves exactly as it
 //! came: its header's first ten bytes carried over, its bytes copied once.
@@ -13,7 +14,7 @@
 
 use super::{Datapath, Port, MAX_FRAME};
 use crate::fdb::Learned;
-use crate::forward::{Destination, L2Header};
+use crate::forward::L2Header;
 use crate::vhost_user::chain::Seg;
 use crate::vhost_user::memory::GuestMem;
 use crate::vlan::Tagging;
@@ -137,13 +138,11 @@ impl Datapath {
         if !m.holds(&l2, now, self.fdb.generation(), self.topo_gen) || me.direct_up.is_some() {
             return false;
         }
-        let (Ok(d), Some(j)) = (m.decision, m.dest_slot) else {
+        // A unicast, or a flood that reaches one port (`sole_recipient`).
+        let (Ok(d), Some((j, Tagging::Untagged))) = (m.decision, m.to) else {
             return false;
         };
-        if d.learned == Learned::PortLimit
-            || !matches!(d.dest, Destination::Port(_, Tagging::Untagged))
-            || j == i
-        {
+        if d.learned == Learned::PortLimit || j == i {
             return false;
         }
         let learn = me.needs_mac;

@@ -77,6 +77,8 @@ impl Datapath {
         if let Some(s) = self.slots[idx].as_mut() {
             s.direct_up = Some(up_id);
         }
+        // The port leaves the switched ports: remembered decisions go.
+        self.topo_gen += 1;
         log::info!("port id {id}: direct on uplink {name}, receive queue {q}");
         true
     }

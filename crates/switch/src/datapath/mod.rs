@@ -132,9 +132,10 @@ struct FlowMemo {
     fdb_gen: u64,
     topo_gen: u64,
     decision: Result<crate::forward::Decision, DropReason>,
-    /// The slot of a unicast destination on this worker (slots move only
-    /// with the ports' generation).
-    dest_slot: Option<usize>,
+    /// The one slot on this worker the decision delivers to and the tagging
+    /// the frame leaves with: a unicast's destination, or a flood's sole
+    /// recipient (slots move only with the ports' generation).
+    to: Option<(usize, Tagging)>,
 }
 
 /// How long a remembered decision holds while nothing else changes.
