@@ -289,7 +289,13 @@ fn measure_point(
         Ok(r) => r,
         Err(e) => return failed(p, format!("starting contention: {e}"), None),
     };
-    let measured = workload(bed, p, run, opts, stop, observer);
+    let measured = if bed.description().knobs.testbed_cpu == Some(true) {
+        crate::testbed::per_iteration(bed, run, stop, |one| {
+            workload(bed, p, one, opts, stop, observer)
+        })
+    } else {
+        workload(bed, p, run, opts, stop, observer)
+    };
     let contention = running.stop();
     let contention =
         (!p.contention.is_idle() || !contention.errors.is_empty()).then_some(contention);
