@@ -348,6 +348,10 @@ fn workload(
     if local_pmd(from) && targets.iter().all(|t| local_pmd(t)) {
         return crate::pair::measure(bed, p, from, targets[0], run, opts, stop);
     }
+    let tool = knobs.instrument.unwrap_or_default();
+    if tool != crate::tools::Instrument::Vnio {
+        return crate::tools::measure(bed, p, tool, from, targets[0], run, opts, stop);
+    }
     if from.kind == HostKind::PollMode {
         return rr_via(bed, p, from, targets[0], run, opts, stop);
     }

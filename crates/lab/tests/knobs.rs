@@ -54,7 +54,7 @@ fn new_knobs_parse_and_a_configuration_wins_over_the_scenario() {
     let s = parse(&with(
         "lro = false, egress_share = { client = 300, neighbour = 100 }, \
          egress_limit_mbit = { client = 20 }, uplink_capacity_mbit = 100, \
-         switch_budget = 8, testbed_cpu = true, port_policy = \"latency-high\", \
+         switch_budget = 8, testbed_cpu = true, port_offloads = { client = false }, port_policy = \"latency-high\", \
          port_policy_hosts = [\"neighbour\"]",
     ))
     .unwrap();
@@ -64,6 +64,7 @@ fn new_knobs_parse_and_a_configuration_wins_over_the_scenario() {
     assert_eq!(k.egress_limit_mbit.as_ref().unwrap()["client"], 20);
     assert_eq!(k.uplink_capacity_mbit, Some(100));
     assert_eq!(k.switch_budget, Some(8));
+    assert_eq!(k.port_offloads.as_ref().unwrap()["client"], false);
     assert_eq!(k.testbed_cpu, Some(true));
     assert_eq!(k.policy_hosts(&["client"]), vec!["neighbour"]);
     // Without port_policy_hosts the policy goes to the clients.
@@ -99,6 +100,10 @@ fn bad_knobs_are_one_line_naming_the_field() {
         (
             "egress_limit_mbit = { client = 0 }",
             "knobs.egress_limit_mbit: client: a limit is more than 0 Mbit/s",
+        ),
+        (
+            "port_offloads = { nobody = false }",
+            "knobs.port_offloads: no host named \"nobody\"",
         ),
         (
             "uplink_capacity_mbit = 0",

@@ -68,6 +68,10 @@ pub struct Knobs {
     /// switch (the switch's default: on). It merges a TCP stream's segments
     /// for a receiver that negotiated TSO (guests).
     pub lro: Option<bool>,
+    /// Checksum and TSO offloads offered on hosts' switch ports, by host
+    /// name (the switch's default: offered). Off, the front-end sends and
+    /// takes MTU-sized, fully checksummed frames (a sender LRO is for).
+    pub port_offloads: Option<BTreeMap<String, bool>>,
     /// Kernel timestamps for receive instants (SO_TIMESTAMPING).
     pub rx_timestamp: Option<bool>,
     /// Receive queues of the vnio switch's uplink (queue 0 shared, the
@@ -102,6 +106,10 @@ pub struct Knobs {
     /// the build before a change: two configurations then compare two
     /// builds of the switch with the same endpoints.
     pub switch_binary: Option<std::path::PathBuf>,
+    /// The instrument that measures: vnio's own (default), or sockperf,
+    /// iperf3 or a raw echo loop in its place, to compare them point by
+    /// point ([`crate::tools`]).
+    pub instrument: Option<crate::tools::Instrument>,
     /// Account the CPU of the testbed's own processes (the vnio switch,
     /// poll-mode endpoints, guests' QEMU) per iteration, so findings can
     /// read `switch-busy` and `testbed-cpu-per-op`; the iterations of a
@@ -126,6 +134,7 @@ impl Knobs {
             port_policy_hosts: pick(&over.port_policy_hosts, &self.port_policy_hosts),
             coalesce: pick(&over.coalesce, &self.coalesce),
             lro: pick(&over.lro, &self.lro),
+            port_offloads: pick(&over.port_offloads, &self.port_offloads),
             rx_timestamp: pick(&over.rx_timestamp, &self.rx_timestamp),
             poll_mode_wait: pick(&over.poll_mode_wait, &self.poll_mode_wait),
             uplink_queues: pick(&over.uplink_queues, &self.uplink_queues),
@@ -138,6 +147,7 @@ impl Knobs {
             shield: pick(&over.shield, &self.shield),
             switch_binary: pick(&over.switch_binary, &self.switch_binary),
             testbed_cpu: pick(&over.testbed_cpu, &self.testbed_cpu),
+            instrument: pick(&over.instrument, &self.instrument),
         }
     }
 
@@ -264,6 +274,7 @@ pub(super) fn check(at: &str, k: &Knobs, wire: WireKind) -> Result<(), KnobError
         let vnio_only = [
             ("coalesce", k.coalesce.is_some()),
             ("lro", k.lro.is_some()),
+            ("port_offloads", k.port_offloads.is_some()),
             ("uplink_queues", k.uplink_queues.is_some()),
             ("uplink_capacity_mbit", k.uplink_capacity_mbit.is_some()),
             ("egress_share", k.egress_share.is_some()),
@@ -306,6 +317,9 @@ pub(super) fn check_hosts(
     for h in k.egress_limit_mbit.iter().flat_map(|m| m.keys()) {
         named.push(("egress_limit_mbit", h));
     }
+    for h in k.port_offloads.iter().flat_map(|m| m.keys()) {
+        named.push(("port_offloads", h));
+    }
     for (field, name) in named {
         let Some(h) = host(name) else {
             return fail(
@@ -321,7 +335,8 @@ pub(super) fn check_hosts(
                 format!("host `{name}` has no port on this switch (it is behind the uplink or on another machine)"),
             );
         }
-        if field != "port_policy_hosts" && !has_uplink {
+        let on_uplink = field.starts_with("egress");
+        if on_uplink && !has_uplink {
             return fail(
                 at,
                 field,

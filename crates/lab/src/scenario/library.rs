@@ -44,8 +44,10 @@ pub const SHIPPED: &[Shipped] = shipped![
     "netqueue",
     "egress",
     "switch-anchors",
+    "instrument",
     "vm-native",
     "vm-vm",
+    "lro-guest",
     "across-machines",
 ];
 

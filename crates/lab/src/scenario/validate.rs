@@ -577,6 +577,10 @@ impl Capabilities {
         cfg: &Configuration,
         w: &WorkloadSpec,
     ) -> Option<String> {
+        let tool = s.knobs.layered(&cfg.knobs).instrument.unwrap_or_default();
+        if tool != crate::tools::Instrument::Vnio {
+            return crate::tools::plan_skip(tool, w, |h| kind_in(s, cfg, h));
+        }
         let poll = |h: &str| kind_in(s, cfg, h) == HostKind::PollMode;
         let vm = |h: &str| kind_in(s, cfg, h) == HostKind::Vm;
         let installed = match cfg.wire {

@@ -72,6 +72,10 @@ impl Testbed {
                 .egress_share
                 .as_ref()
                 .and_then(|m| m.get(&host.name).copied());
+            port.offloads = knobs
+                .port_offloads
+                .as_ref()
+                .and_then(|m| m.get(&host.name).copied());
             port.limit_mbps = knobs
                 .egress_limit_mbit
                 .as_ref()
@@ -86,6 +90,10 @@ impl Testbed {
         }
         for (what, map) in [
             ("egress shares", knobs.egress_share.as_ref().map(|m| fmt_map(m, ""))),
+            (
+                "offloads",
+                knobs.port_offloads.as_ref().map(|m| fmt_map(m, "")),
+            ),
             (
                 "egress limits",
                 knobs.egress_limit_mbit.as_ref().map(|m| fmt_map(m, " Mbit/s")),
