@@ -218,6 +218,8 @@ pub fn measure(
             break;
         }
         let cpu0 = children_cpu();
+        // The raw loop runs in a thread of this process: its own CPU.
+        let mut thread_cpu = None;
         let got = match tool {
             Instrument::RawEcho => {
                 let size = w.size as usize;
@@ -226,11 +228,14 @@ pub fn measure(
                 client
                     .run(move || {
                         pin_this_thread(&cpus);
+                        let t0 = CpuTime::thread();
                         raw_echo::client(udp, target, size, warm)?;
-                        raw_echo::client(udp, target, size, dur)
+                        let lat = raw_echo::client(udp, target, size, dur)?;
+                        Ok::<_, String>((lat, CpuTime::thread().since(t0)))
                     })
                     .map_err(|e| e.to_string())?
-                    .map(|lat| {
+                    .map(|(lat, cpu)| {
+                        thread_cpu = Some(cpu);
                         let mut m = Measured {
                             target: "all".into(),
                             ops: lat.count(),
@@ -253,7 +258,7 @@ pub fn measure(
             }
         };
         m.target = target.to_string();
-        let cpu = children_cpu().since(cpu0);
+        let cpu = thread_cpu.unwrap_or_else(|| children_cpu().since(cpu0));
         doc.iterations.push(Iteration {
             index: i as usize,
             seconds: run.duration.as_secs_f64(),
