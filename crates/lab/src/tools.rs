@@ -96,7 +96,11 @@ pub fn skip_reason(tool: Instrument, kind: WorkloadKind, protocol: Protocol) -> 
             "the {} configuration measures {does} only, not {} over {}",
             tool.as_str(),
             kind.as_str(),
-            if protocol == Protocol::Udp { "UDP" } else { "TCP" }
+            if protocol == Protocol::Udp {
+                "UDP"
+            } else {
+                "TCP"
+            }
         ));
     }
     missing(tool)
@@ -165,7 +169,9 @@ pub fn measure(
     let client_cpus = knobs.client_cpus.clone().unwrap_or_default();
     let agent_cpus = knobs.agent_cpus.clone().unwrap_or_default();
     // The server, for the whole point.
-    let log = bed.scratch().join(format!("{}-server-{}.log", tool.as_str(), p.seq));
+    let log = bed
+        .scratch()
+        .join(format!("{}-server-{}.log", tool.as_str(), p.seq));
     let stop_server = Arc::new(AtomicBool::new(false));
     let _server = match tool {
         Instrument::RawEcho => {
@@ -200,8 +206,8 @@ pub fn measure(
                 }
             }
             cmd.stdout(Stdio::null());
-            let p = crate::testbed::spawn(&mut cmd, &opts.journal, &log)
-                .map_err(|e| e.to_string())?;
+            let p =
+                crate::testbed::spawn(&mut cmd, &opts.journal, &log).map_err(|e| e.to_string())?;
             if !agent_cpus.is_empty() {
                 crate::testbed::pin_process(p.id() as i32, &agent_cpus)?;
             }
@@ -373,7 +379,11 @@ fn run_client(
         bed.scratch().join(format!("{name}.log")),
     );
     // sockperf takes whole seconds (and warms up 400 ms of them itself).
-    let secs = (run.warmup + run.duration).as_secs_f64().ceil().max(1.0).to_string();
+    let secs = (run.warmup + run.duration)
+        .as_secs_f64()
+        .ceil()
+        .max(1.0)
+        .to_string();
     let mut cmd: Command = client.command(tool.program().expect("an external tool"));
     let addr = to.addr.to_string();
     let port = TOOL_PORT.to_string();
@@ -538,7 +548,8 @@ fn strip_ansi(text: &str) -> String {
 mod tests {
     use super::*;
 
-    const SOCKPERF: &str = "sockperf: Total 29150 observations; each percentile contains 291.50 observations
+    const SOCKPERF: &str =
+        "sockperf: Total 29150 observations; each percentile contains 291.50 observations
 sockperf: [Valid Duration] RunTime=0.550 sec; SentMessages=29150; ReceivedMessages=29150
 sockperf: \u{1b}[2;35m====> avg-rtt=18.822 (std-dev=11.462)\u{1b}[0m
 sockperf: ---> <MAX> observation =  976.424

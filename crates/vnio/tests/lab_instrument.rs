@@ -58,8 +58,23 @@ fn other_instruments_measure_in_vnios_place_and_leave_nothing() {
     vnio(
         &journal,
         &[
-            "lab", "run", "instrument", "-c", "raw-echo", "-c", "sockperf", "-c", "iperf3",
-            "--duration", "400ms", "--warmup", "100ms", "--iterations", "1", "--db", db_arg,
+            "lab",
+            "run",
+            "instrument",
+            "-c",
+            "raw-echo",
+            "-c",
+            "sockperf",
+            "-c",
+            "iperf3",
+            "--duration",
+            "400ms",
+            "--warmup",
+            "100ms",
+            "--iterations",
+            "1",
+            "--db",
+            db_arg,
         ],
     );
     let store = vnio_lab::store::Store::open(&db).unwrap();
@@ -104,7 +119,11 @@ fn other_instruments_measure_in_vnios_place_and_leave_nothing() {
     // A tool measures what it can; the rest is skipped with the reason.
     let o = point("raw-echo", "stream-tcp");
     assert_eq!(o.status.as_str(), "skipped");
-    assert!(o.error.as_deref().unwrap_or_default().contains("request-response only"));
+    assert!(o
+        .error
+        .as_deref()
+        .unwrap_or_default()
+        .contains("request-response only"));
     assert!(tool_processes().is_empty(), "{:?}", tool_processes());
     let clean = vnio(&journal, &["lab", "clean"]);
     assert!(clean.contains("clean: 0 removed, 0 failed"), "{clean}");

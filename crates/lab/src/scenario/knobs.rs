@@ -352,7 +352,11 @@ pub(super) fn check_hosts(
         );
     }
     if k.port_policy_hosts.is_some() && k.port_policy.is_none() {
-        return fail(at, "port_policy_hosts", "names hosts for port_policy, which is not set");
+        return fail(
+            at,
+            "port_policy_hosts",
+            "names hosts for port_policy, which is not set",
+        );
     }
     if k.port_policy == Some(PortPolicy::Direct) {
         for name in k.port_policy_hosts.iter().flatten() {

@@ -43,6 +43,7 @@ pub const SHIPPED: &[Shipped] = shipped![
     "coalesce",
     "netqueue",
     "egress",
+    "offload",
     "switch-anchors",
     "instrument",
     "vm-native",

@@ -19,8 +19,8 @@ mod validate;
 pub use knobs::{Knobs, PortPolicy};
 pub use library::{shipped, Shipped, SHIPPED};
 pub use model::{
-    humantime, Configuration, Contention, Flood, HostKind, HostSpec, Loads, Protocol, RunSpec, Scenario, SetFile, SetSpec, Sweep, SweepParam, WireKind, WorkloadKind,
-    WorkloadSpec,
+    humantime, Configuration, Contention, Flood, HostKind, HostSpec, Loads, Protocol, RunSpec,
+    Scenario, SetFile, SetSpec, Sweep, SweepParam, WireKind, WorkloadKind, WorkloadSpec,
 };
 pub use plan::{Overrides, Plan, Point, Resolved, ResolvedContention};
 pub use validate::{kind_in, Capabilities};

@@ -215,9 +215,7 @@ pub(super) fn scenario(origin: &str, s: &Scenario) -> Result<(), ScenarioError> 
         let knobs = s.knobs.layered(&cfg.knobs);
         let knob_at = format!("{at}: knobs");
         super::knobs::check(&knob_at, &knobs, cfg.wire)
-            .and_then(|()| {
-                super::knobs::check_hosts(s, &knob_at, &knobs, |h| kind_in(s, cfg, h))
-            })
+            .and_then(|()| super::knobs::check_hosts(s, &knob_at, &knobs, |h| kind_in(s, cfg, h)))
             .or_else(|(field, message)| c.fail(field, message))?;
         if has_vm && (knobs.client_cpus.is_some() || knobs.agent_cpus.is_some()) {
             return c.fail(
@@ -232,7 +230,11 @@ pub(super) fn scenario(origin: &str, s: &Scenario) -> Result<(), ScenarioError> 
                     "\"direct\" binds the client's port to a queue of the switch's uplink: the scenario needs a remote host (remote = true)",
                 );
             }
-            for w in s.workloads.iter().filter(|_| knobs.port_policy_hosts.is_none()) {
+            for w in s
+                .workloads
+                .iter()
+                .filter(|_| knobs.port_policy_hosts.is_none())
+            {
                 if kind_in(s, cfg, &w.from) == HostKind::Namespace {
                     return c.fail(
                         format!("{at}: knobs.port_policy"),
@@ -417,7 +419,6 @@ pub fn kind_in(s: &Scenario, cfg: &Configuration, name: &str) -> HostKind {
 fn check_cpus(c: &Check, field: &str, cpus: &[usize]) -> Result<(), ScenarioError> {
     super::knobs::cpus_ok(cpus).or_else(|m| c.fail(field, m))
 }
-
 
 /// Which fields apply to which kind, and their ranges; `sweep` is the swept
 /// parameter and the value it takes.

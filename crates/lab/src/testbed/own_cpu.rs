@@ -154,7 +154,11 @@ mod tests {
         let c = a.costs(&b, &it);
         assert_eq!(c.len(), 1);
         assert!(c[0].cpu_ns >= 20_000_000, "{:?}", c[0]);
-        assert!(c[0].busy_pct > 20.0 && c[0].busy_pct <= 100.0 * 64.0, "{:?}", c[0]);
+        assert!(
+            c[0].busy_pct > 20.0 && c[0].busy_pct <= 100.0 * 64.0,
+            "{:?}",
+            c[0]
+        );
         assert!((c[0].ns_per_op - c[0].cpu_ns as f64 / 1000.0).abs() < 1e-6);
         // A process that is gone yields nothing rather than a wrong figure.
         let gone = vec![("gone".to_string(), u32::MAX)];

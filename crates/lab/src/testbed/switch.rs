@@ -89,18 +89,26 @@ impl Testbed {
             ));
         }
         for (what, map) in [
-            ("egress shares", knobs.egress_share.as_ref().map(|m| fmt_map(m, ""))),
+            (
+                "egress shares",
+                knobs.egress_share.as_ref().map(|m| fmt_map(m, "")),
+            ),
             (
                 "offloads",
                 knobs.port_offloads.as_ref().map(|m| fmt_map(m, "")),
             ),
             (
                 "egress limits",
-                knobs.egress_limit_mbit.as_ref().map(|m| fmt_map(m, " Mbit/s")),
+                knobs
+                    .egress_limit_mbit
+                    .as_ref()
+                    .map(|m| fmt_map(m, " Mbit/s")),
             ),
         ] {
             if let Some(text) = map {
-                self.description.notes.push(format!("switch {what}: {text}"));
+                self.description
+                    .notes
+                    .push(format!("switch {what}: {text}"));
             }
         }
         if let Some(c) = &knobs.coalesce {

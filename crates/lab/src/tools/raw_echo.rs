@@ -27,7 +27,9 @@ pub fn serve(udp: bool, addr: SocketAddr, stop: &AtomicBool) {
         }
         return;
     }
-    let Ok(l) = TcpListener::bind(addr) else { return };
+    let Ok(l) = TcpListener::bind(addr) else {
+        return;
+    };
     let _ = l.set_nonblocking(true);
     std::thread::scope(|scope| {
         while !stop.load(Ordering::Relaxed) {
@@ -54,7 +56,11 @@ fn echo_tcp(mut c: TcpStream, stop: &AtomicBool) {
                     return;
                 }
             }
-            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
             Err(_) => return,
         }
     }
