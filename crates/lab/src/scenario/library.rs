@@ -44,6 +44,7 @@ pub const SHIPPED: &[Shipped] = shipped![
     "netqueue",
     "egress",
     "offload",
+    "uplink-rate",
     "switch-anchors",
     "instrument",
     "vm-native",
