@@ -350,7 +350,7 @@ fn workload(
     }
     let tool = knobs.instrument.unwrap_or_default();
     if tool != crate::tools::Instrument::Vnio {
-        return crate::tools::measure(bed, p, tool, from, targets[0], run, opts, stop);
+        return crate::tools::measure(bed, p, from, targets[0], run, opts, stop);
     }
     if from.kind == HostKind::PollMode {
         return rr_via(bed, p, from, targets[0], run, opts, stop);

@@ -140,11 +140,10 @@ pub fn plan_skip(
     skip_reason(tool, w.kind, w.protocol.unwrap_or_default())
 }
 
-/// Run point `p` from `from` to `to` with `tool`.
+/// Run point `p` from `from` to `to` with the configuration's instrument.
 pub fn measure(
     bed: &Testbed,
     p: &Point,
-    tool: Instrument,
     from: &BedHost,
     to: &BedHost,
     run: &RunSpec,
@@ -152,6 +151,7 @@ pub fn measure(
     stop: &Arc<AtomicBool>,
 ) -> Result<Document, String> {
     let w = &p.workload;
+    let tool = bed.description().knobs.instrument.unwrap_or_default();
     let (Some(client), Some(server)) = (from.netns(), to.netns()) else {
         return Err("other instruments run between namespace hosts".into());
     };

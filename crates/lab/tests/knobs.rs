@@ -64,7 +64,7 @@ fn new_knobs_parse_and_a_configuration_wins_over_the_scenario() {
     assert_eq!(k.egress_limit_mbit.as_ref().unwrap()["client"], 20);
     assert_eq!(k.uplink_capacity_mbit, Some(100));
     assert_eq!(k.switch_budget, Some(8));
-    assert_eq!(k.port_offloads.as_ref().unwrap()["client"], false);
+    assert!(!k.port_offloads.as_ref().unwrap()["client"]);
     assert_eq!(k.testbed_cpu, Some(true));
     assert_eq!(k.policy_hosts(&["client"]), vec!["neighbour"]);
     // Without port_policy_hosts the policy goes to the clients.
