@@ -3,7 +3,9 @@
 //! policy lands on the port `port_policy_hosts` names (its worker busy-polls
 //! a core, which the testbed's CPU accounting sees), and the other knobs
 //! (coalescing, LRO, budget, uplink capacity) reach the switch and the
-//! stored testbed; nothing is left behind.
+//! stored testbed; nothing is left behind. And the `lro` scenario's TCP
+//! stream between two poll-mode endpoints (about 8 s): LRO off delivers
+//! MTU segments, on 64 KiB aggregates, every byte as sent.
 
 use std::path::Path;
 use std::process::Command;
@@ -185,6 +187,67 @@ fn switch_knobs_reach_the_switch_and_the_testbed_cpu_is_stored() {
     let findings = vnio(&journal, &["lab", "findings", "--db", db_arg, "--json"]);
     assert!(findings.contains("policy-takes-a-core"), "{findings}");
     // Nothing left: the journal holds no entry a clean would remove.
+    let clean = vnio(&journal, &["lab", "clean"]);
+    assert!(clean.contains("clean: 0 removed, 0 failed"), "{clean}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn lro_scenario_merges_a_poll_mode_tcp_stream() {
+    if !vnio_lab::is_root() {
+        eprintln!("skipped: the run needs root (network namespaces)");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("vnio-lab-lro-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let (journal, db) = (dir.join("journal"), dir.join("lab.db"));
+    let db_arg = db.to_str().unwrap();
+    vnio(
+        &journal,
+        &[
+            "lab",
+            "run",
+            "lro",
+            "--duration",
+            "500ms",
+            "--warmup",
+            "100ms",
+            "--iterations",
+            "2",
+            "--db",
+            db_arg,
+        ],
+    );
+    let store = vnio_lab::store::Store::open(&db).unwrap();
+    let run = store.load(store.resolve("last").unwrap()).unwrap();
+    let frames_per_mib = |cfg: &str| {
+        let o = run.scenarios[0]
+            .points
+            .iter()
+            .find(|o| o.point.configuration == cfg)
+            .unwrap();
+        assert_eq!(o.status.as_str(), "ok", "{cfg}: {:?}", o.error);
+        let doc = o.document.as_ref().unwrap();
+        for it in &doc.iterations {
+            assert!(
+                it.merged.bytes > 1 << 20,
+                "{cfg}: {} bytes",
+                it.merged.bytes
+            );
+            assert_eq!(it.merged.lost, 0, "{cfg}: the window keeps every byte");
+            assert!(it.testbed_cost.iter().any(|c| c.name == "switch"));
+        }
+        let it = doc.chosen().unwrap();
+        it.merged.ops as f64 / (it.merged.bytes as f64 / (1 << 20) as f64)
+    };
+    // 1448-byte segments: 724 per MiB; aggregates of up to 64 KiB: ~16.
+    let (off, on) = (frames_per_mib("lro-off"), frames_per_mib("lro-on"));
+    assert!(
+        (700.0..760.0).contains(&off),
+        "LRO off: {off:.1} frames/MiB"
+    );
+    assert!(on < 200.0, "LRO on: {on:.1} frames/MiB");
     let clean = vnio(&journal, &["lab", "clean"]);
     assert!(clean.contains("clean: 0 removed, 0 failed"), "{clean}");
     let _ = std::fs::remove_dir_all(&dir);

@@ -45,6 +45,7 @@ pub const SHIPPED: &[Shipped] = shipped![
     "egress",
     "offload",
     "uplink-rate",
+    "lro",
     "switch-anchors",
     "instrument",
     "vm-native",
