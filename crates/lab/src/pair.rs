@@ -14,7 +14,7 @@
 //!   the UDP payload: 22 B makes 64 B frames, 1476 B makes 1518 B frames.
 //!
 //! - `stream` (TCP): a TCP stream made without a TCP stack
-//!   (`vnio_switch::endpoint::tcp_stream`, [`tcp`]): window-limited MTU
+//!   (`vnio_switch::endpoint::tcp_stream`, `pair/tcp.rs`): window-limited MTU
 //!   segments toward a receiver that negotiated TSO receive and sleeps on
 //!   its notifications, every byte checked: what software LRO merges.
 //!
