@@ -149,6 +149,11 @@ impl Guest {
         self.state.host_ifnames.first()?.as_deref()
     }
 
+    /// QEMU's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Wait until the guest's init says its agent listens (the console's
     /// ready line: no network path is needed, so this works for guests
     /// only other guests can reach). Returns the time from QEMU's start.

@@ -13,6 +13,8 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use vnio_measure::result::Document;
+
 use crate::runner::{self, Observer, PointOutcome, RunError, RunSummary, RunnerOptions, Status};
 use crate::scenario::{Plan, Scenario};
 
@@ -64,23 +66,14 @@ pub fn run(
 /// document (renumbered, the median chosen again), the errors of all.
 pub fn merge(outcomes: Vec<PointOutcome>) -> PointOutcome {
     let errors: Vec<String> = outcomes.iter().filter_map(|o| o.error.clone()).collect();
-    let mut docs = outcomes.iter().filter_map(|o| o.document.clone());
-    let Some(mut doc) = docs.next() else {
+    let docs = outcomes.iter().filter_map(|o| o.document.clone()).collect();
+    let Some(doc) = merge_documents(docs) else {
         // Nothing measured: the first outcome says why.
         return outcomes
             .into_iter()
             .next()
             .expect("one outcome per repetition");
     };
-    for d in docs {
-        doc.iterations.extend(d.iterations);
-        doc.errors.extend(d.errors);
-        doc.interrupted |= d.interrupted;
-    }
-    for (i, it) in doc.iterations.iter_mut().enumerate() {
-        it.index = i;
-    }
-    doc.conclude();
     let first = &outcomes[0];
     let status = if doc.interrupted {
         Status::Interrupted
@@ -98,4 +91,21 @@ pub fn merge(outcomes: Vec<PointOutcome>) -> PointOutcome {
         document: Some(doc),
         contention: outcomes.iter().find_map(|o| o.contention.clone()),
     }
+}
+
+/// Documents of one point's repetitions as one: every iteration
+/// (renumbered), every error, the median chosen again. None when empty.
+pub fn merge_documents(docs: Vec<Document>) -> Option<Document> {
+    let mut docs = docs.into_iter();
+    let mut doc = docs.next()?;
+    for d in docs {
+        doc.iterations.extend(d.iterations);
+        doc.errors.extend(d.errors);
+        doc.interrupted |= d.interrupted;
+    }
+    for (i, it) in doc.iterations.iter_mut().enumerate() {
+        it.index = i;
+    }
+    doc.conclude();
+    Some(doc)
 }

@@ -29,6 +29,7 @@ pub mod scenario;
 pub mod session;
 pub mod store;
 pub mod testbed;
+pub mod tools;
 
 pub use vnio_topo::{
     check_ifname, clean, is_root, netns_exists, unique_id, Bridged, Cidr, CleanReport, Entry,

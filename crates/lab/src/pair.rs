@@ -13,7 +13,12 @@
 //!   processes on one CPU would starve each other). The workload's size is
 //!   the UDP payload: 22 B makes 64 B frames, 1476 B makes 1518 B frames.
 //!
-//! Both yield a `vnio.result/1` document, stored and judged like any other.
+//! - `stream` (TCP): a TCP stream made without a TCP stack
+//!   (`vnio_switch::endpoint::tcp_stream`, `pair/tcp.rs`): window-limited MTU
+//!   segments toward a receiver that negotiated TSO receive and sleeps on
+//!   its notifications, every byte checked: what software LRO merges.
+//!
+//! All yield a `vnio.result/1` document, stored and judged like any other.
 
 use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -31,6 +36,8 @@ use vnio_switch::wire::{EthernetAddress, Ipv4Address};
 use crate::runner::RunnerOptions;
 use crate::scenario::{Point, RunSpec, WorkloadKind};
 use crate::testbed::{endpoints_listen, BedHost, Testbed};
+
+mod tcp;
 
 /// UDP echo port the responder answers on (RFC 862).
 const ECHO_PORT: u16 = 7;
@@ -55,6 +62,9 @@ pub fn measure(
 ) -> Result<Document, String> {
     match p.workload.kind {
         WorkloadKind::Rr => rr(bed, p, from, to, run, opts, stop),
+        WorkloadKind::Stream if p.workload.protocol == crate::scenario::Protocol::Tcp => {
+            tcp::stream(bed, from, to, run, stop)
+        }
         WorkloadKind::Stream => rate(bed, p, from, to, run, stop),
         WorkloadKind::Ping => Err("a poll-mode pair runs rr and stream only".into()),
     }
@@ -153,8 +163,18 @@ impl End {
     }
 
     fn open(&self, listen: bool) -> Result<Endpoint, String> {
+        self.open_with(listen, |_| {})
+    }
+
+    /// Open with the endpoint's configuration adjusted by `set`.
+    fn open_with(
+        &self,
+        listen: bool,
+        set: impl FnOnce(&mut EndpointConfig),
+    ) -> Result<Endpoint, String> {
         let mut cfg = EndpointConfig::new(self.mac, Ipv4Address::from(self.ip));
         cfg.echo_port = None;
+        set(&mut cfg);
         cfg.connect_timeout = OPEN;
         if listen {
             Endpoint::listen(&self.sock, cfg, OPEN)

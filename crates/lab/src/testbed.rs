@@ -31,9 +31,11 @@ use vnio_topo::{Netem, RateLimit};
 
 mod anchors;
 mod guests;
+mod own_cpu;
 mod switch;
 mod wires;
 pub use anchors::endpoints_listen;
+pub use own_cpu::{per_iteration, CpuSample};
 
 /// Port every agent listens on.
 pub const AGENT_PORT: u16 = 7700;

@@ -123,7 +123,7 @@ fn anchor_wires_and_knobs_are_checked_with_their_reasons() {
 }
 
 #[test]
-fn a_poll_mode_pair_runs_udp_rate_and_round_trips_only() {
+fn a_poll_mode_pair_runs_udp_rate_round_trips_and_tcp_streams_only() {
     let caps = Capabilities {
         testpmd: true,
         ..Capabilities::current()
@@ -138,11 +138,20 @@ fn a_poll_mode_pair_runs_udp_rate_and_round_trips_only() {
     assert_eq!(skip(PAIR), None);
     let rr = PAIR.replace("kind = \"stream\"", "kind = \"rr\"");
     assert_eq!(skip(&rr), None);
+    // A TCP stream is the lab's own (1448-byte segments, no size).
+    let tcp = PAIR
+        .replacen("protocol = \"udp\"", "protocol = \"tcp\"", 1)
+        .replacen("size = 22\n", "", 1);
+    assert_eq!(skip(&tcp), None);
+    let tcp_rr = rr.replacen("protocol = \"udp\"", "protocol = \"tcp\"", 1);
+    assert!(skip(&tcp_rr)
+        .unwrap()
+        .contains("UDP rr, UDP stream and TCP stream only"));
     for (from, to, says) in [
         (
             "protocol = \"udp\"",
             "protocol = \"tcp\"",
-            "UDP rr and UDP stream only",
+            "TCP streams of 1448-byte segments (no size)",
         ),
         ("size = 22", "size = 22\nrate = 1000", "no rate"),
         ("size = 22", "size = 1500", "frames up to 1518 B"),

@@ -1,4 +1,4 @@
-//! Micro-benchmark for `bench/instrument.sh`: what timing one transaction
+//! Micro-benchmark: what timing one transaction
 //! costs the instrument: recording a sample into the histogram, and reading
 //! the clock (twice per transaction).
 

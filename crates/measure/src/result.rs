@@ -62,6 +62,27 @@ pub struct Iteration {
     pub machine: MachineUse,
     pub placement: Vec<Placement>,
     pub errors: Vec<String>,
+    /// CPU of the test bed's other processes over this iteration (the lab
+    /// fills it in when asked: the switch, poll-mode endpoints, guests'
+    /// QEMU); empty from the instrument alone.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub testbed_cost: Vec<ProcessCost>,
+}
+
+/// CPU one process of the test bed spent over an iteration, its set-up and
+/// warm-up included (the process is not the instrument's: the lab samples
+/// it from outside, in nanoseconds on CPU).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct ProcessCost {
+    /// What the process is, e.g. "switch", "endpoint server", "qemu a".
+    pub name: String,
+    pub cpu_ns: u64,
+    /// Share of one core over the iteration's wall time, %.
+    pub busy_pct: f64,
+    /// CPU ns per transaction (rr, ping) or packet (stream) measured.
+    pub ns_per_op: f64,
+    /// CPU ns per KiB measured.
+    pub ns_per_kib: f64,
 }
 
 /// How much the iterations differ.

@@ -11,7 +11,8 @@
 //! the median repetition of each is printed with the ratios.
 //!
 //! `cargo run --release -p vnio-switch --example coalesce -- [REPS] [STREAM_KPPS]`
-//! (bench/coalesce.sh prints the environment with it).
+//! (the lab's `coalesce` scenario measures the same comparison end to end:
+//! `sudo vnio lab run coalesce`).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

@@ -1,5 +1,5 @@
 //! A hostile vhost-user front-end for a live switch (the soak,
-//! `crates/switch/bench/soak.sh`): connects to a port's socket again and
+//! `scripts/soak`): connects to a port's socket again and
 //! again and runs every case of the hostile-frontend suite in turn
 //! (hostile chains, a short or truncated memory file, call and kick
 //! descriptors that block or are not eventfds, a front-end draining its own

@@ -28,40 +28,29 @@
 //! what LRO costs a latency flow. Medians over the rounds.
 //!
 //! `cargo run --release -p vnio-switch --example lro -- [ROUNDS] [SECS]`
-//! (bench/lro.sh prints the environment with it). `VNIO_BENCH_CASE=on`,
+//! (the stream itself is
+//! `vnio_switch::endpoint::tcp_stream`, which the lab's `lro` scenario runs
+//! between poll-mode hosts). `VNIO_BENCH_CASE=on`,
 //! `off`, `on-full`, `off-partial`, ... runs those cases only (for
 //! profiling); `VNIO_BENCH_VERBOSE=1` prints the switch's counters after
 //! each case; `VNIO_BENCH_COALESCE` sets the receiving port's interrupt
 //! coalescing (default: the switch's default, adaptive).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 use vnio_switch::coalesce::Coalesce;
 use vnio_switch::config::{Config, PolicyUpdate, PortSpec, SwitchConfig};
 use vnio_switch::daemon::Switch;
+use vnio_switch::endpoint::tcp_stream::{self, Flow, StreamStats, BURST, MSS, QUEUE, WINDOW};
 use vnio_switch::endpoint::{Endpoint, EndpointConfig};
 use vnio_switch::port::SocketMode;
 use vnio_switch::vhost_user::device::feature;
-use vnio_switch::wire::checksum;
 use vnio_switch::wire::tcp::flags;
 use vnio_switch::wire::testing::{pattern, TcpFrame};
-use vnio_switch::wire::virtio_net::{VirtioNetHdrRepr, FLAG_DATA_VALID, FLAG_NEEDS_CSUM};
 use vnio_switch::wire::{EthernetAddress, Ipv4Address};
 
-const MSS: usize = 1448;
-const BURST: usize = 32;
-/// Receive and transmit queue entries (QEMU's largest `rx_queue_size`,
-/// what a throughput-minded guest is given).
-const QUEUE: u16 = 1024;
-/// Bytes in flight at most (sent, not yet consumed by the receiver): 768
-/// segments (1.1 MB, a TCP window of a fast LAN flow), inside the
-/// receiver's 1024 buffers of 2 KiB with or without LRO.
-const WINDOW: u64 = 768 * MSS as u64;
 const MA: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0, 1]);
 const MB: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0, 2]);
-const L3: usize = 14;
-const L4: usize = L3 + 20;
-const HDR_END: usize = L4 + 32;
 
 fn cpu_ns(task: &str) -> u64 {
     std::fs::read_to_string(format!("{task}/schedstat"))
@@ -86,246 +75,34 @@ fn addressed(mut f: Vec<u8>, dst: EthernetAddress, src: EthernetAddress) -> Vec<
     f
 }
 
-/// RFC 1624: the checksum after a 32-bit field changed from `old` to `new`.
-fn patch_csum(csum: u16, old: u32, new: u32) -> u16 {
-    let s = u32::from(!csum)
-        + u32::from(!(old >> 16) as u16)
-        + u32::from(!(old as u16))
-        + (new >> 16)
-        + (new & 0xffff);
-    checksum::fold(s)
-}
-
-#[derive(Default)]
+/// One case's stream (the library's), with the switch worker's CPU and
+/// the calls the receiver got, which only an in-process switch can read.
 struct Stream {
-    frames: u64,
-    bytes: u64,
-    secs: f64,
-    rx_cpu: u64,
-    tx_cpu: u64,
+    s: StreamStats,
     worker_cpu: u64,
-    /// Frames whose checksum the receiver verified.
-    verified: u64,
-    /// Bytes not as sent, out of order, or failing their checksum (must be 0).
-    bad: u64,
-    /// Bytes skipped by a gap in sequence numbers (frames dropped).
-    lost: u64,
-    /// Calls the switch sent the receiver.
     calls: u64,
-    /// Receiver waits that ended without a call (stalls).
-    rx_timeouts: u64,
-}
-
-/// What the sender and the receiver share.
-#[derive(Default)]
-struct Window {
-    /// Stream bytes sent.
-    sent: AtomicU64,
-    /// Stream bytes the receiver consumed.
-    acked: AtomicU64,
-    /// The sender waits for `acked` to reach `wanted`.
-    parked: AtomicBool,
-    wanted: AtomicU64,
-    stop: AtomicBool,
-    /// The sender sent its last burst (`sent` is final).
-    finished: AtomicBool,
-}
-
-/// The sender: one burst of segments built once; each burst moves their
-/// sequence numbers on and patches their checksums.
-fn send(a: &mut Endpoint, w: &Window, partial: bool) -> u64 {
-    let data = pattern(BURST * MSS, 5);
-    // A sender with checksum offload leaves the pseudo-header sum, which
-    // does not depend on the sequence number.
-    let hdr = if partial {
-        VirtioNetHdrRepr {
-            flags: FLAG_NEEDS_CSUM,
-            csum_start: L4 as u16,
-            csum_offset: 16,
-            ..Default::default()
-        }
-    } else {
-        VirtioNetHdrRepr::default()
-    };
-    let mut frames: Vec<Vec<u8>> = (0..BURST)
-        .map(|i| {
-            let f = TcpFrame {
-                seq: (i * MSS) as u32,
-                ip_id: i as u16,
-                options: vec![1, 1, 8, 10, 0, 0, 0, 1, 0, 0, 0, 2],
-                payload: data[i * MSS..(i + 1) * MSS].to_vec(),
-                ..Default::default()
-            };
-            addressed(f.build(partial), MB, MA)
-        })
-        .collect();
-    let t0 = cpu_ns("/proc/thread-self");
-    let mut seq_off = 0u64;
-    let burst_bytes = (BURST * MSS) as u64;
-    while !w.stop.load(Ordering::Relaxed) {
-        if seq_off + burst_bytes > w.acked.load(Ordering::Acquire) + WINDOW {
-            // Blocks like a TCP sender waiting for window space (spinning
-            // would take a CPU from the threads being measured); woken once
-            // there is room for a whole burst, as a socket's write space.
-            w.wanted
-                .store(seq_off + burst_bytes - WINDOW, Ordering::SeqCst);
-            w.parked.store(true, Ordering::SeqCst);
-            if seq_off + burst_bytes > w.acked.load(Ordering::SeqCst) + WINDOW {
-                std::thread::park_timeout(Duration::from_millis(5));
-            }
-            w.parked.store(false, Ordering::Relaxed);
-            continue;
-        }
-        if seq_off > 0 {
-            for f in &mut frames {
-                let old = u32::from_be_bytes(f[L4 + 4..L4 + 8].try_into().unwrap());
-                let new = old.wrapping_add(burst_bytes as u32);
-                f[L4 + 4..L4 + 8].copy_from_slice(&new.to_be_bytes());
-                if !partial {
-                    let c = u16::from_be_bytes([f[L4 + 16], f[L4 + 17]]);
-                    f[L4 + 16..L4 + 18].copy_from_slice(&patch_csum(c, old, new).to_be_bytes());
-                }
-            }
-        }
-        let refs: Vec<&[u8]> = frames.iter().map(|f| f.as_slice()).collect();
-        // The burst goes whole even when told to stop: the receiver waits for all of it.
-        let mut n = 0;
-        while n < BURST {
-            let k = a.send_burst_with(&hdr, &refs[n..]);
-            if k == 0 {
-                std::thread::yield_now();
-            }
-            n += k;
-        }
-        seq_off += burst_bytes;
-        w.sent.store(seq_off, Ordering::Release);
-    }
-    w.finished.store(true, Ordering::Release);
-    cpu_ns("/proc/thread-self") - t0
-}
-
-/// The receiver: NAPI-like polls of 64 frames, sleeping on the call
-/// eventfd when the ring is empty; checks and consumes every frame.
-fn receive(b: &mut Endpoint, w: &Window, sender: &std::thread::Thread) -> Stream {
-    let data = pattern(BURST * MSS, 5);
-    let period = data.len() as u64;
-    let mut buf = vec![0u8; 70_000];
-    let mut s = Stream::default();
-    let t0 = cpu_ns("/proc/thread-self");
-    let mut next = 0u64;
-    let mut give_up = None;
-    loop {
-        let mut n = 0;
-        while n < 64 {
-            let Some((h, len)) = b.poll_recv_with(&mut buf) else {
-                break;
-            };
-            n += 1;
-            let f = &buf[..len];
-            if len < HDR_END {
-                s.bad += 1;
-                continue;
-            }
-            s.frames += 1;
-            if h.flags & (FLAG_NEEDS_CSUM | FLAG_DATA_VALID) == 0 {
-                // The stack's software checksum: pseudo-header, TCP header and payload.
-                s.verified += 1;
-                let p = checksum::pseudo_header(
-                    f[L3 + 12..L3 + 16].try_into().unwrap(),
-                    f[L3 + 16..L3 + 20].try_into().unwrap(),
-                    6,
-                    (len - L4) as u16,
-                );
-                if checksum::fold(checksum::add(p, checksum::sum(&f[L4..]))) != 0 {
-                    s.bad += 1;
-                    continue;
-                }
-            }
-            let seq = u32::from_be_bytes(f[L4 + 4..L4 + 8].try_into().unwrap());
-            let payload = &f[HDR_END..];
-            let gap = seq.wrapping_sub(next as u32);
-            if gap != 0 {
-                if gap >= 1 << 31 {
-                    // Behind what was delivered already: reordered or duplicated.
-                    if s.bad == 0 {
-                        eprintln!(
-                            "  behind: seq {seq} expected {} len {len} hdr {h:?} after {} frames",
-                            next as u32, s.frames
-                        );
-                    }
-                    s.bad += payload.len() as u64;
-                    continue;
-                }
-                // Ahead: frames were lost (a full ring drops them).
-                s.lost += u64::from(gap);
-                next += u64::from(gap);
-            }
-            // Every byte as sent at its stream offset (the pattern repeats each burst).
-            let mut off = (next % period) as usize;
-            let mut p = payload;
-            while !p.is_empty() {
-                let k = p.len().min(data.len() - off);
-                if p[..k] != data[off..off + k] {
-                    if s.bad == 0 {
-                        let first = p[..k]
-                            .iter()
-                            .zip(&data[off..off + k])
-                            .position(|(a, b)| a != b)
-                            .unwrap_or(0);
-                        eprintln!("  bytes differ: seq {seq} len {len} hdr {h:?} at payload byte {} (piece at {off}) after {} frames", payload.len() - p.len() + first, s.frames);
-                    }
-                    s.bad += k as u64;
-                }
-                p = &p[k..];
-                off = 0;
-            }
-            next += payload.len() as u64;
-            s.bytes += payload.len() as u64;
-            w.acked.store(next, Ordering::SeqCst);
-            if w.parked.load(Ordering::SeqCst) && next >= w.wanted.load(Ordering::SeqCst) {
-                sender.unpark();
-            }
-        }
-        if n == 64 {
-            continue;
-        }
-        if w.finished.load(Ordering::Acquire) {
-            let done = next >= w.sent.load(Ordering::Acquire);
-            // Lost frames at the very end never come: give up after a while.
-            if done
-                || *give_up.get_or_insert_with(|| Instant::now() + Duration::from_secs(1))
-                    < Instant::now()
-            {
-                s.lost += w.sent.load(Ordering::Acquire).saturating_sub(next);
-                break;
-            }
-        }
-        if !b.wait(Duration::from_millis(5)).unwrap_or(true) {
-            s.rx_timeouts += 1;
-        }
-    }
-    s.rx_cpu = cpu_ns("/proc/thread-self") - t0;
-    s
 }
 
 fn stream(a: &mut Endpoint, b: &mut Endpoint, secs: f64, partial: bool) -> Stream {
     let worker = worker_task();
-    let w = Window::default();
     let w0 = cpu_ns(&worker);
-    let t0 = Instant::now();
-    let wr = &w;
-    let (tx_cpu, mut s) = std::thread::scope(|sc| {
-        let tx = sc.spawn(move || send(a, wr, partial));
-        let sender = tx.thread().clone();
-        let rx = sc.spawn(move || receive(b, wr, &sender));
-        std::thread::sleep(Duration::from_secs_f64(secs));
-        w.stop.store(true, Ordering::Relaxed);
-        (tx.join().unwrap(), rx.join().unwrap())
-    });
-    s.secs = t0.elapsed().as_secs_f64();
-    s.worker_cpu = cpu_ns(&worker) - w0;
-    s.tx_cpu = tx_cpu;
-    s
+    let flow = Flow {
+        src: MA,
+        dst: MB,
+        partial,
+    };
+    let s = tcp_stream::run(
+        a,
+        b,
+        &flow,
+        Duration::from_secs_f64(secs),
+        &AtomicBool::new(false),
+    );
+    Stream {
+        s,
+        worker_cpu: cpu_ns(&worker) - w0,
+        calls: 0,
+    }
 }
 
 fn rr(a: &mut Endpoint, b: &mut Endpoint, secs: f64) -> Vec<Duration> {
@@ -442,8 +219,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     .map_or(0, |p| p.stats.rx.notifications_sent))
             };
             let c0 = calls()?;
-            let mut s = stream(&mut a, &mut b, secs, partial);
-            s.calls = calls()? - c0;
+            let mut run = stream(&mut a, &mut b, secs, partial);
+            run.calls = calls()? - c0;
+            let s = &run.s;
             assert_eq!(s.bad, 0, "bytes not as sent (LRO {on})");
             // The window keeps the receiver's ring from overflowing: nothing is dropped.
             assert_eq!(s.lost, 0, "bytes lost (LRO {on})");
@@ -464,7 +242,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     );
                 }
             }
-            runs[i].push(s);
+            runs[i].push(run);
             // Nothing of this case may reach the next one (an aggregate waits 50 µs at most).
             std::thread::sleep(Duration::from_millis(2));
             while a.poll_recv(&mut buf).is_some() || b.poll_recv(&mut buf).is_some() {}
@@ -473,7 +251,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
         }
     }
-    let mib = |s: &Stream| s.bytes as f64 / (1 << 20) as f64;
+    let mib = |r: &Stream| r.s.bytes as f64 / (1 << 20) as f64;
     let med = |v: &mut [Stream], key: &dyn Fn(&Stream) -> f64| {
         v.sort_by(|x, y| key(x).total_cmp(&key(y)));
         key(&v[v.len() / 2])
@@ -486,13 +264,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             continue;
         }
         let r = [
-            med(v, &|s| s.bytes as f64 * 8.0 / s.secs / 1e9),
-            med(v, &|s| s.frames as f64 / mib(s)),
-            med(v, &|s| s.rx_cpu as f64 / mib(s) / 1e3),
-            med(v, &|s| s.worker_cpu as f64 / mib(s) / 1e3),
-            med(v, &|s| (s.rx_cpu + s.worker_cpu) as f64 / mib(s) / 1e3),
-            med(v, &|s| s.tx_cpu as f64 / mib(s) / 1e3),
-            med(v, &|s| s.calls as f64 / mib(s)),
+            med(v, &|r| r.s.bytes as f64 * 8.0 / r.s.secs / 1e9),
+            med(v, &|r| r.s.frames as f64 / mib(r)),
+            med(v, &|r| r.s.rx_cpu_ns as f64 / mib(r) / 1e3),
+            med(v, &|r| r.worker_cpu as f64 / mib(r) / 1e3),
+            med(v, &|r| (r.s.rx_cpu_ns + r.worker_cpu) as f64 / mib(r) / 1e3),
+            med(v, &|r| r.s.tx_cpu_ns as f64 / mib(r) / 1e3),
+            med(v, &|r| r.calls as f64 / mib(r)),
         ];
         println!(
             "{:<7} {:<8} {:>6.2} Gbps  {:>6.1} frames/MiB  CPU µs/MiB: receiver {:>6.1} worker {:>6.1} (sum {:>6.1}; sender {:>6.1})  calls/MiB {:>6.1}",

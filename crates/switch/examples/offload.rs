@@ -8,7 +8,8 @@
 //! Payload Gbps delivered and receive-side frames per MiB for each.
 //!
 //! `cargo run --release -p vnio-switch --example offload [-- SECONDS [REPS]]`
-//! (bench/offload.sh prints the environment with it).
+//! (the lab's `offload` scenario measures the same comparison with kernels
+//! on tap ports: `sudo vnio lab run offload`).
 
 use std::time::{Duration, Instant};
 use vnio_switch::config::{Config, PortSpec, SwitchConfig};

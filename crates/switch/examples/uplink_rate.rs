@@ -8,8 +8,10 @@
 //! - vNIC->wire: the endpoint sends as fast as its ring takes frames,
 //!   counted by the veth's own transmit counter on the switch's end.
 //!
-//! Run through `bench/uplink-rate.sh`, which builds the binaries compared
-//! and pins the switch and this process to different cores. Root only.
+//! Build the `vnio` binaries to compare, then run this once per binary
+//! with the switch and this process on different cores (it pins the
+//! switch to CPU 0; run it under `taskset -c 1`). Root only. The lab's
+//! `uplink-rate` scenario measures the same path end to end.
 //!
 //! `uplink_rate --vnio PATH --label NAME [--secs 3] [--len 60] [--qdisc-bypass] [--direct]`
 

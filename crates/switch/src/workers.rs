@@ -600,7 +600,8 @@ impl Drop for Workers {
 }
 
 /// Says at start what will undo a dedicated worker's busy polling. Both were
-/// measured with bench/latency-modes.sh: an ordinary thread on a shared core
+/// measured with the latency-modes benchmark (now the lab's latency-modes
+/// scenarios): an ordinary thread on a shared core
 /// got 4 % of it on a loaded host (its port's p50 in the hundreds of ms);
 /// under SCHED_FIFO with the kernel's RT throttling on, the worker is
 /// stopped 50 ms in every second (its port's p99 about 40 ms).

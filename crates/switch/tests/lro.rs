@@ -218,3 +218,53 @@ fn another_frame_ends_the_aggregate_first_and_a_pause_ends_it_in_time() {
         assert_eq!(merged.stats.rx.lro_merged, 4 + 4 + 2);
     });
 }
+
+/// The library's window-limited TCP stream (what the lab's `lro` scenario
+/// and examples/lro.rs run): every byte arrives as sent, none lost, as MTU
+/// frames with LRO off and as aggregates with it on.
+#[test]
+fn the_tcp_stream_helper_arrives_whole_and_lro_merges_it() {
+    use std::sync::atomic::AtomicBool;
+    use vnio_switch::endpoint::tcp_stream::{self, Flow, QUEUE};
+    bounded(Duration::from_secs(60), || {
+        let dir = Dir::new("lro-stream");
+        let sw = switch(&dir, 2);
+        let open = |port: usize, n: u8, offloads: u64| {
+            let mut cfg = EndpointConfig::new(mac(n), ip(n));
+            cfg.offloads = offloads;
+            cfg.queue_size = QUEUE;
+            Endpoint::connect(&dir.sock(&format!("p{port}")), cfg).unwrap()
+        };
+        let mut a = open(1, 1, 0);
+        let mut b = open(2, 2, feature::GUEST_CSUM | feature::GUEST_TSO4);
+        learn(&mut [&mut a, &mut b]);
+        let flow = Flow {
+            src: mac(1),
+            dst: mac(2),
+            partial: false,
+        };
+        let stop = AtomicBool::new(false);
+        let mut per_mib = Vec::new();
+        for lro in [false, true] {
+            sw.handle()
+                .set_port(
+                    "p2",
+                    PolicyUpdate {
+                        lro: Some(lro),
+                        ..Default::default()
+                    },
+                )
+                .unwrap();
+            let s = tcp_stream::run(&mut a, &mut b, &flow, Duration::from_millis(300), &stop);
+            assert_eq!((s.bad, s.lost), (0, 0), "LRO {lro}: {s:?}");
+            assert!(s.bytes > 100 * MSS as u64, "LRO {lro}: {s:?}");
+            per_mib.push(s.frames as f64 / (s.bytes as f64 / (1 << 20) as f64));
+            std::thread::sleep(Duration::from_millis(5));
+            let mut buf = vec![0u8; 70_000];
+            while a.poll_recv(&mut buf).is_some() || b.poll_recv(&mut buf).is_some() {}
+        }
+        // 1448-byte segments make 724 frames per MiB; aggregates far fewer.
+        assert!((700.0..760.0).contains(&per_mib[0]), "{per_mib:?}");
+        assert!(per_mib[1] < per_mib[0] / 4.0, "{per_mib:?}");
+    });
+}

@@ -43,6 +43,13 @@ pub fn of_iteration(stat: Statistic, it: &Iteration) -> Option<f64> {
             (m.ops > 0).then(|| (it.client_cost.ns_per_op + agent) / 1e3)
         }
         Statistic::MachineBusy => Some(it.machine.busy_pct),
+        Statistic::SwitchBusy => it
+            .testbed_cost
+            .iter()
+            .find(|c| c.name == "switch")
+            .map(|c| c.busy_pct),
+        Statistic::TestbedCpuPerOp => (!it.testbed_cost.is_empty() && m.ops > 0)
+            .then(|| it.testbed_cost.iter().map(|c| c.ns_per_op).sum::<f64>() / 1e3),
     }
 }
 

@@ -263,6 +263,16 @@ pub(crate) fn check(s: &Scenario) -> Result<(), (String, String)> {
         sides.extend(f.against.as_ref().map(|a| ("against", a)));
         for (field, p) in &sides {
             check_point(s, p).map_err(|m| (at(field), m))?;
+            if f.statistic.needs_testbed_cpu() && !testbed_cpu(s, &p.configuration) {
+                return Err((
+                    at(field),
+                    format!(
+                        "{} needs knobs.testbed_cpu = true in configuration `{}`",
+                        f.statistic.as_str(),
+                        p.configuration
+                    ),
+                ));
+            }
         }
         match (f.quantity(), &f.against) {
             (Quantity::Value, Some(_)) => {
@@ -299,6 +309,14 @@ pub(crate) fn check(s: &Scenario) -> Result<(), (String, String)> {
         }
     }
     Ok(())
+}
+
+/// Whether configuration `name` of `s` accounts the testbed's own CPU.
+fn testbed_cpu(s: &Scenario, name: &str) -> bool {
+    s.configurations
+        .iter()
+        .find(|c| c.name == name)
+        .is_some_and(|c| s.knobs.layered(&c.knobs).testbed_cpu == Some(true))
 }
 
 fn check_point(s: &Scenario, p: &PointRef) -> Result<(), String> {

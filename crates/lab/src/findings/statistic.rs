@@ -50,6 +50,14 @@ pub enum Statistic {
     /// Share of the whole machine's CPU busy during the iteration, %.
     #[serde(rename = "machine-busy")]
     MachineBusy,
+    /// The vnio switch process's CPU over the iteration, % of one core
+    /// (knob `testbed_cpu`).
+    #[serde(rename = "switch-busy")]
+    SwitchBusy,
+    /// CPU of the testbed's own processes (switch, poll-mode endpoints,
+    /// guests' QEMU) per transaction or packet, µs (knob `testbed_cpu`).
+    #[serde(rename = "testbed-cpu-per-op")]
+    TestbedCpuPerOp,
 }
 
 impl Statistic {
@@ -70,6 +78,8 @@ impl Statistic {
             Statistic::Gbps => "gbps",
             Statistic::CpuPerOp => "cpu-per-op",
             Statistic::MachineBusy => "machine-busy",
+            Statistic::SwitchBusy => "switch-busy",
+            Statistic::TestbedCpuPerOp => "testbed-cpu-per-op",
         }
     }
 
@@ -83,9 +93,13 @@ impl Statistic {
             | Statistic::P999
             | Statistic::P9999
             | Statistic::Max
-            | Statistic::CpuPerOp => "µs",
+            | Statistic::CpuPerOp
+            | Statistic::TestbedCpuPerOp => "µs",
             Statistic::TailRatio => "x",
-            Statistic::Over1ms | Statistic::Over5ms | Statistic::MachineBusy => "%",
+            Statistic::Over1ms
+            | Statistic::Over5ms
+            | Statistic::MachineBusy
+            | Statistic::SwitchBusy => "%",
             Statistic::Rate => "/s",
             Statistic::Gbps => "Gbit/s",
         }
@@ -93,14 +107,34 @@ impl Statistic {
 
     /// True for round-trip statistics (drawn on the latency figures).
     pub fn is_latency(self) -> bool {
-        self.unit() == "µs" && self != Statistic::CpuPerOp
+        self.unit() == "µs" && !self.is_cpu()
+    }
+
+    /// True for CPU costs (never drawn on the latency figures).
+    pub fn is_cpu(self) -> bool {
+        matches!(
+            self,
+            Statistic::CpuPerOp
+                | Statistic::MachineBusy
+                | Statistic::SwitchBusy
+                | Statistic::TestbedCpuPerOp
+        )
+    }
+
+    /// True for the testbed's own CPU (needs knob `testbed_cpu`).
+    pub fn needs_testbed_cpu(self) -> bool {
+        matches!(self, Statistic::SwitchBusy | Statistic::TestbedCpuPerOp)
     }
 
     /// Whether a workload of `kind` yields the statistic.
     pub fn applies_to(self, kind: WorkloadKind) -> bool {
         match self {
             Statistic::Gbps => kind == WorkloadKind::Stream,
-            Statistic::Rate | Statistic::CpuPerOp | Statistic::MachineBusy => true,
+            Statistic::Rate
+            | Statistic::CpuPerOp
+            | Statistic::MachineBusy
+            | Statistic::SwitchBusy
+            | Statistic::TestbedCpuPerOp => true,
             _ => kind != WorkloadKind::Stream,
         }
     }

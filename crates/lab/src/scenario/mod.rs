@@ -9,17 +9,18 @@
 //! my.toml: workload `rr`: from: no host named `clint` (hosts: client, server)
 //! ```
 
+mod knobs;
 mod library;
 mod model;
 mod pairs;
 mod plan;
 mod validate;
 
+pub use knobs::{Knobs, PortPolicy};
 pub use library::{shipped, Shipped, SHIPPED};
 pub use model::{
-    humantime, Configuration, Contention, Flood, HostKind, HostSpec, Knobs, Loads, PortPolicy,
-    Protocol, RunSpec, Scenario, SetFile, SetSpec, Sweep, SweepParam, WireKind, WorkloadKind,
-    WorkloadSpec,
+    humantime, Configuration, Contention, Flood, HostKind, HostSpec, Loads, Protocol, RunSpec,
+    Scenario, SetFile, SetSpec, Sweep, SweepParam, WireKind, WorkloadKind, WorkloadSpec,
 };
 pub use plan::{Overrides, Plan, Point, Resolved, ResolvedContention};
 pub use validate::{kind_in, Capabilities};

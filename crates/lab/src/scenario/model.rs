@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+pub(super) use super::knobs::{Knobs, PortPolicy};
+
 /// One scenario: hosts, the configurations compared side by side, knobs,
 /// contention, workloads, an optional sweep, and how long to measure.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -192,114 +194,6 @@ pub struct Configuration {
     /// Knobs for this configuration only (over the scenario's).
     #[serde(default)]
     pub knobs: Knobs,
-}
-
-/// Port policy of the vnio switch (DESIGN: switch latency features).
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Hash, Default)]
-#[serde(rename_all = "kebab-case")]
-pub enum PortPolicy {
-    /// Adaptive coalescing, the switch's shared worker.
-    #[default]
-    Default,
-    /// Latency-Sensitivity=High: a dedicated busy-polling worker on its own
-    /// core, coalescing and LRO off (the switch port's `latency = "high"`).
-    LatencyHigh,
-    /// The port bound straight to an uplink queue, no switching.
-    Direct,
-}
-
-impl PortPolicy {
-    /// The name used in files and messages.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            PortPolicy::Default => "default",
-            PortPolicy::LatencyHigh => "latency-high",
-            PortPolicy::Direct => "direct",
-        }
-    }
-}
-
-/// Settings of the set-up. Every field is optional so scenario-wide knobs
-/// and a configuration's knobs can be layered.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
-#[serde(deny_unknown_fields)]
-pub struct Knobs {
-    /// SO_BUSY_POLL on the workload's data sockets, in microseconds.
-    pub busy_poll_us: Option<u32>,
-    /// CPUs for the client's session threads (round-robin).
-    pub client_cpus: Option<Vec<usize>>,
-    /// CPUs for the agents' session threads.
-    pub agent_cpus: Option<Vec<usize>>,
-    /// CPUs for every thread of the vnio switch process.
-    pub switch_cpus: Option<Vec<usize>>,
-    /// Egress rate limit (htb) on every host interface, in Mbit/s.
-    pub rate_limit_mbit: Option<u64>,
-    /// Egress delay (netem) on every host interface, in microseconds.
-    /// This kernel has no netem: a run with it says so and stops.
-    pub netem_delay_us: Option<u64>,
-    /// vnio switch port policy for the ports of the workloads' clients
-    /// (the measured VMs of the studies).
-    pub port_policy: Option<PortPolicy>,
-    /// vnio switch interrupt coalescing toward every vhost-user port:
-    /// "off", "static:FRAMES:USEC", "adaptive\[:BOUND_USEC\]" (the switch's
-    /// default is adaptive with the studies' 4 ms bound). Taps take no
-    /// interrupts: it matters for poll-mode endpoints that sleep and VMs.
-    pub coalesce: Option<String>,
-    /// Kernel timestamps for receive instants (SO_TIMESTAMPING).
-    pub rx_timestamp: Option<bool>,
-    /// Receive queues of the vnio switch's uplink (queue 0 shared, the
-    /// others one per vNIC while they last: the studies' NetQueue).
-    pub uplink_queues: Option<usize>,
-    /// Poll-mode endpoints sleep on the switch's notifications when idle
-    /// (an interrupt-driven guest) instead of busy-polling (default).
-    pub poll_mode_wait: Option<bool>,
-    /// The vnio switch's workers never sleep (`idle_polls` at its maximum),
-    /// as the DPDK switches' poll-mode threads do.
-    pub switch_busy_poll: Option<bool>,
-    /// The vnio switch's dedicated (latency-high) workers run under
-    /// SCHED_FIFO at this priority (1-99), not ordinary scheduling.
-    pub switch_rt_priority: Option<u8>,
-    /// CPUs shielded for what the run starts (the switch, above all):
-    /// every other task of the machine moves to the remaining CPUs for the
-    /// configuration's life (a cpuset, as `isolcpus` would), and back
-    /// afterwards.
-    pub shield: Option<Vec<usize>>,
-    /// Another build of `vnio` to run the switch (wire = "switch"), e.g.
-    /// the build before a change: two configurations then compare two
-    /// builds of the switch with the same endpoints.
-    pub switch_binary: Option<std::path::PathBuf>,
-}
-
-impl Knobs {
-    /// `self` with every field `over` sets replaced by `over`'s.
-    pub fn layered(&self, over: &Knobs) -> Knobs {
-        Knobs {
-            busy_poll_us: over.busy_poll_us.or(self.busy_poll_us),
-            client_cpus: over
-                .client_cpus
-                .clone()
-                .or_else(|| self.client_cpus.clone()),
-            agent_cpus: over.agent_cpus.clone().or_else(|| self.agent_cpus.clone()),
-            switch_cpus: over
-                .switch_cpus
-                .clone()
-                .or_else(|| self.switch_cpus.clone()),
-            rate_limit_mbit: over.rate_limit_mbit.or(self.rate_limit_mbit),
-            netem_delay_us: over.netem_delay_us.or(self.netem_delay_us),
-            port_policy: over.port_policy.or(self.port_policy),
-            coalesce: over.coalesce.clone().or_else(|| self.coalesce.clone()),
-            rx_timestamp: over.rx_timestamp.or(self.rx_timestamp),
-            poll_mode_wait: over.poll_mode_wait.or(self.poll_mode_wait),
-            uplink_queues: over.uplink_queues.or(self.uplink_queues),
-            switch_busy_poll: over.switch_busy_poll.or(self.switch_busy_poll),
-            switch_rt_priority: over.switch_rt_priority.or(self.switch_rt_priority),
-            shield: over.shield.clone().or_else(|| self.shield.clone()),
-            switch_binary: over
-                .switch_binary
-                .clone()
-                .or_else(|| self.switch_binary.clone()),
-        }
-    }
 }
 
 /// Contention added around the measured workload.

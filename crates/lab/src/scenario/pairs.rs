@@ -13,8 +13,9 @@ pub(super) fn skip_reason(w: &WorkloadSpec) -> Option<String> {
             w.to.join(", ")
         ))
     };
-    if w.protocol != Some(Protocol::Udp) || w.kind == WorkloadKind::Ping {
-        return why("UDP rr and UDP stream only (protocol = \"udp\")");
+    let tcp_stream = w.kind == WorkloadKind::Stream && w.protocol != Some(Protocol::Udp);
+    if (w.protocol != Some(Protocol::Udp) && !tcp_stream) || w.kind == WorkloadKind::Ping {
+        return why("UDP rr, UDP stream and TCP stream only");
     }
     if w.to.len() != 1 || w.sessions.unwrap_or(1) != 1 {
         return why("one session to one target");
@@ -26,7 +27,12 @@ pub(super) fn skip_reason(w: &WorkloadSpec) -> Option<String> {
         WorkloadKind::Stream if w.rate.is_some() || w.reverse == Some(true) => {
             why("as fast as the switch forwards, one way (no rate, no reverse)")
         }
-        WorkloadKind::Stream if w.size.is_some_and(|s| s > crate::pair::MAX_PAYLOAD) => {
+        WorkloadKind::Stream if tcp_stream && w.size.is_some() => {
+            why("TCP streams of 1448-byte segments (no size)")
+        }
+        WorkloadKind::Stream
+            if !tcp_stream && w.size.is_some_and(|s| s > crate::pair::MAX_PAYLOAD) =>
+        {
             why(&format!(
                 "frames up to 1518 B (size at most {} B of payload)",
                 crate::pair::MAX_PAYLOAD

@@ -213,7 +213,10 @@ pub(super) fn scenario(origin: &str, s: &Scenario) -> Result<(), ScenarioError> 
             );
         }
         let knobs = s.knobs.layered(&cfg.knobs);
-        check_knobs(&c, &format!("{at}: knobs"), &knobs, cfg.wire)?;
+        let knob_at = format!("{at}: knobs");
+        super::knobs::check(&knob_at, &knobs, cfg.wire)
+            .and_then(|()| super::knobs::check_hosts(s, &knob_at, &knobs, |h| kind_in(s, cfg, h)))
+            .or_else(|(field, message)| c.fail(field, message))?;
         if has_vm && (knobs.client_cpus.is_some() || knobs.agent_cpus.is_some()) {
             return c.fail(
                 format!("{at}: knobs"),
@@ -227,7 +230,11 @@ pub(super) fn scenario(origin: &str, s: &Scenario) -> Result<(), ScenarioError> 
                     "\"direct\" binds the client's port to a queue of the switch's uplink: the scenario needs a remote host (remote = true)",
                 );
             }
-            for w in &s.workloads {
+            for w in s
+                .workloads
+                .iter()
+                .filter(|_| knobs.port_policy_hosts.is_none())
+            {
                 if kind_in(s, cfg, &w.from) == HostKind::Namespace {
                     return c.fail(
                         format!("{at}: knobs.port_policy"),
@@ -240,7 +247,8 @@ pub(super) fn scenario(origin: &str, s: &Scenario) -> Result<(), ScenarioError> 
             }
         }
     }
-    check_knobs(&c, "knobs", &s.knobs, WireKind::Switch)?;
+    super::knobs::check("knobs", &s.knobs, WireKind::Switch)
+        .or_else(|(field, message)| c.fail(field, message))?;
     if let Err((field, message)) = crate::machine::spec::check(s, |cfg, name| kind_in(s, cfg, name))
     {
         return c.fail(field, message);
@@ -409,91 +417,7 @@ pub fn kind_in(s: &Scenario, cfg: &Configuration, name: &str) -> HostKind {
 }
 
 fn check_cpus(c: &Check, field: &str, cpus: &[usize]) -> Result<(), ScenarioError> {
-    if cpus.iter().any(|&cpu| cpu >= 4096) {
-        return c.fail(field, "CPU numbers must be below 4096");
-    }
-    Ok(())
-}
-
-fn check_knobs(c: &Check, at: &str, k: &Knobs, wire: WireKind) -> Result<(), ScenarioError> {
-    for (name, cpus) in [
-        ("client_cpus", &k.client_cpus),
-        ("agent_cpus", &k.agent_cpus),
-        ("switch_cpus", &k.switch_cpus),
-    ] {
-        if let Some(cpus) = cpus {
-            check_cpus(c, &format!("{at}.{name}"), cpus)?;
-        }
-    }
-    if let Some(text) = &k.coalesce {
-        if let Err(e) = text.parse::<vnio_switch::coalesce::Coalesce>() {
-            return c.fail(format!("{at}.coalesce"), e.to_string());
-        }
-    }
-    if k.uplink_queues.is_some_and(|q| q == 0 || q > 64) {
-        return c.fail(format!("{at}.uplink_queues"), "must be 1 to 64");
-    }
-    if k.rate_limit_mbit == Some(0) {
-        return c.fail(format!("{at}.rate_limit_mbit"), "must be more than 0");
-    }
-    if let Some(cpus) = &k.shield {
-        check_cpus(c, &format!("{at}.shield"), cpus)?;
-        if cpus.is_empty() {
-            return c.fail(format!("{at}.shield"), "names no CPU");
-        }
-    }
-    if let Some(b) = &k.switch_binary {
-        if wire != WireKind::Switch {
-            return c.fail(format!("{at}.switch_binary"), "needs wire = \"switch\"");
-        }
-        if !b.is_absolute() {
-            return c.fail(
-                format!("{at}.switch_binary"),
-                format!(
-                    "{:?} must be an absolute path to a vnio binary",
-                    b.display().to_string()
-                ),
-            );
-        }
-    }
-    if let Some(p) = k.switch_rt_priority {
-        if !(1..=99).contains(&p) {
-            return c.fail(format!("{at}.switch_rt_priority"), "must be 1 to 99");
-        }
-        if wire != WireKind::Switch {
-            return c.fail(
-                format!("{at}.switch_rt_priority"),
-                "needs wire = \"switch\"",
-            );
-        }
-    }
-    if wire != WireKind::Switch && k.switch_busy_poll.is_some() {
-        return c.fail(
-            format!("{at}.switch_busy_poll"),
-            "needs wire = \"switch\" (the anchor switches always busy-poll)",
-        );
-    }
-    if wire != WireKind::Switch {
-        if k.port_policy.is_some_and(|p| p != PortPolicy::Default) {
-            return c.fail(
-                format!("{at}.port_policy"),
-                "a port policy needs wire = \"switch\"",
-            );
-        }
-        if k.switch_cpus.is_some() && !wire.is_anchor() {
-            return c.fail(
-                format!("{at}.switch_cpus"),
-                "needs a switch (wire = \"switch\", \"ovs-dpdk\" or \"testpmd\")",
-            );
-        }
-        if k.coalesce.is_some() {
-            return c.fail(format!("{at}.coalesce"), "needs wire = \"switch\"");
-        }
-        if k.uplink_queues.is_some() {
-            return c.fail(format!("{at}.uplink_queues"), "needs wire = \"switch\"");
-        }
-    }
-    Ok(())
+    super::knobs::cpus_ok(cpus).or_else(|m| c.fail(field, m))
 }
 
 /// Which fields apply to which kind, and their ranges; `sweep` is the swept
@@ -654,6 +578,10 @@ impl Capabilities {
         cfg: &Configuration,
         w: &WorkloadSpec,
     ) -> Option<String> {
+        let tool = s.knobs.layered(&cfg.knobs).instrument.unwrap_or_default();
+        if tool != crate::tools::Instrument::Vnio {
+            return crate::tools::plan_skip(tool, w, |h| kind_in(s, cfg, h));
+        }
         let poll = |h: &str| kind_in(s, cfg, h) == HostKind::PollMode;
         let vm = |h: &str| kind_in(s, cfg, h) == HostKind::Vm;
         let installed = match cfg.wire {

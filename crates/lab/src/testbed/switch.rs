@@ -20,6 +20,7 @@ impl Testbed {
         use vnio_switch::config::{Config, PortSpec, SwitchConfig};
         use vnio_switch::port::SocketMode;
 
+        let policy_hosts = knobs.policy_hosts(clients);
         let wire = Netns::create_with_journal(&format!("vnio-{id}-wire"), &ctx.journal)?;
         let dir = self.scratch.path().to_path_buf();
         let coalesce = match &knobs.coalesce {
@@ -45,9 +46,10 @@ impl Testbed {
                 ),
             };
             // The studies make the measured VM latency-sensitive: the
-            // policy goes to the workloads' clients' ports (each takes a
-            // dedicated core; 2 vCPUs have one to give).
-            let client = clients.contains(&host.name.as_str());
+            // policy goes to the workloads' clients' ports, or the hosts
+            // the knobs name (each takes a dedicated core; 2 vCPUs have
+            // one to give).
+            let client = policy_hosts.contains(&host.name.as_str());
             match knobs.port_policy {
                 Some(PortPolicy::LatencyHigh) if client => {
                     port.latency = vnio_switch::config::Latency::High;
@@ -63,7 +65,51 @@ impl Testbed {
                 _ => {}
             }
             port.coalesce = coalesce;
+            if host.kind != HostKind::Namespace {
+                port.lro = knobs.lro;
+            }
+            port.share = knobs
+                .egress_share
+                .as_ref()
+                .and_then(|m| m.get(&host.name).copied());
+            port.offloads = knobs
+                .port_offloads
+                .as_ref()
+                .and_then(|m| m.get(&host.name).copied());
+            port.limit_mbps = knobs
+                .egress_limit_mbit
+                .as_ref()
+                .and_then(|m| m.get(&host.name).copied());
             ports.push(port);
+        }
+        if let Some(lro) = knobs.lro {
+            self.description.notes.push(format!(
+                "switch LRO {} on the vhost-user ports",
+                if lro { "on" } else { "off" }
+            ));
+        }
+        for (what, map) in [
+            (
+                "egress shares",
+                knobs.egress_share.as_ref().map(|m| fmt_map(m, "")),
+            ),
+            (
+                "offloads",
+                knobs.port_offloads.as_ref().map(|m| fmt_map(m, "")),
+            ),
+            (
+                "egress limits",
+                knobs
+                    .egress_limit_mbit
+                    .as_ref()
+                    .map(|m| fmt_map(m, " Mbit/s")),
+            ),
+        ] {
+            if let Some(text) = map {
+                self.description
+                    .notes
+                    .push(format!("switch {what}: {text}"));
+            }
         }
         if let Some(c) = &knobs.coalesce {
             self.description
@@ -82,6 +128,7 @@ impl Testbed {
             o.set_up("up")?;
             let mut up = PortSpec::uplink(UPLINK_PORT, "up0");
             up.queues = knobs.uplink_queues;
+            up.capacity_mbps = knobs.uplink_capacity_mbit;
             if knobs.port_policy == Some(PortPolicy::Direct) {
                 // Queue 0 stays shared; a direct port takes one of its own.
                 up.queues = Some(up.queues.unwrap_or(1).max(2));
@@ -91,8 +138,12 @@ impl Testbed {
             ports.insert(0, up);
             self.outside_ns = Some(out);
             self.description.notes.push(format!(
-                "switch uplink on a veth to the outside bridge, {} receive queue(s)",
-                knobs.uplink_queues.unwrap_or(1)
+                "switch uplink on a veth to the outside bridge, {} receive queue(s){}",
+                knobs.uplink_queues.unwrap_or(1),
+                knobs
+                    .uplink_capacity_mbit
+                    .map(|c| format!(", egress capacity {c} Mbit/s"))
+                    .unwrap_or_default()
             ));
         }
         if let Some(span) = &self.span {
@@ -100,8 +151,9 @@ impl Testbed {
         }
         if let Some(p) = knobs.port_policy {
             self.description.notes.push(format!(
-                "switch port policy {} on the clients' ports",
-                p.as_str()
+                "switch port policy {} on the ports of {}",
+                p.as_str(),
+                policy_hosts.join(", ")
             ));
         }
         let mut switch_config = SwitchConfig {
@@ -114,6 +166,12 @@ impl Testbed {
             self.description
                 .notes
                 .push("switch workers busy-poll (idle_polls at its maximum)".into());
+        }
+        if let Some(budget) = knobs.switch_budget {
+            switch_config.budget = budget;
+            self.description
+                .notes
+                .push(format!("switch budget {budget} frames per queue per round"));
         }
         if let Some(prio) = knobs.switch_rt_priority {
             switch_config.dedicated_rt_priority = Some(prio);
@@ -226,4 +284,12 @@ impl Testbed {
         self.wire_ns = Some(wire);
         Ok(())
     }
+}
+
+/// `a = 1, b = 2` with a unit.
+fn fmt_map<V: std::fmt::Display>(m: &std::collections::BTreeMap<String, V>, unit: &str) -> String {
+    m.iter()
+        .map(|(k, v)| format!("{k} {v}{unit}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }

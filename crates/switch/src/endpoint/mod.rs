@@ -45,6 +45,7 @@
 mod handshake;
 pub mod ring;
 pub mod stack;
+pub mod tcp_stream;
 pub mod via;
 
 use crate::sys::memfd;

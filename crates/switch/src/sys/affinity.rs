@@ -59,7 +59,7 @@ pub fn realtime_current_thread(priority: u8) -> io::Result<()> {
 /// Whether `cpu` is kept free of other tasks: isolated from the scheduler
 /// (the kernel's `isolcpus=`, listed in /sys/devices/system/cpu/isolated),
 /// or outside the CPUs init may use (a cpuset or affinity that moved the
-/// system off it, as `cset shield` or `bench/latency-modes.sh SHIELD=1`
+/// system off it, as `cset shield` or the lab's `shield` knob
 /// do). `None` when the kernel says neither.
 pub fn is_isolated(cpu: usize) -> Option<bool> {
     let isolated = std::fs::read_to_string("/sys/devices/system/cpu/isolated").ok();
