@@ -170,6 +170,34 @@ impl QueueStats {
     }
 }
 
+/// Frames and bytes of one queue.
+#[derive(Debug, Default)]
+pub struct Count {
+    /// Frames.
+    pub packets: AtomicU64,
+    /// Bytes of frames (virtio-net header excluded).
+    pub bytes: AtomicU64,
+}
+
+impl Count {
+    /// Counts one frame of `bytes` bytes.
+    #[inline]
+    pub fn frame(&self, bytes: usize) {
+        bump(&self.packets, 1);
+        bump(&self.bytes, bytes as u64);
+    }
+}
+
+/// Counters of one queue pair of a multiqueue vNIC (directions are the
+/// guest's, as for the port).
+#[derive(Debug, Default)]
+pub struct PairStats {
+    /// Frames the guest sent on the pair's transmit queue.
+    pub tx: Count,
+    /// Frames delivered into the pair's receive queue.
+    pub rx: Count,
+}
+
 /// Counters of one port.
 #[derive(Debug, Default)]
 pub struct PortStats {
@@ -181,9 +209,20 @@ pub struct PortStats {
     pub resets: AtomicU64,
     /// Frontend connections accepted or established.
     pub connections: AtomicU64,
+    /// A multiqueue vNIC's queue pairs (0 or 1: not multiqueue, no pair counters shown).
+    pub queue_pairs: AtomicU64,
+    /// Per queue pair counters of a multiqueue vNIC (the port's `tx` and
+    /// `rx` count every pair's frames too).
+    pairs: [PairStats; crate::vhost_user::device::MAX_QUEUE_PAIRS],
 }
 
 impl PortStats {
+    /// The counters of queue pair `k` (of a multiqueue vNIC).
+    #[inline]
+    pub fn pair(&self, k: usize) -> &PairStats {
+        &self.pairs[k.min(self.pairs.len() - 1)]
+    }
+
     /// A copy for rendering.
     pub fn snapshot(&self) -> PortStatsSnapshot {
         PortStatsSnapshot {
@@ -193,6 +232,20 @@ impl PortStats {
             connections: self.connections.load(Ordering::Relaxed),
             uplink_queues: Vec::new(),
             vteps: Vec::new(),
+            queue_pairs: match self.queue_pairs.load(Ordering::Relaxed) as usize {
+                0 | 1 => Vec::new(),
+                n => self.pairs[..n.min(self.pairs.len())]
+                    .iter()
+                    .enumerate()
+                    .map(|(k, p)| QueuePairSnapshot {
+                        queue: k,
+                        tx_packets: p.tx.packets.load(Ordering::Relaxed),
+                        tx_bytes: p.tx.bytes.load(Ordering::Relaxed),
+                        rx_packets: p.rx.packets.load(Ordering::Relaxed),
+                        rx_bytes: p.rx.bytes.load(Ordering::Relaxed),
+                    })
+                    .collect(),
+            },
         }
     }
 }
@@ -247,6 +300,24 @@ pub struct PortStatsSnapshot {
     /// A VXLAN port's remote VTEPs (empty for other ports).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub vteps: Vec<crate::port::vxlan::VtepSnapshot>,
+    /// A multiqueue vNIC's queue pairs (empty for other ports).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub queue_pairs: Vec<QueuePairSnapshot>,
+}
+
+/// Counters of one queue pair of a multiqueue vNIC.
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq, Eq)]
+pub struct QueuePairSnapshot {
+    /// Pair number (its queues are 2k and 2k+1).
+    pub queue: usize,
+    /// Frames the guest sent on the pair.
+    pub tx_packets: u64,
+    /// Their bytes.
+    pub tx_bytes: u64,
+    /// Frames delivered into the pair.
+    pub rx_packets: u64,
+    /// Their bytes.
+    pub rx_bytes: u64,
 }
 
 /// Counters of one uplink receive queue.
@@ -406,6 +477,34 @@ pub fn prometheus(ports: &[(String, PortStatsSnapshot)]) -> String {
         "counter",
         &mut uq(|q| q.kernel_drops).into_iter(),
     );
+    let qp = |f: fn(&QueuePairSnapshot) -> (u64, u64)| {
+        ports
+            .iter()
+            .flat_map(move |(p, s)| {
+                s.queue_pairs.iter().flat_map(move |q| {
+                    let (tx, rx) = f(q);
+                    [("tx", tx), ("rx", rx)].map(|(d, n)| {
+                        (
+                            format!("port=\"{p}\",queue=\"{}\",direction=\"{d}\"", q.queue),
+                            n,
+                        )
+                    })
+                })
+            })
+            .collect::<Vec<_>>()
+    };
+    family(
+        "queue_packets_total",
+        "Frames through one queue pair of a multiqueue vNIC, by the guest's direction.",
+        "counter",
+        &mut qp(|q| (q.tx_packets, q.rx_packets)).into_iter(),
+    );
+    family(
+        "queue_bytes_total",
+        "Bytes through one queue pair of a multiqueue vNIC, by the guest's direction.",
+        "counter",
+        &mut qp(|q| (q.tx_bytes, q.rx_bytes)).into_iter(),
+    );
     let vt = |f: fn(&crate::port::vxlan::VtepSnapshot) -> (u64, u64)| {
         ports
             .iter()
@@ -477,6 +576,27 @@ mod tests {
             packets_out: 4,
             bytes_out: 400,
         });
+        let mq = PortStats::default();
+        mq.queue_pairs.store(2, Ordering::Relaxed);
+        mq.pair(1).rx.frame(100);
+        mq.pair(0).tx.frame(60);
+        let snap = mq.snapshot();
+        assert_eq!(snap.queue_pairs.len(), 2);
+        assert_eq!(
+            (snap.queue_pairs[1].rx_packets, snap.queue_pairs[1].rx_bytes),
+            (1, 100)
+        );
+        let text = prometheus(&[("mq".into(), snap)]);
+        assert!(text.contains(
+            "vnio_switch_queue_packets_total{port=\"mq\",queue=\"1\",direction=\"rx\"} 1\n"
+        ));
+        assert!(text.contains(
+            "vnio_switch_queue_bytes_total{port=\"mq\",queue=\"0\",direction=\"tx\"} 60\n"
+        ));
+        assert!(
+            s.snapshot().queue_pairs.is_empty(),
+            "a single-queue port shows no pairs"
+        );
         let text = prometheus(&[("vx".into(), vx)]);
         assert!(text.contains(
             "vnio_switch_vtep_packets_total{port=\"vx\",remote=\"192.0.2.2\",direction=\"out\"} 4\n"
