@@ -45,6 +45,10 @@ fn a_guest_with_two_queue_pairs_uses_both() {
     let Some(kit) = Kit::get("guest on a multiqueue vNIC") else {
         return;
     };
+    if std::env::var("VNIO_LOG").as_deref() == Ok("debug") {
+        // Shows which pairs QEMU sets up and enables, and when.
+        vnio_switch::logging::init(vnio_switch::logging::LevelFilter::Debug);
+    }
     bounded(Duration::from_secs(600), move || {
         let n = run_id();
         let work = Dir::new("mq");
