@@ -141,6 +141,8 @@ impl SwitchConfig {
     }
 }
 
+pub use crate::vhost_user::device::MAX_QUEUE_PAIRS;
+
 /// Most receive queues an uplink may have.
 pub const MAX_UPLINK_QUEUES: usize = 64;
 
@@ -218,7 +220,8 @@ pub struct PortSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tx_poll_budget: Option<u32>,
     /// uplink: receive queues (default 1); queue 0 is shared, the others go
-    /// one per vNIC while they last.
+    /// one per vNIC while they last. vhost-user: queue pairs offered to the
+    /// front-end (default 1; more than one is a multiqueue vNIC, at most 8).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queues: Option<usize>,
     /// vhost-user or tap: the uplink receive queue this vNIC asks for
@@ -535,14 +538,16 @@ impl PortSpec {
         if self.qdisc_bypass && self.kind != PortKind::Uplink {
             return Err(err("`qdisc_bypass` applies to uplink ports only"));
         }
-        if self.queues.is_some() && self.kind != PortKind::Uplink {
-            return Err(err("`queues` applies to uplink ports only"));
-        }
-        if self
-            .queues
-            .is_some_and(|k| !(1..=MAX_UPLINK_QUEUES).contains(&k))
-        {
-            return Err(err("`queues` must be between 1 and 64"));
+        match (self.kind, self.queues) {
+            (_, None) => {}
+            (PortKind::Uplink, Some(k)) if !(1..=MAX_UPLINK_QUEUES).contains(&k) => {
+                return Err(err("`queues` must be between 1 and 64"));
+            }
+            (PortKind::VhostUser, Some(k)) if !(1..=MAX_QUEUE_PAIRS).contains(&k) => {
+                return Err(err("`queues` (queue pairs) must be between 1 and 8"));
+            }
+            (PortKind::Uplink | PortKind::VhostUser, Some(_)) => {}
+            (_, Some(_)) => return Err(err("`queues` applies to uplink and vhost-user ports")),
         }
         if self.uplink_queue.is_some() && self.kind == PortKind::Uplink {
             return Err(err("`uplink_queue` applies to vhost-user and tap ports"));

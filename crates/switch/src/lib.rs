@@ -42,6 +42,7 @@ impl std::fmt::Display for PortId {
 
 pub mod datapath;
 pub mod port;
+pub mod port_info;
 
 /// Renders an error with its causes: "outer: inner: root".
 pub fn error_chain(e: &dyn std::error::Error) -> String {

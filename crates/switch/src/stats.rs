@@ -10,8 +10,10 @@
 //! stores to drain, which on the fast path cost more than the copy itself.
 
 use serde::Serialize;
-use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+mod prometheus;
+pub use prometheus::prometheus;
 
 /// Why a frame was dropped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -170,6 +172,34 @@ impl QueueStats {
     }
 }
 
+/// Frames and bytes of one queue.
+#[derive(Debug, Default)]
+pub struct Count {
+    /// Frames.
+    pub packets: AtomicU64,
+    /// Bytes of frames (virtio-net header excluded).
+    pub bytes: AtomicU64,
+}
+
+impl Count {
+    /// Counts one frame of `bytes` bytes.
+    #[inline]
+    pub fn frame(&self, bytes: usize) {
+        bump(&self.packets, 1);
+        bump(&self.bytes, bytes as u64);
+    }
+}
+
+/// Counters of one queue pair of a multiqueue vNIC (directions are the
+/// guest's, as for the port).
+#[derive(Debug, Default)]
+pub struct PairStats {
+    /// Frames the guest sent on the pair's transmit queue.
+    pub tx: Count,
+    /// Frames delivered into the pair's receive queue.
+    pub rx: Count,
+}
+
 /// Counters of one port.
 #[derive(Debug, Default)]
 pub struct PortStats {
@@ -181,9 +211,20 @@ pub struct PortStats {
     pub resets: AtomicU64,
     /// Frontend connections accepted or established.
     pub connections: AtomicU64,
+    /// A multiqueue vNIC's queue pairs (0 or 1: not multiqueue, no pair counters shown).
+    pub queue_pairs: AtomicU64,
+    /// Per queue pair counters of a multiqueue vNIC (the port's `tx` and
+    /// `rx` count every pair's frames too).
+    pairs: [PairStats; crate::vhost_user::device::MAX_QUEUE_PAIRS],
 }
 
 impl PortStats {
+    /// The counters of queue pair `k` (of a multiqueue vNIC).
+    #[inline]
+    pub fn pair(&self, k: usize) -> &PairStats {
+        &self.pairs[k.min(self.pairs.len() - 1)]
+    }
+
     /// A copy for rendering.
     pub fn snapshot(&self) -> PortStatsSnapshot {
         PortStatsSnapshot {
@@ -193,6 +234,20 @@ impl PortStats {
             connections: self.connections.load(Ordering::Relaxed),
             uplink_queues: Vec::new(),
             vteps: Vec::new(),
+            queue_pairs: match self.queue_pairs.load(Ordering::Relaxed) as usize {
+                0 | 1 => Vec::new(),
+                n => self.pairs[..n.min(self.pairs.len())]
+                    .iter()
+                    .enumerate()
+                    .map(|(k, p)| QueuePairSnapshot {
+                        queue: k,
+                        tx_packets: p.tx.packets.load(Ordering::Relaxed),
+                        tx_bytes: p.tx.bytes.load(Ordering::Relaxed),
+                        rx_packets: p.rx.packets.load(Ordering::Relaxed),
+                        rx_bytes: p.rx.bytes.load(Ordering::Relaxed),
+                    })
+                    .collect(),
+            },
         }
     }
 }
@@ -247,6 +302,24 @@ pub struct PortStatsSnapshot {
     /// A VXLAN port's remote VTEPs (empty for other ports).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub vteps: Vec<crate::port::vxlan::VtepSnapshot>,
+    /// A multiqueue vNIC's queue pairs (empty for other ports).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub queue_pairs: Vec<QueuePairSnapshot>,
+}
+
+/// Counters of one queue pair of a multiqueue vNIC.
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq, Eq)]
+pub struct QueuePairSnapshot {
+    /// Pair number (its queues are 2k and 2k+1).
+    pub queue: usize,
+    /// Frames the guest sent on the pair.
+    pub tx_packets: u64,
+    /// Their bytes.
+    pub tx_bytes: u64,
+    /// Frames delivered into the pair.
+    pub rx_packets: u64,
+    /// Their bytes.
+    pub rx_bytes: u64,
 }
 
 /// Counters of one uplink receive queue.
@@ -273,178 +346,6 @@ pub struct UplinkQueueSnapshot {
     /// above stopped when it left; it goes on as port `<uplink>:q<queue>`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub lent: bool,
-}
-
-/// Renders ports' counters in the Prometheus text exposition format.
-pub fn prometheus(ports: &[(String, PortStatsSnapshot)]) -> String {
-    let mut out = String::new();
-    let mut family =
-        |name: &str, help: &str, kind: &str, rows: &mut dyn Iterator<Item = (String, u64)>| {
-            let _ = writeln!(out, "# HELP vnio_switch_{name} {help}");
-            let _ = writeln!(out, "# TYPE vnio_switch_{name} {kind}");
-            for (labels, v) in rows {
-                let _ = writeln!(out, "vnio_switch_{name}{{{labels}}} {v}");
-            }
-        };
-    let dirs = |f: fn(&QueueSnapshot) -> u64| {
-        ports
-            .iter()
-            .flat_map(move |(p, s)| {
-                [("tx", &s.tx), ("rx", &s.rx)]
-                    .into_iter()
-                    .map(move |(d, q)| (format!("port=\"{p}\",direction=\"{d}\""), f(q)))
-            })
-            .collect::<Vec<_>>()
-    };
-    family(
-        "packets_total",
-        "Frames through the port, by the frontend's direction.",
-        "counter",
-        &mut dirs(|q| q.packets).into_iter(),
-    );
-    family(
-        "bytes_total",
-        "Bytes through the port, by the frontend's direction.",
-        "counter",
-        &mut dirs(|q| q.bytes).into_iter(),
-    );
-    family(
-        "notifications_sent_total",
-        "Call eventfd writes to the frontend.",
-        "counter",
-        &mut dirs(|q| q.notifications_sent).into_iter(),
-    );
-    family(
-        "notifications_received_total",
-        "Kicks from the frontend.",
-        "counter",
-        &mut dirs(|q| q.notifications_received).into_iter(),
-    );
-    family(
-        "notifications_suppressed_total",
-        "Calls the frontend did not want (EVENT_IDX or VRING_AVAIL_F_NO_INTERRUPT).",
-        "counter",
-        &mut dirs(|q| q.notifications_suppressed).into_iter(),
-    );
-    family(
-        "notifications_coalesced_total",
-        "Calls held back by the port's coalescing policy.",
-        "counter",
-        &mut dirs(|q| q.notifications_coalesced).into_iter(),
-    );
-    family(
-        "sw_checksums_total",
-        "Checksums the switch completed in software for a destination without checksum offload.",
-        "counter",
-        &mut dirs(|q| q.sw_checksums).into_iter(),
-    );
-    family(
-        "lro_merged_total",
-        "TCP segments LRO merged into a frame toward the port (deliveries saved).",
-        "counter",
-        &mut dirs(|q| q.lro_merged).into_iter(),
-    );
-    family(
-        "egress_waits_total",
-        "Rounds in which an uplink's egress scheduler held the port's next frame in the guest's ring.",
-        "counter",
-        &mut dirs(|q| q.egress_waits).into_iter(),
-    );
-    family(
-        "sw_segmented_total",
-        "GSO frames the switch segmented in software for a destination without TSO.",
-        "counter",
-        &mut dirs(|q| q.sw_segmented).into_iter(),
-    );
-    let drops: Vec<(String, u64)> = ports
-        .iter()
-        .flat_map(|(p, s)| {
-            [("tx", &s.tx), ("rx", &s.rx)]
-                .into_iter()
-                .flat_map(move |(d, q)| {
-                    q.drops.iter().map(move |(r, v)| {
-                        (format!("port=\"{p}\",direction=\"{d}\",reason=\"{r}\""), *v)
-                    })
-                })
-        })
-        .collect();
-    family(
-        "drops_total",
-        "Frames dropped, by reason.",
-        "counter",
-        &mut drops.into_iter(),
-    );
-    let uq = |f: fn(&UplinkQueueSnapshot) -> u64| {
-        ports
-            .iter()
-            .flat_map(move |(p, s)| {
-                s.uplink_queues.iter().map(move |q| {
-                    let owner = q.owner.as_deref().unwrap_or("");
-                    (
-                        format!("port=\"{p}\",queue=\"{}\",owner=\"{owner}\"", q.queue),
-                        f(q),
-                    )
-                })
-            })
-            .collect::<Vec<_>>()
-    };
-    family(
-        "uplink_queue_packets_total",
-        "Frames taken from an uplink receive queue.",
-        "counter",
-        &mut uq(|q| q.packets).into_iter(),
-    );
-    family(
-        "uplink_queue_bytes_total",
-        "Bytes taken from an uplink receive queue.",
-        "counter",
-        &mut uq(|q| q.bytes).into_iter(),
-    );
-    family(
-        "uplink_queue_kernel_drops_total",
-        "Frames the kernel dropped because an uplink receive queue was full.",
-        "counter",
-        &mut uq(|q| q.kernel_drops).into_iter(),
-    );
-    let vt = |f: fn(&crate::port::vxlan::VtepSnapshot) -> (u64, u64)| {
-        ports
-            .iter()
-            .flat_map(move |(p, s)| {
-                s.vteps.iter().flat_map(move |v| {
-                    let (i, o) = f(v);
-                    [("in", i), ("out", o)].map(|(d, n)| {
-                        (
-                            format!("port=\"{p}\",remote=\"{}\",direction=\"{d}\"", v.remote),
-                            n,
-                        )
-                    })
-                })
-            })
-            .collect::<Vec<_>>()
-    };
-    family(
-        "vtep_packets_total",
-        "VXLAN datagrams from (in) and to (out) a remote VTEP.",
-        "counter",
-        &mut vt(|v| (v.packets_in, v.packets_out)).into_iter(),
-    );
-    family(
-        "vtep_bytes_total",
-        "Inner frame bytes from (in) and to (out) a remote VTEP.",
-        "counter",
-        &mut vt(|v| (v.bytes_in, v.bytes_out)).into_iter(),
-    );
-    let resets: Vec<(String, u64)> = ports
-        .iter()
-        .map(|(p, s)| (format!("port=\"{p}\""), s.resets))
-        .collect();
-    family(
-        "port_resets_total",
-        "Port resets after protocol or ring errors.",
-        "counter",
-        &mut resets.into_iter(),
-    );
-    out
 }
 
 #[cfg(test)]
@@ -477,6 +378,27 @@ mod tests {
             packets_out: 4,
             bytes_out: 400,
         });
+        let mq = PortStats::default();
+        mq.queue_pairs.store(2, Ordering::Relaxed);
+        mq.pair(1).rx.frame(100);
+        mq.pair(0).tx.frame(60);
+        let snap = mq.snapshot();
+        assert_eq!(snap.queue_pairs.len(), 2);
+        assert_eq!(
+            (snap.queue_pairs[1].rx_packets, snap.queue_pairs[1].rx_bytes),
+            (1, 100)
+        );
+        let text = prometheus(&[("mq".into(), snap)]);
+        assert!(text.contains(
+            "vnio_switch_queue_packets_total{port=\"mq\",queue=\"1\",direction=\"rx\"} 1\n"
+        ));
+        assert!(text.contains(
+            "vnio_switch_queue_bytes_total{port=\"mq\",queue=\"0\",direction=\"tx\"} 60\n"
+        ));
+        assert!(
+            s.snapshot().queue_pairs.is_empty(),
+            "a single-queue port shows no pairs"
+        );
         let text = prometheus(&[("vx".into(), vx)]);
         assert!(text.contains(
             "vnio_switch_vtep_packets_total{port=\"vx\",remote=\"192.0.2.2\",direction=\"out\"} 4\n"

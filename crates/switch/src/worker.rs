@@ -6,7 +6,6 @@
 //! worker (a latency-high port's) is pinned to its core and never sleeps.
 //! The control plane talks to it only through [`Command`]s.
 
-use crate::coalesce::Coalesce;
 use crate::config::{Latency, PolicyUpdate, PortKind, PortSpec, SwitchConfig};
 use crate::datapath::{Datapath, Lent, Port, Slot};
 use crate::fdb::{Fdb, FdbEntry};
@@ -15,10 +14,9 @@ use crate::port::tap::TapPort;
 use crate::port::uplink::{UplinkOptions, UplinkPort};
 use crate::port::vhost_user::VhostUserPort;
 use crate::port::vxlan::VxlanPort;
-use crate::port::{SocketMode, Watch, Watched};
+use crate::port::{Watch, Watched};
 use crate::stats::{PortStatsSnapshot, UplinkQueueSnapshot};
 use crate::PortId;
-use serde::{Deserialize, Serialize};
 use std::sync::atomic::{fence, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
@@ -27,71 +25,7 @@ use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
 use vmm_sys_util::eventfd::EventFd;
 use vmm_sys_util::timerfd::TimerFd;
 
-/// A port as listed by `port list` and `stats`.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-pub struct PortInfo {
-    /// Name.
-    pub name: String,
-    /// Identity.
-    pub id: u32,
-    /// Kind.
-    pub kind: String,
-    /// Socket path (vhost-user).
-    pub socket: Option<String>,
-    /// Socket mode (vhost-user).
-    pub mode: Option<SocketMode>,
-    /// A front-end is connected.
-    pub connected: bool,
-    /// Both queues are running.
-    pub running: bool,
-    /// VLAN membership.
-    pub vlan: String,
-    /// Latency policies in force.
-    #[serde(default)]
-    pub policy: PolicyInfo,
-    /// Egress policy (vNICs) or egress scheduler state (uplinks).
-    #[serde(default)]
-    pub egress: EgressInfo,
-    /// Counters.
-    pub stats: PortStatsSnapshot,
-}
-
-/// A port's latency policies as in force (latency-high forces coalescing and LRO off).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, Default)]
-pub struct PolicyInfo {
-    /// Coalescing in force.
-    pub coalesce: Coalesce,
-    /// LRO in force.
-    pub lro: bool,
-    /// Latency sensitivity.
-    pub latency: Latency,
-    /// The core a latency-high port's worker runs on.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub core: Option<usize>,
-    /// Transmit busy-poll budget (empty rounds).
-    pub tx_poll_budget: u32,
-}
-
-/// A vNIC's share, limit and reservation on the uplinks' egress, or an
-/// uplink's capacity and whether it is contended.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, Default)]
-pub struct EgressInfo {
-    /// vNIC: weight while an uplink is contended.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub share: Option<u32>,
-    /// vNIC: rate cap, Mbit/s.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub limit_mbps: Option<u64>,
-    /// vNIC: guaranteed rate, Mbit/s.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reserve_mbps: Option<u64>,
-    /// Uplink: capacity the shares divide, Mbit/s.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub capacity_mbps: Option<u64>,
-    /// Uplink: shares are in force (a port waited for the link last round).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub contended: Option<bool>,
-}
+pub use crate::port_info::{EgressInfo, PolicyInfo, PortInfo, QueuePairsInfo};
 
 /// Requests to the worker; each carries where to answer.
 // One per control request: the size of the largest variant (a port spec) does not matter.
@@ -320,6 +254,18 @@ impl Worker {
             Port::Uplink(u) => ("uplink", u.ifname().to_string(), None, true, true),
             Port::Vxlan(v) => ("vxlan", v.describe(), None, true, true),
         };
+        let pairs = match &s.port {
+            Port::VhostUser(p) if p.device.queue_pairs() > 1 => {
+                let d = &p.device;
+                Some(QueuePairsInfo {
+                    pairs: d.queue_pairs(),
+                    running: (0..d.queue_pairs())
+                        .filter(|&k| d.ready(2 * k) && d.ready(2 * k + 1))
+                        .count(),
+                })
+            }
+            _ => None,
+        };
         Some(PortInfo {
             name: s.name.clone(),
             id: s.id.0,
@@ -328,6 +274,7 @@ impl Worker {
             mode,
             connected,
             running,
+            queues: pairs,
             vlan: format!("{:?}", s.policy.vlan),
             policy: PolicyInfo {
                 coalesce: s.policies.effective_coalesce(),
@@ -386,6 +333,7 @@ impl Worker {
                     VhostUserPort::with_offloads(socket, spec.mode, spec.offloads.unwrap_or(true))
                         .map_err(|x| e(&x))?;
                 p.set_max_memory(self.cfg.max_guest_memory());
+                p.set_queue_pairs(spec.queues.unwrap_or(1));
                 Port::VhostUser(p)
             }
             PortKind::Tap => {
@@ -416,6 +364,12 @@ impl Worker {
             }
         };
         let slot = self.dp.add(id, spec.name.clone(), policy, policies, port);
+        if let (Some(s), PortKind::VhostUser) = (self.dp.slot(slot), spec.kind) {
+            let pairs = spec.queues.unwrap_or(1) as u64;
+            s.stats
+                .queue_pairs
+                .store(pairs, std::sync::atomic::Ordering::Relaxed);
+        }
         // A client-mode port connects at once; other client ports may connect too.
         let mut changed = vec![slot];
         self.dp.tick(Instant::now(), &mut changed);

@@ -30,6 +30,9 @@ pub struct GuestConfig {
     pub agent_port: u16,
     /// Token clients must present to the agent.
     pub agent_token: Option<String>,
+    /// Multiqueue NICs: (the NIC's MAC, queue pairs the init turns on).
+    #[serde(default)]
+    pub channels: Vec<(Mac, u16)>,
 }
 
 /// The agent's default control port (as `vnio agent`).
@@ -71,6 +74,9 @@ impl GuestConfig {
         for (dest, via) in &self.routes {
             parts.push(format!("vnio.route={dest},{via}"));
         }
+        for (mac, n) in &self.channels {
+            parts.push(format!("vnio.queues={mac},{n}"));
+        }
         parts.push(format!("vnio.agent={}", self.agent_port));
         if let Some(t) = &self.agent_token {
             parts.push(format!("vnio.token={t}"));
@@ -108,6 +114,7 @@ mod tests {
             )],
             agent_port: 7700,
             agent_token: Some("s3cret".into()),
+            channels: vec![("52:54:00:00:00:02".parse().unwrap(), 2)],
         }
     }
 
@@ -118,7 +125,8 @@ mod tests {
         assert_eq!(
             c.kernel_cmdline(),
             "console=ttyS0 quiet panic=-1 vnio.hostname=g1 vnio.ip=52:54:00:00:00:02,10.0.0.2/24 \
-             vnio.gw=10.0.0.1 vnio.route=10.9.0.0/16,10.0.0.254 vnio.agent=7700 vnio.token=s3cret"
+             vnio.gw=10.0.0.1 vnio.route=10.9.0.0/16,10.0.0.254 vnio.queues=52:54:00:00:00:02,2 \
+             vnio.agent=7700 vnio.token=s3cret"
         );
     }
 

@@ -15,7 +15,8 @@ pub const INIT: &str = r#"#!/bin/busybox sh
 # vnio guest init, written by `vnio vm image build`. Settings come from the
 # kernel command line: vnio.hostname=NAME vnio.ip=MAC,ADDR/PREFIX (repeat)
 # vnio.gw=ADDR vnio.route=DEST/PREFIX,VIA (repeat) vnio.agent=PORT (0: none)
-# vnio.token=TOKEN vnio.probe (print a marker and power off: accel probe).
+# vnio.token=TOKEN vnio.queues=MAC,N (repeat: turn on N queue pairs of a
+# multiqueue NIC) vnio.probe (print a marker and power off: accel probe).
 /bin/busybox mkdir -p /proc /sys /dev /tmp /run /root /sbin /usr/bin /usr/sbin
 /bin/busybox --install -s
 export PATH=/bin:/sbin:/usr/bin:/usr/sbin HOME=/root
@@ -24,7 +25,7 @@ mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev 2>/dev/null
 up() { cut -d' ' -f1 /proc/uptime; }
 
-host=vnio-guest agent=7700 token= gw= ips= routes= probe=
+host=vnio-guest agent=7700 token= gw= ips= routes= queues= probe=
 for a in $(cat /proc/cmdline); do
   case "$a" in
     vnio.probe) probe=1 ;;
@@ -32,6 +33,7 @@ for a in $(cat /proc/cmdline); do
     vnio.ip=*) ips="$ips ${a#*=}" ;;
     vnio.gw=*) gw=${a#*=} ;;
     vnio.route=*) routes="$routes ${a#*=}" ;;
+    vnio.queues=*) queues="$queues ${a#*=}" ;;
     vnio.agent=*) agent=${a#*=} ;;
     vnio.token=*) token=${a#*=} ;;
   esac
@@ -47,17 +49,28 @@ while read -r m; do
 done < /etc/vnio/modules
 hostname "$host"
 ip link set lo up
-for i in $ips; do
-  mac=${i%%,*} cidr=${i#*,} dev= n=0
-  # By MAC: the kernel names NICs in probe order. A NIC appears once its
-  # driver has probed the device.
+# The NIC with MAC $1, in $dev. By MAC: the kernel names NICs in probe
+# order. A NIC appears once its driver has probed the device.
+nic_by_mac() {
+  dev= n=0
   while [ -z "$dev" ] && [ $n -lt 100 ]; do
     for d in /sys/class/net/*; do
-      [ "$(cat "$d/address" 2>/dev/null)" = "$mac" ] && dev=${d##*/}
+      [ "$(cat "$d/address" 2>/dev/null)" = "$1" ] && dev=${d##*/}
     done
     [ -z "$dev" ] && { usleep 50000; n=$((n+1)); }
   done
-  if [ -z "$dev" ]; then echo "vnio-guest: no NIC with MAC $mac"; continue; fi
+  [ -n "$dev" ] || echo "vnio-guest: no NIC with MAC $1"
+}
+# A multiqueue NIC starts with as many queue pairs as vCPUs: all of them
+# on (`ethtool -L DEV combined N`, busybox has no ethtool).
+for q in $queues; do
+  nic_by_mac "${q%%,*}"
+  [ -n "$dev" ] && { vnio vm guest-channels "$dev" "${q#*,}" || echo "vnio-guest: cannot set $dev's queues to ${q#*,}"; }
+done
+for i in $ips; do
+  mac=${i%%,*} cidr=${i#*,}
+  nic_by_mac "$mac"
+  [ -z "$dev" ] && continue
   { ip link set "$dev" up && ip addr add "$cidr" dev "$dev"; } || echo "vnio-guest: cannot configure $dev with $cidr"
 done
 [ -n "$gw" ] && { ip route add default via "$gw" || echo "vnio-guest: cannot add default route via $gw"; }

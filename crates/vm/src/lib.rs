@@ -51,6 +51,9 @@ pub mod state;
 pub mod switchport;
 #[allow(unsafe_code)]
 mod sys;
+
+/// Inside a guest: turns on a multiqueue NIC's queue pairs (`ethtool -L DEV combined N`).
+pub use sys::set_combined_channels;
 mod tool;
 
 pub use error::{Error, Result};

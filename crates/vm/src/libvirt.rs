@@ -235,6 +235,10 @@ pub fn domain_xml(
         if n.packed {
             driver.push_str(" packed='on'");
         }
+        if n.queues > 1 {
+            // libvirt turns mq=on (and the netdev's queues) on from this.
+            driver.push_str(&format!(" queues='{}'", n.queues));
+        }
         if !n.guest_offloads {
             let _ = writeln!(w, "      <driver{driver}>");
             let _ = writeln!(

@@ -73,6 +73,8 @@ struct MovingNic {
     switch_listens: bool,
     /// The source port's latency policy, which the new port takes.
     latency: vnio_switch::config::Latency,
+    /// The NIC's queue pairs, which the new port offers too.
+    queues: u16,
 }
 
 /// What was created for the destination, undone if it fails.
@@ -116,10 +118,10 @@ fn add_port(n: &MovingNic) -> Result<()> {
     } else {
         SocketMode::Client
     };
+    let mut port = PortSpec::vhost_user(name, socket, mode);
+    port.queues = (n.queues > 1).then_some(usize::from(n.queues));
     switch(control)?
-        .request(&Request::PortAdd {
-            port: PortSpec::vhost_user(name, socket, mode),
-        })
+        .request(&Request::PortAdd { port })
         .ctx(|| format!("creating switch port {name} on {}", socket.display()))?;
     if n.latency != vnio_switch::config::Latency::Normal {
         switchport::set_latency(control, name, n.latency)?;
@@ -232,6 +234,7 @@ fn nics_to_move(st: &State) -> Result<Vec<MovingNic>> {
             new_socket,
             switch_listens: !server,
             latency: old.latency,
+            queues: n.queues,
         });
     }
     Ok(out)

@@ -69,9 +69,16 @@ pub struct NicPlan {
     /// virtio-net on packed virtqueues.
     #[serde(default)]
     pub packed: bool,
+    /// vhost-user queue pairs (1: single queue).
+    #[serde(default = "one")]
+    pub queues: u16,
     /// Switch port latency-high requested (vhost-user with a control socket,
     /// on a switch build that has the policy).
     pub switch_latency_high: bool,
+}
+
+fn one() -> u16 {
+    1
 }
 
 /// The plan for one VM.
@@ -393,6 +400,7 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
             fd: None,
             guest_offloads: nic.guest_offloads,
             packed: nic.packed,
+            queues: nic.queues,
             switch_latency_high: false,
         };
         match &nic.backend {
@@ -487,6 +495,13 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
         routes: spec.routes.clone(),
         agent_port: spec.agent_port,
         agent_token: spec.agent_token.clone(),
+        channels: spec
+            .nics
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| n.queues > 1)
+            .map(|(i, n)| (spec.mac(i), n.queues))
+            .collect(),
     };
 
     // The command line.
@@ -582,7 +597,17 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
                     "-chardev",
                     &format!("socket,id={id}c,path={}{mode}", path(socket)),
                 ]);
-                push(&["-netdev", &format!("vhost-user,id={id},chardev={id}c")]);
+                // Multiqueue: QEMU asks the switch for its queue count
+                // (GET_QUEUE_NUM) and refuses to start with fewer.
+                let queues = if n.queues > 1 {
+                    format!(",queues={}", n.queues)
+                } else {
+                    String::new()
+                };
+                push(&[
+                    "-netdev",
+                    &format!("vhost-user,id={id},chardev={id}c{queues}"),
+                ]);
             }
             Backend::Tap { .. } => {
                 push(&[
@@ -611,10 +636,19 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
         if n.packed {
             offloads.push_str(",packed=on");
         }
+        let tcg_vhost_user = !kvm && matches!(n.backend, Backend::VhostUser { .. });
+        if n.queues > 1 {
+            offloads.push_str(",mq=on");
+            if !tcg_vhost_user {
+                // One vector per queue, one for the control queue, one
+                // for configuration changes.
+                offloads.push_str(&format!(",vectors={}", 2 * n.queues + 2));
+            }
+        }
         let device = match n.model {
             // QEMU 7.2 under TCG crashes on MSI-X with a vhost-user NIC:
-            // vectors=0 makes virtio-net use INTx.
-            Model::Virtio if !kvm && matches!(n.backend, Backend::VhostUser { .. }) => {
+            // vectors=0 makes virtio-net use INTx (every queue shares it).
+            Model::Virtio if tcg_vhost_user => {
                 format!(
                     "virtio-net-pci,netdev={id},mac={},vectors=0{offloads}",
                     n.mac

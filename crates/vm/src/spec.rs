@@ -193,7 +193,18 @@ pub struct Nic {
     /// virtio-net on packed virtqueues (`packed=on`; QEMU's `packed`).
     #[serde(default)]
     pub packed: bool,
+    /// vhost-user: queue pairs (`queues=N`, 1-8; QEMU's netdev `queues`
+    /// and the device's `mq=on`); the guest's init turns them all on.
+    #[serde(default = "one_queue_pair")]
+    pub queues: u16,
 }
+
+fn one_queue_pair() -> u16 {
+    1
+}
+
+/// Most queue pairs a vhost-user NIC may have (as the switch's ports).
+pub const MAX_QUEUE_PAIRS: u16 = 8;
 
 fn check_ifname(what: &str, name: &str) -> std::result::Result<(), String> {
     vnio_topo::check_ifname(name).map_err(|e| format!("{what}: {e}"))
@@ -202,7 +213,7 @@ fn check_ifname(what: &str, name: &str) -> std::result::Result<(), String> {
 impl FromStr for Nic {
     type Err = String;
     /// `KIND[:ARG][,key=value...]`:
-    /// `vhost-user:SOCK[,server][,control=CTL]`,
+    /// `vhost-user:SOCK[,server][,control=CTL][,queues=N]`,
     /// `tap[:IFNAME][,bridge=BR|,host-ip=ADDR/PREFIX]`, `macvtap:PARENT[,mode=bridge]`,
     /// `e1000[:IFNAME][,bridge=BR]` (a tap with QEMU's emulated e1000);
     /// every kind takes `mac=`, `ip=ADDR/PREFIX`, `guest-offloads=off` and
@@ -248,6 +259,7 @@ impl FromStr for Nic {
             Some("on") => true,
             Some(_) => return Err(format!("--nic {s}: packed=on|off")),
         };
+        let mut queues = 1;
         let model_opt = value("model", take("model"))?
             .map(|m| m.parse::<Model>())
             .transpose()?;
@@ -266,6 +278,15 @@ impl FromStr for Nic {
                     },
                 };
                 let control = value("control", take("control"))?.map(PathBuf::from);
+                if let Some(q) = value("queues", take("queues"))? {
+                    queues = q
+                        .parse()
+                        .ok()
+                        .filter(|n| (1..=MAX_QUEUE_PAIRS).contains(n))
+                        .ok_or_else(|| {
+                            format!("--nic {s}: queues=N, 1 to {MAX_QUEUE_PAIRS} queue pairs")
+                        })?;
+                }
                 if model_opt.is_some_and(|m| m != Model::Virtio) {
                     return Err(format!("--nic {s}: vhost-user NICs are virtio-net"));
                 }
@@ -367,6 +388,7 @@ impl FromStr for Nic {
             ip,
             guest_offloads,
             packed,
+            queues,
         })
     }
 }

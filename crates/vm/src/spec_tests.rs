@@ -56,6 +56,9 @@ fn nic_kinds_parse() {
     assert!(!n.packed);
     let n: Nic = "vhost-user:/x.sock,packed=on".parse().unwrap();
     assert!(n.packed);
+    assert_eq!(n.queues, 1);
+    let n: Nic = "vhost-user:/x.sock,queues=4".parse().unwrap();
+    assert_eq!(n.queues, 4);
 }
 
 #[test]
@@ -73,6 +76,10 @@ fn bad_nics_say_what_is_wrong() {
         ("e1000,guest-offloads=off", "virtio-net setting"),
         ("e1000,packed=on", "virtio-net setting"),
         ("vhost-user:/x,packed=yes", "packed=on|off"),
+        ("vhost-user:/x,queues=0", "1 to 8 queue pairs"),
+        ("vhost-user:/x,queues=9", "1 to 8 queue pairs"),
+        ("vhost-user:/x,queues=two", "1 to 8 queue pairs"),
+        ("tap,queues=2", "unknown option \"queues\""),
         ("tap,guest-offloads=maybe", "on|off"),
         ("tap,bridge=br0,host-ip=10.0.0.1/24", "plain tap"),
     ] {

@@ -486,6 +486,61 @@ fn packed_rings_reach_the_device_and_the_xml() {
 }
 
 #[test]
+fn queue_pairs_reach_the_netdev_the_device_the_guest_and_the_xml() {
+    let s = spec(
+        Latency::Normal,
+        1,
+        &["vhost-user:/run/vnio/p2.sock,queues=2"],
+    );
+    let p = make(&s, &small_tcg_host(), &tcg(), &[]);
+    // Under TCG vectors=0 stays (QEMU 7.2's MSI-X crash): every queue on INTx.
+    let want = format!(
+        "virtio-net-pci,netdev=nic0,mac={},vectors=0,mq=on",
+        s.mac(0)
+    );
+    assert!(
+        values(&p.argv, "-device").contains(&want.as_str()),
+        "{:?}",
+        p.argv
+    );
+    assert!(
+        values(&p.argv, "-netdev").contains(&"vhost-user,id=nic0,chardev=nic0c,queues=2"),
+        "{:?}",
+        p.argv
+    );
+    assert!(
+        p.guest
+            .kernel_cmdline()
+            .contains(&format!("vnio.queues={},2", s.mac(0))),
+        "{}",
+        p.guest.kernel_cmdline()
+    );
+    let dir = VmDir::new(Path::new("/run/vnio/vm"), "g1");
+    let x = domain_xml(&s, &p, Accel::Tcg, Path::new("/k"), Path::new("/i"), &dir);
+    assert_balanced(&x);
+    assert!(x.contains("<driver queues='2'/>"), "{x}");
+    // With KVM, MSI-X: a vector per queue, the control queue's and the config's.
+    let p = make(&s, &big_kvm_host(), &kvm(), &[]);
+    let want = format!(
+        "virtio-net-pci,netdev=nic0,mac={},mq=on,vectors=6",
+        s.mac(0)
+    );
+    assert!(
+        values(&p.argv, "-device").contains(&want.as_str()),
+        "{:?}",
+        p.argv
+    );
+    // One queue pair: the command line as before.
+    let s = spec(Latency::Normal, 1, &["vhost-user:/run/vnio/p2.sock"]);
+    let p = make(&s, &small_tcg_host(), &tcg(), &[]);
+    assert!(!p
+        .argv
+        .iter()
+        .any(|a| a.contains("queues") || a.contains("mq=")));
+    assert!(!p.guest.kernel_cmdline().contains("vnio.queues"));
+}
+
+#[test]
 fn libvirt_xml_for_high_latency() {
     let s = spec(Latency::High, 2, &["macvtap:eth0", "e1000"]);
     let p = make(&s, &big_kvm_host(), &kvm(), &[]);

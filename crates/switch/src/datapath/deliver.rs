@@ -134,7 +134,7 @@ impl Datapath {
             return false;
         };
         let result = match &mut dst.port {
-            Port::VhostUser(p) => p.deliver(frame, tagging, plan, rx_chain, *rx_hint),
+            Port::VhostUser(p) => p.deliver(frame, tagging, plan, rx_chain, *rx_hint, &dst.stats),
             Port::Tap(t) => {
                 let out = t.out_buf();
                 deliver_local(out, virtio_net::HEADER_LEN, frame, tagging).and_then(

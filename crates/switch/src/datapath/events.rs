@@ -5,10 +5,12 @@ use super::{Datapath, Port, PortRuntime, Slot};
 use crate::coalesce::{Coalescer, Decision};
 use crate::config::Policies;
 use crate::port::vhost_user::ResetCause;
+use crate::port::vhost_user::VhostUserPort;
 use crate::port::Watch;
 use crate::vhost_user::buffers::Src;
 use crate::vhost_user::conn::ConnError;
-use crate::vhost_user::device::{RX_QUEUE, TX_QUEUE};
+use crate::vhost_user::device::tx_queue;
+use crate::vhost_user::queue::ActiveQueue;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
 
@@ -53,7 +55,11 @@ impl Datapath {
     /// True when every transmit queue asks its guest for kicks (the worker may sleep).
     pub fn all_tx_armed(&self) -> bool {
         self.slots.iter().flatten().all(|s| match &s.port {
-            Port::VhostUser(p) => s.rt.tx_armed || s.rt.egress_held || !p.device.ready(TX_QUEUE),
+            Port::VhostUser(p) => {
+                s.rt.tx_armed
+                    || s.rt.egress_held
+                    || !(0..p.device.queue_pairs()).any(|k| p.device.ready(tx_queue(k)))
+            }
             _ => true,
         })
     }
@@ -69,10 +75,10 @@ impl Datapath {
                 continue;
             }
             if let Port::VhostUser(p) = &mut s.port {
-                if let Some(q) = p.device.queue(TX_QUEUE) {
+                for_tx(p, |q| {
                     pending |= q.enable_notification();
                     s.rt.tx_armed = true;
-                }
+                });
             }
         }
         pending
@@ -82,9 +88,7 @@ impl Datapath {
     pub fn disarm_notifications(&mut self) {
         for s in self.slots.iter_mut().flatten() {
             if let Port::VhostUser(p) = &mut s.port {
-                if let Some(q) = p.device.queue(TX_QUEUE) {
-                    q.disable_notification();
-                }
+                for_tx(p, |q| q.disable_notification());
                 s.rt.tx_armed = false;
                 s.rt.tx_idle = 0;
             }
@@ -151,11 +155,7 @@ impl Datapath {
             },
             Watch::Kick(q) => {
                 if p.device.drain_kick(usize::from(q)) {
-                    let qs = if usize::from(q) == RX_QUEUE {
-                        &s.stats.rx
-                    } else {
-                        &s.stats.tx
-                    };
+                    let qs = if q % 2 == 0 { &s.stats.rx } else { &s.stats.tx };
                     crate::stats::bump(&qs.notifications_received, 1);
                 }
             }
@@ -183,7 +183,10 @@ pub(super) fn tx_budget(s: &mut Slot, popped: usize) {
     let Port::VhostUser(p) = &mut s.port else {
         return;
     };
-    let Some(q) = p.device.queue(TX_QUEUE) else {
+    if p.device.queue_pairs() > 1 {
+        return tx_budget_pairs(p, &mut s.rt, &s.policies, popped);
+    }
+    let Some(q) = p.device.queue(tx_queue(0)) else {
         return;
     };
     if s.rt.egress_held && popped == 0 {
@@ -205,6 +208,54 @@ pub(super) fn tx_budget(s: &mut Slot, popped: usize) {
             // Frames came while arming: the next round takes them.
             s.rt.tx_idle = 0;
         }
+    }
+}
+
+/// [`tx_budget`] for a multiqueue guest: its transmit queues poll and arm
+/// together (the port's budget counts rounds in which none had a frame).
+fn tx_budget_pairs(p: &mut VhostUserPort, rt: &mut PortRuntime, pol: &Policies, popped: usize) {
+    if rt.egress_held && popped == 0 {
+        return;
+    }
+    if popped > 0 {
+        rt.tx_idle = 0;
+        if std::mem::take(&mut rt.tx_armed) {
+            for_tx(p, |q| q.disable_notification());
+        }
+        return;
+    }
+    rt.tx_idle = rt.tx_idle.saturating_add(1);
+    if !rt.tx_armed && rt.tx_idle >= pol.effective_tx_poll_budget() {
+        rt.tx_armed = true;
+        let mut pending = false;
+        for_tx(p, |q| pending |= q.enable_notification());
+        if pending {
+            rt.tx_idle = 0;
+        }
+    }
+}
+
+/// Calls `f` on each of the port's running transmit queues.
+fn for_tx(p: &mut VhostUserPort, mut f: impl FnMut(&mut ActiveQueue)) {
+    for k in 0..p.device.queue_pairs() {
+        if let Some(q) = p.device.queue(tx_queue(k)) {
+            f(q);
+        }
+    }
+}
+
+/// A receive queue without a coalescing policy (a multiqueue guest's
+/// pairs after the first): the used ring published, the guest called
+/// when its driver wants a call.
+pub(super) fn signal_now(q: &mut ActiveQueue, stats: &crate::stats::QueueStats) {
+    q.flush();
+    if !q.used_pending() {
+        return;
+    }
+    if q.driver_wants_call() {
+        q.call(stats);
+    } else {
+        q.decline(stats);
     }
 }
 

@@ -6,8 +6,8 @@ use super::{Datapath, Fwd, Port};
 use crate::port::uplink::{self};
 use crate::stats::DropReason;
 use crate::vhost_user::buffers::Src;
-use crate::vhost_user::device::TX_QUEUE;
-use crate::vhost_user::queue::BURST;
+use crate::vhost_user::device::tx_queue;
+use crate::vhost_user::queue::{Burst, BURST};
 use crate::wire::virtio_net::{self};
 use std::time::Instant;
 
@@ -155,16 +155,38 @@ impl Datapath {
         m
     }
 
+    /// Up to `budget` frames from each of a guest's transmit queues: the
+    /// one of a single-queue vNIC at once, a multiqueue vNIC's in turns
+    /// (see [`in_turns`]; pairs the guest did not enable have no queue).
     pub(super) fn forward_from_vhost_user(
         &mut self,
         i: usize,
         now: Instant,
         budget: usize,
     ) -> usize {
+        let pairs = match self.slots[i].as_ref().map(|s| &s.port) {
+            Some(Port::VhostUser(p)) => p.device.queue_pairs(),
+            _ => return 0,
+        };
+        in_turns(pairs, budget, QUEUE_TURN, |k, limit| {
+            self.forward_from_pair(i, k, pairs > 1, now, limit)
+        })
+    }
+
+    /// Up to `budget` frames from the transmit queue of slot `i`'s pair
+    /// `pair` (counted per pair when `multi`).
+    fn forward_from_pair(
+        &mut self,
+        i: usize,
+        pair: usize,
+        multi: bool,
+        now: Instant,
+        budget: usize,
+    ) -> usize {
         let (mem, hdr_len) = match self.slots[i].as_mut().map(|s| &mut s.port) {
             Some(Port::VhostUser(p)) => {
                 let hl = p.device.vnet_hdr_len();
-                match p.device.queue(TX_QUEUE) {
+                match p.device.queue(tx_queue(pair)) {
                     Some(q) => (q.mem().clone(), hl),
                     None => return 0,
                 }
@@ -180,7 +202,7 @@ impl Datapath {
         let mut n = 0;
         while n < budget {
             let want = (budget - n).min(BURST);
-            let popped = match self.tx_queue(i) {
+            let popped = match self.tx_queue(i, pair) {
                 Some(q) => q.pop_burst(&mut burst, want),
                 None => break,
             };
@@ -214,7 +236,10 @@ impl Datapath {
                     s.rt.egress_held = true;
                 }
             }
-            if let Some(q) = self.tx_queue(i) {
+            if multi {
+                self.count_pair(i, pair, &burst, done, hdr_len);
+            }
+            if let Some(q) = self.tx_queue(i, pair) {
                 if wait {
                     q.unpop_n((burst.len() - done) as u16);
                 }
@@ -255,14 +280,25 @@ impl Datapath {
         n
     }
 
-    /// Slot `i`'s transmit queue, when it is a running vhost-user port.
+    /// The transmit queue of slot `i`'s pair `pair`, when it is a running vhost-user port.
     pub(super) fn tx_queue(
         &mut self,
         i: usize,
+        pair: usize,
     ) -> Option<&mut crate::vhost_user::queue::ActiveQueue> {
         match self.slots.get_mut(i)?.as_mut().map(|s| &mut s.port) {
-            Some(Port::VhostUser(p)) => p.device.queue(TX_QUEUE),
+            Some(Port::VhostUser(p)) => p.device.queue(tx_queue(pair)),
             _ => None,
+        }
+    }
+
+    /// Counts the first `done` frames of `burst` on slot `i`'s pair `pair`.
+    fn count_pair(&self, i: usize, pair: usize, burst: &Burst, done: usize, hdr_len: usize) {
+        if let Some(s) = &self.slots[i] {
+            let c = &s.stats.pair(pair).tx;
+            for k in 0..done {
+                c.frame((burst.chain(k).2 as usize).saturating_sub(hdr_len));
+            }
         }
     }
 }

@@ -49,7 +49,9 @@ impl Datapath {
         let len = frame.frame_len as usize;
         let mut peek = [0u8; lro::PEEK_LEN];
         let mut hdr = frame.head;
-        let seg = if wanted && p.device.mrg_rxbuf() {
+        // Not toward a multiqueue vNIC: an aggregate lives in one receive
+        // queue, and steering picks the queue per frame.
+        let seg = if wanted && p.device.mrg_rxbuf() && p.device.queue_pairs() == 1 {
             if hdr.len() < lro::PEEK_LEN.min(len) {
                 // The headers beyond what forwarding read (only frames that may merge).
                 let n = frame

@@ -17,7 +17,7 @@ mod lro_delivery;
 mod peers;
 mod table;
 
-use events::{signal_rx, tx_budget};
+use events::{signal_now, signal_rx, tx_budget};
 pub(crate) use fast::Look;
 use frame::head_of;
 pub(crate) use frame::Frame;
@@ -39,7 +39,7 @@ use crate::port::vhost_user::{RxPlan, VhostUserPort};
 use crate::port::vxlan::VxlanPort;
 use crate::stats::{DropReason, PortStats};
 use crate::vhost_user::chain::{Chain, ChainError};
-use crate::vhost_user::device::{RX_QUEUE, TX_QUEUE};
+use crate::vhost_user::device::{rx_queue, tx_queue, RX_QUEUE};
 use crate::vhost_user::queue::Burst;
 use crate::vlan::Tagging;
 use crate::PortId;
@@ -297,9 +297,11 @@ impl Datapath {
         // again by their guests and delivered twice.
         for s in self.slots.iter_mut().flatten() {
             if let Port::VhostUser(p) = &mut s.port {
-                if let Some(vq) = p.device.queue(TX_QUEUE) {
-                    vq.signal(&s.stats.tx);
-                    self.call_failed |= vq.call_failed();
+                for k in 0..p.device.queue_pairs() {
+                    if let Some(vq) = p.device.queue(tx_queue(k)) {
+                        vq.signal(&s.stats.tx);
+                        self.call_failed |= vq.call_failed();
+                    }
                 }
             }
         }
@@ -312,6 +314,14 @@ impl Datapath {
                             next = Some(next.map_or(t, |n| n.min(t)));
                         }
                         self.call_failed |= vq.call_failed();
+                    }
+                    // A multiqueue guest's other receive queues: called
+                    // when their driver wants it (coalescing holds pair 0's).
+                    for k in 1..p.device.queue_pairs() {
+                        if let Some(vq) = p.device.queue(rx_queue(k)) {
+                            signal_now(vq, &s.stats.rx);
+                            self.call_failed |= vq.call_failed();
+                        }
                     }
                 }
                 // The round's frames to the wire leave in one system call;

@@ -1,6 +1,17 @@
 //! The virtio-net device state a front-end builds through vhost-user
-//! requests: features, memory, and two vrings (0: the driver's receive
-//! queue, 1: its transmit queue).
+//! requests: features, memory, and two vrings per queue pair (2k: the
+//! driver's receive queue of pair k, 2k+1: its transmit queue).
+//!
+//! Multiqueue: a port configured with N > 1 queue pairs offers
+//! VIRTIO_NET_F_MQ and VHOST_USER_PROTOCOL_F_MQ and answers GET_QUEUE_NUM
+//! with N; every per-queue request is checked against 2N (a bad index
+//! resets the port). A pair carries frames only once enabled: QEMU enables
+//! the pairs the guest's driver turned on (SET_VRING_ENABLE), the others'
+//! rings may be set up and even kicked, and are left alone. The config
+//! space (`max_virtqueue_pairs`) is the front-end's: this device does not
+//! offer VHOST_USER_PROTOCOL_F_CONFIG, so QEMU answers the guest from its
+//! own netdev `queues=N`. A single-pair port offers neither MQ bit and
+//! behaves exactly as before.
 //!
 //! Ordering is tolerant where real front-ends differ: QEMU 7.2 sends
 //! SET_VRING_ENABLE before SET_FEATURES (and never again), so an enable is
@@ -15,8 +26,8 @@
 //! the avail one, as DPDK's vhost does, since front-ends differ on the
 //! upper half and nothing is in flight across a restart).
 
-use super::log::{DirtyLog, LogError, QueueLog};
-use super::memory::{GuestMem, MemoryError};
+use super::log::{DirtyLog, QueueLog};
+use super::memory::GuestMem;
 use super::protocol::{Request, VringAddr};
 use super::queue::{ActiveQueue, PackedFeatures, QueueError, RingAddrs, MAX_QUEUE_SIZE};
 use std::fs::File;
@@ -26,132 +37,33 @@ use std::sync::Arc;
 /// SET_VRING_ADDR's flag: log the used ring's writes at `log`.
 const VRING_F_LOG: u32 = 1;
 
-/// The driver's receive queue.
+/// The driver's receive queue (of the first pair).
 pub const RX_QUEUE: usize = 0;
-/// The driver's transmit queue.
+/// The driver's transmit queue (of the first pair).
 pub const TX_QUEUE: usize = 1;
-/// Queues of the device (one pair; multi-queue is not offered).
-pub const NUM_QUEUES: usize = 2;
+/// Most queue pairs a port may have. Eight covers guests of up to eight
+/// vCPUs (a guest gains nothing from more pairs than vCPUs), keeps the
+/// device's rings a fixed array (no allocation, no indirection on the data
+/// path) and a kick's queue index within the worker's one-byte epoll tag.
+pub const MAX_QUEUE_PAIRS: usize = 8;
+/// Most vrings of a device.
+pub const MAX_QUEUES: usize = 2 * MAX_QUEUE_PAIRS;
 
-/// Feature bits.
-pub mod feature {
-    /// VIRTIO_NET_F_MRG_RXBUF.
-    pub const MRG_RXBUF: u64 = 1 << virtio_bindings::virtio_net::VIRTIO_NET_F_MRG_RXBUF;
-    /// VIRTIO_RING_F_INDIRECT_DESC (not offered).
-    pub const INDIRECT_DESC: u64 = 1 << virtio_bindings::virtio_ring::VIRTIO_RING_F_INDIRECT_DESC;
-    /// VIRTIO_RING_F_EVENT_IDX.
-    pub const EVENT_IDX: u64 = 1 << virtio_bindings::virtio_ring::VIRTIO_RING_F_EVENT_IDX;
-    /// VHOST_USER_F_PROTOCOL_FEATURES.
-    pub const PROTOCOL_FEATURES: u64 = 1 << 30;
-    /// VIRTIO_F_VERSION_1.
-    pub const VERSION_1: u64 = 1 << virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
-    /// VIRTIO_NET_F_CSUM: the driver may send partially checksummed frames.
-    pub const CSUM: u64 = 1 << virtio_bindings::virtio_net::VIRTIO_NET_F_CSUM;
-    /// VIRTIO_NET_F_GUEST_CSUM: the driver takes partially checksummed frames.
-    pub const GUEST_CSUM: u64 = 1 << virtio_bindings::virtio_net::VIRTIO_NET_F_GUEST_CSUM;
-    /// VIRTIO_NET_F_GUEST_TSO4: the driver takes TCP/IPv4 GSO frames.
-    pub const GUEST_TSO4: u64 = 1 << virtio_bindings::virtio_net::VIRTIO_NET_F_GUEST_TSO4;
-    /// VIRTIO_NET_F_GUEST_TSO6: the driver takes TCP/IPv6 GSO frames.
-    pub const GUEST_TSO6: u64 = 1 << virtio_bindings::virtio_net::VIRTIO_NET_F_GUEST_TSO6;
-    /// VIRTIO_NET_F_GUEST_ECN: the driver takes GSO frames with the ECN bit.
-    pub const GUEST_ECN: u64 = 1 << virtio_bindings::virtio_net::VIRTIO_NET_F_GUEST_ECN;
-    /// VIRTIO_NET_F_HOST_TSO4: the driver may send TCP/IPv4 GSO frames.
-    pub const HOST_TSO4: u64 = 1 << virtio_bindings::virtio_net::VIRTIO_NET_F_HOST_TSO4;
-    /// VIRTIO_NET_F_HOST_TSO6: the driver may send TCP/IPv6 GSO frames.
-    pub const HOST_TSO6: u64 = 1 << virtio_bindings::virtio_net::VIRTIO_NET_F_HOST_TSO6;
-    /// VIRTIO_NET_F_HOST_ECN: the driver may send GSO frames with the ECN bit.
-    pub const HOST_ECN: u64 = 1 << virtio_bindings::virtio_net::VIRTIO_NET_F_HOST_ECN;
-    /// VIRTIO_F_RING_PACKED: the packed virtqueue layout.
-    pub const RING_PACKED: u64 = 1 << virtio_bindings::virtio_config::VIRTIO_F_RING_PACKED;
-    /// VIRTIO_F_IN_ORDER: buffers are used in the order they were made available.
-    pub const IN_ORDER: u64 = 1 << virtio_bindings::virtio_config::VIRTIO_F_IN_ORDER;
-    /// VHOST_F_LOG_ALL: the device logs the guest pages it writes (live migration).
-    pub const LOG_ALL: u64 = 1 << 26;
-    /// VIRTIO_NET_F_GUEST_ANNOUNCE: the guest announces its own addresses
-    /// after a migration (QEMU then sends no SEND_RARP).
-    pub const GUEST_ANNOUNCE: u64 = 1 << virtio_bindings::virtio_net::VIRTIO_NET_F_GUEST_ANNOUNCE;
-    /// Checksum and TCP segmentation offloads, both directions.
-    pub const OFFLOADS: u64 =
-        CSUM | GUEST_CSUM | GUEST_TSO4 | GUEST_TSO6 | GUEST_ECN | HOST_TSO4 | HOST_TSO6 | HOST_ECN;
-    /// What this device offers.
-    pub const OFFERED: u64 = MRG_RXBUF
-        | EVENT_IDX
-        | PROTOCOL_FEATURES
-        | VERSION_1
-        | RING_PACKED
-        | IN_ORDER
-        | OFFLOADS
-        | LOG_ALL
-        | GUEST_ANNOUNCE;
+/// The receive queue of pair `pair`.
+#[inline]
+pub const fn rx_queue(pair: usize) -> usize {
+    2 * pair
 }
 
-/// Protocol feature bits.
-pub mod protocol_feature {
-    /// VHOST_USER_PROTOCOL_F_LOG_SHMFD: the dirty log comes as shared memory.
-    pub const LOG_SHMFD: u64 = 1 << 1;
-    /// VHOST_USER_PROTOCOL_F_RARP: SEND_RARP announces a migrated guest.
-    pub const RARP: u64 = 1 << 2;
-    /// VHOST_USER_PROTOCOL_F_REPLY_ACK.
-    pub const REPLY_ACK: u64 = 1 << 3;
-    /// VHOST_USER_PROTOCOL_F_NET_MTU.
-    pub const NET_MTU: u64 = 1 << 4;
-    /// What this device offers.
-    pub const OFFERED: u64 = LOG_SHMFD | RARP | REPLY_ACK | NET_MTU;
+/// The transmit queue of pair `pair`.
+#[inline]
+pub const fn tx_queue(pair: usize) -> usize {
+    2 * pair + 1
 }
 
-/// Why a request failed (the connection is reset).
-#[derive(Debug, thiserror::Error)]
-pub enum DeviceError {
-    /// A vring index beyond the device's queues.
-    #[error("queue index {0} out of range")]
-    QueueIndex(u32),
-    /// The driver acked features the device did not offer.
-    #[error("features {0:#x} were not offered")]
-    Features(u64),
-    /// A queue size that is zero, not a power of two, or too large.
-    #[error("queue size {0} invalid")]
-    QueueSize(u32),
-    /// The memory table could not be mapped.
-    #[error("memory table rejected")]
-    Memory(#[from] MemoryError),
-    /// A ring address is not inside the front-end's memory.
-    #[error("queue {0}: ring address not in the memory table")]
-    RingAddress(usize),
-    /// A kick or call descriptor that is not an eventfd (a pipe or a
-    /// socket could block the worker in ways an eventfd cannot).
-    #[error("queue {index}: the {what} descriptor is not an eventfd")]
-    NotEventfd {
-        /// Queue index.
-        index: usize,
-        /// "kick" or "call".
-        what: &'static str,
-    },
-    /// The dirty log (SET_LOG_BASE) is unusable.
-    #[error("dirty log rejected")]
-    Log(#[from] LogError),
-    /// A queue could not start.
-    #[error("queue {index} cannot start")]
-    Queue {
-        /// Queue index.
-        index: usize,
-        /// Why.
-        #[source]
-        source: QueueError,
-    },
-}
+pub use super::features::{feature, protocol_feature};
 
-/// What to answer.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Reply {
-    /// Nothing (or a REPLY_ACK when asked).
-    Ack,
-    /// A u64 payload.
-    U64(u64),
-    /// A vring state payload.
-    VringState(u32, u32),
-    /// The request is not implemented: a failure REPLY_ACK when asked.
-    Nack,
-}
+pub use super::outcome::{DeviceError, Reply};
 
 #[derive(Debug, Default)]
 struct Vring {
@@ -174,8 +86,10 @@ pub struct Device {
     offered: u64,
     acked_features: u64,
     acked_protocol: u64,
+    /// Queue pairs offered (1..=[`MAX_QUEUE_PAIRS`]).
+    pairs: usize,
     mem: Option<Arc<GuestMem>>,
-    vrings: [Vring; NUM_QUEUES],
+    vrings: [Vring; MAX_QUEUES],
     mtu: Option<u64>,
     /// The dirty log of a migration (used while VHOST_F_LOG_ALL is acked).
     log: Option<Arc<DirtyLog>>,
@@ -200,15 +114,6 @@ fn check_eventfd(fd: Option<&File>, index: usize, what: &'static str) -> Result<
     }
 }
 
-fn queue_index(i: u32) -> Result<usize, DeviceError> {
-    let i = i as usize;
-    if i < NUM_QUEUES {
-        Ok(i)
-    } else {
-        Err(DeviceError::QueueIndex(i as u32))
-    }
-}
-
 impl Device {
     /// A device nobody has configured.
     pub fn new() -> Self {
@@ -224,7 +129,50 @@ impl Device {
                 feature::OFFERED & !feature::OFFLOADS
             },
             max_memory: super::memory::DEFAULT_MAX_MEMORY,
+            pairs: 1,
             ..Self::default()
+        }
+    }
+
+    /// The same device with `pairs` queue pairs (clamped to
+    /// 1..=[`MAX_QUEUE_PAIRS`]); more than one offers VIRTIO_NET_F_MQ.
+    pub fn with_queue_pairs(mut self, pairs: usize) -> Self {
+        self.pairs = pairs.clamp(1, MAX_QUEUE_PAIRS);
+        if self.pairs > 1 {
+            self.offered |= feature::MQ;
+        } else {
+            self.offered &= !feature::MQ;
+        }
+        self
+    }
+
+    /// Queue pairs offered.
+    #[inline]
+    pub fn queue_pairs(&self) -> usize {
+        self.pairs
+    }
+
+    /// Vrings of the device (two per pair).
+    #[inline]
+    fn num_queues(&self) -> usize {
+        2 * self.pairs
+    }
+
+    /// `i` as a vring index, when the device has that vring.
+    fn queue_index(&self, i: u32) -> Result<usize, DeviceError> {
+        let q = i as usize;
+        if q < self.num_queues() {
+            Ok(q)
+        } else {
+            Err(DeviceError::QueueIndex(i))
+        }
+    }
+
+    fn protocol_offered(&self) -> u64 {
+        if self.pairs > 1 {
+            protocol_feature::OFFERED | protocol_feature::MQ
+        } else {
+            protocol_feature::OFFERED
         }
     }
 
@@ -241,6 +189,7 @@ impl Device {
         let fresh = Self {
             offered: self.offered,
             max_memory: self.max_memory,
+            pairs: self.pairs,
             ..Self::default()
         };
         let old = std::mem::replace(self, fresh);
@@ -321,7 +270,7 @@ impl Device {
                 let mem = Arc::new(GuestMem::from_table(table, self.max_memory)?);
                 self.mem = Some(mem);
                 // Running queues continue on the new memory from where they are.
-                for i in 0..NUM_QUEUES {
+                for i in 0..self.num_queues() {
                     if let Some(q) = self.vrings[i].active.take() {
                         self.vrings[i].base = q.stop_state();
                         self.try_start(i)?;
@@ -330,7 +279,7 @@ impl Device {
                 Reply::Ack
             }
             Request::SetVringNum { index, num } => {
-                let i = queue_index(index)?;
+                let i = self.queue_index(index)?;
                 if num == 0 || !num.is_power_of_two() || num > u32::from(MAX_QUEUE_SIZE) {
                     return Err(DeviceError::QueueSize(num));
                 }
@@ -338,7 +287,7 @@ impl Device {
                 Reply::Ack
             }
             Request::SetVringAddr(a) => {
-                let i = queue_index(a.index)?;
+                let i = self.queue_index(a.index)?;
                 self.vrings[i].addr = Some(a);
                 // A running ring follows (QEMU re-sends the addresses with
                 // the log flag when a migration starts).
@@ -349,12 +298,12 @@ impl Device {
                 Reply::Ack
             }
             Request::SetVringBase { index, num } => {
-                let i = queue_index(index)?;
+                let i = self.queue_index(index)?;
                 self.vrings[i].base = num;
                 Reply::Ack
             }
             Request::GetVringBase { index } => {
-                let i = queue_index(index)?;
+                let i = self.queue_index(index)?;
                 let v = &mut self.vrings[i];
                 if let Some(q) = v.active.take() {
                     v.base = q.stop_state();
@@ -365,7 +314,7 @@ impl Device {
                 Reply::VringState(index, v.base)
             }
             Request::SetVringKick { index, fd } => {
-                let i = queue_index(u32::from(index))?;
+                let i = self.queue_index(u32::from(index))?;
                 check_eventfd(fd.as_ref(), i, "kick")?;
                 let old = std::mem::replace(&mut self.vrings[i].kick, fd);
                 self.retired.extend(old);
@@ -374,7 +323,7 @@ impl Device {
                 Reply::Ack
             }
             Request::SetVringCall { index, fd } => {
-                let i = queue_index(u32::from(index))?;
+                let i = self.queue_index(u32::from(index))?;
                 check_eventfd(fd.as_ref(), i, "call")?;
                 self.vrings[i].call = fd;
                 if self.vrings[i].active.is_some() {
@@ -385,18 +334,18 @@ impl Device {
                 Reply::Ack
             }
             Request::SetVringErr { index, .. } => {
-                queue_index(u32::from(index))?;
+                self.queue_index(u32::from(index))?;
                 Reply::Ack
             }
-            Request::GetProtocolFeatures => Reply::U64(protocol_feature::OFFERED),
+            Request::GetProtocolFeatures => Reply::U64(self.protocol_offered()),
             Request::SetProtocolFeatures(f) => {
-                self.acked_protocol = f & protocol_feature::OFFERED;
+                self.acked_protocol = f & self.protocol_offered();
                 Reply::Ack
             }
-            Request::GetQueueNum => Reply::U64(1),
+            Request::GetQueueNum => Reply::U64(self.pairs as u64),
             Request::GetMaxMemSlots => Reply::U64(super::protocol::MAX_REGIONS as u64),
             Request::SetVringEnable { index, enable } => {
-                let i = queue_index(index)?;
+                let i = self.queue_index(index)?;
                 self.vrings[i].enabled = Some(enable);
                 Reply::Ack
             }
@@ -431,7 +380,7 @@ impl Device {
 
     /// Starts or stops logging on the running queues.
     fn apply_log(&mut self) {
-        for i in 0..NUM_QUEUES {
+        for i in 0..self.num_queues() {
             let log = self.queue_log(i);
             if let Some(q) = self.vrings[i].active.as_mut() {
                 q.set_log(log);
@@ -500,7 +449,7 @@ impl Device {
                 // Not offered: the split layout walks no indirect tables.
                 indirect: false,
             };
-            ActiveQueue::start_packed(mem, v.num, addrs, v.base, features, call, i == RX_QUEUE)
+            ActiveQueue::start_packed(mem, v.num, addrs, v.base, features, call, i % 2 == 0)
         } else {
             ActiveQueue::start(
                 mem,
@@ -509,7 +458,7 @@ impl Device {
                 v.base as u16,
                 event_idx,
                 call,
-                i == RX_QUEUE,
+                i % 2 == 0,
             )
         }
         .map_err(|source| DeviceError::Queue { index: i, source })?;
@@ -521,8 +470,11 @@ impl Device {
     /// True when the device may process queue `i`: started, and enabled.
     /// An explicit SET_VRING_ENABLE wins whenever it arrived; without one a
     /// ring is enabled unless VHOST_USER_F_PROTOCOL_FEATURES was negotiated.
+    #[inline]
     pub fn ready(&self, i: usize) -> bool {
-        let v = &self.vrings[i];
+        let Some(v) = self.vrings.get(i) else {
+            return false;
+        };
         v.active.is_some()
             && match v.enabled {
                 Some(e) => e,
@@ -530,7 +482,16 @@ impl Device {
             }
     }
 
+    /// The pairs whose receive queue is ready, one bit per pair (bit k:
+    /// pair k): where frames toward the guest may go.
+    pub fn ready_rx_pairs(&self) -> u32 {
+        (0..self.pairs)
+            .filter(|&k| self.ready(rx_queue(k)))
+            .fold(0, |m, k| m | 1 << k)
+    }
+
     /// The running queue `i`, when ready.
+    #[inline]
     pub fn queue(&mut self, i: usize) -> Option<&mut ActiveQueue> {
         if self.ready(i) {
             self.vrings[i].active.as_mut()

@@ -185,6 +185,15 @@ pub const DESCRIPTORS: &[(&str, Attack, Expect)] = &[
         Expect::Reset,
     ),
     (
+        "queue index beyond the port's queue pairs",
+        |h| {
+            // Vring 2 is pair 1's receive queue: not on a one-pair port.
+            let e = EventFd::new(0).unwrap();
+            set_fd(h, code::SET_VRING_KICK, 2, e.as_raw_fd());
+        },
+        Expect::Reset,
+    ),
+    (
         "kick descriptor that is a pipe",
         |h| {
             let (r, _w) = pipe();

@@ -117,8 +117,9 @@ enum PortCmd {
         /// Uplink: hand frames straight to the driver, skipping the interface's qdisc.
         #[arg(long, requires = "uplink")]
         qdisc_bypass: bool,
-        /// Uplink: receive queues (queue 0 shared, the others one per vNIC while they last).
-        #[arg(long, requires = "uplink")]
+        /// Uplink: receive queues (queue 0 shared, the others one per vNIC while they last);
+        /// vhost-user: queue pairs offered to the guest (a multiqueue vNIC, 1-8).
+        #[arg(long, conflicts_with_all = ["tap", "vxlan"])]
         queues: Option<usize>,
         /// Uplink: egress capacity the shares divide, Mbit/s (default: the link speed).
         #[arg(long, requires = "uplink", value_name = "MBPS")]
@@ -489,12 +490,12 @@ fn print_ports(ports: &[PortInfo]) {
         "LATENCY"
     );
     for p in ports {
-        let state = if p.running {
-            "running"
-        } else if p.connected {
-            "connected"
-        } else {
-            "waiting"
+        let state = match (p.running, p.connected, p.queues) {
+            // A multiqueue vNIC: pairs running of pairs offered.
+            (true, _, Some(q)) => format!("running {}/{}q", q.running, q.pairs),
+            (true, _, None) => "running".into(),
+            (false, true, _) => "connected".into(),
+            (false, false, _) => "waiting".into(),
         };
         let drops: u64 = p
             .stats
@@ -569,6 +570,12 @@ fn print_stats(m: &std::collections::BTreeMap<String, PortStatsSnapshot>) {
                 q.packets,
                 q.bytes,
                 q.kernel_drops
+            );
+        }
+        for q in &s.queue_pairs {
+            println!(
+                "  queue pair {:<2} tx packets {:>10} bytes {:>12}  rx packets {:>10} bytes {:>12}",
+                q.queue, q.tx_packets, q.tx_bytes, q.rx_packets, q.rx_bytes
             );
         }
         for v in &s.vteps {

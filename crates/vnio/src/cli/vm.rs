@@ -90,6 +90,14 @@ enum Cmd {
     /// Inside a guest: serve the command channel (started by the guest's init).
     #[command(hide = true)]
     GuestServe,
+    /// Inside a guest: turn on a multiqueue NIC's queue pairs (`ethtool -L DEV combined N`).
+    #[command(hide = true)]
+    GuestChannels {
+        /// The interface.
+        dev: String,
+        /// Queue pairs.
+        count: u32,
+    },
 }
 
 #[derive(Subcommand)]
@@ -142,7 +150,8 @@ struct RunArgs {
     /// A NIC (repeat for more): vhost-user:SOCK[,server][,control=SWITCH_CTL] |
     /// tap[:IFNAME][,bridge=BR | ,host-ip=ADDR/PREFIX] |
     /// macvtap:IFNAME[,mode=bridge|vepa|private|passthru] | e1000[:IFNAME][,bridge=BR];
-    /// each with [,ip=ADDR/PREFIX][,mac=MAC][,model=virtio|e1000][,guest-offloads=off][,packed=on].
+    /// each with [,ip=ADDR/PREFIX][,mac=MAC][,model=virtio|e1000][,guest-offloads=off][,packed=on]
+    /// (vhost-user also [,queues=N]: N queue pairs, 1-8).
     #[arg(long = "nic", value_name = "KIND[,OPTS]")]
     nics: Vec<Nic>,
     /// Latency sensitivity: normal, or high (dedicated pinned cores, preallocated locked
@@ -242,6 +251,11 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         Cmd::Migrate(a) => super::vm_migrate::run(a, &root),
         Cmd::GuestServe => {
             vnio_vm::exec::serve()?;
+            Ok(0)
+        }
+        Cmd::GuestChannels { dev, count } => {
+            vnio_vm::set_combined_channels(&dev, count)
+                .with_context(|| format!("setting {dev}'s combined channels to {count}"))?;
             Ok(0)
         }
     }

@@ -2,10 +2,10 @@
 
 use super::VhostUserPort;
 use crate::datapath::{DeliverError, Frame, Look, MAX_MERGE};
-use crate::stats::DropReason;
+use crate::stats::{DropReason, PortStats};
 use crate::vhost_user::buffers::{self, Src};
 use crate::vhost_user::chain::{Chain, Seg, MAX_SEGS};
-use crate::vhost_user::device::RX_QUEUE;
+use crate::vhost_user::device::{rx_queue, RX_QUEUE};
 use crate::vhost_user::memory::GuestMem;
 use crate::vlan::Tagging;
 use crate::wire::virtio_net;
@@ -33,11 +33,36 @@ impl RxPlan {
 }
 
 impl VhostUserPort {
-    /// Delivers a frame into the guest's receive queue: the first available
-    /// chain when it fits (most frames), else several with mergeable receive
-    /// buffers; `hint`: chains to pop ahead (frames still to come in the burst).
+    /// Delivers a frame into the guest's receive queue (a multiqueue
+    /// guest's: the one its flow steers to, counted in `stats`' pair
+    /// counters): the first available chain when it fits (most frames),
+    /// else several with mergeable receive buffers; `hint`: chains to pop
+    /// ahead (frames still to come in the burst).
     pub(crate) fn deliver(
         &mut self,
+        f: &Frame<'_>,
+        tagging: Tagging,
+        plan: &mut RxPlan,
+        chain: &mut Chain,
+        hint: usize,
+        stats: &PortStats,
+    ) -> Result<usize, DeliverError> {
+        if self.device.queue_pairs() == 1 {
+            return self.deliver_on(RX_QUEUE, f, tagging, plan, chain, hint);
+        }
+        let pair = super::steer::pair_for(f, self.device.ready_rx_pairs());
+        let r = self.deliver_on(rx_queue(pair), f, tagging, plan, chain, hint);
+        if let Ok(bytes) = r {
+            stats.pair(pair).rx.frame(bytes);
+        }
+        r
+    }
+
+    /// [`VhostUserPort::deliver`] into receive queue `qi`.
+    #[inline]
+    fn deliver_on(
+        &mut self,
+        qi: usize,
         f: &Frame<'_>,
         tagging: Tagging,
         plan: &mut RxPlan,
@@ -46,7 +71,7 @@ impl VhostUserPort {
     ) -> Result<usize, DeliverError> {
         let hdr_len = self.device.vnet_hdr_len();
         let mrg = self.device.mrg_rxbuf();
-        let Some(q) = self.device.queue(RX_QUEUE) else {
+        let Some(q) = self.device.queue(qi) else {
             return Err(DeliverError::Drop(DropReason::RingFull));
         };
         let (l2, l2_len) = f.egress_l2(tagging);
@@ -150,7 +175,8 @@ impl VhostUserPort {
     /// source's header carried over with one receive chain, the frame's
     /// `frame_len` bytes after the source's header (`look`) copied once.
     /// None, with nothing taken, when the frame needs more than the first
-    /// available chain (the full path merges buffers).
+    /// available chain (the full path merges buffers) or the port is a
+    /// multiqueue vNIC (the full path steers).
     #[inline]
     pub(crate) fn deliver_plain(
         &mut self,
@@ -161,6 +187,10 @@ impl VhostUserPort {
         chain: &mut Chain,
         hint: usize,
     ) -> Option<Result<usize, DeliverError>> {
+        if self.device.queue_pairs() > 1 {
+            // A multiqueue vNIC: steering and pair counters, on the full path.
+            return None;
+        }
         let hdr_len = self.device.vnet_hdr_len();
         let Some(q) = self.device.queue(RX_QUEUE) else {
             return Some(Err(DeliverError::Drop(DropReason::RingFull)));

@@ -6,11 +6,13 @@
 //! port listens (server) or reconnects (client) again. Nothing else is affected.
 
 mod deliver;
+mod steer;
 pub(crate) use deliver::RxPlan;
+pub use steer::{flow_hash, pick_pair};
 
 use super::{SocketMode, Watch, Watched};
 use crate::vhost_user::conn::{ConnError, Connection};
-use crate::vhost_user::device::{Device, Reply, NUM_QUEUES};
+use crate::vhost_user::device::{Device, Reply};
 use crate::vhost_user::memory::DEFAULT_MAX_MEMORY;
 use crate::vhost_user::protocol::{self, code, parse_request};
 use std::fs::File;
@@ -78,6 +80,8 @@ pub struct VhostUserPort {
     offloads: bool,
     /// Most guest memory a front-end may map through this port.
     max_memory: u64,
+    /// Queue pairs offered to front-ends.
+    pairs: usize,
     /// Descriptors this port stopped using, still watched by the worker:
     /// closed by [`VhostUserPort::release_retired`] once unwatched, never
     /// before (a closed descriptor's epoll registration lives on while the
@@ -120,6 +124,7 @@ impl VhostUserPort {
             next_attempt: None,
             offloads,
             max_memory: DEFAULT_MAX_MEMORY,
+            pairs: 1,
             retired: Vec::new(),
             retired_conns: Vec::new(),
         })
@@ -134,9 +139,20 @@ impl VhostUserPort {
         }
     }
 
+    /// Offers `pairs` queue pairs (multiqueue when more than one) from the
+    /// port's next connection on.
+    pub fn set_queue_pairs(&mut self, pairs: usize) {
+        self.pairs = pairs;
+        if !self.connected() {
+            self.device = self.fresh_device();
+        }
+    }
+
     /// The device a new front-end starts with.
     fn fresh_device(&self) -> Device {
-        Device::offering(self.offloads).with_max_memory(self.max_memory)
+        Device::offering(self.offloads)
+            .with_max_memory(self.max_memory)
+            .with_queue_pairs(self.pairs)
     }
 
     /// The socket path.
@@ -161,7 +177,7 @@ impl VhostUserPort {
         }
         if let Some(c) = &self.conn {
             out.push((c.as_raw_fd(), Watch::Connection));
-            for q in 0..NUM_QUEUES {
+            for q in 0..2 * self.device.queue_pairs() {
                 if let Some(fd) = self.device.kick_fd(q) {
                     out.push((fd, Watch::Kick(q as u8)));
                 }

@@ -1,0 +1,87 @@
+//! A port as the control plane shows it (`port list`, `stats`): identity,
+//! state, policies in force and counters.
+
+use crate::coalesce::Coalesce;
+use crate::config::Latency;
+use crate::port::SocketMode;
+use crate::stats::PortStatsSnapshot;
+use serde::{Deserialize, Serialize};
+
+/// A port as listed by `port list` and `stats`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct PortInfo {
+    /// Name.
+    pub name: String,
+    /// Identity.
+    pub id: u32,
+    /// Kind.
+    pub kind: String,
+    /// Socket path (vhost-user).
+    pub socket: Option<String>,
+    /// Socket mode (vhost-user).
+    pub mode: Option<SocketMode>,
+    /// A front-end is connected.
+    pub connected: bool,
+    /// Both queues are running (of the first pair).
+    pub running: bool,
+    /// A multiqueue vNIC: its queue pairs, and how many of them run
+    /// (both queues started and enabled by the front-end).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queues: Option<QueuePairsInfo>,
+    /// VLAN membership.
+    pub vlan: String,
+    /// Latency policies in force.
+    #[serde(default)]
+    pub policy: PolicyInfo,
+    /// Egress policy (vNICs) or egress scheduler state (uplinks).
+    #[serde(default)]
+    pub egress: EgressInfo,
+    /// Counters.
+    pub stats: PortStatsSnapshot,
+}
+
+/// A multiqueue vNIC's queue pairs.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+pub struct QueuePairsInfo {
+    /// Pairs offered.
+    pub pairs: usize,
+    /// Pairs running.
+    pub running: usize,
+}
+
+/// A port's latency policies as in force (latency-high forces coalescing and LRO off).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, Default)]
+pub struct PolicyInfo {
+    /// Coalescing in force.
+    pub coalesce: Coalesce,
+    /// LRO in force.
+    pub lro: bool,
+    /// Latency sensitivity.
+    pub latency: Latency,
+    /// The core a latency-high port's worker runs on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub core: Option<usize>,
+    /// Transmit busy-poll budget (empty rounds).
+    pub tx_poll_budget: u32,
+}
+
+/// A vNIC's share, limit and reservation on the uplinks' egress, or an
+/// uplink's capacity and whether it is contended.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, Default)]
+pub struct EgressInfo {
+    /// vNIC: weight while an uplink is contended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub share: Option<u32>,
+    /// vNIC: rate cap, Mbit/s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit_mbps: Option<u64>,
+    /// vNIC: guaranteed rate, Mbit/s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reserve_mbps: Option<u64>,
+    /// Uplink: capacity the shares divide, Mbit/s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity_mbps: Option<u64>,
+    /// Uplink: shares are in force (a port waited for the link last round).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub contended: Option<bool>,
+}
