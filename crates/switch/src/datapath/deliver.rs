@@ -195,6 +195,10 @@ impl Datapath {
             Ok(bytes) => {
                 dst.stats.rx.frame(bytes);
                 dst.rt.round_rx += 1;
+                if !dst.rt.rx_unpublished {
+                    dst.rt.rx_unpublished = true;
+                    self.rx_touched.push(j);
+                }
                 true
             }
             Err(DeliverError::Drop(r)) => {

@@ -9,7 +9,7 @@ use crate::port::vhost_user::VhostUserPort;
 use crate::port::Watch;
 use crate::vhost_user::buffers::Src;
 use crate::vhost_user::conn::ConnError;
-use crate::vhost_user::device::tx_queue;
+use crate::vhost_user::device::{rx_queue, tx_queue};
 use crate::vhost_user::queue::ActiveQueue;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
@@ -19,6 +19,7 @@ impl PortRuntime {
         Self {
             coalescer: Coalescer::new(p.effective_coalesce()),
             round_rx: 0,
+            rx_unpublished: false,
             urgent: false,
             hold: None,
             tx_idle: 0,
@@ -174,6 +175,41 @@ impl Datapath {
                 }
             }
         }
+    }
+}
+
+impl Datapath {
+    /// Publishes what a transmit burst from slot `i`'s pair `pair` did: its
+    /// used entries first, then the receive queues' its frames went to (the
+    /// order a restart relies on, see `poll_round`). Published per burst,
+    /// not per round, so each front-end sees its buffers come back and its
+    /// frames arrive while the switch works on the next burst: the two sides
+    /// overlap instead of taking turns. Calls are still decided per round.
+    pub(super) fn publish_burst(&mut self, i: usize, pair: usize) {
+        if let Some(q) = self.tx_queue(i, pair) {
+            q.flush();
+        }
+        self.publish_rx();
+    }
+
+    /// Publishes the used entries of every receive queue delivered to since
+    /// the last time.
+    pub(super) fn publish_rx(&mut self) {
+        for k in 0..self.rx_touched.len() {
+            let j = self.rx_touched[k];
+            let Some(s) = self.slots.get_mut(j).and_then(Option::as_mut) else {
+                continue;
+            };
+            s.rt.rx_unpublished = false;
+            if let Port::VhostUser(p) = &mut s.port {
+                for k in 0..p.device.queue_pairs() {
+                    if let Some(q) = p.device.queue(rx_queue(k)) {
+                        q.flush();
+                    }
+                }
+            }
+        }
+        self.rx_touched.clear();
     }
 }
 

@@ -228,8 +228,8 @@ impl Datapath {
                 done += 1;
             }
             n += done;
-            // The chains forwarded go back to the guest together (the used
-            // index is published once per round, in `poll`).
+            // The chains forwarded go back to the guest together, published
+            // with the receive queues they went to (`publish_burst`).
             let mut bad = None;
             if wait {
                 if let Some(s) = self.slots[i].as_mut() {
@@ -261,6 +261,7 @@ impl Datapath {
                 self.reset(i, now, &format_args!("transmit queue: {e}"));
                 break;
             }
+            self.publish_burst(i, pair);
             if wait || burst.len() < want {
                 // Held back, or the ring is drained.
                 break;

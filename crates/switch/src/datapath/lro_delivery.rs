@@ -215,6 +215,10 @@ impl Datapath {
             Ok(Some(d)) => {
                 s.stats.rx.frame(d.len);
                 s.rt.round_rx += 1;
+                if !s.rt.rx_unpublished {
+                    s.rt.rx_unpublished = true;
+                    self.rx_touched.push(j);
+                }
             }
             Err(PlaceError::Unmapped) => s.stats.rx.drop(DropReason::BadDescriptor),
             Err(PlaceError::Hostile(e)) => {

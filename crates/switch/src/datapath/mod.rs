@@ -99,6 +99,9 @@ pub struct PortRuntime {
     pub coalescer: Coalescer,
     /// Frames delivered to the receive queue in the current round.
     round_rx: u32,
+    /// Used entries added to the receive queues and not yet published
+    /// (the port is in [`Datapath::rx_touched`]).
+    rx_unpublished: bool,
     /// A delivery found the receive ring full: call the guest at once.
     urgent: bool,
     /// A call is held until this instant.
@@ -214,6 +217,9 @@ pub struct Datapath {
     /// The VTEP the frame being delivered to a VXLAN port goes to: its
     /// destination's, from the FDB; `None` floods to the port's remotes.
     to_vtep: Option<std::net::Ipv4Addr>,
+    /// Slots whose receive queues have used entries to publish after the
+    /// transmit burst being forwarded (see [`Datapath::publish_burst`]).
+    rx_touched: Vec<usize>,
     /// Where this worker's time goes (read by the control plane).
     perf: Arc<WorkerPerf>,
     /// The counter when the last round ended, or the worker resumed
@@ -244,6 +250,7 @@ impl Datapath {
             rx_hint: 1,
             from_vtep: None,
             to_vtep: None,
+            rx_touched: Vec::with_capacity(64),
             perf: Arc::default(),
             perf_mark: crate::perf::clock(),
         }
@@ -305,6 +312,8 @@ impl Datapath {
                 }
             }
         }
+        // (Frames from other kinds of ports, and other workers'.)
+        self.publish_rx();
         for s in self.slots.iter_mut().flatten() {
             match &mut s.port {
                 Port::VhostUser(p) => {
