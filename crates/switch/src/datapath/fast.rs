@@ -14,7 +14,6 @@
 
 use super::{Datapath, Port, MAX_FRAME};
 use crate::fdb::Learned;
-use crate::forward::L2Header;
 use crate::vhost_user::chain::Seg;
 use crate::vhost_user::memory::GuestMem;
 use crate::vlan::Tagging;
@@ -70,13 +69,17 @@ impl Look {
         u16::from_be_bytes([self.bytes[h + 12], self.bytes[h + 13]])
     }
 
-    fn l2(&self) -> L2Header {
+    /// The MACs, destination then source, as they came.
+    fn macs(&self) -> [u8; 12] {
         let h = self.hdr_len;
-        L2Header {
-            dst: EthernetAddress::from_bytes(&self.bytes[h..h + 6]),
-            src: EthernetAddress::from_bytes(&self.bytes[h + 6..h + 12]),
-            tag: None,
-        }
+        let mut m = [0u8; 12];
+        m.copy_from_slice(&self.bytes[h..h + 12]);
+        m
+    }
+
+    fn src(&self) -> EthernetAddress {
+        let h = self.hdr_len;
+        EthernetAddress::from_bytes(&self.bytes[h + 6..h + 12])
     }
 
     /// Whether LRO might merge the frame: a TCP segment, or a header not
@@ -131,11 +134,12 @@ impl Datapath {
         let Some(me) = self.slots[i].as_ref() else {
             return false;
         };
-        let l2 = look.l2();
         let Some(m) = me.rt.flow.as_ref() else {
             return false;
         };
-        if !m.holds(&l2, now, self.fdb.generation(), self.topo_gen) || me.direct_up.is_some() {
+        if !m.holds_untagged(&look.macs(), now, self.fdb.generation(), self.topo_gen)
+            || me.direct_up.is_some()
+        {
             return false;
         }
         // A unicast, or a flood that reaches one port (`sole_recipient`).
@@ -174,7 +178,7 @@ impl Datapath {
         self.perf.fast_frame();
         self.delivered(j, result, now);
         if learn {
-            self.learn_mac(i, l2.src);
+            self.learn_mac(i, look.src());
         }
         true
     }

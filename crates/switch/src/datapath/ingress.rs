@@ -243,11 +243,8 @@ impl Datapath {
                 if wait {
                     q.unpop_n((burst.len() - done) as u16);
                 }
-                for k in 0..done {
-                    if let Err(e) = q.add_used(burst.chain(k).0, 0) {
-                        bad = Some(e);
-                        break;
-                    }
+                if let Err(e) = q.add_used_burst(&burst, done) {
+                    bad = Some(e);
                 }
             }
             if let Err(e) = popped {

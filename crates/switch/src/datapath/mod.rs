@@ -130,6 +130,9 @@ pub struct PortRuntime {
 #[derive(Debug, Clone, Copy)]
 struct FlowMemo {
     l2: L2Header,
+    /// The frame's MACs as they came (destination, source): the fast case
+    /// compares them as they are.
+    macs: [u8; 12],
     /// When the decision was made plus [`MEMO_HOLD`].
     until: Instant,
     fdb_gen: u64,
@@ -149,6 +152,17 @@ impl FlowMemo {
     #[inline]
     fn holds(&self, l2: &L2Header, now: Instant, fdb_gen: u64, topo_gen: u64) -> bool {
         self.fdb_gen == fdb_gen && self.topo_gen == topo_gen && self.l2 == *l2 && now < self.until
+    }
+
+    /// Like [`FlowMemo::holds`], for an untagged frame with MACs `macs` as
+    /// they came.
+    #[inline]
+    fn holds_untagged(&self, macs: &[u8; 12], now: Instant, fdb_gen: u64, topo_gen: u64) -> bool {
+        self.fdb_gen == fdb_gen
+            && self.topo_gen == topo_gen
+            && self.macs == *macs
+            && self.l2.tag.is_none()
+            && now < self.until
     }
 }
 

@@ -345,6 +345,22 @@ impl ActiveQueue {
         Ok(())
     }
 
+    /// Returns the first `n` chains of burst `b` as used, with no length
+    /// (a transmit queue's: the device wrote nothing): one dispatch on the
+    /// layout for the burst. Stops at the first error.
+    pub fn add_used_burst(&mut self, b: &Burst, n: usize) -> Result<(), ChainError> {
+        if n == 0 {
+            return Ok(());
+        }
+        self.used_pending = true;
+        ring!(&mut self.ring, r => {
+            for &head in &b.heads[..n.min(b.n)] {
+                r.add_used(head, 0)?;
+            }
+        });
+        Ok(())
+    }
+
     /// Publishes the used elements added since the last flush.
     pub fn flush(&mut self) {
         ring!(&mut self.ring, r => r.flush())
