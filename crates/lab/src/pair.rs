@@ -113,24 +113,8 @@ fn rr(
         let list: Vec<String> = c.iter().map(|c| c.to_string()).collect();
         cmd.args(["--cpu", &list.join(",")]);
     }
-    let mut child =
-        crate::testbed::spawn(&mut cmd, &opts.journal, &log).map_err(|e| e.to_string())?;
-    let mut signalled = false;
-    loop {
-        match child.child_mut().try_wait() {
-            Ok(Some(_)) => break,
-            Ok(None) => {}
-            Err(e) => return Err(format!("waiting for vnio rr: {e}")),
-        }
-        if stop.load(Ordering::Relaxed) && !signalled {
-            // Stops the measurement; the document is still written.
-            let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
-            signalled = true;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let _ = child.wait();
+    let child = crate::testbed::spawn(&mut cmd, &opts.journal, &log).map_err(|e| e.to_string())?;
+    crate::testbed::wait_or_interrupt(child, stop, "vnio rr")?;
     let text = std::fs::read_to_string(&out).map_err(|_| {
         format!(
             "vnio rr between the endpoints wrote no result: {}",

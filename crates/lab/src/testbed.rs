@@ -119,6 +119,28 @@ pub fn spawn(cmd: &mut Command, journal: &Journal, log: &Path) -> Result<Process
     Ok(Process::spawn_with_journal(cmd, journal)?)
 }
 
+/// Waits for `child` to exit; once `stop` is raised, interrupts it (SIGINT,
+/// once: a measuring tool still writes its result). `what` names it in
+/// the error.
+pub fn wait_or_interrupt(mut child: Process, stop: &AtomicBool, what: &str) -> Result<(), String> {
+    let mut signalled = false;
+    loop {
+        match child.child_mut().try_wait() {
+            Ok(Some(_)) => break,
+            Ok(None) => {}
+            Err(e) => return Err(format!("waiting for {what}: {e}")),
+        }
+        if stop.load(std::sync::atomic::Ordering::Relaxed) && !signalled {
+            let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
+            signalled = true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.wait();
+    Ok(())
+}
+
 /// The last lines of a log, for error messages.
 pub fn log_tail(log: &Path) -> String {
     let text = std::fs::read_to_string(log).unwrap_or_default();

@@ -409,26 +409,11 @@ fn run_client(
     }
     let file = std::fs::File::create(&out).map_err(|e| format!("{}: {e}", out.display()))?;
     cmd.stdout(file);
-    let mut child =
-        crate::testbed::spawn(&mut cmd, &opts.journal, &log).map_err(|e| e.to_string())?;
+    let child = crate::testbed::spawn(&mut cmd, &opts.journal, &log).map_err(|e| e.to_string())?;
     if !cpus.is_empty() {
         crate::testbed::pin_process(child.id() as i32, cpus)?;
     }
-    let mut signalled = false;
-    loop {
-        match child.child_mut().try_wait() {
-            Ok(Some(_)) => break,
-            Ok(None) => {}
-            Err(e) => return Err(format!("waiting for {}: {e}", tool.as_str())),
-        }
-        if stop.load(Ordering::Relaxed) && !signalled {
-            let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
-            signalled = true;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let _ = child.wait();
+    crate::testbed::wait_or_interrupt(child, stop, tool.as_str())?;
     let text = std::fs::read_to_string(&out).unwrap_or_default();
     let parsed = match tool {
         Instrument::Sockperf => parse_sockperf(&text),

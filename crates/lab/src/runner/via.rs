@@ -1,7 +1,7 @@
 //! A poll-mode client's workload: `vnio rr --via` as a process of its own.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use vnio_measure::result::Document;
@@ -81,24 +81,8 @@ pub(super) fn rr_via(
             cmd.args([flag, &list.join(",")]);
         }
     }
-    let mut child =
-        crate::testbed::spawn(&mut cmd, &opts.journal, &log).map_err(|e| e.to_string())?;
-    let mut signalled = false;
-    loop {
-        match child.child_mut().try_wait() {
-            Ok(Some(_)) => break,
-            Ok(None) => {}
-            Err(e) => return Err(format!("waiting for vnio rr --via: {e}")),
-        }
-        if stop.load(Ordering::Relaxed) && !signalled {
-            // Stops the measurement; the document is still written.
-            let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
-            signalled = true;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    let _ = child.wait();
+    let child = crate::testbed::spawn(&mut cmd, &opts.journal, &log).map_err(|e| e.to_string())?;
+    crate::testbed::wait_or_interrupt(child, stop, "vnio rr --via")?;
     let text = std::fs::read_to_string(&out).map_err(|_| {
         format!(
             "vnio rr --via wrote no result: {}",

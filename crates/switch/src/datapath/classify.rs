@@ -134,8 +134,6 @@ impl Datapath {
         // A burst from one port is mostly one flow: the last decision holds
         // while its inputs are the same (addresses, tag, time, FDB, ports).
         // (Looked at in place: the memo is too large to copy per frame.)
-        let mut macs = [0u8; 12];
-        macs.copy_from_slice(&pre[hdr_len..hdr_len + 12]);
         let memo = me
             .rt
             .flow
@@ -164,7 +162,6 @@ impl Datapath {
                 if let Some(me) = slots[i].as_mut() {
                     me.rt.flow = Some(FlowMemo {
                         l2,
-                        macs,
                         until: now + super::MEMO_HOLD,
                         fdb_gen: fdb.generation(),
                         topo_gen: *topo_gen,
@@ -196,6 +193,8 @@ impl Datapath {
         } else {
             0
         };
+        let mut macs = [0u8; 12];
+        macs.copy_from_slice(&pre[hdr_len..hdr_len + 12]);
         let frame = Frame {
             src,
             head: &pre[hdr_len..got],

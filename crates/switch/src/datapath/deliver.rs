@@ -194,11 +194,7 @@ impl Datapath {
         match result {
             Ok(bytes) => {
                 dst.stats.rx.frame(bytes);
-                dst.rt.round_rx += 1;
-                if !dst.rt.rx_unpublished {
-                    dst.rt.rx_unpublished = true;
-                    self.rx_touched.push(j);
-                }
+                dst.rt.delivered(j, &mut self.rx_touched);
                 true
             }
             Err(DeliverError::Drop(r)) => {

@@ -30,6 +30,17 @@ impl PortRuntime {
         }
     }
 
+    /// Counts a frame delivered to the receive queue of slot `j` (this
+    /// port), listing the slot in `touched` for [`Datapath::publish_rx`]
+    /// the first time since it last published.
+    pub(super) fn delivered(&mut self, j: usize, touched: &mut Vec<usize>) {
+        self.round_rx += 1;
+        if !self.rx_unpublished {
+            self.rx_unpublished = true;
+            touched.push(j);
+        }
+    }
+
     /// Forgets rates and holds (the front-end went away).
     pub(super) fn restart(&mut self) {
         self.coalescer.restart();
@@ -195,8 +206,8 @@ impl Datapath {
     /// Publishes the used entries of every receive queue delivered to since
     /// the last time.
     pub(super) fn publish_rx(&mut self) {
-        for k in 0..self.rx_touched.len() {
-            let j = self.rx_touched[k];
+        for t in 0..self.rx_touched.len() {
+            let j = self.rx_touched[t];
             let Some(s) = self.slots.get_mut(j).and_then(Option::as_mut) else {
                 continue;
             };

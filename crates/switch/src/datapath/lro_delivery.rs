@@ -214,11 +214,7 @@ impl Datapath {
             Ok(None) => {}
             Ok(Some(d)) => {
                 s.stats.rx.frame(d.len);
-                s.rt.round_rx += 1;
-                if !s.rt.rx_unpublished {
-                    s.rt.rx_unpublished = true;
-                    self.rx_touched.push(j);
-                }
+                s.rt.delivered(j, &mut self.rx_touched);
             }
             Err(PlaceError::Unmapped) => s.stats.rx.drop(DropReason::BadDescriptor),
             Err(PlaceError::Hostile(e)) => {

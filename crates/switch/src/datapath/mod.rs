@@ -130,9 +130,6 @@ pub struct PortRuntime {
 #[derive(Debug, Clone, Copy)]
 struct FlowMemo {
     l2: L2Header,
-    /// The frame's MACs as they came (destination, source): the fast case
-    /// compares them as they are.
-    macs: [u8; 12],
     /// When the decision was made plus [`MEMO_HOLD`].
     until: Instant,
     fdb_gen: u64,
@@ -160,7 +157,8 @@ impl FlowMemo {
     fn holds_untagged(&self, macs: &[u8; 12], now: Instant, fdb_gen: u64, topo_gen: u64) -> bool {
         self.fdb_gen == fdb_gen
             && self.topo_gen == topo_gen
-            && self.macs == *macs
+            && self.l2.dst.0[..] == macs[..6]
+            && self.l2.src.0[..] == macs[6..]
             && self.l2.tag.is_none()
             && now < self.until
     }
