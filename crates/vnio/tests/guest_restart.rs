@@ -71,10 +71,20 @@ fn start_switch(cfg: &Path) -> Reaped {
         Command::new(VNIO)
             .args(["switch", "--config"])
             .arg(cfg)
-            .stderr(Stdio::null())
+            .stderr(log_file(cfg))
             .spawn()
             .unwrap(),
     )
+}
+
+/// The switches' log, both processes in turn: it tells a reader of a
+/// failure what each switch saw.
+fn log_file(cfg: &Path) -> std::fs::File {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(cfg.with_extension("log"))
+        .unwrap()
 }
 
 /// A port's connections and the bytes it carried both ways, from the
@@ -132,13 +142,7 @@ fn image() -> Result<String, String> {
         .to_string())
 }
 
-// Known defect, not fixed yet: in about half the runs here (3 of 6 on
-// 2026-11-26) both vNICs reconnect within 2 s but the stream never
-// resumes (a few hundred bytes in 60 s). Run it by hand with
-// `cargo test -p vnio --test guest_restart -- --ignored --nocapture`;
-// the failure message gives the ports' counters.
 #[test]
-#[ignore = "flaky: the stream sometimes does not resume after the restart (known defect)"]
 fn a_tcp_stream_between_guests_survives_a_switch_restart() {
     let image = match image() {
         Ok(i) => i,
@@ -206,7 +210,10 @@ fn a_tcp_stream_between_guests_survives_a_switch_restart() {
     let boots = [boot_id("ra"), boot_id("rb")];
 
     // b listens (busybox nc stops at the end of its stdin: a pipe that
-    // stays open); a sends KIB random KiB.
+    // stays open); a sends KIB random KiB, a MiB every half second. The
+    // pace keeps the stream going for 12 s at least: asking the receiving
+    // guest how much arrived can take seconds under TCG, and a transfer
+    // sent at full speed may be over before the switch is killed.
     guest_sh(
         &dir,
         "rb",
@@ -216,7 +223,10 @@ fn a_tcp_stream_between_guests_survives_a_switch_restart() {
     let (dir2, to) = (dir.clone(), ip(12));
     let sender = std::thread::spawn(move || {
         let send = format!(
-            "dd if=/dev/urandom of=/tmp/out bs=1024 count={KIB} 2>/dev/null && md5sum < /tmp/out && nc -w 60 {to} 5001 < /tmp/out"
+            "dd if=/dev/urandom of=/tmp/out bs=1024 count={KIB} 2>/dev/null && md5sum < /tmp/out && \
+             i=0; while [ $i -lt {mib} ]; do dd if=/tmp/out bs=1048576 skip=$i count=1 2>/dev/null; i=$((i+1)); sleep 0.5; done \
+             | nc -w 60 {to} 5001",
+            mib = KIB / 1024
         );
         guest_sh(&dir2, "ra", &send, "600s")
     });
@@ -258,7 +268,8 @@ fn a_tcp_stream_between_guests_survives_a_switch_restart() {
         // restart resumes on its TCP retransmission timer, which backs off.
         assert!(
             killed.elapsed() < Duration::from_secs(60),
-            "the stream resumed after the restart (vNICs back after {back:?}; a and b (connections, bytes): {last:?})"
+            "the stream resumed after the restart (vNICs back after {back:?}; a and b (connections, bytes): {last:?}); the switches' log:\n{}",
+            std::fs::read_to_string(cfg.with_extension("log")).unwrap_or_default()
         );
         std::thread::sleep(Duration::from_millis(50));
         let (Some(a), Some(b)) = (port_counters(&ctl, "a"), port_counters(&ctl, "b")) else {

@@ -125,6 +125,9 @@ pub struct ActiveQueue {
     /// Set when signalling `call` failed (it would have blocked).
     call_failed: Option<std::io::Error>,
     used_pending: bool,
+    /// False from the start until the first call: the driver's event index
+    /// says nothing about what this device has signalled (see `running`).
+    signalled: bool,
     /// Chains popped ahead ([`ActiveQueue::take`]; moved out while being
     /// refilled): the next one to hand out is `ahead_next`; the rest are not
     /// consumed yet.
@@ -184,7 +187,17 @@ impl ActiveQueue {
             ring,
             call,
             call_failed: None,
-            used_pending: false,
+            // A queue that starts on rings already in use (the switch
+            // restarted, or the front-end reconnected) cannot know whether the
+            // last used entries were ever signalled: a device killed between
+            // publishing them and calling leaves a driver waiting for a call
+            // that the event index will never ask for again (its used_event
+            // lies behind the used index). So the first round calls once,
+            // whatever the driver's suppression says, as Linux's vhost does
+            // (`signalled_used_valid`): a spurious interrupt costs the guest
+            // a look at its ring; a lost one stops its queue for good.
+            used_pending: true,
+            signalled: false,
             ahead: Some(Box::new(Burst::new())),
             ahead_next: 0,
         };
@@ -388,13 +401,14 @@ impl ActiveQueue {
     /// the last one: with EVENT_IDX, its event index lies among them;
     /// without, its flags do not suppress calls.
     pub fn driver_wants_call(&self) -> bool {
-        ring!(&self.ring, r => r.driver_wants_call())
+        !self.signalled || ring!(&self.ring, r => r.driver_wants_call())
     }
 
     /// Signals the call eventfd now (the used ring is published first).
     pub fn call(&mut self, stats: &QueueStats) {
         self.flush();
         self.used_pending = false;
+        self.signalled = true;
         ring!(&mut self.ring, r => r.notified());
         if let Some(call) = self.call.as_ref() {
             match crate::sys::eventfd::signal(call) {
