@@ -20,18 +20,28 @@
 //!
 //! Every chain goes through the same checks as a split ring's
 //! ([`chain::check_buffer`]); the ring itself through [`RingMem`].
+//!
+//! While a migration logs ([`PackedRing::set_log`]), every write the device
+//! makes is marked after it is made: a returned chain's writable buffers
+//! for the bytes written (read from its descriptors before its used
+//! descriptor overwrites the first: chains are used in the order they were
+//! popped, so a chain begins at the used position), the used descriptors
+//! and their flags, and the device's event area.
 
 use super::chain::{self, ChainError, Seg, MAX_SEGS};
+use super::log::DirtyLog;
 use super::memory::GuestMem;
 use super::queue::{Burst, QueueError, RingAddrs, BURST};
 use crate::sys::ring_mem::RingMem;
 use std::num::Wrapping;
 use std::sync::atomic::{fence, Ordering};
+use std::sync::Arc;
 use virtio_bindings::virtio_ring as vr;
 use vm_memory::{Bytes, GuestAddress};
 
 const F_NEXT: u16 = vr::VRING_DESC_F_NEXT as u16;
 const F_INDIRECT: u16 = vr::VRING_DESC_F_INDIRECT as u16;
+const F_WRITE: u16 = vr::VRING_DESC_F_WRITE as u16;
 const F_AVAIL: u16 = 1 << vr::VRING_PACKED_DESC_F_AVAIL;
 const F_USED: u16 = 1 << vr::VRING_PACKED_DESC_F_USED;
 const EVENT_ENABLE: u16 = vr::VRING_PACKED_EVENT_FLAG_ENABLE as u16;
@@ -143,6 +153,12 @@ pub(super) struct PackedRing {
     first: Option<(u16, u16)>,
     /// In-order batch not written yet: where it starts, its last id.
     batch: Option<(Pos, u16)>,
+    /// Guest-physical addresses of the descriptor ring and the device's
+    /// event area, where the log marks them.
+    desc_gpa: u64,
+    device_event_gpa: u64,
+    /// The dirty log while a migration logs this queue's writes.
+    log: Option<Arc<DirtyLog>>,
 }
 
 impl PackedRing {
@@ -184,7 +200,50 @@ impl PackedRing {
             pops: Wrapping(0),
             first: None,
             batch: None,
+            desc_gpa: addrs.desc.0,
+            device_event_gpa: addrs.used.0,
+            log: None,
         })
+    }
+
+    /// Starts (Some) or stops (None) marking this ring's writes in a dirty log.
+    pub(super) fn set_log(&mut self, log: Option<Arc<DirtyLog>>) {
+        self.log = log;
+    }
+
+    /// Marks `len` bytes at `off` in the descriptor ring, if logging.
+    #[inline]
+    fn log_desc(&self, off: usize, len: u64) {
+        if let Some(l) = &self.log {
+            l.mark(self.desc_gpa + off as u64, len);
+        }
+    }
+
+    /// Marks the device's event area, if logging.
+    #[inline]
+    fn log_device_event(&self) {
+        if let Some(l) = &self.log {
+            l.mark(self.device_event_gpa, 4);
+        }
+    }
+
+    /// Marks the writable buffers of the `slots` descriptors from `at` for
+    /// the first `left` bytes: the chain being returned there.
+    fn log_chain(&self, log: &DirtyLog, mut at: Pos, slots: u16, mut left: u64) {
+        for _ in 0..slots {
+            if left == 0 {
+                return;
+            }
+            let Ok(d) = self.descriptor(at.idx) else {
+                return;
+            };
+            if d.flags & F_WRITE != 0 {
+                let n = u64::from(d.len).min(left);
+                log.mark(d.addr, n);
+                left -= n;
+            }
+            at.advance(1, self.size);
+        }
     }
 
     /// The avail position and wrap counter (GET_VRING_BASE's low half).
@@ -341,6 +400,9 @@ impl PackedRing {
             _ => return Err(ChainError::IndexOutOfRange(id)),
         };
         let at = self.used;
+        if let (Some(log), true) = (&self.log, self.writable) {
+            self.log_chain(log, at, slots, u64::from(len));
+        }
         self.used.advance(slots, self.size);
         if self.features.in_order && !self.writable {
             // One used descriptor for the batch, naming its last buffer.
@@ -362,11 +424,14 @@ impl PackedRing {
         let flags = if at.wrap { F_AVAIL | F_USED } else { 0 };
         if self.first.is_none() {
             self.first = Some((at.idx, flags));
+            self.log_desc(off + 8, 6);
             return Ok(());
         }
         self.desc
             .store_u16(off + DESC_FLAGS, flags, Ordering::Release)
-            .ok_or(ChainError::Ring)
+            .ok_or(ChainError::Ring)?;
+        self.log_desc(off + 8, 8);
+        Ok(())
     }
 
     pub(super) fn flush(&mut self) {
@@ -374,9 +439,9 @@ impl PackedRing {
             let _ = self.write_used(at, id, 0);
         }
         if let Some((idx, flags)) = self.first.take() {
-            let _ =
-                self.desc
-                    .store_u16(usize::from(idx) * 16 + DESC_FLAGS, flags, Ordering::Release);
+            let off = usize::from(idx) * 16 + DESC_FLAGS;
+            let _ = self.desc.store_u16(off, flags, Ordering::Release);
+            self.log_desc(off, 2);
         }
     }
 
@@ -428,6 +493,7 @@ impl PackedRing {
             self.device_event
                 .store_u16(EVENT_FLAGS, EVENT_ENABLE, Ordering::Relaxed)
         };
+        self.log_device_event();
         fence(Ordering::SeqCst);
         r.is_none() || self.has_available().unwrap_or(true)
     }
@@ -440,6 +506,7 @@ impl PackedRing {
         let _ = self
             .device_event
             .store_u16(EVENT_FLAGS, EVENT_DISABLE, Ordering::Relaxed);
+        self.log_device_event();
     }
 }
 

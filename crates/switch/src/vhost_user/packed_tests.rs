@@ -527,3 +527,43 @@ fn bad_bases_and_rings_do_not_start() {
     };
     assert!(matches!(start(misaligned, 0), Err(QueueError::Rings)));
 }
+
+#[test]
+fn logging_marks_the_buffers_descriptors_and_event_area_written() {
+    use crate::vhost_user::log::{DirtyLog, QueueLog};
+    let (mut q, mut d, _call) = pair(8, PLAIN, true);
+    let f = crate::sys::memfd::create("packed-log", 64).unwrap();
+    let log = Arc::new(DirtyLog::map(f, 64, 0, MEM, 1 << 30).unwrap());
+    let marked = || {
+        (0..MEM / 4096)
+            .filter(|&p| log.is_marked(p))
+            .collect::<Vec<_>>()
+    };
+    // Not logging: a used chain marks nothing.
+    d.offer_one(0, 2048, F_WRITE);
+    let c = q.pop().unwrap().unwrap();
+    q.add_used(c.head, 64).unwrap();
+    q.flush();
+    assert!(marked().is_empty());
+    q.set_log(Some(QueueLog {
+        log: Arc::clone(&log),
+        used: 0,
+    }));
+    // A chain of two buffers on pages 259 and 261 (262 beyond them),
+    // 150 bytes written: 100 in the first, 50 in the second.
+    d.offer(
+        &[
+            (BUFS + 0x3000, 100, F_WRITE),
+            (BUFS + 0x5000, 8192, F_WRITE),
+        ],
+        1,
+    );
+    let c = q.pop().unwrap().unwrap();
+    q.add_used(c.head, 150).unwrap();
+    q.flush();
+    q.disable_notification();
+    // The descriptor ring and both event areas are on page 0.
+    assert_eq!(marked(), vec![0, 259, 261]);
+    assert_eq!(d.reap(), Some((0, 64)));
+    assert_eq!(d.reap(), Some((1, 150)));
+}

@@ -207,15 +207,13 @@ impl ActiveQueue {
     }
 
     /// Starts (Some) or stops (None) marking this queue's writes in a dirty
-    /// log. Split rings only: a packed ring's writes are not logged yet, so
-    /// a migration of its guest is not safe, and this says so.
+    /// log. (A packed ring marks its descriptor ring and event area at the
+    /// addresses it runs on; the used-ring address the front-end gave for
+    /// logging is a split ring's.)
     pub fn set_log(&mut self, log: Option<QueueLog>) {
         match &mut self.ring {
             Layout::Split(r) => r.set_log(log),
-            Layout::Packed(_) if log.is_some() => log::warn!(
-                "dirty logging requested on a packed ring, which does not log its writes yet: migrating this guest is not safe"
-            ),
-            Layout::Packed(_) => {}
+            Layout::Packed(r) => r.set_log(log.map(|l| l.log)),
         }
     }
 
