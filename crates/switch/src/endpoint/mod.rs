@@ -43,6 +43,7 @@
 //! ```
 
 mod handshake;
+pub mod rate;
 pub mod ring;
 pub mod stack;
 pub mod tcp_stream;
