@@ -92,7 +92,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     ba[6..12].copy_from_slice(&mb.0);
     // b's address is learned: frames go to it, not flooded.
     b.send_frame(&ba)?;
-    let mut buf = vec![0u8; 2048];
     let burst: Vec<&[u8]> = vec![&ab; BURST];
 
     let mut total = Vec::new();
@@ -113,7 +112,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         while Instant::now() < end {
             for _ in 0..8 {
                 // The lab's rate loop: a burst out of a, what reached b counted.
-                got += rate_step(&mut a, &mut b, &burst, &mut buf).1 as u64;
+                got += rate_step(&mut a, &mut b, &burst).1 as u64;
                 polls += 1;
                 let t = Instant::now();
                 dp.poll(clock0 + Duration::from_micros(polls), 64);
