@@ -108,15 +108,17 @@ impl DriverRing {
     pub fn new(mem: &GuestMemoryMmap, layout: RingLayout, event_idx: bool) -> Option<Self> {
         let region = region_holding(mem, layout.desc, layout.end())?;
         let start = region.start_addr().raw_value();
+        // Offsets from the descriptor table (a layout in another order is refused).
+        let from_desc = |at: u64| at.checked_sub(layout.desc);
         let rings = RingMem::new(
             region.clone(),
             layout.desc - start,
-            layout.buffers - layout.desc,
+            from_desc(layout.buffers)?,
         )?;
         let ring = Self {
             layout,
-            avail: (layout.avail - layout.desc) as usize,
-            used: (layout.used - layout.desc) as usize,
+            avail: usize::try_from(from_desc(layout.avail)?).ok()?,
+            used: usize::try_from(from_desc(layout.used)?).ok()?,
             buffers: layout.buffers - start,
             region,
             rings,
@@ -328,4 +330,33 @@ fn region_holding(mem: &GuestMemoryMmap, start: u64, end: u64) -> Option<Arc<Gue
     mem.remove_region(r.start_addr(), r.len())
         .ok()
         .map(|(_, r)| r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_layout_outside_one_region_is_refused() {
+        let layout = RingLayout::at(0, 16, 2048);
+        let mem = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), layout.end() as usize)])
+            .unwrap();
+        let mut ring = DriverRing::new(&mem, layout, false).expect("inside");
+        assert_eq!(ring.free_count(), 16);
+        let id = ring.take().unwrap();
+        assert_eq!(ring.buffer(id).map(|b| b.len()), Some(2048));
+        assert!(ring.buffer_part(id, 2040, 16).is_none(), "past the buffer");
+        let past = RingLayout::at(4096, 16, 2048);
+        assert!(
+            DriverRing::new(&mem, past, false).is_none(),
+            "ends past the memory"
+        );
+        let mut reordered = layout;
+        reordered.desc = layout.avail;
+        reordered.avail = layout.desc;
+        assert!(
+            DriverRing::new(&mem, reordered, false).is_none(),
+            "avail before desc"
+        );
+    }
 }
