@@ -241,12 +241,13 @@ impl DriverRing {
 
     /// True when the device wants a kick for what was published since the last kick.
     pub fn needs_kick(&mut self) -> bool {
-        fence(Ordering::SeqCst);
         let old = self.kicked_at;
         let new = self.avail_idx;
         if old == new {
             return false;
         }
+        // The index store before the device's event index or flags is read.
+        fence(Ordering::SeqCst);
         self.kicked_at = new;
         if self.event_idx {
             let at = self.used + 4 + 8 * usize::from(self.layout.size);
