@@ -4,7 +4,8 @@
 //! rings ([`ring`]), and a minimal ARP/IPv4/ICMP/UDP host ([`stack`]).
 //!
 //! It is the switch's test driver and the kernel-bypass endpoint of the
-//! measurement engine: `send_frame`/`poll_recv` move raw frames,
+//! measurement engine: `send_frame`/`poll_recv` move raw frames (`drain`
+//! counts received ones without reading them),
 //! `udp_send_to`/`udp_recv` and `ping` speak IPv4, and the host answers
 //! ARP, ping and UDP echo while the caller polls.
 //!
@@ -218,6 +219,7 @@ impl Endpoint {
         let want = WANTED | (cfg.offloads & feature::OFFLOADS);
         let (mut fe, features) = handshake::negotiate(stream, want, &shared)?;
         let event_idx = features & feature::EVENT_IDX != 0;
+        // The rings hold the mapping from here on (`mem` is only the way in).
         let outside = || EndpointError::Setup(std::io::Error::other("rings outside the memory"));
         let mut rx = DriverRing::new(&mem, rx_layout, event_idx).ok_or_else(outside)?;
         let tx = DriverRing::new(&mem, tx_layout, event_idx).ok_or_else(outside)?;
