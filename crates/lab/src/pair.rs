@@ -8,9 +8,11 @@
 //!   serves (`vnio rr --echo-server --via A --via-echo B`), -> back: two
 //!   switch traversals per round trip, no kernel and no wake-up.
 //! - `stream` (UDP): the client endpoint sends bursts of 32 frames as fast
-//!   as its ring takes them and the target endpoint counts what arrives, in
-//!   one busy loop (one CPU does all endpoint work; two busy-polling
-//!   processes on one CPU would starve each other). The workload's size is
+//!   as its ring takes them and the target endpoint counts what arrives
+//!   (and recycles the buffers unread), in one busy loop
+//!   (`vnio_switch::endpoint::rate::rate_step`; one CPU does all endpoint
+//!   work; two busy-polling processes on one CPU would starve each other),
+//!   cheap next to the switch so that the switch is what is measured. The workload's size is
 //!   the UDP payload: 22 B makes 64 B frames, 1476 B makes 1518 B frames.
 //!
 //! - `stream` (TCP): a TCP stream made without a TCP stack
@@ -29,6 +31,7 @@ use vnio_measure::clock::now_ns;
 use vnio_measure::cpu::{Cost, CpuTime, MachineTicks, MachineUse};
 use vnio_measure::env::Environment;
 use vnio_measure::result::{Document, IntervalPoint, Iteration, Measured};
+use vnio_switch::endpoint::rate::{rate_step, BURST};
 use vnio_switch::endpoint::{Endpoint, EndpointConfig};
 use vnio_switch::error_chain;
 use vnio_switch::wire::{EthernetAddress, Ipv4Address};
@@ -45,8 +48,6 @@ const ECHO_PORT: u16 = 7;
 pub const FRAME_OVERHEAD: u32 = 42;
 /// The largest payload whose frame fits a 1500-byte MTU port (1518 B).
 pub const MAX_PAYLOAD: u32 = 1476;
-/// Frames handed to the ring at once (as vpair and testpmd do).
-const BURST: usize = 32;
 /// How long an endpoint waits for its switch.
 const OPEN: Duration = Duration::from_secs(15);
 
@@ -269,18 +270,13 @@ fn iteration(
     stop: &AtomicBool,
 ) -> Iteration {
     let burst: Vec<&[u8]> = vec![frame; BURST];
-    let mut buf = vec![0u8; 2048];
     let (mut sent, mut got) = (0u64, 0u64);
     // What the ring does not take now is offered again in the next burst
     // (the switch not keeping up shows as a lower rate, not as loss).
     let mut step = |sent: &mut u64, got: &mut u64| {
-        *sent += tx.send_burst(&burst) as u64;
-        for _ in 0..BURST {
-            if rx.poll_recv(&mut buf).is_none() {
-                break;
-            }
-            *got += 1;
-        }
+        let (s, g) = rate_step(tx, rx, &burst);
+        *sent += s as u64;
+        *got += g as u64;
     };
     let warm_end = now_ns() + run.warmup.as_nanos() as u64;
     while now_ns() < warm_end && !stop.load(Ordering::Relaxed) {

@@ -75,7 +75,7 @@ impl Pair {
             let q = ActiveQueue::start(dev.clone(), SIZE, addrs(&l), 0, false, None, writable);
             (
                 q.expect("split queue"),
-                Driver::Split(DriverRing::new(mem, l, false)),
+                Driver::Split(DriverRing::new(mem, l, false).expect("ring inside memory")),
             )
         };
         Self { q, d, writable }
@@ -89,9 +89,9 @@ impl Pair {
                 r.stage();
                 for _ in 0..n {
                     let id = r.take().expect("a free buffer");
-                    r.publish(mem, id, len, self.writable);
+                    r.publish(id, len, self.writable);
                 }
-                r.flush(mem);
+                r.flush();
             }
             Driver::Packed(r) => {
                 for _ in 0..n {
@@ -107,7 +107,7 @@ impl Pair {
         let mut n = 0;
         match &mut self.d {
             Driver::Split(r) => {
-                while let Some((id, _)) = r.reap(mem) {
+                while let Some((id, _)) = r.reap() {
                     r.release(id);
                     n += 1;
                 }

@@ -3,18 +3,17 @@
 //! doing both again after the back-end restarted, on the same memory and
 //! rings, as QEMU does with `reconnect=` or `server=on`.
 
+use super::queues::{RXQ, TXQ};
 use super::ring::RingLayout;
-use super::{Endpoint, EndpointError, RXQ, TXQ};
+use super::{Endpoint, EndpointError};
 use crate::vhost_user::device::feature;
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use vhost::vhost_user::{Frontend, VhostUserFrontend, VhostUserProtocolFeatures};
 use vhost::{VhostBackend, VhostUserMemoryRegionInfo, VringConfigData};
-use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 use vmm_sys_util::eventfd::EventFd;
 
 /// The endpoint's memory as the back-end maps it.
@@ -156,13 +155,6 @@ pub(super) fn start_rings(
     Ok(())
 }
 
-/// The used index the back-end last published on the ring at `layout`.
-fn used_index(mem: &GuestMemoryMmap, layout: &RingLayout) -> u16 {
-    mem.load(GuestAddress(layout.used + 2), Ordering::Acquire)
-        .map(u16::from_le)
-        .unwrap_or(0)
-}
-
 impl Endpoint {
     /// Reconnects to a restarted switch whose port is in server mode at
     /// `sock` (dialling for up to `timeout`), keeping the memory, rings and
@@ -191,7 +183,7 @@ impl Endpoint {
             return Err(EndpointError::FeaturesChanged);
         }
         let layouts = [self.q.rx.layout, self.q.tx.layout];
-        let bases = layouts.map(|l| used_index(&self.q.mem, &l));
+        let bases = [self.q.rx.used_index(), self.q.tx.used_index()];
         start_rings(
             &mut fe,
             features,
@@ -208,9 +200,6 @@ impl Endpoint {
     /// The used indexes of the receive and transmit rings (what the switch
     /// has returned so far, modulo 2^16).
     pub fn used_indexes(&self) -> [u16; 2] {
-        [
-            used_index(&self.q.mem, &self.q.rx.layout),
-            used_index(&self.q.mem, &self.q.tx.layout),
-        ]
+        [self.q.rx.used_index(), self.q.tx.used_index()]
     }
 }

@@ -4,7 +4,8 @@
 //! rings ([`ring`]), and a minimal ARP/IPv4/ICMP/UDP host ([`stack`]).
 //!
 //! It is the switch's test driver and the kernel-bypass endpoint of the
-//! measurement engine: `send_frame`/`poll_recv` move raw frames,
+//! measurement engine: `send_frame`/`poll_recv` move raw frames (`drain`
+//! counts received ones without reading them),
 //! `udp_send_to`/`udp_recv` and `ping` speak IPv4, and the host answers
 //! ARP, ping and UDP echo while the caller polls.
 //!
@@ -43,6 +44,8 @@
 //! ```
 
 mod handshake;
+mod queues;
+pub mod rate;
 pub mod ring;
 pub mod stack;
 pub mod tcp_stream;
@@ -51,9 +54,10 @@ pub mod via;
 use crate::sys::memfd;
 use crate::vhost_user::device::feature;
 use crate::wire::icmp::IcmpRepr;
-use crate::wire::virtio_net::{self, VirtioNetHdr, VirtioNetHdrRepr};
+use crate::wire::virtio_net::VirtioNetHdrRepr;
 use crate::wire::{EthernetAddress, Ipv4Address};
 use handshake::SharedMem;
+use queues::{Queues, RXQ};
 use ring::{DriverRing, RingLayout};
 use stack::{ArpCache, Event, HostConfig};
 use std::net::SocketAddrV4;
@@ -61,14 +65,12 @@ use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
 use vhost::vhost_user::Frontend;
-use vm_memory::{Address, Bytes, FileOffset, GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
+use vm_memory::{FileOffset, GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
 /// Features the endpoint asks for (when offered).
 const WANTED: u64 =
     feature::MRG_RXBUF | feature::EVENT_IDX | feature::PROTOCOL_FEATURES | feature::VERSION_1;
-const RXQ: usize = 0;
-const TXQ: usize = 1;
 /// Largest frame the endpoint sends or receives: a 64 KiB GSO frame with
 /// its Ethernet header and a VLAN tag. Frames longer than one 2 KiB buffer
 /// go out as descriptor chains and come in over several mergeable buffers.
@@ -217,11 +219,13 @@ impl Endpoint {
         let want = WANTED | (cfg.offloads & feature::OFFLOADS);
         let (mut fe, features) = handshake::negotiate(stream, want, &shared)?;
         let event_idx = features & feature::EVENT_IDX != 0;
-        let mut rx = DriverRing::new(&mem, rx_layout, event_idx);
-        let tx = DriverRing::new(&mem, tx_layout, event_idx);
+        // The rings hold the mapping from here on (`mem` is only the way in).
+        let outside = || EndpointError::Setup(std::io::Error::other("rings outside the memory"));
+        let mut rx = DriverRing::new(&mem, rx_layout, event_idx).ok_or_else(outside)?;
+        let tx = DriverRing::new(&mem, tx_layout, event_idx).ok_or_else(outside)?;
         // Every receive buffer is offered up front.
         while let Some(id) = rx.take() {
-            rx.publish(&mem, id, BUF_SIZE, true);
+            rx.publish(id, BUF_SIZE, true);
         }
         let ev = || EventFd::new(EFD_NONBLOCK).map_err(EndpointError::Setup);
         let kick = [ev()?, ev()?];
@@ -235,16 +239,13 @@ impl Endpoint {
             &kick,
             &call,
         )?;
-        let hdr_len = virtio_net::HEADER_LEN;
         Ok(Self {
             frontend: fe,
             shared,
             q: Queues {
-                mem,
                 rx,
                 tx,
                 kick,
-                hdr_len,
                 features,
                 stats: EndpointStats::default(),
             },
@@ -300,17 +301,7 @@ impl Endpoint {
     /// Like [`Endpoint::send_burst`], every frame with the offload metadata
     /// `hdr` (the offloads must have been negotiated).
     pub fn send_burst_with(&mut self, hdr: &VirtioNetHdrRepr, frames: &[&[u8]]) -> usize {
-        self.q.tx.stage();
-        let mut n = 0;
-        for f in frames {
-            if self.q.send_staged(hdr, f).is_err() {
-                break;
-            }
-            n += 1;
-        }
-        self.q.tx.flush(&self.q.mem);
-        self.q.kick_if_needed();
-        n
+        self.q.send_burst(hdr, frames)
     }
 
     /// Sends one Ethernet frame with offload metadata (the offloads must
@@ -326,6 +317,14 @@ impl Endpoint {
     /// Receives one raw frame into `buf` without running the host; returns its length.
     pub fn poll_recv(&mut self, buf: &mut [u8]) -> Option<usize> {
         self.q.recv(buf).map(|(_, n)| n)
+    }
+
+    /// Receives up to `max` raw frames without reading them (a receiver
+    /// that only counts, as a traffic generator's does): their buffers go
+    /// back to the switch as one batch. Returns how many; the host does not
+    /// run.
+    pub fn drain(&mut self, max: usize) -> usize {
+        self.q.drain(max)
     }
 
     /// Like [`Endpoint::poll_recv`], with the frame's virtio-net header.
@@ -367,7 +366,7 @@ impl Endpoint {
     /// milliseconds): an open-loop sender sleeps here until its next send,
     /// and a wait rounded up to 1 ms made every send late by up to that.
     pub fn wait(&mut self, timeout: Duration) -> Result<bool, EndpointError> {
-        if self.q.rx.arm_call(&self.q.mem) {
+        if self.q.rx.arm_call() {
             return Ok(true);
         }
         let readable = match crate::sys::wait::readable_within(&self.call[RXQ], timeout) {
@@ -517,124 +516,6 @@ impl Endpoint {
             self.wait(Duration::from_millis(20))?;
         }
         Ok(())
-    }
-}
-
-/// The rings and memory: everything that moves frames.
-struct Queues {
-    mem: GuestMemoryMmap,
-    rx: DriverRing,
-    tx: DriverRing,
-    kick: [EventFd; 2],
-    hdr_len: usize,
-    features: u64,
-    stats: EndpointStats,
-}
-
-impl Queues {
-    /// Writes and publishes one frame (visible unless the ring is staging); no kick.
-    fn send_staged(&mut self, hdr: &VirtioNetHdrRepr, frame: &[u8]) -> Result<(), EndpointError> {
-        let total = self.hdr_len + frame.len();
-        if frame.len() > MAX_FRAME {
-            return Err(EndpointError::TooLarge);
-        }
-        while let Some((id, _)) = self.tx.reap(&self.mem) {
-            self.tx.release(id);
-        }
-        // One 2 KiB buffer per piece; longer frames are a descriptor chain.
-        let nbuf = total.div_ceil(BUF_SIZE as usize);
-        if nbuf > self.tx.available() {
-            return Err(EndpointError::TxFull);
-        }
-        let mut ids = [0u16; MAX_FRAME / BUF_SIZE as usize + 2];
-        for id in &mut ids[..nbuf] {
-            *id = self.tx.take().ok_or(EndpointError::TxFull)?;
-        }
-        let mut h = [0u8; virtio_net::HEADER_LEN];
-        let _ = hdr.emit(&mut h, self.hdr_len);
-        let hl = self.hdr_len;
-        let b = BUF_SIZE as usize;
-        let mut ok = true;
-        // Buffer k holds bytes [k*b, (k+1)*b) of header-then-frame.
-        for (k, &id) in ids[..nbuf].iter().enumerate() {
-            let at = self.tx.layout.buffer(id);
-            let (lo, hi) = (k * b, ((k + 1) * b).min(total));
-            if lo < hl {
-                ok &= self.mem.write_slice(&h[lo..hl], at).is_ok();
-            }
-            let (f_lo, f_hi) = (lo.max(hl) - hl, hi - hl);
-            let skip = (lo.max(hl) - lo) as u64;
-            ok &= self
-                .mem
-                .write_slice(&frame[f_lo..f_hi], at.unchecked_add(skip))
-                .is_ok();
-        }
-        let last = (total - (nbuf - 1) * BUF_SIZE as usize) as u32;
-        if !ok {
-            for &id in &ids[..nbuf] {
-                self.tx.release(id);
-            }
-            return Err(EndpointError::TooLarge);
-        }
-        self.tx.publish_chain(&self.mem, &ids[..nbuf], last, false);
-        self.stats.tx_frames += 1;
-        Ok(())
-    }
-
-    fn send(&mut self, hdr: &VirtioNetHdrRepr, frame: &[u8]) -> Result<(), EndpointError> {
-        self.send_staged(hdr, frame)?;
-        self.kick_if_needed();
-        Ok(())
-    }
-
-    fn kick_if_needed(&mut self) {
-        if self.tx.needs_kick(&self.mem) {
-            let _ = self.kick[TXQ].write(1);
-            self.stats.kicks += 1;
-        }
-    }
-
-    fn recv(&mut self, buf: &mut [u8]) -> Option<(VirtioNetHdrRepr, usize)> {
-        let (id, len) = self.rx.reap(&self.mem)?;
-        let mut h = [0u8; virtio_net::HEADER_LEN];
-        let _ = self
-            .mem
-            .read_slice(&mut h[..self.hdr_len], self.rx.layout.buffer(id));
-        let hdr = VirtioNetHdr::new_checked(&h[..], self.hdr_len)
-            .and_then(|v| VirtioNetHdrRepr::parse(&v))
-            .unwrap_or_default();
-        let mut total = self.copy_out(id, len, buf, 0);
-        // With mergeable buffers the frame may continue in further buffers.
-        let nbuf = hdr.num_buffers.max(1);
-        self.repost(id);
-        for _ in 1..nbuf {
-            let Some((id, len)) = self.rx.reap(&self.mem) else {
-                break;
-            };
-            total += self.copy_out(id, len, buf, total);
-            self.repost(id);
-        }
-        self.stats.rx_frames += 1;
-        Some((hdr, total))
-    }
-
-    fn copy_out(&self, id: u16, len: u32, buf: &mut [u8], at: usize) -> usize {
-        let skip = if at == 0 { self.hdr_len } else { 0 };
-        let n = (len as usize)
-            .saturating_sub(skip)
-            .min(buf.len().saturating_sub(at));
-        let src = self.rx.layout.buffer(id).unchecked_add(skip as u64);
-        if self.mem.read_slice(&mut buf[at..at + n], src).is_err() {
-            return 0;
-        }
-        n
-    }
-
-    fn repost(&mut self, id: u16) {
-        self.rx.publish(&self.mem, id, BUF_SIZE, true);
-        if self.rx.needs_kick(&self.mem) {
-            let _ = self.kick[RXQ].write(1);
-        }
     }
 }
 

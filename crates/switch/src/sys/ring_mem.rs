@@ -65,6 +65,15 @@ impl RingMem {
         Some(u16::from_le(a.load(order)))
     }
 
+    /// Loads the little-endian u32 at `off`.
+    #[inline]
+    pub fn load_u32(&self, off: usize, order: Ordering) -> Option<u32> {
+        let p = self.at(off, 4)?;
+        // SAFETY: as in `load_u16`, 4-byte aligned.
+        let a = unsafe { AtomicU32::from_ptr(p.cast()) };
+        Some(u32::from_le(a.load(order)))
+    }
+
     /// Loads the 16-byte entry `i` as two little-endian u64 (a descriptor):
     /// one bounds check for both halves.
     #[inline]
@@ -105,6 +114,16 @@ impl RingMem {
         let p = self.at(off, 4)?;
         // SAFETY: as in `load_u16`, 4-byte aligned.
         let a = unsafe { AtomicU32::from_ptr(p.cast()) };
+        a.store(v.to_le(), order);
+        Some(())
+    }
+
+    /// Stores `v` little-endian at `off`.
+    #[inline]
+    pub fn store_u64(&self, off: usize, v: u64, order: Ordering) -> Option<()> {
+        let p = self.at(off, 8)?;
+        // SAFETY: as in `load_u16`, 8-byte aligned.
+        let a = unsafe { AtomicU64::from_ptr(p.cast()) };
         a.store(v.to_le(), order);
         Some(())
     }

@@ -1,7 +1,8 @@
 //! A range of a front-end's mapped memory, borrowed for one copy: the fast
 //! case moves a plain frame with plain memory copies (as DPDK's vhost
 //! library does), without vm-memory's per-access slices, their checks and
-//! their alignment-driven loops.
+//! their alignment-driven loops. The poll-mode endpoint fills and reads its
+//! own buffers the same way.
 //!
 //! The front-end may write the same bytes while they are copied: what is
 //! copied is then whatever the bytes held, which garbles only that
@@ -55,6 +56,26 @@ impl<'a> Span<'a> {
         // 'a (checked in `new`); `out` is a distinct, local buffer.
         unsafe { std::ptr::copy_nonoverlapping(self.ptr, out.as_mut_ptr(), n) };
         n
+    }
+
+    /// Writes `head` at the span's start, then the whole of `body` (local
+    /// bytes) after it; false (nothing written) when they do not fit.
+    #[inline]
+    pub fn write_parts(&self, head: &[u8], body: &[u8]) -> bool {
+        let Some(total) = head.len().checked_add(body.len()) else {
+            return false;
+        };
+        if total > self.len {
+            return false;
+        }
+        // SAFETY: the range is inside the mapping borrowed for 'a (`new`)
+        // and fits (checked above); `head` and `body` are local buffers,
+        // distinct from the mapping.
+        unsafe {
+            std::ptr::copy_nonoverlapping(head.as_ptr(), self.ptr, head.len());
+            std::ptr::copy_nonoverlapping(body.as_ptr(), self.ptr.add(head.len()), body.len());
+        }
+        true
     }
 
     /// Writes `head` at the span's start, then the whole of `body` after it;

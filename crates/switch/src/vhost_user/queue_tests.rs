@@ -33,7 +33,7 @@ fn pair(event_idx: bool, writable: bool) -> (ActiveQueue, DriverRing, GuestMemor
         )
         .unwrap(),
     );
-    let ring = DriverRing::new(&driver_mem, layout, event_idx);
+    let ring = DriverRing::new(&driver_mem, layout, event_idx).expect("ring inside memory");
     let call = crate::sys::memfd::create("not-an-eventfd", 0).unwrap();
     let addrs = RingAddrs {
         desc: GuestAddress(layout.desc),
@@ -64,11 +64,11 @@ fn calls(f: &File) -> u64 {
 
 #[test]
 fn pop_use_and_reap_round_trip() {
-    let (mut q, mut ring, mem, _call) = pair(false, false);
+    let (mut q, mut ring, _, _call) = pair(false, false);
     assert!(q.pop().unwrap().is_none(), "nothing offered yet");
     for len in [60u32, 61, 62] {
         let id = ring.take().unwrap();
-        ring.publish(&mem, id, len, false);
+        ring.publish(id, len, false);
     }
     assert!(q.has_available().unwrap());
     let mut heads = Vec::new();
@@ -82,12 +82,12 @@ fn pop_use_and_reap_round_trip() {
     );
     assert_eq!(q.next_avail(), 3);
     assert!(
-        ring.reap(&mem).is_none(),
+        ring.reap().is_none(),
         "used elements are published per batch"
     );
     q.flush();
     let mut reaped = Vec::new();
-    while let Some((id, _)) = ring.reap(&mem) {
+    while let Some((id, _)) = ring.reap() {
         reaped.push(id);
         ring.release(id);
     }
@@ -96,7 +96,7 @@ fn pop_use_and_reap_round_trip() {
 
 #[test]
 fn bursts_pop_in_order_up_to_the_limit_and_give_back() {
-    let (mut q, mut ring, mem, _call) = pair(false, false);
+    let (mut q, mut ring, _, _call) = pair(false, false);
     let mut b = Burst::new();
     q.pop_burst(&mut b, BURST).unwrap();
     assert!(b.is_empty(), "nothing offered yet");
@@ -104,10 +104,10 @@ fn bursts_pop_in_order_up_to_the_limit_and_give_back() {
     let mut ids = Vec::new();
     for len in 60..66u32 {
         let id = ring.take().unwrap();
-        ring.publish(&mem, id, len, false);
+        ring.publish(id, len, false);
         ids.push(id);
     }
-    ring.flush(&mem);
+    ring.flush();
     q.pop_burst(&mut b, 4).unwrap();
     assert_eq!(b.len(), 4, "no more than asked for");
     for (k, &id) in ids.iter().enumerate().take(4) {
@@ -133,9 +133,9 @@ fn a_bad_chain_ends_a_burst_after_the_good_ones() {
     ring.stage();
     for _ in 0..3 {
         let id = ring.take().unwrap();
-        ring.publish(&mem, id, 64, false);
+        ring.publish(id, 64, false);
     }
-    ring.flush(&mem);
+    ring.flush();
     // The third chain's buffer is moved outside guest memory.
     let third = mem
         .read_obj::<u16>(GuestAddress(ring.layout.avail + 4 + 2 * 2))
@@ -155,11 +155,11 @@ fn a_bad_chain_ends_a_burst_after_the_good_ones() {
 
 #[test]
 fn chains_taken_ahead_come_back_whole() {
-    let (mut q, mut ring, mem, _call) = pair(false, true);
+    let (mut q, mut ring, _, _call) = pair(false, true);
     let mut ids = Vec::new();
     for _ in 0..3 {
         let id = ring.take().unwrap();
-        ring.publish(&mem, id, 256, true);
+        ring.publish(id, 256, true);
         ids.push(id);
     }
     let mut c = Chain::new();
@@ -175,7 +175,7 @@ fn chains_taken_ahead_come_back_whole() {
     // Two more offered: the third chain is still ahead, taken first.
     for _ in 0..2 {
         let id = ring.take().unwrap();
-        ring.publish(&mem, id, 256, true);
+        ring.publish(id, 256, true);
         ids.push(id);
     }
     assert!(q.take(&mut c, BURST).unwrap());
@@ -200,9 +200,9 @@ fn chains_taken_ahead_come_back_whole() {
 
 #[test]
 fn unpop_gives_the_chain_back() {
-    let (mut q, mut ring, mem, _call) = pair(false, true);
+    let (mut q, mut ring, _, _call) = pair(false, true);
     let id = ring.take().unwrap();
-    ring.publish(&mem, id, 256, true);
+    ring.publish(id, 256, true);
     let c = q.pop().unwrap().unwrap();
     q.unpop();
     assert_eq!(q.pop().unwrap().unwrap().head, c.head);
@@ -214,7 +214,7 @@ fn no_interrupt_flag_suppresses_calls() {
     let (mut q, mut ring, mem, call) = pair(false, false);
     let stats = QueueStats::default();
     let id = ring.take().unwrap();
-    ring.publish(&mem, id, 64, false);
+    ring.publish(id, 64, false);
     let c = q.pop().unwrap().unwrap();
     q.add_used(c.head, 0).unwrap();
     q.signal(&stats);
@@ -225,7 +225,7 @@ fn no_interrupt_flag_suppresses_calls() {
     mem.write_obj(1u16, GuestAddress(ring.layout.avail))
         .unwrap();
     let id = ring.take().unwrap();
-    ring.publish(&mem, id, 64, false);
+    ring.publish(id, 64, false);
     let c = q.pop().unwrap().unwrap();
     q.add_used(c.head, 0).unwrap();
     q.signal(&stats);
@@ -243,7 +243,7 @@ fn event_idx_calls_only_when_used_event_is_passed() {
     mem.write_obj(2u16, used_event).unwrap();
     for expected in [1u64, 1, 2, 2] {
         let id = ring.take().unwrap();
-        ring.publish(&mem, id, 64, false);
+        ring.publish(id, 64, false);
         let c = q.pop().unwrap().unwrap();
         q.add_used(c.head, 0).unwrap();
         q.signal(&stats);
@@ -335,10 +335,10 @@ fn rings_outside_memory_do_not_start() {
 
 #[test]
 fn a_restart_resumes_at_the_used_index_whatever_the_base() {
-    let (mut q, mut ring, mem, call) = pair(false, false);
+    let (mut q, mut ring, _, call) = pair(false, false);
     for len in [60u32, 61, 62] {
         let id = ring.take().unwrap();
-        ring.publish(&mem, id, len, false);
+        ring.publish(id, len, false);
     }
     // Two chains used and published, the third popped: then the switch
     // dies without a GET_VRING_BASE.

@@ -97,8 +97,8 @@ impl RawFrontend {
         )])
         .unwrap();
         let base_va = mem.get_host_address(GuestAddress(0)).unwrap() as u64;
-        let rx = DriverRing::new(&mem, rx_l, false);
-        let tx = DriverRing::new(&mem, tx_l, false);
+        let rx = DriverRing::new(&mem, rx_l, false).expect("ring inside memory");
+        let tx = DriverRing::new(&mem, tx_l, false).expect("ring inside memory");
         let flags = if blocking { 0 } else { EFD_NONBLOCK };
         let ev = || EventFd::new(flags).unwrap();
         Self {
@@ -229,7 +229,7 @@ impl RawFrontend {
             }
         } else {
             while let Some(id) = self.rx.take() {
-                self.rx.publish(&self.mem, id, BUF, true);
+                self.rx.publish(id, BUF, true);
             }
         }
         // Packed: slot 0 in the first lap (the wrap counter starts at 1).
@@ -287,7 +287,7 @@ impl RawFrontend {
             }
             return tx.available() == usize::from(QSIZE);
         }
-        while let Some((id, _)) = self.tx.reap(&self.mem) {
+        while let Some((id, _)) = self.tx.reap() {
             self.tx.release(id);
         }
         self.tx.available() == usize::from(QSIZE)
@@ -310,7 +310,7 @@ impl RawFrontend {
             self.kick[1].write(1).unwrap();
             return true;
         }
-        while let Some((id, _)) = self.tx.reap(&self.mem) {
+        while let Some((id, _)) = self.tx.reap() {
             self.tx.release(id);
         }
         let Some(id) = self.tx.take() else {
@@ -319,8 +319,7 @@ impl RawFrontend {
         let at = self.tx.layout.buffer(id);
         self.mem.write_slice(&[0u8; 12], at).unwrap();
         self.mem.write_slice(frame, at.unchecked_add(12)).unwrap();
-        self.tx
-            .publish(&self.mem, id, 12 + frame.len() as u32, false);
+        self.tx.publish(id, 12 + frame.len() as u32, false);
         self.kick[1].write(1).unwrap();
         true
     }
@@ -337,12 +336,12 @@ impl RawFrontend {
                     rx.publish(&self.mem, id, BUF, true);
                     return Some(v);
                 }
-            } else if let Some((id, len)) = self.rx.reap(&self.mem) {
+            } else if let Some((id, len)) = self.rx.reap() {
                 let mut v = vec![0u8; len as usize - 12];
                 self.mem
                     .read_slice(&mut v, self.rx.layout.buffer(id).unchecked_add(12))
                     .unwrap();
-                self.rx.publish(&self.mem, id, BUF, true);
+                self.rx.publish(id, BUF, true);
                 return Some(v);
             }
             if Instant::now() >= deadline {

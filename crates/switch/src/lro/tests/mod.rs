@@ -47,13 +47,13 @@ impl Guest {
             GuestMem::from_table(vec![(r, f)], crate::vhost_user::memory::DEFAULT_MAX_MEMORY)
                 .unwrap(),
         );
-        let mut ring = DriverRing::new(mem.mem(), layout, false);
+        let mut ring = DriverRing::new(mem.mem(), layout, false).expect("ring inside memory");
         let mut posted = vec![Vec::new(); usize::from(size)];
         for k in 0..chains {
             let (n, last) = shape(k);
             assert!(last <= buf);
             let ids: Vec<u16> = (0..n).map(|_| ring.take().unwrap()).collect();
-            ring.publish_chain(mem.mem(), &ids, last, true);
+            ring.publish_chain(&ids, last, true);
             let mut lens = vec![buf; n];
             lens[n - 1] = last;
             posted[usize::from(ids[0])] = ids
@@ -139,13 +139,13 @@ impl Guest {
     fn received(&mut self) -> Vec<(VirtioNetHdrRepr, Vec<u8>)> {
         self.q.flush();
         let mut out = Vec::new();
-        while let Some((id, len)) = self.ring.reap(self.mem.mem()) {
+        while let Some((id, len)) = self.ring.reap() {
             let mut data = self.chain_bytes(id, len);
             let h = VirtioNetHdr::new_checked(&data[..HEADER_LEN], HEADER_LEN)
                 .and_then(|v| VirtioNetHdrRepr::parse(&v))
                 .unwrap();
             for _ in 1..h.num_buffers {
-                let (id, len) = self.ring.reap(self.mem.mem()).expect("num_buffers chains");
+                let (id, len) = self.ring.reap().expect("num_buffers chains");
                 data.extend(self.chain_bytes(id, len));
             }
             out.push((h, data[HEADER_LEN..].to_vec()));
