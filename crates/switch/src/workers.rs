@@ -72,6 +72,8 @@ struct Entry {
     /// along only when the MAC is configured).
     queue: QueueRequest,
     mac: Option<EthernetAddress>,
+    /// Queue pairs (a multiqueue vhost-user port's, else 1).
+    pairs: usize,
 }
 
 /// Every worker and where each port lives.
@@ -104,7 +106,9 @@ impl Workers {
             next_worker: 0,
             allowed,
         };
-        w.spawn(None).map_err(std::io::Error::other)?;
+        for _ in 0..w.cfg.workers.clamp(1, crate::config::MAX_WORKERS) {
+            w.spawn(None).map_err(std::io::Error::other)?;
+        }
         Ok(w)
     }
 
@@ -235,8 +239,8 @@ impl Workers {
             .copied()
             .filter(|c| !dedicated.contains(c))
             .collect();
-        if let Some(shared) = self.links.iter().find(|l| l.core.is_none()) {
-            let _ = shared.ask(|tx| Command::Pin(rest, tx));
+        for shared in self.links.iter().filter(|l| l.core.is_none()) {
+            let _ = shared.ask(|tx| Command::Pin(rest.clone(), tx));
         }
     }
 
@@ -344,6 +348,10 @@ impl Workers {
         let id = PortId(self.next_port);
         let name = spec.name.clone();
         let uplink = spec.kind == PortKind::Uplink;
+        let pairs = match spec.kind {
+            PortKind::VhostUser => spec.queues.unwrap_or(1),
+            _ => 1,
+        };
         let r = self
             .link(worker)?
             .ask(|tx| Command::Add(spec, id, tx))
@@ -362,6 +370,7 @@ impl Workers {
                     uplink,
                     queue: policy.uplink_queue,
                     mac: policy.mac,
+                    pairs,
                 });
                 if uplink {
                     // Its queues go to the latency-high ports already here.
@@ -370,6 +379,12 @@ impl Workers {
                     }
                 } else {
                     self.lend_to(self.ports.len() - 1);
+                }
+                if pairs > 1 && worker == self.shared() {
+                    let name = &self.ports[self.ports.len() - 1].name;
+                    if let Err(e) = self.spread(name, pairs) {
+                        log::warn!("port {name}: its queue pairs stay on one worker: {e}");
+                    }
                 }
                 Ok(info)
             }
@@ -442,6 +457,12 @@ impl Workers {
             ));
         }
         let dedicated_core = self.link(worker)?.core;
+        if cur.latency != new.latency && self.spread_over(i) > 1 {
+            return Err(format!(
+                "port {name}: its queue pairs are spread over the {} shared workers (`workers`); a spread port stays on the shared worker",
+                self.spread_over(i)
+            ));
+        }
         match (cur.latency, new.latency) {
             (Latency::Normal, Latency::High) => {
                 let core = self.choose_core(new.core, None)?;
@@ -484,6 +505,45 @@ impl Workers {
                 Ok(info)
             }
         }
+    }
+
+    /// The shared workers, the one ports live on first.
+    fn shared_workers(&self) -> Vec<&Link> {
+        self.links.iter().filter(|l| l.core.is_none()).collect()
+    }
+
+    /// How many workers port `i`'s queue pairs are spread over (1: not spread).
+    fn spread_over(&self, i: usize) -> usize {
+        let p = &self.ports[i];
+        if p.pairs < 2 || p.worker != self.shared() {
+            return 1;
+        }
+        self.shared_workers().len().min(p.pairs)
+    }
+
+    /// Serves multiqueue port `name`'s pair k on shared worker k mod
+    /// `workers` (pair 0, and every pair with one worker, stays on the
+    /// port's own).
+    fn spread(&self, name: &str, pairs: usize) -> Result<(), String> {
+        let shared = self.shared_workers();
+        if shared.len() < 2 {
+            return Ok(());
+        }
+        let mut holders = Vec::new();
+        for k in 0..pairs {
+            let l = shared[k % shared.len()];
+            holders.push(if l.id == shared[0].id {
+                None
+            } else {
+                Some(crate::port::vhost_user::WorkerHandle {
+                    worker: l.id,
+                    commands: l.tx.clone(),
+                    wake: Arc::new(l.wake.try_clone().map_err(|e| e.to_string())?),
+                })
+            });
+        }
+        let home = shared[0].id;
+        shared[0].ask(|tx| Command::Spread(name.to_string(), home, holders, tx))?
     }
 
     /// Lends port `i`'s own uplink receive queues to its worker when that
