@@ -51,6 +51,14 @@ pub struct QueuePairsInfo {
     /// port's worker; see `[switch] workers`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub workers: Vec<u32>,
+    /// Times a pair was lent to another worker (once more after each
+    /// recall for the front-end's messages).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub lends: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// A port's latency policies as in force (latency-high forces coalescing and LRO off).

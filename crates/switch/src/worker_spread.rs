@@ -34,6 +34,7 @@ pub(super) fn pairs_info(port: &Port) -> Option<QueuePairsInfo> {
             .filter(|&k| d.pair_ready(k) || workers.get(k).is_some_and(|&w| w != workers[0]))
             .count(),
         workers,
+        lends: p.spread_state().map_or(0, |s| s.lends()),
     })
 }
 
@@ -60,8 +61,9 @@ impl Worker {
     /// Gives pair `k` of port `id` back to its owner, its descriptors
     /// unwatched first.
     pub(super) fn return_pair(&mut self, id: PortId, k: usize) {
-        if let Some(slot) = self.dp.find_lent_pair(id, k) {
-            self.give_back(slot);
+        match self.dp.find_lent_pair(id, k) {
+            Some(slot) => self.give_back(slot),
+            None => log::debug!("port id {id}: queue pair {k} is not here"),
         }
     }
 
@@ -96,7 +98,10 @@ impl Worker {
         home: WorkerId,
         holders: Vec<Option<WorkerHandle>>,
     ) -> Result<(), String> {
-        let slot = self.dp.find(name).ok_or_else(|| format!("no port {name}"))?;
+        let slot = self
+            .dp
+            .find(name)
+            .ok_or_else(|| format!("no port {name}"))?;
         let wake = self
             .wake
             .try_clone()

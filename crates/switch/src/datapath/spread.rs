@@ -36,7 +36,11 @@ impl Datapath {
     /// The worker serving the pair a frame to slot `j` steers to, when
     /// `j` is a spread port (or a pair of one) and that is another worker.
     #[inline]
-    pub(super) fn routed_away(&self, j: usize, f: &super::Frame<'_>) -> Option<crate::mesh::WorkerId> {
+    pub(super) fn routed_away(
+        &self,
+        j: usize,
+        f: &super::Frame<'_>,
+    ) -> Option<crate::mesh::WorkerId> {
         match self.slots[j].as_ref() {
             Some(Slot {
                 routed: true,

@@ -204,7 +204,7 @@ impl VhostUserPort {
         }
         if let Some(c) = &self.conn {
             // Messages wait while a pair is with another worker.
-            if !self.pairs_away() {
+            if !self.pairs_recalling() {
                 out.push((c.as_raw_fd(), Watch::Connection));
             }
             for q in 0..2 * self.device.queue_pairs() {

@@ -80,6 +80,8 @@ pub struct Spread {
     generation: u64,
     /// When the front-end last sent messages (or a pair came back).
     quiet_since: Instant,
+    /// Pairs lent so far (each after the pair came home: a recall).
+    lends: u64,
 }
 
 /// The holder's side, inside the one-pair port it serves.
@@ -137,17 +139,25 @@ impl Spread {
             own_wake,
             generation: 0,
             quiet_since: Instant::now(),
+            lends: 0,
         }
     }
 
     /// The worker serving each pair now, pair 0 first.
     pub fn workers(&self, pairs: usize) -> Vec<u32> {
         (0..pairs)
-            .map(|k| match (self.place[k], self.holders.get(k).and_then(Option::as_ref)) {
-                (Place::Lent, Some(h)) => h.worker as u32,
-                _ => self.home as u32,
-            })
+            .map(
+                |k| match (self.place[k], self.holders.get(k).and_then(Option::as_ref)) {
+                    (Place::Lent, Some(h)) => h.worker as u32,
+                    _ => self.home as u32,
+                },
+            )
             .collect()
+    }
+
+    /// Pairs lent so far.
+    pub fn lends(&self) -> u64 {
+        self.lends
     }
 
     /// Adds the holders' counters to the owner's.
@@ -184,9 +194,17 @@ impl Spread {
                 continue;
             }
             if let Some(h) = &self.holders[k] {
-                let sent = h.commands.send(Command::ReturnPair(self.port_id(), k)).is_ok();
+                let sent = h
+                    .commands
+                    .send(Command::ReturnPair(self.port_id(), k))
+                    .is_ok();
                 let _ = h.wake.write(1);
                 if sent {
+                    log::debug!(
+                        "port id {}: queue pair {k} called back from worker {}",
+                        self.id,
+                        h.worker
+                    );
                     self.place[k] = Place::Recalling;
                 }
             }
@@ -232,7 +250,13 @@ pub enum Returned {
 
 impl VhostUserPort {
     /// Spreads the port's pairs: pair k to `holders[k]` when set.
-    pub fn spread(&mut self, id: PortId, home: WorkerId, holders: Vec<Option<WorkerHandle>>, own_wake: Arc<EventFd>) {
+    pub fn spread(
+        &mut self,
+        id: PortId,
+        home: WorkerId,
+        holders: Vec<Option<WorkerHandle>>,
+        own_wake: Arc<EventFd>,
+    ) {
         self.spread = Some(Box::new(Spread::new(id, home, holders, own_wake)));
     }
 
@@ -246,10 +270,12 @@ impl VhostUserPort {
         self.lent.as_ref().map(|l| l.pair)
     }
 
-    /// True while a spread port's pairs are not all home: its connection
-    /// is not read meanwhile.
-    pub(super) fn pairs_away(&self) -> bool {
-        self.spread.as_ref().is_some_and(|s| s.away())
+    /// True while a spread port's pairs are being called back: its
+    /// connection is not read meanwhile (watched again once they are home).
+    pub(super) fn pairs_recalling(&self) -> bool {
+        self.spread
+            .as_ref()
+            .is_some_and(|s| s.place.contains(&Place::Recalling))
     }
 
     /// The front-end sent messages: lending waits for quiet.
@@ -338,6 +364,7 @@ impl VhostUserPort {
                 Ok(()) => {
                     let _ = h.wake.write(1);
                     s.place[k] = Place::Lent;
+                    s.lends += 1;
                     lent = true;
                     log::info!("port {name}: queue pair {k} lent to worker {}", h.worker);
                 }
@@ -358,6 +385,7 @@ impl VhostUserPort {
         let mut out = Vec::new();
         while let Ok(mut p) = s.back_rx.try_recv() {
             let Some(l) = p.lent.take() else { continue };
+            log::debug!("port id {}: queue pair {} back home", s.id, l.pair);
             s.place[l.pair] = Place::Home;
             s.quiet_since = now;
             if l.generation != s.generation {
