@@ -214,6 +214,63 @@ fn offer_frame(h: &RawFrontend, ring: &mut DriverRing, layout: RingLayout, tag: 
     ring.publish(&h.mem, id, 12 + f.len() as u32, false);
 }
 
+/// A hand-driven front-end on p1 with both pairs running, pair 1 lent
+/// to worker 1: the front-end, pair 1's transmit ring and its kick (and
+/// the other eventfds, to keep).
+fn raw_spread(sw: &Switch, dir: &Dir) -> (RawFrontend, RingLayout, DriverRing, EventFd, Vec<EventFd>) {
+    let mut h = RawFrontend::connect(&dir.sock("p1"));
+    h.handshake_with(Order::Standard, MQ, PROTOCOL_MQ);
+    // Pair 1's rings in the front-end's memory, past pair 0's.
+    let at = h.tx.layout.end().div_ceil(4096) * 4096;
+    let rx1 = RingLayout::at(at, 16, 2048);
+    let tx1 = RingLayout::at(rx1.end().div_ceil(4096) * 4096, 16, 2048);
+    assert!(tx1.end() <= h.mem.last_addr().raw_value());
+    let ring = DriverRing::new(&h.mem, tx1, false);
+    let ev = || EventFd::new(EFD_NONBLOCK).unwrap();
+    let (rx_kick, rx_call, kick, call) = (ev(), ev(), ev(), ev());
+    start_ring(&h, 2, rx1, &rx_kick, &rx_call);
+    start_ring(&h, 3, tx1, &kick, &call);
+    let _ = h.get_u64(code::GET_FEATURES);
+    wait_spread_while(sw, || {});
+    (h, tx1, ring, kick, vec![rx_kick, rx_call, call])
+}
+
+/// A chain on the lent pair's transmit ring pointing outside the
+/// front-end's memory: the holder gives the pair back broken and the
+/// owner resets the port (once); the other port and the switch carry on,
+/// and the front-end connects again.
+#[test]
+fn a_hostile_chain_on_a_lent_pair_resets_only_its_port() {
+    bounded(Duration::from_secs(60), || {
+        let dir = Dir::new("spread-hostile");
+        let sw = spread_switch(&dir, 2);
+        let (h, tx1, _ring, kick, _rest) = raw_spread(&sw, &dir);
+        let d = vm_memory::GuestAddress(tx1.desc);
+        h.mem.write_obj(1u64 << 40, d).unwrap();
+        h.mem.write_obj(64u32, d.unchecked_add(8)).unwrap();
+        h.mem.write_obj(0u32, d.unchecked_add(12)).unwrap();
+        h.mem
+            .write_obj(0u16, vm_memory::GuestAddress(tx1.avail + 4))
+            .unwrap();
+        h.mem
+            .write_obj(1u16, vm_memory::GuestAddress(tx1.avail + 2))
+            .unwrap();
+        kick.write(1).unwrap();
+        wait_for("p1 reset", || port(sw.handle(), "p1").stats.resets == 1);
+        assert!(h.closed(T), "the front-end's connection is dropped");
+        let q = port(sw.handle(), "p1").queues.unwrap();
+        assert_eq!(q.workers, [0, 0], "both pairs home: {q:?}");
+        // The other port still forwards, and p1 takes a new front-end.
+        let mut a = endpoint(&dir, 2, 2);
+        let (h2, _, _r, _k, _e) = raw_spread(&sw, &dir);
+        drop(h2);
+        a.send_frame(&udp_frame([0xff; 6], mac(2).0, 1, 0)).unwrap();
+        wait_for("p2's frame taken", || port(sw.handle(), "p2").stats.tx.packets >= 1);
+        assert_eq!(port(sw.handle(), "p1").stats.resets, 1);
+        assert_eq!(port(sw.handle(), "p2").stats.resets, 0);
+    });
+}
+
 /// A hand-driven front-end's pair 1, lent to worker 1, carries a frame;
 /// then GET_VRING_BASE for its transmit queue: the pair is called back
 /// first, so the answer is where the holder left the ring (1). The ring
@@ -223,21 +280,8 @@ fn a_message_calls_a_lent_pair_back_with_its_ring_state() {
     bounded(Duration::from_secs(60), || {
         let dir = Dir::new("spread-raw");
         let sw = spread_switch(&dir, 2);
-        let mut h = RawFrontend::connect(&dir.sock("p1"));
-        h.handshake_with(Order::Standard, MQ, PROTOCOL_MQ);
+        let (h, tx1, mut ring, kick, _rest) = raw_spread(&sw, &dir);
         let mut b = endpoint(&dir, 2, 2);
-        // Pair 1's rings in the front-end's memory, past pair 0's.
-        let at = h.tx.layout.end().div_ceil(4096) * 4096;
-        let rx1 = RingLayout::at(at, 16, 2048);
-        let tx1 = RingLayout::at(rx1.end().div_ceil(4096) * 4096, 16, 2048);
-        assert!(tx1.end() <= h.mem.last_addr().raw_value());
-        let mut ring = DriverRing::new(&h.mem, tx1, false);
-        let ev = || EventFd::new(EFD_NONBLOCK).unwrap();
-        let (rx_kick, rx_call, kick, call) = (ev(), ev(), ev(), ev());
-        start_ring(&h, 2, rx1, &rx_kick, &rx_call);
-        start_ring(&h, 3, tx1, &kick, &call);
-        let _ = h.get_u64(code::GET_FEATURES);
-        wait_spread_while(&sw, || {});
         let lends = port(sw.handle(), "p1").queues.unwrap().lends;
 
         let mut got = [0u8; 2048];
