@@ -217,7 +217,10 @@ fn offer_frame(h: &RawFrontend, ring: &mut DriverRing, layout: RingLayout, tag: 
 /// A hand-driven front-end on p1 with both pairs running, pair 1 lent
 /// to worker 1: the front-end, pair 1's transmit ring and its kick (and
 /// the other eventfds, to keep).
-fn raw_spread(sw: &Switch, dir: &Dir) -> (RawFrontend, RingLayout, DriverRing, EventFd, Vec<EventFd>) {
+fn raw_spread(
+    sw: &Switch,
+    dir: &Dir,
+) -> (RawFrontend, RingLayout, DriverRing, EventFd, Vec<EventFd>) {
     let mut h = RawFrontend::connect(&dir.sock("p1"));
     h.handshake_with(Order::Standard, MQ, PROTOCOL_MQ);
     // Pair 1's rings in the front-end's memory, past pair 0's.
@@ -265,7 +268,9 @@ fn a_hostile_chain_on_a_lent_pair_resets_only_its_port() {
         let (h2, _, _r, _k, _e) = raw_spread(&sw, &dir);
         drop(h2);
         a.send_frame(&udp_frame([0xff; 6], mac(2).0, 1, 0)).unwrap();
-        wait_for("p2's frame taken", || port(sw.handle(), "p2").stats.tx.packets >= 1);
+        wait_for("p2's frame taken", || {
+            port(sw.handle(), "p2").stats.tx.packets >= 1
+        });
         assert_eq!(port(sw.handle(), "p1").stats.resets, 1);
         assert_eq!(port(sw.handle(), "p2").stats.resets, 0);
     });
