@@ -490,8 +490,19 @@ fn print_ports(ports: &[PortInfo]) {
         "LATENCY"
     );
     for p in ports {
-        let state = match (p.running, p.connected, p.queues) {
-            // A multiqueue vNIC: pairs running of pairs offered.
+        let state = match (p.running, p.connected, &p.queues) {
+            // A multiqueue vNIC: pairs running of pairs offered, and the
+            // worker serving each pair when they are spread over workers.
+            (true, _, Some(q)) if !q.workers.is_empty() => format!(
+                "running {}/{}q w{}",
+                q.running,
+                q.pairs,
+                q.workers
+                    .iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ),
             (true, _, Some(q)) => format!("running {}/{}q", q.running, q.pairs),
             (true, _, None) => "running".into(),
             (false, true, _) => "connected".into(),
