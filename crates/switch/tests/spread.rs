@@ -15,7 +15,7 @@ use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 use vm_memory::{Address, Bytes, GuestMemoryBackend};
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
-use vnio_switch::config::{Config, PortSpec, SwitchConfig};
+use vnio_switch::config::{Config, Latency, PolicyUpdate, PortSpec, SwitchConfig};
 use vnio_switch::daemon::Switch;
 use vnio_switch::endpoint::ring::{DriverRing, RingLayout};
 use vnio_switch::endpoint::Endpoint;
@@ -241,7 +241,8 @@ fn raw_spread(
 /// A chain on the lent pair's transmit ring pointing outside the
 /// front-end's memory: the holder gives the pair back broken and the
 /// owner resets the port (once); the other port and the switch carry on,
-/// and the front-end connects again.
+/// and the front-end connects again. Its latency cannot change while
+/// spread; removed while a pair is lent, it can be added again.
 #[test]
 fn a_hostile_chain_on_a_lent_pair_resets_only_its_port() {
     bounded(Duration::from_secs(60), || {
@@ -265,13 +266,27 @@ fn a_hostile_chain_on_a_lent_pair_resets_only_its_port() {
         assert_eq!(q.workers, [0, 0], "both pairs home: {q:?}");
         // The other port still forwards, and p1 takes a new front-end.
         let mut a = endpoint(&dir, 2, 2);
-        let (h2, _, _r, _k, _e) = raw_spread(&sw, &dir);
-        drop(h2);
+        let _h2 = raw_spread(&sw, &dir);
+        assert_eq!(port(sw.handle(), "p1").stats.resets, 1);
+        // A spread port keeps to the shared workers.
+        let high = PolicyUpdate {
+            latency: Some(Latency::High),
+            ..PolicyUpdate::default()
+        };
+        let e = sw.handle().set_port("p1", high).unwrap_err();
+        assert!(e.contains("spread over the 2 shared workers"), "{e}");
+        // Removed while its pair is lent: the pair goes with it, the other
+        // port forwards, and the port can be added again and spread.
+        sw.handle().del_port("p1").unwrap();
         a.send_frame(&udp_frame([0xff; 6], mac(2).0, 1, 0)).unwrap();
         wait_for("p2's frame taken", || {
             port(sw.handle(), "p2").stats.tx.packets >= 1
         });
-        assert_eq!(port(sw.handle(), "p1").stats.resets, 1);
+        assert_eq!(sw.handle().list().unwrap().len(), 1);
+        let mut p1 = PortSpec::vhost_user("p1", dir.sock("p1"), SocketMode::Server);
+        p1.queues = Some(2);
+        sw.handle().add_port(p1).unwrap();
+        let _again = raw_spread(&sw, &dir);
         assert_eq!(port(sw.handle(), "p2").stats.resets, 0);
     });
 }
