@@ -507,45 +507,6 @@ impl Workers {
         }
     }
 
-    /// The shared workers, the one ports live on first.
-    fn shared_workers(&self) -> Vec<&Link> {
-        self.links.iter().filter(|l| l.core.is_none()).collect()
-    }
-
-    /// How many workers port `i`'s queue pairs are spread over (1: not spread).
-    fn spread_over(&self, i: usize) -> usize {
-        let p = &self.ports[i];
-        if p.pairs < 2 || p.worker != self.shared() {
-            return 1;
-        }
-        self.shared_workers().len().min(p.pairs)
-    }
-
-    /// Serves multiqueue port `name`'s pair k on shared worker k mod
-    /// `workers` (pair 0, and every pair with one worker, stays on the
-    /// port's own).
-    fn spread(&self, name: &str, pairs: usize) -> Result<(), String> {
-        let shared = self.shared_workers();
-        if shared.len() < 2 {
-            return Ok(());
-        }
-        let mut holders = Vec::new();
-        for k in 0..pairs {
-            let l = shared[k % shared.len()];
-            holders.push(if l.id == shared[0].id {
-                None
-            } else {
-                Some(crate::port::vhost_user::WorkerHandle {
-                    worker: l.id,
-                    commands: l.tx.clone(),
-                    wake: Arc::new(l.wake.try_clone().map_err(|e| e.to_string())?),
-                })
-            });
-        }
-        let home = shared[0].id;
-        shared[0].ask(|tx| Command::Spread(name.to_string(), home, holders, tx))?
-    }
-
     /// Lends port `i`'s own uplink receive queues to its worker when that
     /// is a dedicated one (see [`crate::datapath::Datapath::lend_queues`]):
     /// its frames to and from the wire then never cross the shared worker.
@@ -658,6 +619,9 @@ impl Drop for Workers {
         self.stop();
     }
 }
+
+#[path = "workers_spread.rs"]
+mod spread;
 
 /// Says at start what will undo a dedicated worker's busy polling. Both were
 /// measured with the latency-modes benchmark (now the lab's latency-modes
