@@ -71,8 +71,6 @@ pub enum Command {
     Release(Option<crate::PortId>, Sender<Vec<Lent>>),
     /// Take back lent queues; the vNIC they were lent for may be leaving.
     Restore(Vec<Lent>, Option<crate::PortId>, Sender<()>),
-    /// Serve a queue pair another worker's port lent.
-    HoldPair(Box<crate::port::vhost_user::LentPair>),
     /// Give pair K of a port back to its owner.
     ReturnPair(crate::PortId, usize),
     /// Serve a multiqueue port's pairs on these workers (pair k on the
@@ -169,6 +167,12 @@ impl Worker {
     /// Connects to another worker before the thread starts.
     pub fn add_peer(&mut self, p: PeerSetup) {
         self.dp.add_peer(p);
+    }
+
+    /// Where other workers' ports send the queue pairs they lend this
+    /// worker (before the thread starts).
+    pub fn set_pair_inbox(&mut self, inbox: Receiver<crate::port::vhost_user::LentPair>) {
+        self.dp.set_pair_inbox(inbox);
     }
 
     /// Learns another worker's port before the thread starts.
@@ -539,7 +543,6 @@ impl Worker {
                     self.dp.restore(lent, leaving);
                     let _ = reply.send(());
                 }
-                Command::HoldPair(lp) => self.hold_pair(*lp),
                 Command::ReturnPair(id, k) => self.return_pair(id, k),
                 Command::Spread(name, home, holders, reply) => {
                     let _ = reply.send(self.spread(&name, home, holders));

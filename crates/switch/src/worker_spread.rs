@@ -5,7 +5,7 @@
 use super::{QueuePairsInfo, Worker};
 use crate::datapath::{Port, Slot};
 use crate::mesh::WorkerId;
-use crate::port::vhost_user::{LentPair, WorkerHandle};
+use crate::port::vhost_user::WorkerHandle;
 use crate::stats::PortStatsSnapshot;
 use crate::PortId;
 use std::sync::Arc;
@@ -50,17 +50,17 @@ pub(super) fn snapshot(s: &Slot) -> PortStatsSnapshot {
 }
 
 impl Worker {
-    /// Serves a pair another worker's port lent.
-    pub(super) fn hold_pair(&mut self, lp: LentPair) {
-        let name = lp.name.clone();
-        let slot = self.dp.hold_pair(lp);
-        self.sync(slot);
-        log::debug!("{name}: served by this worker");
-    }
-
     /// Gives pair `k` of port `id` back to its owner, its descriptors
     /// unwatched first.
     pub(super) fn return_pair(&mut self, id: PortId, k: usize) {
+        // Frames the owner sent through the mesh to the pair before it
+        // called it back are delivered first (a few rounds at most).
+        for _ in 0..16 {
+            if !self.dp.peers_pending() {
+                break;
+            }
+            self.dp.poll(std::time::Instant::now(), self.cfg.budget);
+        }
         match self.dp.find_lent_pair(id, k) {
             Some(slot) => self.give_back(slot),
             None => log::debug!("port id {id}: queue pair {k} is not here"),

@@ -34,6 +34,8 @@ struct Link {
     core: Option<usize>,
     /// Where the worker's time goes (it writes, we read).
     perf: Arc<crate::perf::WorkerPerf>,
+    /// Where it takes the queue pairs other workers' ports lend it.
+    pairs: Sender<crate::port::vhost_user::LentPair>,
 }
 
 impl Link {
@@ -128,6 +130,8 @@ impl Workers {
             core,
         )
         .map_err(io)?;
+        let (pairs, inbox) = mpsc::channel();
+        worker.set_pair_inbox(inbox);
         let mut theirs = Vec::new();
         for l in &self.links {
             let (mine, other) = PeerSetup::pair(id, doorbell.clone(), l.id, l.doorbell.clone());
@@ -194,6 +198,7 @@ impl Workers {
             thread: Some(thread),
             core,
             perf,
+            pairs,
         });
         self.repin_shared();
         Ok(id)

@@ -36,6 +36,7 @@ impl Workers {
                 Some(crate::port::vhost_user::WorkerHandle {
                     worker: l.id,
                     commands: l.tx.clone(),
+                    pairs: l.pairs.clone(),
                     wake: Arc::new(l.wake.try_clone().map_err(|e| e.to_string())?),
                 })
             });

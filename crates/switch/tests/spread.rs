@@ -238,6 +238,11 @@ fn raw_spread(
     (h, tx1, ring, kick, vec![rx_kick, rx_call, call])
 }
 
+/// Where [`raw_spread`] put pair 1's receive ring.
+fn rx1_layout(h: &RawFrontend) -> RingLayout {
+    RingLayout::at(h.tx.layout.end().div_ceil(4096) * 4096, 16, 2048)
+}
+
 /// A chain on the lent pair's transmit ring pointing outside the
 /// front-end's memory: the holder gives the pair back broken and the
 /// owner resets the port (once); the other port and the switch carry on,
@@ -344,6 +349,85 @@ fn a_message_calls_a_lent_pair_back_with_its_ring_state() {
             }
             wait_spread_while(&sw, || {});
         }
+        assert_eq!(port(sw.handle(), "p1").stats.resets, 0);
+    });
+}
+
+/// Frames toward the spread port keep coming while its front-end sends a
+/// message every 100 ms (each calls the lent pair back; it is lent again
+/// 50 ms later): every frame arrives, on either pair, each flow in order.
+#[test]
+fn frames_cross_recalls_and_lends_without_loss() {
+    bounded(Duration::from_secs(60), || {
+        let dir = Dir::new("spread-churn");
+        let sw = spread_switch(&dir, 2);
+        let (mut h, tx1, mut txring, kick, _rest) = raw_spread(&sw, &dir);
+        let rx1 = rx1_layout(&h);
+        let mut rxring = DriverRing::new(&h.mem, rx1, false);
+        while let Some(id) = rxring.take() {
+            rxring.publish(&h.mem, id, 2048, true);
+        }
+        let mut b = endpoint(&dir, 2, 2);
+        // The switch learns where mac(1) is (and mac(2)).
+        offer_frame(&h, &mut txring, tx1, 0x11);
+        kick.write(1).unwrap();
+        let mut got = [0u8; 2048];
+        let deadline = Instant::now() + T;
+        while b.poll_recv(&mut got).is_none() {
+            assert!(Instant::now() < deadline, "the first frame never came");
+        }
+        b.send_frame(&udp_frame(mac(1).0, mac(2).0, 99, 0)).unwrap();
+        let lends = port(sw.handle(), "p1").queues.unwrap().lends;
+        let (flows, bursts) = (8u16, 120u32);
+        let mut next = vec![0u32; usize::from(flows)];
+        let mut per_pair = [0u32; 2];
+        let check = |v: &[u8], next: &mut Vec<u32>| {
+            let flow = u16::from_be_bytes([v[34], v[35]]) - 10000;
+            if flow == 99 {
+                return;
+            }
+            let seq = u32::from_le_bytes(v[42..46].try_into().unwrap());
+            assert_eq!(seq, next[usize::from(flow)], "flow {flow} in order");
+            next[usize::from(flow)] += 1;
+        };
+        for burst in 0..bursts {
+            if burst % 10 == 5 {
+                // A message: the lent pair comes home before the answer.
+                let _ = h.get_u64(code::GET_FEATURES);
+            }
+            for flow in 0..flows {
+                b.send_frame(&udp_frame(mac(1).0, mac(2).0, flow, burst))
+                    .unwrap();
+            }
+            let want: u32 = u32::from(flows) * (burst + 1);
+            let until = Instant::now() + T;
+            while next.iter().sum::<u32>() < want {
+                assert!(
+                    Instant::now() < until,
+                    "burst {burst}: {} of {want} frames came ({per_pair:?} per pair)",
+                    next.iter().sum::<u32>()
+                );
+                if let Some(v) = h.recv_frame(Duration::ZERO) {
+                    check(&v, &mut next);
+                    per_pair[0] += 1;
+                }
+                if let Some((id, len)) = rxring.reap(&h.mem) {
+                    let mut v = vec![0u8; len as usize - 12];
+                    h.mem
+                        .read_slice(&mut v, rx1.buffer(id).unchecked_add(12))
+                        .unwrap();
+                    rxring.release(id);
+                    rxring.publish(&h.mem, id, 2048, true);
+                    check(&v, &mut next);
+                    per_pair[1] += 1;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let q = port(sw.handle(), "p1").queues.unwrap();
+        println!("per pair {per_pair:?}, lends {} -> {}", lends, q.lends);
+        assert!(q.lends >= lends + 3, "lent again after the messages: {q:?}");
+        assert!(per_pair[0] > 0 && per_pair[1] > 0, "{per_pair:?}");
         assert_eq!(port(sw.handle(), "p1").stats.resets, 0);
     });
 }

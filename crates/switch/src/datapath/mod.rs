@@ -241,6 +241,8 @@ pub struct Datapath {
     perf: Arc<WorkerPerf>,
     /// Lent pairs whose rings failed here, to give back (see `spread.rs`).
     broken_pairs: Vec<usize>,
+    /// Pairs other workers' ports lend this worker.
+    pair_inbox: Option<std::sync::mpsc::Receiver<crate::port::vhost_user::LentPair>>,
     /// The counter when the last round ended, or the worker resumed
     /// polling ([`Datapath::perf_resume`]): a round's cost is the time
     /// since, one counter read per round.
@@ -272,6 +274,7 @@ impl Datapath {
             rx_touched: Vec::with_capacity(64),
             perf: Arc::default(),
             broken_pairs: Vec::new(),
+            pair_inbox: None,
             perf_mark: crate::perf::clock(),
         }
     }

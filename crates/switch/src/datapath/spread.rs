@@ -4,11 +4,31 @@
 use super::{Datapath, Port, PortRuntime, Slot};
 use crate::port::vhost_user::{LentPair, Returned};
 use crate::PortId;
+use std::sync::mpsc::Receiver;
 use std::time::Instant;
 
 impl Datapath {
+    /// Where other workers' ports send the pairs they lend this one.
+    pub fn set_pair_inbox(&mut self, inbox: Receiver<LentPair>) {
+        self.pair_inbox = Some(inbox);
+    }
+
+    /// Serves the pairs lent to this worker that wait in its inbox (at
+    /// each look at the events, and at once when a frame for the port
+    /// comes through the mesh first). True when one came.
+    pub(super) fn take_held_pairs(&mut self) -> bool {
+        let mut came = false;
+        while let Some(lp) = self.pair_inbox.as_ref().and_then(|r| r.try_recv().ok()) {
+            log::debug!("{}: served by this worker", lp.name);
+            let slot = self.hold_pair(lp);
+            self.mark_dirty(slot);
+            came = true;
+        }
+        came
+    }
+
     /// Serves a pair another worker's port lent; returns its slot.
-    pub fn hold_pair(&mut self, lp: LentPair) -> usize {
+    fn hold_pair(&mut self, lp: LentPair) -> usize {
         let LentPair {
             id,
             name,
@@ -70,6 +90,7 @@ impl Datapath {
     /// the pairs holders returned and lends the pairs due. Pushes the
     /// slots whose watched descriptors changed.
     pub fn spread_tick(&mut self, now: Instant, changed: &mut Vec<usize>) {
+        self.take_held_pairs();
         for i in 0..self.slots.len() {
             let Some(Slot {
                 port: Port::VhostUser(p),

@@ -39,6 +39,8 @@ pub struct WorkerHandle {
     pub worker: WorkerId,
     /// Its command channel.
     pub commands: Sender<Command>,
+    /// Where it takes the pairs lent to it.
+    pub pairs: Sender<LentPair>,
     /// Written after each command.
     pub wake: Arc<EventFd>,
 }
@@ -360,7 +362,7 @@ impl VhostUserPort {
                 stats: Arc::clone(&s.stats[k]),
                 port,
             };
-            match h.commands.send(Command::HoldPair(Box::new(lp))) {
+            match h.pairs.send(lp) {
                 Ok(()) => {
                     let _ = h.wake.write(1);
                     s.place[k] = Place::Lent;
@@ -369,10 +371,9 @@ impl VhostUserPort {
                     log::info!("port {name}: queue pair {k} lent to worker {}", h.worker);
                 }
                 Err(e) => {
-                    if let Command::HoldPair(mut lp) = e.0 {
-                        let d = std::mem::take(&mut lp.port.device);
-                        self.device.take_back_pair(k, d);
-                    }
+                    let mut lp = e.0;
+                    let d = std::mem::take(&mut lp.port.device);
+                    self.device.take_back_pair(k, d);
                 }
             }
         }
