@@ -195,26 +195,26 @@ impl Spread {
             if self.place[k] != Place::Lent {
                 continue;
             }
-            if let Some(h) = &self.holders[k] {
-                let sent = h
-                    .commands
-                    .send(Command::ReturnPair(self.port_id(), k))
-                    .is_ok();
+            let Some(h) = &self.holders[k] else { continue };
+            if h.commands.send(Command::ReturnPair(self.id, k)).is_ok() {
                 let _ = h.wake.write(1);
-                if sent {
-                    log::debug!(
-                        "port id {}: queue pair {k} called back from worker {}",
-                        self.id,
-                        h.worker
-                    );
-                    self.place[k] = Place::Recalling;
-                }
+                log::debug!(
+                    "port id {}: queue pair {k} called back from worker {}",
+                    self.id,
+                    h.worker
+                );
+                self.place[k] = Place::Recalling;
+            } else {
+                // Its holder stopped (the switch is stopping): the pair is
+                // gone, the port's next front-end sets it up again.
+                log::warn!(
+                    "port id {}: queue pair {k} lost with worker {}",
+                    self.id,
+                    h.worker
+                );
+                self.place[k] = Place::Home;
             }
         }
-    }
-
-    fn port_id(&self) -> PortId {
-        self.id
     }
 }
 
