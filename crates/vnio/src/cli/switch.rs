@@ -476,7 +476,7 @@ fn policy_text(p: &PortInfo) -> String {
 
 fn print_ports(ports: &[PortInfo]) {
     println!(
-        "{:<12} {:>3}  {:<10} {:<6} {:<12} {:>10} {:>10} {:>7}  {:<16} {:<3} {:<7}  SOCKET",
+        "{:<12} {:>3}  {:<10} {:<6} {:<17} {:>10} {:>10} {:>7}  {:<16} {:<3} {:<7}  SOCKET",
         "NAME",
         "ID",
         "KIND",
@@ -525,7 +525,7 @@ fn print_ports(ports: &[PortInfo]) {
             None => p.policy.latency.to_string(),
         };
         println!(
-            "{:<12} {:>3}  {:<10} {:<6} {:<12} {:>10} {:>10} {:>7}  {:<16} {:<3} {:<7}  {}",
+            "{:<12} {:>3}  {:<10} {:<6} {:<17} {:>10} {:>10} {:>7}  {:<16} {:<3} {:<7}  {}",
             p.name,
             p.id,
             p.kind,
