@@ -109,7 +109,13 @@ pub struct SwitchConfig {
     /// Shared workers (1-8, default 1). Ports live on the first; with more
     /// than one, a multiqueue vhost-user port on it serves its queue pair k
     /// on shared worker k mod `workers` (docs/switch.md "Multiqueue vNICs").
+    /// Written out only when not 1 (a default file stays as before).
+    #[serde(skip_serializing_if = "is_one")]
     pub workers: usize,
+}
+
+fn is_one(n: &usize) -> bool {
+    *n == 1
 }
 
 impl Default for SwitchConfig {
