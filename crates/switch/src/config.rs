@@ -27,6 +27,9 @@ pub enum ConfigError {
     /// The TOML does not parse or has unknown keys.
     #[error("invalid configuration")]
     Parse(#[from] toml::de::Error),
+    /// `workers` is out of range.
+    #[error("workers = {0}: the switch runs 1 to {MAX_WORKERS} shared workers")]
+    Workers(usize),
     /// A port is inconsistent.
     #[error("port {name}: {what}")]
     Port {
@@ -57,6 +60,10 @@ pub struct Config {
     #[serde(default, rename = "port")]
     pub ports: Vec<PortSpec>,
 }
+
+/// Most shared workers (`[switch] workers`): one per queue pair of the
+/// largest multiqueue vNIC.
+pub const MAX_WORKERS: usize = crate::vhost_user::device::MAX_QUEUE_PAIRS;
 
 /// Switch-wide settings.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -99,6 +106,16 @@ pub struct SwitchConfig {
     /// in MiB (default 1 TiB): a memory table above it is refused and the
     /// port reset.
     pub max_guest_memory_mib: u64,
+    /// Shared workers (1-8, default 1). Ports live on the first; with more
+    /// than one, a multiqueue vhost-user port on it serves its queue pair k
+    /// on shared worker k mod `workers` (docs/switch.md "Multiqueue vNICs").
+    /// Written out only when not 1 (a default file stays as before).
+    #[serde(skip_serializing_if = "is_one")]
+    pub workers: usize,
+}
+
+fn is_one(n: &usize) -> bool {
+    *n == 1
 }
 
 impl Default for SwitchConfig {
@@ -115,6 +132,7 @@ impl Default for SwitchConfig {
             dedicated_rt_priority: None,
             metrics_listen: None,
             max_guest_memory_mib: crate::vhost_user::memory::DEFAULT_MAX_MEMORY >> 20,
+            workers: 1,
         }
     }
 }
@@ -607,6 +625,9 @@ impl Config {
     /// Parses TOML text.
     pub fn parse(text: &str) -> Result<Self, ConfigError> {
         let c: Config = toml::from_str(text)?;
+        if !(1..=MAX_WORKERS).contains(&c.switch.workers) {
+            return Err(ConfigError::Workers(c.switch.workers));
+        }
         for p in &c.ports {
             p.policy()?;
         }

@@ -150,3 +150,22 @@ fn rejects_bad_ports() {
     .is_err());
     assert!(Config::parse("[[port]]\nname = \"t\"\nkind = \"tap\"\nlatency = \"high\"\n").is_err());
 }
+
+#[test]
+fn workers_are_one_to_eight() {
+    assert_eq!(Config::parse("").unwrap().switch.workers, 1);
+    assert_eq!(
+        Config::parse("[switch]\nworkers = 2")
+            .unwrap()
+            .switch
+            .workers,
+        2
+    );
+    for bad in [0, 9] {
+        let e = Config::parse(&format!("[switch]\nworkers = {bad}")).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!("workers = {bad}: the switch runs 1 to 8 shared workers")
+        );
+    }
+}

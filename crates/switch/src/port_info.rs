@@ -41,12 +41,24 @@ pub struct PortInfo {
 }
 
 /// A multiqueue vNIC's queue pairs.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct QueuePairsInfo {
     /// Pairs offered.
     pub pairs: usize,
     /// Pairs running.
     pub running: usize,
+    /// The worker serving each pair, pair 0 first (empty: all on the
+    /// port's worker; see `[switch] workers`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub workers: Vec<u32>,
+    /// Times a pair was lent to another worker (once more after each
+    /// recall for the front-end's messages).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub lends: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// A port's latency policies as in force (latency-high forces coalescing and LRO off).

@@ -27,6 +27,9 @@ use vmm_sys_util::timerfd::TimerFd;
 
 pub use crate::port_info::{EgressInfo, PolicyInfo, PortInfo, QueuePairsInfo};
 
+#[path = "worker_spread.rs"]
+mod spread;
+
 /// Requests to the worker; each carries where to answer.
 // One per control request: the size of the largest variant (a port spec) does not matter.
 #[allow(clippy::large_enum_variant)]
@@ -68,6 +71,16 @@ pub enum Command {
     Release(Option<crate::PortId>, Sender<Vec<Lent>>),
     /// Take back lent queues; the vNIC they were lent for may be leaving.
     Restore(Vec<Lent>, Option<crate::PortId>, Sender<()>),
+    /// Give pair K of a port back to its owner.
+    ReturnPair(crate::PortId, usize),
+    /// Serve a multiqueue port's pairs on these workers (pair k on the
+    /// k-th, None: this one, worker `home`).
+    Spread(
+        String,
+        WorkerId,
+        Vec<Option<crate::port::vhost_user::WorkerHandle>>,
+        Sender<Result<(), String>>,
+    ),
     /// Stop the worker.
     Stop,
 }
@@ -154,6 +167,12 @@ impl Worker {
     /// Connects to another worker before the thread starts.
     pub fn add_peer(&mut self, p: PeerSetup) {
         self.dp.add_peer(p);
+    }
+
+    /// Where other workers' ports send the queue pairs they lend this
+    /// worker (before the thread starts).
+    pub fn set_pair_inbox(&mut self, inbox: Receiver<crate::port::vhost_user::LentPair>) {
+        self.dp.set_pair_inbox(inbox);
     }
 
     /// Learns another worker's port before the thread starts.
@@ -254,18 +273,7 @@ impl Worker {
             Port::Uplink(u) => ("uplink", u.ifname().to_string(), None, true, true),
             Port::Vxlan(v) => ("vxlan", v.describe(), None, true, true),
         };
-        let pairs = match &s.port {
-            Port::VhostUser(p) if p.device.queue_pairs() > 1 => {
-                let d = &p.device;
-                Some(QueuePairsInfo {
-                    pairs: d.queue_pairs(),
-                    running: (0..d.queue_pairs())
-                        .filter(|&k| d.ready(2 * k) && d.ready(2 * k + 1))
-                        .count(),
-                })
-            }
-            _ => None,
-        };
+        let pairs = spread::pairs_info(&s.port);
         Some(PortInfo {
             name: s.name.clone(),
             id: s.id.0,
@@ -304,7 +312,7 @@ impl Worker {
                     Port::Vxlan(v) => v.vteps(),
                     _ => Vec::new(),
                 },
-                ..s.stats.snapshot()
+                ..spread::snapshot(s)
             },
         })
     }
@@ -504,7 +512,13 @@ impl Worker {
                     let _ = reply.send(self.set(&name, &u));
                 }
                 Command::List(reply) => {
-                    let v = self.dp.slots().map(|(i, _)| i).collect::<Vec<_>>();
+                    // A lent pair is listed (and counted) with its port.
+                    let v = self
+                        .dp
+                        .slots()
+                        .filter(|(_, s)| !spread::is_lent_pair(s))
+                        .map(|(i, _)| i)
+                        .collect::<Vec<_>>();
                     let _ = reply.send(v.into_iter().filter_map(|i| self.info(i)).collect());
                 }
                 Command::Fdb(reply) => {
@@ -528,6 +542,10 @@ impl Worker {
                 Command::Restore(lent, leaving, reply) => {
                     self.dp.restore(lent, leaving);
                     let _ = reply.send(());
+                }
+                Command::ReturnPair(id, k) => self.return_pair(id, k),
+                Command::Spread(name, home, holders, reply) => {
+                    let _ = reply.send(self.spread(&name, home, holders));
                 }
                 Command::Stop => return false,
             }
@@ -637,10 +655,12 @@ impl Worker {
                 last_tick = now;
                 self.dp.tick(now, &mut changed);
             }
+            self.dp.spread_tick(now, &mut changed);
             self.dp.take_dirty(&mut changed);
             for &s in &changed {
                 self.sync(s);
             }
+            self.give_back_broken();
             if now.duration_since(last_age) >= AGE_EVERY {
                 last_age = now;
                 self.dp.age(now);

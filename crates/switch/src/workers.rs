@@ -34,6 +34,8 @@ struct Link {
     core: Option<usize>,
     /// Where the worker's time goes (it writes, we read).
     perf: Arc<crate::perf::WorkerPerf>,
+    /// Where it takes the queue pairs other workers' ports lend it.
+    pairs: Sender<crate::port::vhost_user::LentPair>,
 }
 
 impl Link {
@@ -72,6 +74,8 @@ struct Entry {
     /// along only when the MAC is configured).
     queue: QueueRequest,
     mac: Option<EthernetAddress>,
+    /// Queue pairs (a multiqueue vhost-user port's, else 1).
+    pairs: usize,
 }
 
 /// Every worker and where each port lives.
@@ -104,7 +108,9 @@ impl Workers {
             next_worker: 0,
             allowed,
         };
-        w.spawn(None).map_err(std::io::Error::other)?;
+        for _ in 0..w.cfg.workers.clamp(1, crate::config::MAX_WORKERS) {
+            w.spawn(None).map_err(std::io::Error::other)?;
+        }
         Ok(w)
     }
 
@@ -124,6 +130,8 @@ impl Workers {
             core,
         )
         .map_err(io)?;
+        let (pairs, inbox) = mpsc::channel();
+        worker.set_pair_inbox(inbox);
         let mut theirs = Vec::new();
         for l in &self.links {
             let (mine, other) = PeerSetup::pair(id, doorbell.clone(), l.id, l.doorbell.clone());
@@ -190,6 +198,7 @@ impl Workers {
             thread: Some(thread),
             core,
             perf,
+            pairs,
         });
         self.repin_shared();
         Ok(id)
@@ -235,8 +244,8 @@ impl Workers {
             .copied()
             .filter(|c| !dedicated.contains(c))
             .collect();
-        if let Some(shared) = self.links.iter().find(|l| l.core.is_none()) {
-            let _ = shared.ask(|tx| Command::Pin(rest, tx));
+        for shared in self.links.iter().filter(|l| l.core.is_none()) {
+            let _ = shared.ask(|tx| Command::Pin(rest.clone(), tx));
         }
     }
 
@@ -344,6 +353,10 @@ impl Workers {
         let id = PortId(self.next_port);
         let name = spec.name.clone();
         let uplink = spec.kind == PortKind::Uplink;
+        let pairs = match spec.kind {
+            PortKind::VhostUser => spec.queues.unwrap_or(1),
+            _ => 1,
+        };
         let r = self
             .link(worker)?
             .ask(|tx| Command::Add(spec, id, tx))
@@ -362,6 +375,7 @@ impl Workers {
                     uplink,
                     queue: policy.uplink_queue,
                     mac: policy.mac,
+                    pairs,
                 });
                 if uplink {
                     // Its queues go to the latency-high ports already here.
@@ -370,6 +384,12 @@ impl Workers {
                     }
                 } else {
                     self.lend_to(self.ports.len() - 1);
+                }
+                if pairs > 1 && worker == self.shared() {
+                    let name = &self.ports[self.ports.len() - 1].name;
+                    if let Err(e) = self.spread(name, pairs) {
+                        log::warn!("port {name}: its queue pairs stay on one worker: {e}");
+                    }
                 }
                 Ok(info)
             }
@@ -442,6 +462,12 @@ impl Workers {
             ));
         }
         let dedicated_core = self.link(worker)?.core;
+        if cur.latency != new.latency && self.spread_over(i) > 1 {
+            return Err(format!(
+                "port {name}: its queue pairs are spread over the {} shared workers (`workers`); a spread port stays on the shared worker",
+                self.spread_over(i)
+            ));
+        }
         match (cur.latency, new.latency) {
             (Latency::Normal, Latency::High) => {
                 let core = self.choose_core(new.core, None)?;
@@ -598,6 +624,9 @@ impl Drop for Workers {
         self.stop();
     }
 }
+
+#[path = "workers_spread.rs"]
+mod spread;
 
 /// Says at start what will undo a dedicated worker's busy polling. Both were
 /// measured with the latency-modes benchmark (now the lab's latency-modes

@@ -208,6 +208,13 @@ impl Datapath {
         match d.dest {
             Destination::Port(p, tagging) => {
                 if let Some(j) = dest_slot {
+                    if let Some(w) = self.routed_away(j, &frame) {
+                        self.push_remote(i, w, Some(p), &frame, &d);
+                        if learn {
+                            self.learn_mac(i, l2.src);
+                        }
+                        return Fwd::Done;
+                    }
                     if self.egress_wait(i, j, frame_len as usize) {
                         return Fwd::Wait;
                     }

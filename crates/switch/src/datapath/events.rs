@@ -137,6 +137,9 @@ impl Datapath {
                     log::info!("port {}: front-end connected", s.name);
                 }
             }
+            // A spread port's pairs come home before any message is read
+            // (its connection is unwatched until they are).
+            Watch::Connection if p.recall_pairs() => self.mark_dirty(idx),
             Watch::Connection => match p.on_readable() {
                 Ok(()) => {
                     // A migrated guest without GUEST_ANNOUNCE: QEMU's

@@ -261,7 +261,13 @@ impl Datapath {
     }
 }
 
-/// Whether `port` is an uplink queue lent by another worker's uplink.
+/// Whether `port` is an uplink queue lent by another worker's uplink, or a
+/// queue pair lent by another worker's vhost-user port: it takes unicast
+/// frames to its port here, floods reach the port through its owner.
 pub(super) fn is_lent(port: &Port) -> bool {
-    matches!(port, Port::Uplink(u) if u.lent().is_some())
+    match port {
+        Port::Uplink(u) => u.lent().is_some(),
+        Port::VhostUser(p) => p.lent_pair().is_some(),
+        _ => false,
+    }
 }

@@ -15,6 +15,7 @@ mod ingress;
 mod lending;
 mod lro_delivery;
 mod peers;
+mod spread;
 mod table;
 
 use events::{signal_now, signal_rx, tx_budget};
@@ -90,6 +91,10 @@ pub struct Slot {
     needs_mac: bool,
     /// Direct mode: the uplink this port is bound to.
     pub direct_up: Option<PortId>,
+    /// A multiqueue port whose pairs are spread over workers (its owner's
+    /// slot, or a pair lent here): a frame switched to it goes to the
+    /// worker serving the pair it steers to.
+    pub routed: bool,
 }
 
 /// The running state of a port's latency policies.
@@ -234,6 +239,10 @@ pub struct Datapath {
     rx_touched: Vec<usize>,
     /// Where this worker's time goes (read by the control plane).
     perf: Arc<WorkerPerf>,
+    /// Lent pairs whose rings failed here, to give back (see `spread.rs`).
+    broken_pairs: Vec<usize>,
+    /// Pairs other workers' ports lend this worker.
+    pair_inbox: Option<std::sync::mpsc::Receiver<crate::port::vhost_user::LentPair>>,
     /// The counter when the last round ended, or the worker resumed
     /// polling ([`Datapath::perf_resume`]): a round's cost is the time
     /// since, one counter read per round.
@@ -264,6 +273,8 @@ impl Datapath {
             to_vtep: None,
             rx_touched: Vec::with_capacity(64),
             perf: Arc::default(),
+            broken_pairs: Vec::new(),
+            pair_inbox: None,
             perf_mark: crate::perf::clock(),
         }
     }

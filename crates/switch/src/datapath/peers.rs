@@ -156,8 +156,13 @@ impl Datapath {
                 self.to_vtep = None;
             }
             if r.dest.is_some() {
-                break;
+                return;
             }
+        }
+        // No such port here: a pair lent to this worker whose frames came
+        // before it did (taken from the inbox, the frame is delivered).
+        if r.dest.is_some() && self.take_held_pairs() {
+            self.on_record(rec, now);
         }
     }
 

@@ -80,6 +80,7 @@ impl Datapath {
             mac,
             needs_mac: false,
             direct_up: None,
+            routed: false,
         };
         slot.needs_mac = slot.is_vnic() && mac.is_none();
         if matches!(slot.port, Port::VhostUser(_)) {
@@ -114,7 +115,9 @@ impl Datapath {
                 self.slots.len() - 1
             }
         };
-        if !self.bind_direct(idx) {
+        let pair = matches!(&self.slots[idx], Some(Slot { port: Port::VhostUser(p), .. }) if p.lent_pair().is_some());
+        // A lent pair's port joined the uplinks' tables on its owner.
+        if !pair && !self.bind_direct(idx) {
             self.join_queues(idx);
         }
         idx
@@ -307,7 +310,13 @@ impl Datapath {
             return;
         };
         match &mut s.port {
-            Port::VhostUser(p) => p.reset(now),
+            Port::VhostUser(p) => {
+                p.reset(now);
+                if p.lent_pair().is_some() {
+                    // Its owner resets the port once it has the pair back.
+                    self.broken_pairs.push(idx);
+                }
+            }
             Port::Tap(_) | Port::Uplink(_) | Port::Vxlan(_) => {}
         }
         s.rt.restart();

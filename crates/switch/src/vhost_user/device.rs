@@ -558,3 +558,6 @@ impl Device {
         self.mtu
     }
 }
+
+#[path = "device_lend.rs"]
+mod lend;

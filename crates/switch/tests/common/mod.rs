@@ -6,6 +6,7 @@
 pub mod attacks;
 pub mod packed;
 pub mod raw;
+pub mod testpmd;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};

@@ -476,7 +476,7 @@ fn policy_text(p: &PortInfo) -> String {
 
 fn print_ports(ports: &[PortInfo]) {
     println!(
-        "{:<12} {:>3}  {:<10} {:<6} {:<12} {:>10} {:>10} {:>7}  {:<16} {:<3} {:<7}  SOCKET",
+        "{:<12} {:>3}  {:<10} {:<6} {:<17} {:>10} {:>10} {:>7}  {:<16} {:<3} {:<7}  SOCKET",
         "NAME",
         "ID",
         "KIND",
@@ -490,8 +490,19 @@ fn print_ports(ports: &[PortInfo]) {
         "LATENCY"
     );
     for p in ports {
-        let state = match (p.running, p.connected, p.queues) {
-            // A multiqueue vNIC: pairs running of pairs offered.
+        let state = match (p.running, p.connected, &p.queues) {
+            // A multiqueue vNIC: pairs running of pairs offered, and the
+            // worker serving each pair when they are spread over workers.
+            (true, _, Some(q)) if !q.workers.is_empty() => format!(
+                "running {}/{}q w{}",
+                q.running,
+                q.pairs,
+                q.workers
+                    .iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ),
             (true, _, Some(q)) => format!("running {}/{}q", q.running, q.pairs),
             (true, _, None) => "running".into(),
             (false, true, _) => "connected".into(),
@@ -514,7 +525,7 @@ fn print_ports(ports: &[PortInfo]) {
             None => p.policy.latency.to_string(),
         };
         println!(
-            "{:<12} {:>3}  {:<10} {:<6} {:<12} {:>10} {:>10} {:>7}  {:<16} {:<3} {:<7}  {}",
+            "{:<12} {:>3}  {:<10} {:<6} {:<17} {:>10} {:>10} {:>7}  {:<16} {:<3} {:<7}  {}",
             p.name,
             p.id,
             p.kind,

@@ -50,7 +50,13 @@ impl VhostUserPort {
         if self.device.queue_pairs() == 1 {
             return self.deliver_on(RX_QUEUE, f, tagging, plan, chain, hint);
         }
-        let pair = super::steer::pair_for(f, self.device.ready_rx_pairs());
+        let ready = self.device.ready_rx_pairs();
+        let mut pair = super::steer::pair_for(f, ready | self.lent_mask());
+        if ready & 1 << pair == 0 {
+            // Steered to a pair another worker serves (a flood, or a frame
+            // that came through another worker): among the pairs here.
+            pair = super::steer::pair_for(f, ready);
+        }
         let r = self.deliver_on(rx_queue(pair), f, tagging, plan, chain, hint);
         if let Ok(bytes) = r {
             stats.pair(pair).rx.frame(bytes);
@@ -187,8 +193,9 @@ impl VhostUserPort {
         chain: &mut Chain,
         hint: usize,
     ) -> Option<Result<usize, DeliverError>> {
-        if self.device.queue_pairs() > 1 {
-            // A multiqueue vNIC: steering and pair counters, on the full path.
+        if self.pairs > 1 {
+            // A multiqueue vNIC (or one of its pairs served here):
+            // steering and pair counters, on the full path.
             return None;
         }
         let hdr_len = self.device.vnet_hdr_len();

@@ -6,8 +6,10 @@
 //! port listens (server) or reconnects (client) again. Nothing else is affected.
 
 mod deliver;
+mod spread;
 mod steer;
 pub(crate) use deliver::RxPlan;
+pub use spread::{LentPair, Returned, Spread, WorkerHandle, LEND_QUIET};
 pub use steer::{flow_hash, pick_pair};
 
 use super::{SocketMode, Watch, Watched};
@@ -88,6 +90,10 @@ pub struct VhostUserPort {
     /// front-end holds the file, and its number may be reused).
     retired: Vec<File>,
     retired_conns: Vec<Connection>,
+    /// The owner's side of pairs served by other workers (None: all here).
+    spread: Option<Box<spread::Spread>>,
+    /// This port is a pair another worker's port lent to this worker.
+    lent: Option<Box<spread::LentTo>>,
 }
 
 impl VhostUserPort {
@@ -127,7 +133,28 @@ impl VhostUserPort {
             pairs: 1,
             retired: Vec::new(),
             retired_conns: Vec::new(),
+            spread: None,
+            lent: None,
         })
+    }
+
+    /// A port with no socket: what a lent pair's holder serves.
+    fn bare(path: &Path) -> Self {
+        Self {
+            path: path.to_owned(),
+            mode: SocketMode::Server,
+            listener: None,
+            conn: None,
+            device: Device::default(),
+            next_attempt: None,
+            offloads: true,
+            max_memory: DEFAULT_MAX_MEMORY,
+            pairs: 1,
+            retired: Vec::new(),
+            retired_conns: Vec::new(),
+            spread: None,
+            lent: None,
+        }
     }
 
     /// Caps the guest memory a front-end may map through this port (from
@@ -176,7 +203,10 @@ impl VhostUserPort {
             out.push((l.as_raw_fd(), Watch::Listener));
         }
         if let Some(c) = &self.conn {
-            out.push((c.as_raw_fd(), Watch::Connection));
+            // Messages wait while a pair is with another worker.
+            if !self.pairs_recalling() {
+                out.push((c.as_raw_fd(), Watch::Connection));
+            }
             for q in 0..2 * self.device.queue_pairs() {
                 if let Some(fd) = self.device.kick_fd(q) {
                     out.push((fd, Watch::Kick(q as u8)));
@@ -226,6 +256,7 @@ impl VhostUserPort {
     /// Reads and applies up to [`MESSAGE_BUDGET`] complete messages. On
     /// error the caller resets the port.
     pub fn on_readable(&mut self) -> Result<(), ResetCause> {
+        self.spread_activity();
         let Some(conn) = self.conn.as_mut() else {
             return Ok(());
         };
@@ -277,6 +308,8 @@ impl VhostUserPort {
         self.retired_conns.extend(self.conn.take());
         self.device.retire(&mut self.retired);
         self.next_attempt = Some(now + RECONNECT_INTERVAL);
+        self.spread_reset();
+        self.mark_broken();
     }
 
     /// True when descriptors wait to be closed once unwatched.
