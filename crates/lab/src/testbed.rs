@@ -9,33 +9,39 @@
 //! after (processes, QEMU) it exists, and dropping the [`Testbed`] removes
 //! it all: guests first, then processes, then namespaces (which take their
 //! interfaces along).
+//!
+//! Here: building and tearing down a configuration; `testbed/process.rs`:
+//! starting and watching its processes; `testbed/description.rs`: the
+//! record of what was built.
 
-use std::fs::File;
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
-
 use crate::guest::{Guest, GuestKit};
 use crate::scenario::{Configuration, HostKind, Knobs, Scenario, WireKind};
 use vnio_topo::unique_id;
+use vnio_topo::Journal;
 use vnio_topo::Netns;
 use vnio_topo::Process;
-use vnio_topo::{Entry, Journal, SCRATCH_PREFIX};
 use vnio_topo::{Netem, RateLimit};
 
 mod anchors;
+mod description;
 mod guests;
 mod own_cpu;
+mod process;
 mod switch;
 mod wires;
 pub use anchors::endpoints_listen;
+pub use description::{BedDescription, GuestDescription, HostDescription};
 pub use own_cpu::{per_iteration, CpuSample};
+pub use process::{
+    log_tail, pin_process, pin_self, spawn, wait_log, wait_or_interrupt, wait_ready, Scratch,
+};
 
 /// Port every agent listens on.
 pub const AGENT_PORT: u16 = 7700;
@@ -69,87 +75,6 @@ fn setup(what: impl Into<String>, detail: impl std::fmt::Display) -> BedError {
     BedError::Setup {
         what: what.into(),
         detail: detail.to_string(),
-    }
-}
-
-/// A scratch directory under [`SCRATCH_ROOT`], journaled, removed on drop.
-#[derive(Debug)]
-pub struct Scratch {
-    path: PathBuf,
-    journal: Journal,
-}
-
-impl Scratch {
-    /// Create `SCRATCH_ROOT/vnio-lab-ID`.
-    pub fn create(journal: &Journal) -> Result<Scratch, BedError> {
-        let (id, _) = unique_id();
-        let path = Path::new(SCRATCH_ROOT).join(format!("{SCRATCH_PREFIX}{id}"));
-        journal.record(&Entry::Dir(path.clone()))?;
-        std::fs::create_dir_all(&path)
-            .map_err(|e| setup(format!("creating {}", path.display()), e))?;
-        Ok(Scratch {
-            path,
-            journal: journal.clone(),
-        })
-    }
-
-    /// The directory.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.path);
-        let _ = self.journal.forget(&Entry::Dir(self.path.clone()));
-    }
-}
-
-/// Start `cmd` as a journaled child in its own process group (so a Ctrl-C
-/// at the terminal reaches only the runner, which then stops it in order),
-/// stdin closed, stderr appended to `log`.
-pub fn spawn(cmd: &mut Command, journal: &Journal, log: &Path) -> Result<Process, BedError> {
-    let log_file = File::options()
-        .create(true)
-        .append(true)
-        .open(log)
-        .map_err(|e| setup(format!("opening {}", log.display()), e))?;
-    cmd.process_group(0).stdin(Stdio::null()).stderr(log_file);
-    Ok(Process::spawn_with_journal(cmd, journal)?)
-}
-
-/// Waits for `child` to exit; once `stop` is raised, interrupts it (SIGINT,
-/// once: a measuring tool still writes its result). `what` names it in
-/// the error.
-pub fn wait_or_interrupt(mut child: Process, stop: &AtomicBool, what: &str) -> Result<(), String> {
-    let mut signalled = false;
-    loop {
-        match child.child_mut().try_wait() {
-            Ok(Some(_)) => break,
-            Ok(None) => {}
-            Err(e) => return Err(format!("waiting for {what}: {e}")),
-        }
-        if stop.load(std::sync::atomic::Ordering::Relaxed) && !signalled {
-            let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
-            signalled = true;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let _ = child.wait();
-    Ok(())
-}
-
-/// The last lines of a log, for error messages.
-pub fn log_tail(log: &Path) -> String {
-    let text = std::fs::read_to_string(log).unwrap_or_default();
-    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
-    let tail = lines[lines.len().saturating_sub(2)..].join(" | ");
-    if tail.is_empty() {
-        "(no output)".into()
-    } else {
-        tail
     }
 }
 
@@ -194,56 +119,6 @@ impl BedHost {
     pub fn guest(&self) -> Option<&Guest> {
         self.guest.as_ref()
     }
-}
-
-/// What was built, for the store and the report.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct BedDescription {
-    /// Configuration name.
-    pub configuration: String,
-    /// Wire kind.
-    pub wire: WireKind,
-    /// Knobs in force.
-    pub knobs: Knobs,
-    /// The hosts.
-    pub hosts: Vec<HostDescription>,
-    /// Notes on what was applied.
-    pub notes: Vec<String>,
-    /// The other machines hosts were placed on.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub machines: Vec<crate::machine::span::MachineDescription>,
-}
-
-/// One host as built.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct HostDescription {
-    /// Scenario name.
-    pub name: String,
-    /// Kind in this configuration.
-    pub kind: HostKind,
-    /// Namespace name (namespace hosts).
-    pub netns: Option<String>,
-    /// The machine it is on (absent: this one).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub machine: Option<String>,
-    /// Address.
-    pub addr: Ipv4Addr,
-    /// Interface in the namespace.
-    pub ifname: Option<String>,
-    /// VM hosts: the guest as launched.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub guest: Option<GuestDescription>,
-}
-
-/// A VM host as launched.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct GuestDescription {
-    /// `kvm` or `tcg`.
-    pub accel: String,
-    /// Its NIC on the host side (`vhost-user port hN`, `tap NAME on br0`).
-    pub nic: String,
-    /// Seconds from QEMU's start to the guest's agent listening.
-    pub ready_s: f64,
 }
 
 /// A built configuration. Drop (or [`Testbed::teardown`]) removes it.
@@ -554,95 +429,4 @@ fn address(host: &mut BedHost, ifname: &str) -> Result<(), BedError> {
     h.set_up(ifname)?;
     host.ifname = Some(ifname.to_owned());
     Ok(())
-}
-
-/// Wait for a child to print its first line ("ready"): it has bound its
-/// sockets or connected its port. Its stdout must be piped.
-pub fn wait_ready(p: &mut Process, what: &str, log: &Path) -> Result<(), BedError> {
-    use std::io::BufRead;
-    let Some(stdout) = p.child_mut().stdout.take() else {
-        return Err(setup(what, "stdout is not piped"));
-    };
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut reader = std::io::BufReader::new(stdout);
-        let mut line = String::new();
-        let got = reader.read_line(&mut line).map(|_| line);
-        let _ = tx.send((got, reader));
-    });
-    match rx.recv_timeout(READY) {
-        Ok((Ok(line), reader)) if line.trim() == "ready" => {
-            // Hand the rest of the output back to the child's owner.
-            p.child_mut().stdout = Some(reader.into_inner());
-            Ok(())
-        }
-        Ok((Ok(line), _)) if line.is_empty() => {
-            Err(setup(what, format!("it exited: {}", log_tail(log))))
-        }
-        Ok((Ok(line), _)) => Err(setup(what, format!("unexpected output {:?}", line.trim()))),
-        Ok((Err(e), _)) => Err(setup(what, e)),
-        Err(_) => Err(setup(
-            what,
-            format!("not ready after {READY:?}: {}", log_tail(log)),
-        )),
-    }
-}
-
-/// Wait until a child's log (its stderr) contains `needle`.
-pub fn wait_log(p: &mut Process, what: &str, log: &Path, needle: &str) -> Result<(), BedError> {
-    let deadline = Instant::now() + READY;
-    loop {
-        if std::fs::read_to_string(log).is_ok_and(|t| t.contains(needle)) {
-            return Ok(());
-        }
-        if let Ok(Some(status)) = p.child_mut().try_wait() {
-            return Err(setup(
-                what,
-                format!("it exited ({status}): {}", log_tail(log)),
-            ));
-        }
-        if Instant::now() > deadline {
-            return Err(setup(
-                what,
-                format!("not ready after {READY:?}: {}", log_tail(log)),
-            ));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// Pin every thread of process `pid` to `cpus`.
-pub fn pin_process(pid: i32, cpus: &[usize]) -> Result<(), String> {
-    use nix::sched::{sched_setaffinity, CpuSet};
-    use nix::unistd::Pid;
-    let mut set = CpuSet::new();
-    for &c in cpus {
-        set.set(c).map_err(|e| format!("CPU {c}: {e}"))?;
-    }
-    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).map_err(|e| e.to_string())?;
-    for task in tasks.flatten() {
-        if let Some(tid) = task
-            .file_name()
-            .to_str()
-            .and_then(|t| t.parse::<i32>().ok())
-        {
-            sched_setaffinity(Pid::from_raw(tid), &set)
-                .map_err(|e| format!("thread {tid}: {e}"))?;
-        }
-    }
-    Ok(())
-}
-
-/// Pin the calling thread (and the threads it starts afterwards) to `cpus`.
-pub fn pin_self(cpus: &[usize]) -> Result<(), String> {
-    use nix::sched::{sched_setaffinity, CpuSet};
-    use nix::unistd::Pid;
-    if cpus.is_empty() {
-        return Ok(());
-    }
-    let mut set = CpuSet::new();
-    for &c in cpus {
-        set.set(c).map_err(|e| format!("CPU {c}: {e}"))?;
-    }
-    sched_setaffinity(Pid::from_raw(0), &set).map_err(|e| format!("pinning to CPUs {cpus:?}: {e}"))
 }

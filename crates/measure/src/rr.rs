@@ -5,11 +5,12 @@
 //! Every transaction is timed individually: the send stamp of each request in
 //! flight is kept (a FIFO for TCP, a sequence-indexed ring for UDP) and its
 //! response is matched to it.
+//!
+//! Here: the parameters, the session and what TCP, UDP and ping share
+//! (kernel receive stamps, the sequence ring, the paced wait); the loops
+//! are in `rr/tcp.rs` and `rr/udp.rs`.
 
-use std::collections::VecDeque;
-use std::io::{ErrorKind, IoSliceMut, Read, Write};
-use std::net::{SocketAddr, TcpStream, UdpSocket};
-use std::os::fd::AsFd;
+use std::io::IoSliceMut;
 use std::time::Duration;
 
 use nix::poll::{PollFd, PollFlags};
@@ -19,13 +20,16 @@ use nix::sys::socket::{
 use serde::Serialize;
 
 use crate::clock;
-use crate::path::{Datagrams, KernelUdp, Via};
-use crate::proto::{Transport, UDP_HEADER};
+use crate::path::Via;
+use crate::proto::Transport;
 use crate::run::SessionCtx;
-use crate::session::{
-    dirty_read, dirty_write, now, read_full, write_full, Ended, Outcome, Recorder,
-};
-use crate::sys;
+use crate::session::{now, Ended, Outcome, Recorder};
+
+mod tcp;
+mod udp;
+
+use self::tcp::{tcp_closed, tcp_open};
+use self::udp::{udp_closed, udp_open};
 
 /// A UDP request unanswered this long is lost; the session sends a new one.
 const UDP_LOSS_TIMEOUT: Duration = Duration::from_millis(200);
@@ -112,106 +116,12 @@ struct Extra {
     late: u64,
 }
 
-fn connect_tcp(ctx: &SessionCtx, p: &RrParams) -> Result<TcpStream, Ended> {
-    let addr = SocketAddr::new(ctx.agent.ip(), ctx.port);
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5))
-        .map_err(|e| Ended::Failed(format!("connecting data session to {addr}: {e}")))?;
-    let _ = s.set_nodelay(p.nodelay);
-    let _ = s.set_read_timeout(Some(POLL));
-    let _ = s.set_write_timeout(Some(POLL));
-    if let Some(us) = p.busy_poll_us {
-        sys::set_busy_poll(s.as_fd(), us)
-            .map_err(|e| Ended::Failed(format!("SO_BUSY_POLL {us} us: {e}")))?;
-    }
-    let mut hdr = [0u8; 12];
-    hdr[..8].copy_from_slice(&ctx.key.to_be_bytes());
-    hdr[8..].copy_from_slice(&(ctx.index as u32).to_be_bytes());
-    s.write_all(&hdr)
-        .map_err(|e| Ended::Failed(e.to_string()))?;
-    Ok(s)
-}
-
-fn tcp_closed(ctx: &SessionCtx, p: &RrParams, rec: &mut Recorder) -> Result<(), Ended> {
-    if p.rx_timestamp {
-        return Err(Ended::Failed(
-            "software receive timestamps are supported for UDP rr and ping, not TCP".into(),
-        ));
-    }
-    let mut s = connect_tcp(ctx, p)?;
-    let mut req = vec![0u8; p.request as usize];
-    let mut resp = vec![0u8; p.response as usize];
-    let mut in_flight: VecDeque<u64> = VecDeque::with_capacity(p.burst as usize);
-    let w = &ctx.window;
-    let over = || w.over(now());
-    ctx.wait_start();
-    for _ in 0..p.burst.max(1) {
-        in_flight.push_back(now());
-        write_full(&mut s, &req, over)?;
-    }
-    let mut round = 0u64;
-    loop {
-        match read_full(&mut s, &mut resp, over) {
-            Ok(()) => {}
-            Err(Ended::Stopped) => return Ok(()),
-            Err(e) => return Err(e),
-        }
-        let t = now();
-        if let Some(sent) = in_flight.pop_front() {
-            rec.record(t, t - sent);
-        }
-        if w.over(t) {
-            return Ok(());
-        }
-        // The next request's stamp: the receive instant serves (a few ns of
-        // recording are charged to it, never hidden) unless touching the
-        // buffers came in between, which is not network time.
-        let mut stamp = t;
-        if p.dirty {
-            dirty_read(&resp);
-            round += 1;
-            dirty_write(&mut req, round);
-            stamp = now();
-        }
-        in_flight.push_back(stamp);
-        match write_full(&mut s, &req, over) {
-            Ok(()) | Err(Ended::Stopped) => {}
-            Err(e) => return Err(e),
-        }
-    }
-}
-
-/// A UDP socket set up for one session: connected to its agent port, with
-/// optional busy polling and kernel receive timestamps.
+/// Turns on kernel software receive timestamps (SO_TIMESTAMPING) on `s`.
 pub(crate) fn enable_rx_timestamps(s: &impl std::os::fd::AsFd) -> Result<(), Ended> {
     let flags = TimestampingFlag::SOF_TIMESTAMPING_SOFTWARE
         | TimestampingFlag::SOF_TIMESTAMPING_RX_SOFTWARE;
     setsockopt(s, sockopt::Timestamping, &flags)
         .map_err(|e| Ended::Failed(format!("enabling SO_TIMESTAMPING: {e}")))
-}
-
-fn udp_socket(ctx: &SessionCtx, p: &RrParams) -> Result<KernelUdp, Ended> {
-    let fail = |what: &str, e: std::io::Error| Ended::Failed(format!("{what}: {e}"));
-    let bind: SocketAddr = if ctx.agent.is_ipv4() {
-        "0.0.0.0:0".parse()
-    } else {
-        "[::]:0".parse()
-    }
-    .map_err(|_| Ended::Failed("bad bind address".into()))?;
-    let s = UdpSocket::bind(bind).map_err(|e| fail("binding UDP socket", e))?;
-    s.connect(SocketAddr::new(ctx.agent.ip(), ctx.port))
-        .map_err(|e| fail("connecting UDP socket", e))?;
-    s.set_read_timeout(Some(POLL))
-        .map_err(|e| fail("setting timeout", e))?;
-    if let Some(us) = p.busy_poll_us {
-        sys::set_busy_poll(s.as_fd(), us).map_err(|e| fail(&format!("SO_BUSY_POLL {us} us"), e))?;
-    }
-    if p.rx_timestamp {
-        enable_rx_timestamps(&s)?;
-    }
-    Ok(KernelUdp {
-        socket: s,
-        stamped: p.rx_timestamp,
-    })
 }
 
 /// Receives one datagram with its kernel software receive timestamp
@@ -270,114 +180,6 @@ impl Ring {
     }
 }
 
-#[inline]
-fn stamp_header(buf: &mut [u8], key: u64, seq: u64) {
-    buf[..8].copy_from_slice(&key.to_be_bytes());
-    buf[8..16].copy_from_slice(&seq.to_be_bytes());
-}
-
-#[inline]
-fn header_seq(buf: &[u8], key: u64) -> Option<u64> {
-    if buf.len() < UDP_HEADER || buf[..8] != key.to_be_bytes() {
-        return None;
-    }
-    Some(u64::from_be_bytes(buf[8..16].try_into().ok()?))
-}
-
-fn send_err(e: std::io::Error) -> Ended {
-    match e.kind() {
-        ErrorKind::ConnectionRefused => Ended::Closed,
-        _ => Ended::Failed(format!("UDP send: {e}")),
-    }
-}
-
-fn udp_closed(
-    ctx: &SessionCtx,
-    p: &RrParams,
-    rec: &mut Recorder,
-    x: &mut Extra,
-) -> Result<(), Ended> {
-    match &p.via {
-        None => udp_closed_on(ctx, p, rec, x, udp_socket(ctx, p)?),
-        Some(via) => udp_closed_on(ctx, p, rec, x, open_via(ctx, via)?),
-    }
-}
-
-/// Opens this session's non-kernel path.
-fn open_via(ctx: &SessionCtx, via: &crate::path::Via) -> Result<crate::path::BoxedPath, Ended> {
-    via.0
-        .open(ctx.index, SocketAddr::new(ctx.agent.ip(), ctx.port))
-        .map_err(Ended::Failed)
-}
-
-fn udp_closed_on<D: Datagrams>(
-    ctx: &SessionCtx,
-    p: &RrParams,
-    rec: &mut Recorder,
-    x: &mut Extra,
-    mut s: D,
-) -> Result<(), Ended> {
-    let clock_now = || {
-        if p.rx_timestamp {
-            clock::realtime_ns()
-        } else {
-            now()
-        }
-    };
-    let mut req = vec![0u8; p.request as usize];
-    let mut buf = vec![0u8; 65536];
-    let burst = u64::from(p.burst.max(1));
-    let mut ring = Ring::new(burst as usize * 4);
-    let (mut seq, mut outstanding, mut last_answer) = (0u64, 0u64, now());
-    let w = &ctx.window;
-    ctx.prove(&mut s)?;
-    ctx.wait_start();
-    let mut send =
-        |s: &mut D, seq: &mut u64, ring: &mut Ring, req: &mut [u8]| -> Result<(), Ended> {
-            stamp_header(req, ctx.key, *seq);
-            ring.put(*seq, clock_now());
-            *seq += 1;
-            x.sent += 1;
-            match s.send(req) {
-                // A full transmit queue loses the request: the loss timeout counts it.
-                Err(e) if e.kind() == ErrorKind::WouldBlock => Ok(()),
-                r => r.map_err(send_err),
-            }
-        };
-    while !w.over(now()) {
-        while outstanding < burst {
-            send(&mut s, &mut seq, &mut ring, &mut req)?;
-            outstanding += 1;
-        }
-        match s.recv_wait(&mut buf) {
-            Ok(None) => {}
-            Ok(Some((n, ts))) => {
-                let t_recv = ts.unwrap_or_else(clock_now);
-                let t = now();
-                if let Some(sent) = header_seq(&buf[..n], ctx.key).and_then(|q| ring.take(q)) {
-                    rec.record(t, t_recv.saturating_sub(sent));
-                    outstanding -= 1;
-                    last_answer = t;
-                    if p.dirty {
-                        dirty_read(&buf[..n]);
-                        dirty_write(&mut req[UDP_HEADER..], seq);
-                    }
-                }
-            }
-            Err(e) if e.kind() == ErrorKind::ConnectionRefused => return Err(Ended::Closed),
-            Err(e) => return Err(Ended::Failed(format!("UDP receive: {e}"))),
-        }
-        if outstanding > 0 && now() - last_answer > UDP_LOSS_TIMEOUT.as_nanos() as u64 {
-            // The requests in flight are lost: forget them, start a new burst.
-            x.lost += outstanding;
-            outstanding = 0;
-            last_answer = now();
-            ring.clear();
-        }
-    }
-    Ok(())
-}
-
 /// How close to a due send a timed loop stops sleeping and spins: a wake-up
 /// from a timed sleep is late by the scheduler's latency (tens of µs on a
 /// loaded or virtual host), which open-loop latency would count.
@@ -401,196 +203,9 @@ pub(crate) fn poll_wait(
     let _ = nix::poll::ppoll(&mut fds, Some(ts), None);
 }
 
-fn tcp_open(
-    ctx: &SessionCtx,
-    p: &RrParams,
-    rate: u64,
-    rec: &mut Recorder,
-    x: &mut Extra,
-) -> Result<(), Ended> {
-    if p.rx_timestamp {
-        return Err(Ended::Failed(
-            "software receive timestamps are supported for UDP rr and ping, not TCP".into(),
-        ));
-    }
-    let mut s = connect_tcp(ctx, p)?;
-    s.set_nonblocking(true)
-        .map_err(|e| Ended::Failed(e.to_string()))?;
-    let req = vec![0u8; p.request as usize];
-    let mut resp = vec![0u8; p.response as usize];
-    let mut intended: VecDeque<u64> = VecDeque::with_capacity(4096);
-    ctx.wait_start();
-    let sched = ctx.schedule(rate);
-    let (mut started, mut write_left, mut read_off) = (0u64, 0usize, 0usize);
-    loop {
-        let t = now();
-        if ctx.window.over(t) {
-            return Ok(());
-        }
-        let due = sched.due_by(t);
-        // Write every due request (a partial write resumes on the next turn).
-        loop {
-            if write_left == 0 {
-                if started >= due || intended.len() >= MAX_OUTSTANDING {
-                    break;
-                }
-                let at = sched.send_at(started);
-                if t > at + 1_000_000 {
-                    x.late += 1;
-                }
-                intended.push_back(at);
-                started += 1;
-                x.sent += 1;
-                write_left = req.len();
-            }
-            match s.write(&req[req.len() - write_left..]) {
-                Ok(n) => write_left -= n,
-                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
-                Err(e)
-                    if matches!(e.kind(), ErrorKind::ConnectionReset | ErrorKind::BrokenPipe) =>
-                {
-                    return Err(Ended::Closed)
-                }
-                Err(e) => return Err(Ended::Failed(e.to_string())),
-            }
-        }
-        // Read every complete response.
-        loop {
-            match s.read(&mut resp[read_off..]) {
-                Ok(0) => return Err(Ended::Closed),
-                Ok(n) => {
-                    read_off += n;
-                    if read_off == resp.len() {
-                        read_off = 0;
-                        let t = now();
-                        if let Some(at) = intended.pop_front() {
-                            rec.record(t, t.saturating_sub(at));
-                        }
-                        if p.dirty {
-                            dirty_read(&resp);
-                        }
-                    }
-                }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
-                Err(e)
-                    if matches!(e.kind(), ErrorKind::ConnectionReset | ErrorKind::BrokenPipe) =>
-                {
-                    return Err(Ended::Closed)
-                }
-                Err(e) => return Err(Ended::Failed(e.to_string())),
-            }
-        }
-        let mut events = PollFlags::POLLIN;
-        if write_left > 0 {
-            events |= PollFlags::POLLOUT;
-        }
-        poll_wait(
-            s.as_fd(),
-            events,
-            if write_left > 0 {
-                now() + POLL.as_nanos() as u64
-            } else {
-                sched.send_at(started)
-            },
-            SEND_SPIN_NS,
-        );
-    }
-}
-
-fn udp_open(
-    ctx: &SessionCtx,
-    p: &RrParams,
-    rate: u64,
-    rec: &mut Recorder,
-    x: &mut Extra,
-) -> Result<(), Ended> {
-    if p.rx_timestamp {
-        return Err(Ended::Failed(
-            "software receive timestamps are used with closed-loop UDP rr, not --rate".into(),
-        ));
-    }
-    match &p.via {
-        None => udp_open_on(ctx, p, rate, rec, x, udp_socket(ctx, p)?),
-        Some(via) => udp_open_on(ctx, p, rate, rec, x, open_via(ctx, via)?),
-    }
-}
-
-fn udp_open_on<D: Datagrams>(
-    ctx: &SessionCtx,
-    p: &RrParams,
-    rate: u64,
-    rec: &mut Recorder,
-    x: &mut Extra,
-    mut s: D,
-) -> Result<(), Ended> {
-    let mut req = vec![0u8; p.request as usize];
-    let mut buf = vec![0u8; 65536];
-    // A ring wide enough for one second of requests at this rate.
-    let mut ring = Ring::new((rate as usize).clamp(64, MAX_OUTSTANDING));
-    ctx.prove(&mut s)?;
-    ctx.wait_start();
-    let sched = ctx.schedule(rate);
-    let mut seq = 0u64;
-    let mut answered = 0u64;
-    loop {
-        let t = now();
-        if ctx.window.over(t) {
-            break;
-        }
-        while seq < sched.due_by(t) {
-            let at = sched.send_at(seq);
-            if t > at + 1_000_000 {
-                x.late += 1;
-            }
-            stamp_header(&mut req, ctx.key, seq);
-            ring.put(seq, at);
-            seq += 1;
-            x.sent += 1;
-            match s.send(&req) {
-                Ok(()) => {}
-                // A full socket buffer loses the request: it counts as lost.
-                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
-                Err(e) => return Err(send_err(e)),
-            }
-        }
-        loop {
-            match s.recv_now(&mut buf) {
-                Ok(Some(n)) => {
-                    let t = now();
-                    if let Some(at) = header_seq(&buf[..n], ctx.key).and_then(|q| ring.take(q)) {
-                        rec.record(t, t.saturating_sub(at));
-                        answered += 1;
-                    }
-                }
-                Ok(None) => break,
-                Err(e) if e.kind() == ErrorKind::ConnectionRefused => return Err(Ended::Closed),
-                Err(e) => return Err(Ended::Failed(format!("UDP receive: {e}"))),
-            }
-        }
-        s.idle_until(sched.send_at(seq));
-    }
-    // Answers still on their way are not lost: give them a moment.
-    let drain_end = now() + UDP_LOSS_TIMEOUT.as_nanos() as u64;
-    while now() < drain_end && answered < seq {
-        match s.recv_now(&mut buf) {
-            Ok(Some(n)) => {
-                if header_seq(&buf[..n], ctx.key)
-                    .and_then(|q| ring.take(q))
-                    .is_some()
-                {
-                    answered += 1;
-                }
-            }
-            _ => s.idle_until(now() + 1_000_000),
-        }
-    }
-    x.lost = seq - answered;
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::Ring;
 
     #[test]
     fn ring_matches_only_in_flight_sequences() {
@@ -602,14 +217,5 @@ mod tests {
         r.put(65, 300); // overwrites slot of 1: 1 is forgotten
         assert_eq!(r.take(1), None);
         assert_eq!(r.take(65), Some(300));
-    }
-
-    #[test]
-    fn header_needs_the_key() {
-        let mut b = [0u8; 32];
-        stamp_header(&mut b, 7, 42);
-        assert_eq!(header_seq(&b, 7), Some(42));
-        assert_eq!(header_seq(&b, 8), None);
-        assert_eq!(header_seq(&b[..10], 7), None);
     }
 }

@@ -3,32 +3,36 @@
 //! interface, no socket, no state directory. Everything the launcher
 //! creates is recorded in the state before it is created, so `stop` (or a
 //! later launch of the same name after a crash) removes exactly that.
+//!
+//! This module decides what to launch (options, plan, the switch's
+//! answers) and undoes a failed launch; `launch/start.rs` runs the
+//! host-side steps and QEMU; `launch/stop.rs` ends a VM and removes what
+//! it owned.
 
 use std::fs::File;
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
-
-use nix::sched::CpuSet;
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
+use std::time::Duration;
 
 use crate::accel::{self, AccelDecision, QEMU};
 use crate::error::{Context, Error, Result};
 use crate::host::HostFacts;
-use crate::hostnet;
 use crate::image::{self, Image};
-use crate::passthrough::{self, Passthrough};
-use crate::plan::{self, Pinning, Plan, PlanInput, SwitchAnswer};
-use crate::qmp::Qmp;
+use crate::passthrough;
+use crate::plan::{self, Plan, PlanInput, SwitchAnswer};
 use crate::spec::{Backend, VmSpec};
 use crate::state::{self, Owned, Phase, State, VmDir};
 use crate::switchport;
 use vnio_switch::config::Latency as SwitchLatency;
 use vnio_topo::{Entry, Journal};
+
+mod start;
+mod stop;
+
+use self::start::start;
+pub use self::stop::{stop, supervise, teardown, Stopped};
 
 /// How to launch.
 #[derive(Debug, Clone)]
@@ -389,216 +393,6 @@ fn check_interrupt(opts: &LaunchOptions) -> Result<()> {
     }
 }
 
-/// The steps after the state directory exists; errors are undone by the
-/// caller, which gets QEMU and its journal entry through `slots`.
-fn start(
-    dir: &VmDir,
-    st: &mut State,
-    plan: &Plan,
-    pt: &[(usize, Passthrough)],
-    opts: &LaunchOptions,
-    slots: (&mut Option<Child>, &mut Option<Entry>),
-    lock: RootLock,
-) -> Result<()> {
-    let (child_slot, journal_slot) = slots;
-    let mut net: Option<vnio_topo::Handle> = None;
-    // Host interfaces before QEMU: macvtaps (QEMU gets their fds) and bridges.
-    let mut pass = Vec::new();
-    let mut keep_open: Vec<File> = Vec::new();
-    for n in &plan.nics {
-        check_interrupt(opts)?;
-        match &n.backend {
-            Backend::Macvtap { parent, mode } => {
-                let name = n.host_ifname.clone().expect("macvtaps are named");
-                st.owned.push(Owned::Link { name: name.clone() });
-                st.save(dir)?;
-                let h = netlink(&mut net, dir)?;
-                let f = hostnet::create_macvtap(h, &name, parent, *mode, n.mac)?;
-                pass.push((f.as_raw_fd(), n.fd.expect("macvtaps have an fd number")));
-                keep_open.push(f);
-            }
-            Backend::Tap {
-                bridge: Some(b), ..
-            } => {
-                let h = netlink(&mut net, dir)?;
-                if !hostnet::exists(h, b)? {
-                    st.owned.push(Owned::Bridge { name: b.clone() });
-                    st.save(dir)?;
-                    hostnet::create_bridge(h, b)?;
-                }
-            }
-            Backend::VhostUser {
-                socket,
-                server: true,
-                ..
-            } => {
-                st.owned.push(Owned::Socket {
-                    path: socket.clone(),
-                });
-                st.save(dir)?;
-            }
-            // QEMU redials a restarted switch (`reconnect=1`), so it would
-            // also wait forever for a socket that is not there at all.
-            Backend::VhostUser {
-                socket,
-                server: false,
-                ..
-            } => {
-                use std::os::unix::fs::FileTypeExt;
-                let is_socket = std::fs::metadata(socket).map(|m| m.file_type().is_socket());
-                if !matches!(is_socket, Ok(true)) {
-                    return Err(Error::Invalid(format!(
-                        "vhost-user NIC: nothing for QEMU to connect to at {} ({}): start the switch and its port first",
-                        socket.display(),
-                        match is_socket {
-                            Ok(_) => "not a socket".to_string(),
-                            Err(e) => e.to_string(),
-                        }
-                    )));
-                }
-            }
-            _ => {}
-        }
-    }
-    let argv = passthrough::hand_over(dir, st, plan, pt)?;
-    std::fs::write(dir.cmdline(), plan::shell_line(&argv) + "\n")
-        .ctx(|| format!("writing {}", dir.cmdline().display()))?;
-
-    // QEMU, paused (-S) until pinning and interfaces are in place.
-    let log =
-        File::create(dir.qemu_log()).ctx(|| format!("creating {}", dir.qemu_log().display()))?;
-    let log2 = log.try_clone().ctx(|| "duplicating the log file".into())?;
-    let mut cmd = Command::new(&argv[0]);
-    cmd.args(&argv[1..])
-        .arg("-S")
-        .stdin(Stdio::null())
-        .stdout(log)
-        .stderr(log2);
-    crate::sys::detach_and_pass_fds(&mut cmd, pass);
-    check_interrupt(opts)?;
-    let child = cmd.spawn().ctx(|| format!("starting {}", argv[0]))?;
-    st.pid = Some(child.id());
-    st.launched_ns = state::monotonic_ns();
-    let child = child_slot.insert(child);
-    if let Some(j) = &opts.journal {
-        if let Some(entry) = Entry::process(child.id() as i32) {
-            j.record(&entry)
-                .ctx(|| "recording QEMU in the journal".into())?;
-            *journal_slot = Some(entry);
-        }
-    }
-    st.save(dir)?;
-    // QEMU holds the macvtap devices now.
-    drop(keep_open);
-
-    let mut qmp = wait_for_qmp(dir, child, opts)?;
-    // Cores are claimed once QEMU runs and its pinning is in the state.
-    drop(lock);
-    if let Some(p) = &plan.pinning {
-        pin(&mut qmp, child.id(), p)?;
-    }
-    for n in &plan.nics {
-        if let (
-            Backend::Tap {
-                bridge, host_ip, ..
-            },
-            Some(tap),
-        ) = (&n.backend, &n.host_ifname)
-        {
-            let h = netlink(&mut net, dir)?;
-            hostnet::attach_tap(h, tap, bridge.as_deref(), *host_ip)?;
-        }
-    }
-    check_interrupt(opts)?;
-    qmp.cont()?;
-    st.phase = Phase::Running;
-    st.save(dir)
-}
-
-/// One netlink handle per launch, opened on first use.
-fn netlink<'a>(
-    slot: &'a mut Option<vnio_topo::Handle>,
-    dir: &VmDir,
-) -> Result<&'a mut vnio_topo::Handle> {
-    if slot.is_none() {
-        *slot = Some(hostnet::handle(dir.path())?);
-    }
-    Ok(slot.as_mut().expect("just set"))
-}
-
-fn wait_for_qmp(dir: &VmDir, child: &mut Child, opts: &LaunchOptions) -> Result<Qmp> {
-    let started = Instant::now();
-    loop {
-        check_interrupt(opts)?;
-        if let Some(status) = child.try_wait().ctx(|| "waiting for QEMU".into())? {
-            return Err(Error::Guest(format!("QEMU exited at start ({status})")));
-        }
-        if dir.qmp().exists() {
-            if let Ok(q) = Qmp::connect(&dir.qmp()) {
-                return Ok(q);
-            }
-        }
-        if started.elapsed() > opts.start_timeout {
-            let waiting = st_waiting_hint(dir);
-            return Err(Error::Guest(format!(
-                "QEMU did not open its monitor within {} s{waiting}",
-                opts.start_timeout.as_secs()
-            )));
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// QEMU's own account of what it waits for (e.g. a vhost-user backend).
-fn st_waiting_hint(dir: &VmDir) -> String {
-    let log = std::fs::read_to_string(dir.qemu_log()).unwrap_or_default();
-    match log.lines().rev().find(|l| !l.trim().is_empty()) {
-        Some(l) => format!(" (QEMU: {l})"),
-        None => String::new(),
-    }
-}
-
-fn cpuset(cpus: &[usize]) -> Result<CpuSet> {
-    let mut set = CpuSet::new();
-    for &c in cpus {
-        set.set(c).ctx(|| format!("CPU {c} in a CPU set"))?;
-    }
-    Ok(set)
-}
-
-/// Pins each vCPU thread to its core and every other QEMU thread to the
-/// housekeeping cores (threads QEMU starts later inherit the main
-/// thread's mask).
-fn pin(qmp: &mut Qmp, pid: u32, p: &Pinning) -> Result<()> {
-    let vcpus = qmp.vcpus()?;
-    let mut vcpu_tids = Vec::new();
-    for v in &vcpus {
-        let Some(&core) = p.vcpus.get(v.index) else {
-            continue;
-        };
-        nix::sched::sched_setaffinity(Pid::from_raw(v.thread_id), &cpuset(&[core])?).ctx(|| {
-            format!(
-                "pinning vCPU {} (thread {}) to CPU {core}",
-                v.index, v.thread_id
-            )
-        })?;
-        vcpu_tids.push(v.thread_id);
-    }
-    let housekeeping = cpuset(&p.housekeeping)?;
-    let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
-        .ctx(|| format!("listing QEMU {pid}'s threads"))?;
-    for t in tasks.filter_map(|e| e.ok()) {
-        let Some(tid) = t.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
-            continue;
-        };
-        if !vcpu_tids.contains(&tid) {
-            // A thread may have ended meanwhile; that is fine.
-            let _ = nix::sched::sched_setaffinity(Pid::from_raw(tid), &housekeeping);
-        }
-    }
-    Ok(())
-}
-
 /// An error with its causes, on one line.
 fn error_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
@@ -609,162 +403,4 @@ fn error_chain(e: &dyn std::error::Error) -> String {
         cause = c.source();
     }
     s
-}
-
-/// Stops QEMU if it runs and removes everything listed in the state, then
-/// the state directory. Returns what it removed. Never fails: each step is
-/// attempted, and leftovers are reported.
-pub fn teardown(dir: &VmDir, st: &State, child: Option<&mut Child>) -> Vec<String> {
-    let mut done = Vec::new();
-    if let Some(pid) = st.pid {
-        if stop_qemu(dir, pid, child) {
-            done.push(format!("QEMU {pid}"));
-        }
-    }
-    let mut net = None;
-    for o in st.owned.iter().rev() {
-        match o {
-            Owned::Link { name } | Owned::Bridge { name } => {
-                if net.is_none() {
-                    net = hostnet::handle(dir.path()).ok();
-                }
-                if let Some(h) = net.as_mut() {
-                    match hostnet::delete(h, name) {
-                        Ok(true) => done.push(format!("interface {name}")),
-                        Ok(false) => {}
-                        Err(e) => done.push(format!("interface {name} NOT removed: {e}")),
-                    }
-                }
-            }
-            Owned::SwitchPort {
-                control,
-                port,
-                latency,
-            } => match switchport::set_latency(control, port, *latency) {
-                Ok(()) => done.push(format!("switch port {port} back to latency {latency}")),
-                // The switch (or the port) is gone: nothing to put back.
-                Err(_) if !control.exists() => {}
-                Err(e) => done.push(format!(
-                    "switch port {port} NOT back to latency {latency}: {}",
-                    error_chain(&e)
-                )),
-            },
-            Owned::Passthrough { undo } => {
-                done.push(passthrough::undo(&passthrough::Sysfs::host(), undo));
-            }
-            Owned::Socket { path: p } => {
-                if std::fs::remove_file(p).is_ok() {
-                    done.push(format!("socket {}", p.display()));
-                }
-            }
-        }
-    }
-    // QEMU's taps vanish with its last fd; wait for the kernel to finish.
-    let taps: Vec<&String> = st
-        .spec
-        .nics
-        .iter()
-        .zip(&st.host_ifnames)
-        .filter(|(n, _)| matches!(n.backend, Backend::Tap { .. }))
-        .filter_map(|(_, i)| i.as_ref())
-        .collect();
-    if !taps.is_empty() && nix::unistd::geteuid().is_root() {
-        if let Ok(mut h) = hostnet::handle(dir.path()) {
-            let deadline = Instant::now() + Duration::from_secs(5);
-            for t in taps {
-                while hostnet::exists(&mut h, t).unwrap_or(false) && Instant::now() < deadline {
-                    std::thread::sleep(Duration::from_millis(20));
-                }
-                if hostnet::exists(&mut h, t).unwrap_or(false) {
-                    done.push(format!("tap {t} NOT gone"));
-                }
-            }
-        }
-    }
-    if std::fs::remove_dir_all(dir.path()).is_ok() {
-        done.push(format!("state {}", dir.path().display()));
-    }
-    done
-}
-
-/// Ends QEMU: `quit` over QMP, then SIGTERM, then SIGKILL. Returns whether
-/// it was running.
-fn stop_qemu(dir: &VmDir, pid: u32, mut child: Option<&mut Child>) -> bool {
-    let gone = |child: &mut Option<&mut Child>| match child {
-        Some(c) => c.try_wait().ok().flatten().is_some(),
-        None => !state::is_ours(pid, dir),
-    };
-    if gone(&mut child) {
-        return false;
-    }
-    let wait = |child: &mut Option<&mut Child>, limit: Duration| {
-        let deadline = Instant::now() + limit;
-        while Instant::now() < deadline {
-            if gone(child) {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        gone(child)
-    };
-    if let Ok(mut q) = Qmp::connect(&dir.qmp()) {
-        let _ = q.quit();
-    }
-    if wait(&mut child, Duration::from_secs(5)) {
-        return true;
-    }
-    let _ = kill(Pid::from_raw(pid as i32), Signal::SIGTERM);
-    if wait(&mut child, Duration::from_secs(5)) {
-        return true;
-    }
-    let _ = kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
-    wait(&mut child, Duration::from_secs(5));
-    true
-}
-
-/// What `stop` did.
-#[derive(Debug, Clone)]
-pub struct Stopped {
-    /// QEMU was running.
-    pub was_running: bool,
-    /// What was removed (and anything that could not be).
-    pub removed: Vec<String>,
-}
-
-/// Stops VM `name` under `root` and removes all it owned.
-pub fn stop(root: &Path, name: &str) -> Result<Stopped> {
-    crate::spec::check_name(name)?;
-    let dir = VmDir::new(root, name);
-    let st = State::load(&dir)?;
-    let was_running = st.pid.is_some_and(|p| state::is_ours(p, &dir));
-    let removed = teardown(&dir, &st, None);
-    Ok(Stopped {
-        was_running,
-        removed,
-    })
-}
-
-/// Waits until QEMU of `dir` exits or `interrupt` is set; on interrupt
-/// stops the VM. For a launcher that stays in the foreground.
-pub fn supervise(dir: &VmDir, mut child: Child, interrupt: &AtomicBool) -> Result<String> {
-    loop {
-        if let Some(status) = child.try_wait().ctx(|| "waiting for QEMU".into())? {
-            let st = State::load(dir)?;
-            // Live-migrated: the guest runs on in another QEMU.
-            if let Some(p) = st
-                .pid
-                .filter(|&p| p != child.id() && state::is_ours(p, dir))
-            {
-                return Ok(format!("migrated to QEMU {p}; it runs on detached"));
-            }
-            teardown(dir, &st, None);
-            return Ok(format!("QEMU exited ({status})"));
-        }
-        if interrupt.load(Ordering::SeqCst) {
-            let st = State::load(dir)?;
-            teardown(dir, &st, Some(&mut child));
-            return Ok("stopped on signal".into());
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }

@@ -3,6 +3,9 @@
 //! line, the host-side actions (pinning, interfaces, switch policy) and,
 //! for every latency setting, how it is realised and whether this host
 //! honours it. Pure: no I/O, so every plan is unit-testable.
+//!
+//! Here: the plan's types and the NIC decisions; `plan/resources.rs`:
+//! cores and memory for latency high; `plan/qemu_argv.rs`: the command line.
 
 use std::path::{Path, PathBuf};
 
@@ -11,9 +14,15 @@ use serde::{Deserialize, Serialize};
 use crate::accel::{Accel, AccelDecision};
 use crate::addr::Mac;
 use crate::cmdline::GuestConfig;
-use crate::host::{format_cpu_list, HostFacts};
+use crate::host::HostFacts;
 use crate::spec::{Backend, Latency, Model, VmSpec};
 use crate::state::VmDir;
+
+mod qemu_argv;
+mod resources;
+
+pub use self::qemu_argv::shell_line;
+pub use self::resources::dedicate_cores;
 
 /// Whether a latency setting took effect.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -162,59 +171,6 @@ pub enum SwitchAnswer {
 /// the command line is known before launch).
 pub const MACVTAP_FD_BASE: i32 = 100;
 
-/// Dedicated cores for `vcpus` vCPUs: the highest free CPUs, isolated ones
-/// first; CPU 0 (the lowest online) stays for the host, and one more free
-/// CPU is left per switch port for its latency-high busy-poll worker (the
-/// switch places that worker itself).
-pub fn dedicate_cores(
-    vcpus: usize,
-    switch_pollers: usize,
-    host: &HostFacts,
-) -> Result<Pinning, String> {
-    let online = &host.cpus_online;
-    let held: Vec<usize> = host
-        .cpus_held
-        .iter()
-        .flat_map(|(_, c)| c.iter().copied())
-        .collect();
-    let housekeeping_cpu = online.first().copied().unwrap_or(0);
-    let mut pool: Vec<usize> = online
-        .iter()
-        .copied()
-        .filter(|c| *c != housekeeping_cpu && !held.contains(c))
-        .collect();
-    let need = vcpus + switch_pollers + 1;
-    if pool.len() < vcpus + switch_pollers {
-        let pollers = match switch_pollers {
-            0 => String::new(),
-            1 => "1 switch poller + ".to_string(),
-            n => format!("{n} switch pollers + "),
-        };
-        let mut why = format!(
-            "{vcpus} vCPU{} + {pollers}1 housekeeping core need {need} cores; this host has {} online ({})",
-            if vcpus == 1 { "" } else { "s" },
-            online.len(),
-            format_cpu_list(online),
-        );
-        for (holder, cpus) in &host.cpus_held {
-            why.push_str(&format!(", {} held by {holder}", format_cpu_list(cpus)));
-        }
-        return Err(why);
-    }
-    // Isolated first, then highest numbers first.
-    pool.sort_by_key(|c| (!host.cpus_isolated.contains(c), std::cmp::Reverse(*c)));
-    let vcpu_cores: Vec<usize> = pool[..vcpus].to_vec();
-    let housekeeping = online
-        .iter()
-        .copied()
-        .filter(|c| !vcpu_cores.contains(c) && !held.contains(c))
-        .collect();
-    Ok(Pinning {
-        vcpus: vcpu_cores,
-        housekeeping,
-    })
-}
-
 fn setting(name: &str, mechanism: &str, status: Status, detail: impl Into<String>) -> Setting {
     Setting {
         name: name.into(),
@@ -222,10 +178,6 @@ fn setting(name: &str, mechanism: &str, status: Status, detail: impl Into<String
         status,
         detail: detail.into(),
     }
-}
-
-fn path(p: &Path) -> String {
-    p.display().to_string()
 }
 
 /// Plans the VM.
@@ -260,132 +212,17 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
 
     // vCPUs on dedicated cores.
     let pinning = if high {
-        match dedicate_cores(spec.vcpus as usize, switch_ports, host) {
-            Ok(p) => {
-                let not_isolated: Vec<usize> = p
-                    .vcpus
-                    .iter()
-                    .copied()
-                    .filter(|c| !host.cpus_isolated.contains(c))
-                    .collect();
-                let (status, detail) = if not_isolated.is_empty() {
-                    (
-                        Status::Honoured,
-                        format!("vCPUs on isolated CPUs {}", format_cpu_list(&p.vcpus)),
-                    )
-                } else {
-                    (
-                        Status::Partial,
-                        format!(
-                            "vCPUs on CPUs {}; {} not isolated (isolcpus/nohz_full), so host tasks may still run there",
-                            format_cpu_list(&p.vcpus),
-                            format_cpu_list(&not_isolated)
-                        ),
-                    )
-                };
-                settings.push(setting(
-                    "dedicated vCPU cores",
-                    "QMP query-cpus-fast thread ids + sched_setaffinity",
-                    status,
-                    detail,
-                ));
-                settings.push(setting(
-                    "emulator threads off the vCPU cores",
-                    "sched_setaffinity of QEMU's other threads",
-                    Status::Honoured,
-                    format!("on CPUs {}", format_cpu_list(&p.housekeeping)),
-                ));
-                Some(p)
-            }
-            Err(why) => {
-                settings.push(setting(
-                    "dedicated vCPU cores",
-                    "QMP query-cpus-fast thread ids + sched_setaffinity",
-                    Status::NotHonoured,
-                    format!("{why}: vCPUs not pinned"),
-                ));
-                None
-            }
-        }
+        resources::vcpu_pinning(spec.vcpus as usize, switch_ports, host, &mut settings)
     } else {
         None
     };
 
     // Memory: shared (vhost-user maps it), preallocated and locked when high.
-    let mem = spec.mem_mib;
-    let mut hugepage_backend = None;
-    if high {
-        settings.push(setting(
-            "preallocated memory",
-            "memory backend prealloc=on",
-            Status::Honoured,
-            format!("{mem} MiB touched at start"),
-        ));
-        match host.memlock_limit {
-            Some(limit) if limit < mem * 1024 * 1024 => settings.push(setting(
-                "locked memory",
-                "-overcommit mem-lock=on",
-                Status::NotHonoured,
-                format!(
-                    "RLIMIT_MEMLOCK is {} KiB, the guest needs {mem} MiB (run as root or raise the limit)",
-                    limit / 1024
-                ),
-            )),
-            _ => settings.push(setting(
-                "locked memory",
-                "-overcommit mem-lock=on",
-                Status::Honoured,
-                "QEMU's memory mlock()ed",
-            )),
-        }
-        match &host.hugepages {
-            Some(h) if h.free * h.page_kib >= mem * 1024 => {
-                hugepage_backend = Some(h.mount.clone());
-                settings.push(setting(
-                    "hugepages",
-                    "memory-backend-file on hugetlbfs",
-                    Status::Honoured,
-                    format!("{} KiB pages from {}", h.page_kib, h.mount.display()),
-                ));
-            }
-            Some(h) => settings.push(setting(
-                "hugepages",
-                "memory-backend-file on hugetlbfs",
-                Status::NotHonoured,
-                format!(
-                    "{} free {} KiB pages on {}, the guest needs {mem} MiB: memfd with 4 KiB pages instead",
-                    h.free,
-                    h.page_kib,
-                    h.mount.display()
-                ),
-            )),
-            None => settings.push(setting(
-                "hugepages",
-                "memory-backend-file on hugetlbfs",
-                Status::NotHonoured,
-                if host.hugepages_free_unmounted > 0 {
-                    "no hugetlbfs mounted: memfd with 4 KiB pages instead".to_string()
-                } else {
-                    "no hugepages reserved (vm.nr_hugepages) and no hugetlbfs mounted: memfd with 4 KiB pages instead".to_string()
-                },
-            )),
-        }
-        if kvm {
-            settings.push(setting(
-                "guest idles without exits",
-                "-overcommit cpu-pm=on",
-                Status::Honoured,
-                "HLT/MWAIT/PAUSE run in the guest on its dedicated core",
-            ));
-        } else {
-            settings.push(setting(
-                "guest idles without exits",
-                "-overcommit cpu-pm=on",
-                Status::NotHonoured,
-                "cpu-pm needs KVM; this VM runs under TCG (see accel)",
-            ));
-        }
-    }
+    let hugepage_backend = if high {
+        resources::memory_and_idle(spec.mem_mib, kvm, host, &mut settings)
+    } else {
+        None
+    };
 
     // NICs.
     let mut nics = Vec::new();
@@ -503,174 +340,7 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
             .map(|(i, n)| (spec.mac(i), n.queues))
             .collect(),
     };
-
-    // The command line.
-    let dir = input.dir;
-    let mut a: Vec<String> = vec![input.qemu.to_string()];
-    let mut push = |args: &[&str]| a.extend(args.iter().map(|s| s.to_string()));
-    push(&["-name", &format!("{},debug-threads=on", spec.name)]);
-    push(&[
-        "-machine",
-        &format!(
-            "q35,accel={},memory-backend=mem0",
-            if kvm { "kvm" } else { "tcg" }
-        ),
-    ]);
-    push(&["-cpu", if kvm { "host" } else { "max" }]);
-    push(&["-smp", &spec.vcpus.to_string()]);
-    push(&["-m", &format!("{mem}M")]);
-    let prealloc = if high { ",prealloc=on" } else { "" };
-    let backend = match &hugepage_backend {
-        Some(mount) => format!(
-            "memory-backend-file,id=mem0,size={mem}M,mem-path={},share=on{prealloc}",
-            mount.display()
-        ),
-        // Shared: a vhost-user backend maps guest memory through the memfd.
-        None => format!("memory-backend-memfd,id=mem0,size={mem}M,share=on{prealloc}"),
-    };
-    push(&["-object", &backend]);
-    if high {
-        if !settings
-            .iter()
-            .any(|s| s.mechanism == "-overcommit mem-lock=on" && s.status == Status::NotHonoured)
-        {
-            push(&["-overcommit", "mem-lock=on"]);
-        }
-        if kvm {
-            push(&["-overcommit", "cpu-pm=on"]);
-        }
-    }
-    push(&[
-        "-nodefaults",
-        "-no-user-config",
-        "-display",
-        "none",
-        "-no-reboot",
-    ]);
-    push(&[
-        "-chardev",
-        &format!(
-            "socket,id=console,path={},server=on,wait=off,logfile={}",
-            path(&dir.console()),
-            path(&dir.serial_log())
-        ),
-    ]);
-    push(&["-serial", "chardev:console"]);
-    push(&["-device", "virtio-serial-pci,id=vser0"]);
-    push(&[
-        "-chardev",
-        &format!(
-            "socket,id=exec,path={},server=on,wait=off",
-            path(&dir.exec())
-        ),
-    ]);
-    push(&[
-        "-device",
-        &format!(
-            "virtserialport,bus=vser0.0,chardev=exec,name={}",
-            crate::exec::PORT_NAME
-        ),
-    ]);
-    for n in &nics {
-        let id = &n.id;
-        let vhost = if high && host.vhost_net {
-            ",vhost=on"
-        } else {
-            ""
-        };
-        if let Some(dev) = crate::passthrough::qemu_device_for(id, &n.backend) {
-            push(&["-device", &dev]);
-            continue;
-        }
-        match &n.backend {
-            Backend::Vfio { .. } | Backend::Sriov { .. } => {}
-            Backend::VhostUser { socket, server, .. } => {
-                // As the client, QEMU redials a restarted switch every
-                // second and the guest keeps its vNIC (no reboot); as the
-                // server it waits for the switch to redial.
-                let mode = if *server {
-                    ",server=on"
-                } else {
-                    ",reconnect=1"
-                };
-                push(&[
-                    "-chardev",
-                    &format!("socket,id={id}c,path={}{mode}", path(socket)),
-                ]);
-                // Multiqueue: QEMU asks the switch for its queue count
-                // (GET_QUEUE_NUM) and refuses to start with fewer.
-                let queues = if n.queues > 1 {
-                    format!(",queues={}", n.queues)
-                } else {
-                    String::new()
-                };
-                push(&[
-                    "-netdev",
-                    &format!("vhost-user,id={id},chardev={id}c{queues}"),
-                ]);
-            }
-            Backend::Tap { .. } => {
-                push(&[
-                    "-netdev",
-                    &format!(
-                        "tap,id={id},ifname={},script=no,downscript=no{vhost}",
-                        n.host_ifname.as_deref().unwrap_or_default()
-                    ),
-                ]);
-            }
-            Backend::Macvtap { .. } => {
-                push(&[
-                    "-netdev",
-                    &format!("tap,id={id},fd={}{vhost}", n.fd.unwrap_or_default()),
-                ]);
-            }
-        }
-        // The guest's receive offloads off: the host side segments and
-        // checksums in software.
-        let mut offloads = if n.guest_offloads {
-            ""
-        } else {
-            ",guest_csum=off,guest_tso4=off,guest_tso6=off,guest_ecn=off"
-        }
-        .to_string();
-        if n.packed {
-            offloads.push_str(",packed=on");
-        }
-        let tcg_vhost_user = !kvm && matches!(n.backend, Backend::VhostUser { .. });
-        if n.queues > 1 {
-            offloads.push_str(",mq=on");
-            if !tcg_vhost_user {
-                // One vector per queue, one for the control queue, one
-                // for configuration changes.
-                offloads.push_str(&format!(",vectors={}", 2 * n.queues + 2));
-            }
-        }
-        let device = match n.model {
-            // QEMU 7.2 under TCG crashes on MSI-X with a vhost-user NIC:
-            // vectors=0 makes virtio-net use INTx (every queue shares it).
-            Model::Virtio if tcg_vhost_user => {
-                format!(
-                    "virtio-net-pci,netdev={id},mac={},vectors=0{offloads}",
-                    n.mac
-                )
-            }
-            Model::Virtio => format!("virtio-net-pci,netdev={id},mac={}{offloads}", n.mac),
-            Model::E1000 => format!("e1000,netdev={id},mac={}", n.mac),
-        };
-        push(&["-device", &device]);
-    }
-    push(&[
-        "-kernel",
-        &path(input.kernel),
-        "-initrd",
-        &path(input.initrd),
-    ]);
-    push(&["-append", &guest.kernel_cmdline()]);
-    push(&[
-        "-qmp",
-        &format!("unix:{},server=on,wait=off", path(&dir.qmp())),
-    ]);
-    push(&["-pidfile", &path(&dir.pidfile())]);
+    let argv = qemu_argv::qemu_argv(input, &nics, &settings, hugepage_backend.as_deref(), &guest);
 
     if !kvm && has_vhost_user {
         notes.push(
@@ -680,30 +350,13 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
     }
 
     Plan {
-        argv: a,
+        argv,
         guest,
         nics,
         pinning,
         settings,
         notes,
     }
-}
-
-/// The argv as one shell-quoted line.
-pub fn shell_line(argv: &[String]) -> String {
-    argv.iter()
-        .map(|a| {
-            if !a.is_empty()
-                && a.chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "-_./:=,@%+".contains(c))
-            {
-                a.clone()
-            } else {
-                format!("'{}'", a.replace('\'', r"'\''"))
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
 }
 
 /// A state directory for planning outside the runtime root (printing).

@@ -9,6 +9,7 @@
 //! my.toml: workload `rr`: from: no host named `clint` (hosts: client, server)
 //! ```
 
+mod capabilities;
 mod knobs;
 mod library;
 mod model;
@@ -16,6 +17,7 @@ mod pairs;
 mod plan;
 mod validate;
 
+pub use capabilities::Capabilities;
 pub use knobs::{Knobs, PortPolicy};
 pub use library::{shipped, Shipped, SHIPPED};
 pub use model::{
@@ -23,7 +25,7 @@ pub use model::{
     Scenario, SetFile, SetSpec, Sweep, SweepParam, WireKind, WorkloadKind, WorkloadSpec,
 };
 pub use plan::{Overrides, Plan, Point, Resolved, ResolvedContention};
-pub use validate::{kind_in, Capabilities};
+pub use validate::kind_in;
 
 use std::path::Path;
 

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::capabilities::Capabilities;
 use super::model::*;
-use super::validate::Capabilities;
 
 /// Changes to a scenario's length from the command line or a set.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -8,3 +8,4 @@ pub mod tune;
 pub mod vm;
 pub mod vm_migrate;
 pub mod vm_passthrough;
+pub mod vm_run;

@@ -1,0 +1,166 @@
+//! What this build of vnio can run, and why a configuration or a workload
+//! of a scenario cannot run here. Separate from validation: a scenario can
+//! be valid and still need what this build or host lacks; those points are
+//! refused or skipped at run time, with the reason.
+
+use super::knobs::PortPolicy;
+use super::model::{
+    Configuration, HostKind, Protocol, Scenario, WireKind, WorkloadKind, WorkloadSpec,
+};
+use super::validate::kind_in;
+
+/// What this build of vnio can run. A scenario asking for more is refused
+/// by `run` with the list of what is missing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capabilities {
+    /// The lab launches guests for VM hosts (through the vm crate).
+    pub vm: bool,
+    /// The measurement engine can drive a vhost-user port as a client
+    /// (`vnio rr --via vhost-user:SOCK`).
+    pub poll_mode_client: bool,
+    /// The switch has latency-high ports (a dedicated busy-polling worker).
+    pub latency_high: bool,
+    /// The switch has direct ports (bound to an uplink queue, no switching).
+    pub direct: bool,
+    /// OVS-DPDK is installed (wire = "ovs-dpdk").
+    pub ovs_dpdk: bool,
+    /// DPDK's testpmd is installed (wire = "testpmd").
+    pub testpmd: bool,
+}
+
+impl Capabilities {
+    /// This build.
+    pub fn current() -> Capabilities {
+        Capabilities {
+            vm: true,
+            poll_mode_client: true,
+            latency_high: true,
+            direct: true,
+            ovs_dpdk: crate::anchor_switch::missing(WireKind::OvsDpdk).is_none(),
+            testpmd: crate::anchor_switch::missing(WireKind::Testpmd).is_none(),
+        }
+    }
+
+    /// Why configuration `cfg` of `s` cannot run here (empty: it can).
+    pub fn missing(&self, s: &Scenario, cfg: &Configuration) -> Vec<String> {
+        let mut out = Vec::new();
+        for h in &s.hosts {
+            if kind_in(s, cfg, &h.name) == HostKind::Vm && !self.vm {
+                out.push(format!(
+                    "host `{}` is a VM: this build does not launch guests",
+                    h.name
+                ));
+            }
+        }
+        let knobs = s.knobs.layered(&cfg.knobs);
+        match knobs.port_policy {
+            Some(PortPolicy::LatencyHigh) if !self.latency_high => out.push(
+                "port_policy = \"latency-high\": this build's vnio switch has no dedicated busy-polling port workers yet".into(),
+            ),
+            Some(PortPolicy::Direct) if !self.direct => out.push(
+                "port_policy = \"direct\": this build's vnio switch has no direct (uplink-bound) ports yet".into(),
+            ),
+            _ => {}
+        }
+        out
+    }
+
+    /// Why workload `w` cannot run in configuration `cfg` (None: it can).
+    /// These points are skipped and marked in the report; the others run.
+    ///
+    /// A poll-mode endpoint speaks UDP and ICMP only: as a client it drives
+    /// one UDP rr session to an agent (`vnio rr --via`); as a target it
+    /// answers ping and UDP echo (rr with `--echo-server`).
+    pub fn skip_reason(
+        &self,
+        s: &Scenario,
+        cfg: &Configuration,
+        w: &WorkloadSpec,
+    ) -> Option<String> {
+        let tool = s.knobs.layered(&cfg.knobs).instrument.unwrap_or_default();
+        if tool != crate::tools::Instrument::Vnio {
+            return crate::tools::plan_skip(tool, w, |h| kind_in(s, cfg, h));
+        }
+        let poll = |h: &str| kind_in(s, cfg, h) == HostKind::PollMode;
+        let vm = |h: &str| kind_in(s, cfg, h) == HostKind::Vm;
+        let installed = match cfg.wire {
+            WireKind::OvsDpdk => self.ovs_dpdk,
+            WireKind::Testpmd => self.testpmd,
+            _ => true,
+        };
+        if !installed {
+            return Some(crate::anchor_switch::not_installed(cfg.wire));
+        }
+        if poll(&w.from) && w.to.iter().any(|t| vm(t)) {
+            return Some(format!(
+                "client `{}` is a poll-mode endpoint: its `vnio rr --via` runs in the target's namespace, and a VM target has none",
+                w.from
+            ));
+        }
+        if vm(&w.from) && w.to.iter().any(|t| poll(t)) {
+            return Some(format!(
+                "client `{}` is a VM: a poll-mode target answers UDP echo, not the agent protocol the guest's vnio speaks",
+                w.from
+            ));
+        }
+        let udp_rr = w.kind == WorkloadKind::Rr && w.protocol == Some(Protocol::Udp);
+        if poll(&w.from) && w.to.iter().all(|t| poll(t)) {
+            return super::pairs::skip_reason(w);
+        }
+        if poll(&w.from) {
+            if !self.poll_mode_client {
+                return Some(format!(
+                    "client `{}` is a poll-mode endpoint: driving one needs `vnio rr --via vhost-user`, not in this build",
+                    w.from
+                ));
+            }
+            if s.workloads.iter().any(|o| o.to.contains(&w.from)) {
+                return Some(format!(
+                    "`{}` is a poll-mode endpoint that is both a client and a target here: one endpoint per port",
+                    w.from
+                ));
+            }
+            if !udp_rr {
+                return Some(format!(
+                    "client `{}` is a poll-mode endpoint: it drives UDP request-response only (protocol = \"udp\"), not {} {}",
+                    w.from,
+                    w.kind.as_str(),
+                    if w.kind == WorkloadKind::Ping { "" } else { "over TCP" }
+                ));
+            }
+            if w.to.len() != 1 || w.sessions.unwrap_or(1) != 1 {
+                return Some(format!(
+                    "client `{}` is a poll-mode endpoint: one session to one target per vhost-user port",
+                    w.from
+                ));
+            }
+            // A far poll-mode target answers UDP echo (`vnio rr --echo-server
+            // --via`: no agent needed), as across machines.
+            let far = |h: &str| s.hosts.iter().any(|x| x.name == h && x.machine.is_some());
+            if poll(&w.to[0]) && !far(&w.to[0]) {
+                return Some(format!(
+                    "`{}` and `{}` are both poll-mode endpoints: the client needs an agent to talk to",
+                    w.from, w.to[0]
+                ));
+            }
+            return None;
+        }
+        let polled: Vec<&String> = w.to.iter().filter(|t| poll(t)).collect();
+        if polled.is_empty() {
+            return None;
+        }
+        match w.kind {
+            WorkloadKind::Ping => None,
+            WorkloadKind::Rr if udp_rr && polled.len() == w.to.len() => None,
+            WorkloadKind::Rr if udp_rr => Some(
+                "targets mix poll-mode endpoints (UDP echo) and agents: give them separate workloads".into(),
+            ),
+            _ => Some(format!(
+                "`{}` is a poll-mode endpoint: it answers ping and UDP echo only, not {} over {}",
+                polled[0],
+                w.kind.as_str(),
+                if w.protocol == Some(Protocol::Udp) { "UDP streams" } else { "TCP" }
+            )),
+        }
+    }
+}

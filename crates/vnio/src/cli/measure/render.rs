@@ -1,0 +1,194 @@
+//! The result document as people and spreadsheets read it: the table
+//! (one row per target and the merge, latency in µs) and CSV. Separate
+//! from the commands because it only formats a finished document.
+
+use vnio_measure::result::{Document, Measured};
+
+fn us(ns: u64) -> String {
+    format!("{:.1}", ns as f64 / 1e3)
+}
+
+/// The human table: one row per target and the merge, latency in µs.
+pub(super) fn table(doc: &Document) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    let Some(it) = doc.chosen() else {
+        return "no iteration completed\n".into();
+    };
+    let _ = writeln!(
+        s,
+        "{} | iteration {}/{} (median by mean) | {:.1} s measured{}",
+        doc.workload,
+        doc.chosen + 1,
+        doc.iterations.len(),
+        it.seconds,
+        if doc.interrupted {
+            " | INTERRUPTED: partial"
+        } else {
+            ""
+        }
+    );
+    let rows: Vec<&Measured> = if it.per_target.len() > 1 {
+        it.per_target
+            .iter()
+            .chain(std::iter::once(&it.merged))
+            .collect()
+    } else {
+        vec![&it.merged]
+    };
+    if rows.iter().any(|m| m.latency.is_some()) {
+        let _ = writeln!(
+            s,
+            "{:<22} {:>10} {:>11} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9} {:>7} {:>7} {:>6}",
+            "target", "trans", "trans/s", "mean", "stddev", "min", "p50", "p90", "p99", "p99.9", "p99.99", "max", ">1ms%", "lost"
+        );
+        for m in &rows {
+            let l = m.latency.clone().unwrap_or_default();
+            let _ = writeln!(
+                s,
+                "{:<22} {:>10} {:>11.0} {:>8.1} {:>8.1} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9} {:>7} {:>7.3} {:>6}",
+                m.target,
+                m.ops,
+                m.ops_per_s,
+                l.mean_ns / 1e3,
+                l.stddev_ns / 1e3,
+                us(l.min_ns),
+                us(l.p50_ns),
+                us(l.p90_ns),
+                us(l.p99_ns),
+                us(l.p999_ns),
+                us(l.p9999_ns),
+                format!("{:.0}", l.max_ns as f64 / 1e3),
+                l.over_1ms_pct,
+                m.lost
+            );
+        }
+        let _ = writeln!(
+            s,
+            "(latency in microseconds; >5ms%: {:.4})",
+            it.merged.latency.as_ref().map_or(0.0, |l| l.over_5ms_pct)
+        );
+    } else {
+        let _ = writeln!(
+            s,
+            "{:<22} {:>10} {:>12} {:>10} {:>12} {:>12} {:>8}",
+            "target", "Gbit/s", "packets/s", "MB", "sent", "lost", "loss%"
+        );
+        // TCP counts no packets sent or lost (the kernel retransmits): say so
+        // instead of printing zeros that read as measurements.
+        let tcp = doc.params.pointer("/stream/transport") == Some(&serde_json::json!("tcp"));
+        for m in &rows {
+            let (sent, lost, pct) = if tcp {
+                ("-".to_string(), "-".to_string(), "-".to_string())
+            } else {
+                (
+                    m.sent.to_string(),
+                    m.lost.to_string(),
+                    format!("{:.3}", m.loss_pct),
+                )
+            };
+            let _ = writeln!(
+                s,
+                "{:<22} {:>10.3} {:>12.0} {:>10.1} {:>12} {:>12} {:>8}",
+                m.target,
+                m.gbps,
+                m.ops_per_s,
+                m.bytes as f64 / 1e6,
+                sent,
+                lost,
+                pct
+            );
+        }
+    }
+    if let (Some(req), Some(got)) = (it.merged.requested_rate, it.merged.achieved_rate) {
+        let _ = writeln!(
+            s,
+            "rate: requested {req:.0}/s, achieved {got:.0}/s ({:.1}%), {} sends late by >1 ms",
+            100.0 * got / req.max(1e-9),
+            it.merged.late
+        );
+    }
+    let c = &it.client_cost;
+    let _ = write!(
+        s,
+        "cpu: client {:.0} ns/op ({:.2} ms)",
+        c.ns_per_op,
+        c.cpu.total_ns() as f64 / 1e6
+    );
+    if let Some(a) = &it.merged.agent_cost {
+        let _ = write!(
+            s,
+            ", agent {:.0} ns/op ({:.2} ms)",
+            a.ns_per_op,
+            a.cpu.total_ns() as f64 / 1e6
+        );
+    }
+    let _ = writeln!(
+        s,
+        "; machine {:.0}% busy, {:.1}% steal",
+        it.machine.busy_pct, it.machine.steal_pct
+    );
+    if doc.iterations.len() > 1 {
+        let sp = &doc.spread;
+        let _ = writeln!(
+            s,
+            "spread over {} iterations: mean {:.1}-{:.1} us, p99 {}-{} us, {:.0}-{:.0} ops/s",
+            doc.iterations.len(),
+            sp.mean_ns[0] / 1e3,
+            sp.mean_ns[1] / 1e3,
+            us(sp.p99_ns[0]),
+            us(sp.p99_ns[1]),
+            sp.ops_per_s[0],
+            sp.ops_per_s[1]
+        );
+    }
+    let e = &doc.environment;
+    let _ = writeln!(
+        s,
+        "env: {} | clocksource {} | {} cpus{}",
+        e.kernel.split(' ').next().unwrap_or(""),
+        e.clocksource,
+        e.cpus,
+        if e.hypervisor { " (VM)" } else { "" }
+    );
+    s
+}
+
+/// CSV: a header and one row per target and the merge, chosen iteration.
+pub(super) fn csv(doc: &Document) -> String {
+    let mut s = String::from(
+        "workload,iteration,target,ops,ops_per_s,mean_ns,stddev_ns,min_ns,p50_ns,p90_ns,p99_ns,p999_ns,p9999_ns,max_ns,over_1ms_pct,over_5ms_pct,sent,lost,loss_pct,bytes,gbps,client_ns_per_op,agent_ns_per_op\n",
+    );
+    if let Some(it) = doc.chosen() {
+        for m in it.per_target.iter().chain(std::iter::once(&it.merged)) {
+            let l = m.latency.clone().unwrap_or_default();
+            s.push_str(&format!(
+                "{},{},{},{},{:.1},{:.1},{:.1},{},{},{},{},{},{},{},{:.4},{:.4},{},{},{:.4},{},{:.4},{:.1},{}\n",
+                doc.workload,
+                it.index,
+                m.target,
+                m.ops,
+                m.ops_per_s,
+                l.mean_ns,
+                l.stddev_ns,
+                l.min_ns,
+                l.p50_ns,
+                l.p90_ns,
+                l.p99_ns,
+                l.p999_ns,
+                l.p9999_ns,
+                l.max_ns,
+                l.over_1ms_pct,
+                l.over_5ms_pct,
+                m.sent,
+                m.lost,
+                m.loss_pct,
+                m.bytes,
+                m.gbps,
+                it.client_cost.ns_per_op,
+                m.agent_cost.as_ref().map(|a| format!("{:.1}", a.ns_per_op)).unwrap_or_default()
+            ));
+        }
+    }
+    s
+}
