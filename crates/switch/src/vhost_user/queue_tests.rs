@@ -261,7 +261,7 @@ fn a_queue_that_starts_calls_once_whatever_the_event_index() {
     mem.write_obj(0u16, used_event).unwrap();
     for _ in 0..3 {
         let id = ring.take().unwrap();
-        ring.publish(&mem, id, 64, false);
+        ring.publish(id, 64, false);
     }
     for _ in 0..2 {
         let c = q.pop().unwrap().unwrap();
@@ -296,7 +296,7 @@ fn a_queue_that_starts_calls_once_whatever_the_event_index() {
     // ...and only then does the event index decide again (used_event 0
     // lies behind: no call).
     let id = ring.take().unwrap();
-    ring.publish(&mem, id, 64, false);
+    ring.publish(id, 64, false);
     let c = q.pop().unwrap().unwrap();
     q.add_used(c.head, 0).unwrap();
     q.signal(&stats);
