@@ -211,7 +211,7 @@ fn offer_frame(h: &RawFrontend, ring: &mut DriverRing, layout: RingLayout, tag: 
     let buf = layout.buffer(id);
     h.mem.write_slice(&[0u8; 12], buf).unwrap();
     h.mem.write_slice(&f, buf.unchecked_add(12)).unwrap();
-    ring.publish(&h.mem, id, 12 + f.len() as u32, false);
+    ring.publish(id, 12 + f.len() as u32, false);
 }
 
 /// A hand-driven front-end on p1 with both pairs running, pair 1 lent
@@ -228,7 +228,7 @@ fn raw_spread(
     let rx1 = RingLayout::at(at, 16, 2048);
     let tx1 = RingLayout::at(rx1.end().div_ceil(4096) * 4096, 16, 2048);
     assert!(tx1.end() <= h.mem.last_addr().raw_value());
-    let ring = DriverRing::new(&h.mem, tx1, false);
+    let ring = DriverRing::new(&h.mem, tx1, false).expect("ring inside memory");
     let ev = || EventFd::new(EFD_NONBLOCK).unwrap();
     let (rx_kick, rx_call, kick, call) = (ev(), ev(), ev(), ev());
     start_ring(&h, 2, rx1, &rx_kick, &rx_call);
@@ -363,9 +363,9 @@ fn frames_cross_recalls_and_lends_without_loss() {
         let sw = spread_switch(&dir, 2);
         let (mut h, tx1, mut txring, kick, _rest) = raw_spread(&sw, &dir);
         let rx1 = rx1_layout(&h);
-        let mut rxring = DriverRing::new(&h.mem, rx1, false);
+        let mut rxring = DriverRing::new(&h.mem, rx1, false).expect("ring inside memory");
         while let Some(id) = rxring.take() {
-            rxring.publish(&h.mem, id, 2048, true);
+            rxring.publish(id, 2048, true);
         }
         let mut b = endpoint(&dir, 2, 2);
         // The switch learns where mac(1) is (and mac(2)).
@@ -411,13 +411,13 @@ fn frames_cross_recalls_and_lends_without_loss() {
                     check(&v, &mut next);
                     per_pair[0] += 1;
                 }
-                if let Some((id, len)) = rxring.reap(&h.mem) {
+                if let Some((id, len)) = rxring.reap() {
                     let mut v = vec![0u8; len as usize - 12];
                     h.mem
                         .read_slice(&mut v, rx1.buffer(id).unchecked_add(12))
                         .unwrap();
                     rxring.release(id);
-                    rxring.publish(&h.mem, id, 2048, true);
+                    rxring.publish(id, 2048, true);
                     check(&v, &mut next);
                     per_pair[1] += 1;
                 }
