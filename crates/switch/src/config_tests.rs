@@ -1,5 +1,7 @@
 //! Unit tests of [`super`] (config.rs).
 use super::*;
+use crate::coalesce::Coalesce;
+use crate::port::SocketMode;
 use crate::vlan::VlanMode;
 
 #[test]

@@ -1,7 +1,8 @@
 //! The `[[port]]` keys of a VXLAN port: construction, the options the
 //! port opens with, and their checks.
 
-use super::{PortKind, PortSpec, SocketMode};
+use super::{PortKind, PortSpec};
+use crate::port::SocketMode;
 
 impl PortSpec {
     /// A VXLAN port for `vni` sending from `local` and flooding to `remotes`, with defaults.

@@ -26,12 +26,20 @@
 use super::{Watch, Watched};
 use crate::stats::{DropReason, QueueStats};
 use crate::sys::udp::{self, Incoming, Outgoing, MAX_BATCH};
-use crate::wire::vxlan::{self, VxlanPacket, VxlanRepr};
+use crate::wire::vxlan::{self, VxlanRepr};
 use crate::wire::{udp as wudp, virtio_net};
 use serde::{Deserialize, Serialize};
 use std::io;
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::os::fd::{AsRawFd, OwnedFd};
+
+#[path = "vxlan_flow.rs"]
+mod flow;
+#[path = "vxlan_rx.rs"]
+mod rx;
+
+pub use flow::flow_port;
+pub use rx::{RxFrame, VxlanRx};
 
 /// Most remote VTEPs in a port's flood list (a flood of one frame must fit
 /// one send batch twice over).
@@ -104,73 +112,6 @@ pub struct VtepSnapshot {
 struct Count {
     packets: u64,
     bytes: u64,
-}
-
-/// A received datagram's inner frame, ready to forward: `len` bytes at
-/// `off` in the receive buffer, a zeroed 12-byte virtio-net header first.
-#[derive(Debug, Clone, Copy)]
-pub struct RxFrame {
-    /// Offset in the receive buffer ([`VxlanRx::frame`] reads it).
-    pub off: usize,
-    /// Length, virtio-net header included.
-    pub len: usize,
-    /// The sending VTEP.
-    pub from: Ipv4Addr,
-}
-
-/// The receive half, taken out of the port while its frames are forwarded
-/// (they are read in place from its buffer).
-#[derive(Debug)]
-pub struct VxlanRx {
-    buf: Box<[u8]>,
-    slot: usize,
-    meta: [Incoming; RX_BATCH],
-    n: usize,
-    next: usize,
-    vni: u32,
-    /// Per VTEP (same order as the port's remotes, then "other").
-    counts: Box<[Count]>,
-    remotes: Box<[Ipv4Addr]>,
-}
-
-impl VxlanRx {
-    /// The next datagram of the batch: its inner frame, or why it is dropped.
-    pub fn next_frame(&mut self) -> Option<Result<RxFrame, DropReason>> {
-        if self.next >= self.n {
-            return None;
-        }
-        let k = self.next;
-        self.next += 1;
-        let m = self.meta[k];
-        let slot = &mut self.buf[k * self.slot..(k + 1) * self.slot];
-        if m.truncated {
-            return Some(Err(DropReason::TooBig));
-        }
-        let d = &slot[RX_OFF..RX_OFF + m.len];
-        let Ok(p) = VxlanPacket::new_checked(d) else {
-            return Some(Err(DropReason::Malformed));
-        };
-        match VxlanRepr::parse(&p) {
-            Ok(r) if r.vni == self.vni => {}
-            _ => return Some(Err(DropReason::Vni)),
-        }
-        let inner = m.len - vxlan::HEADER_LEN;
-        slot[..virtio_net::HEADER_LEN].fill(0);
-        let from = *m.from.ip();
-        let v = vtep_index(&self.remotes, from);
-        self.counts[v].packets += 1;
-        self.counts[v].bytes += inner as u64;
-        Some(Ok(RxFrame {
-            off: k * self.slot,
-            len: virtio_net::HEADER_LEN + inner,
-            from,
-        }))
-    }
-
-    /// The bytes of a frame [`VxlanRx::next_frame`] returned.
-    pub fn frame(&self, f: &RxFrame) -> &[u8] {
-        &self.buf[f.off..f.off + f.len]
-    }
 }
 
 /// Index of `ip` in the flood list, or the "other" row after it.
@@ -482,249 +423,6 @@ impl VxlanPort {
     }
 }
 
-/// The outer UDP source port for an inner frame: a hash of its addresses
-/// and, for TCP and UDP over IPv4 or IPv6, its ports, folded into the
-/// dynamic range 49152-65535 (§5). Frames of one flow always get the same
-/// port (no reordering across underlay paths); different flows spread.
-pub fn flow_port(inner: &[u8]) -> u16 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    let mut mix = |b: &[u8]| {
-        for &x in b {
-            h = (h ^ u64::from(x)).wrapping_mul(0x100_0000_01b3);
-        }
-    };
-    let at = |a: usize, b: usize| inner.get(a..b).unwrap_or(&[]);
-    let mut l3 = 14;
-    let mut et = u16::from_be_bytes([
-        inner.get(12).copied().unwrap_or(0),
-        inner.get(13).copied().unwrap_or(0),
-    ]);
-    if et == 0x8100 {
-        l3 = 18;
-        et = u16::from_be_bytes([
-            inner.get(16).copied().unwrap_or(0),
-            inner.get(17).copied().unwrap_or(0),
-        ]);
-    }
-    let l4 = match et {
-        0x0800 => {
-            mix(at(l3 + 12, l3 + 20));
-            let proto = inner.get(l3 + 9).copied().unwrap_or(0);
-            mix(&[proto]);
-            let ihl = usize::from(inner.get(l3).copied().unwrap_or(0) & 0x0f) * 4;
-            // Fragments after the first have no ports.
-            let frag = u16::from_be_bytes([
-                inner.get(l3 + 6).copied().unwrap_or(0),
-                inner.get(l3 + 7).copied().unwrap_or(0),
-            ]) & 0x1fff;
-            (matches!(proto, 6 | 17) && frag == 0).then_some(l3 + ihl)
-        }
-        0x86dd => {
-            mix(at(l3 + 8, l3 + 40));
-            let next = inner.get(l3 + 6).copied().unwrap_or(0);
-            mix(&[next]);
-            matches!(next, 6 | 17).then_some(l3 + 40)
-        }
-        _ => {
-            mix(at(0, 12));
-            None
-        }
-    };
-    if let Some(p) = l4 {
-        mix(at(p, p + 4));
-    }
-    let h = (h ^ (h >> 32)) as u32;
-    49152 + (h % 16384) as u16
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::wire::testing::TcpFrame as Tcp;
-
-    #[test]
-    fn flows_keep_their_port_and_spread() {
-        let mut seen = std::collections::HashSet::new();
-        for sport in 0..64u16 {
-            let t = Tcp {
-                ports: (1000 + sport, 5001),
-                ..Tcp::default()
-            };
-            let f = t.build(false);
-            let p = flow_port(&f);
-            assert!(p >= 49152);
-            assert_eq!(p, flow_port(&f), "the same flow, the same port");
-            seen.insert(p);
-        }
-        assert!(seen.len() > 48, "64 flows over {} ports", seen.len());
-        // Anything at all: no panic, always in range.
-        for n in 0..80 {
-            assert!(flow_port(&vec![0x45; n]) >= 49152);
-        }
-    }
-
-    fn port_on_loopback(remotes: Vec<Ipv4Addr>) -> Option<VxlanPort> {
-        VxlanPort::open(VxlanOptions {
-            vni: 42,
-            local: Ipv4Addr::LOCALHOST,
-            remotes,
-            dstport: 0,
-            ttl: None,
-            underlay_mtu: 1500,
-        })
-        .ok()
-    }
-
-    #[test]
-    fn refuses_what_cannot_work() {
-        let o = VxlanOptions {
-            vni: vxlan::MAX_VNI + 1,
-            local: Ipv4Addr::LOCALHOST,
-            remotes: vec![],
-            dstport: 0,
-            ttl: None,
-            underlay_mtu: 1500,
-        };
-        assert!(VxlanPort::open(o.clone()).is_err());
-        let o = VxlanOptions {
-            vni: 1,
-            remotes: vec![Ipv4Addr::LOCALHOST; MAX_REMOTES + 1],
-            ..o
-        };
-        assert!(VxlanPort::open(o).is_err());
-    }
-
-    #[test]
-    fn frames_over_the_mtu_are_refused_before_the_copy() {
-        let Some(mut p) = port_on_loopback(vec![Ipv4Addr::LOCALHOST]) else {
-            return;
-        };
-        let s = QueueStats::default();
-        assert_eq!(p.max_inner(), 1464);
-        assert_eq!(p.reserve(1464, 1, &s), Ok(()));
-        assert_eq!(p.reserve(1465, 1, &s), Err(DropReason::TooBig));
-        assert_eq!(p.reserve(100, 0, &s), Err(DropReason::NoRoute));
-    }
-
-    /// A flood goes to every remote from one encapsulation (head-end
-    /// replication); a unicast to one VTEP goes to it alone.
-    #[test]
-    fn floods_replicate_and_unicast_goes_to_one_vtep() {
-        let p1 = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let port = p1.local_addr().unwrap().port();
-        let Ok(p3) = UdpSocket::bind(("127.0.0.3", port)) else {
-            return;
-        };
-        let Ok(mut p) = VxlanPort::open(VxlanOptions {
-            vni: 7,
-            local: Ipv4Addr::new(127, 0, 0, 2),
-            remotes: vec![Ipv4Addr::new(127, 0, 0, 1), Ipv4Addr::new(127, 0, 0, 3)],
-            dstport: port,
-            ttl: None,
-            underlay_mtu: 1500,
-        }) else {
-            return;
-        };
-        let stats = QueueStats::default();
-        let frame = Tcp::default().build(false);
-        for to in [None, Some(Ipv4Addr::new(127, 0, 0, 3))] {
-            let fanout = if to.is_some() { 1 } else { p.fanout() };
-            p.reserve(frame.len(), fanout, &stats).unwrap();
-            p.slot()[..frame.len()].copy_from_slice(&frame);
-            p.commit(frame.len(), to);
-        }
-        p.flush(&stats);
-        let mut b = [0u8; 2048];
-        let mut got = [0usize; 2];
-        for (k, s) in [&p1, &p3].iter().enumerate() {
-            s.set_read_timeout(Some(std::time::Duration::from_millis(300)))
-                .unwrap();
-            while let Ok((n, _)) = s.recv_from(&mut b) {
-                let d = VxlanPacket::new_checked(&b[..n]).unwrap();
-                assert_eq!(VxlanRepr::parse(&d), Ok(VxlanRepr { vni: 7 }));
-                assert_eq!(d.payload(), &frame[..]);
-                got[k] += 1;
-            }
-        }
-        assert_eq!(got, [1, 2], "the flood to both, the unicast to .3 only");
-        let v = p.vteps();
-        assert_eq!((v[0].packets_out, v[1].packets_out), (1, 2));
-        assert_eq!(v.len(), 2, "no stranger seen: no others row");
-    }
-
-    /// A port sends to a plain UDP socket standing in for a VTEP, which
-    /// checks the encapsulation; datagrams back with the right and a wrong
-    /// VNI come out as a frame and a `vni` drop.
-    #[test]
-    fn encapsulates_and_decapsulates_over_loopback() {
-        let peer = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let std::net::SocketAddr::V4(pa) = peer.local_addr().unwrap() else {
-            unreachable!()
-        };
-        // The port sends to the peer's port: as dstport it is also where
-        // the port listens, so bind the port on another loopback address.
-        let Ok(mut p) = VxlanPort::open(VxlanOptions {
-            vni: 42,
-            local: Ipv4Addr::new(127, 0, 0, 2),
-            remotes: vec![Ipv4Addr::LOCALHOST],
-            dstport: pa.port(),
-            ttl: Some(7),
-            underlay_mtu: 1500,
-        }) else {
-            return;
-        };
-        let stats = QueueStats::default();
-        let frame = Tcp::default().build(false);
-        p.reserve(frame.len(), p.fanout(), &stats).unwrap();
-        p.slot()[..frame.len()].copy_from_slice(&frame);
-        p.commit(frame.len(), None);
-        p.flush(&stats);
-        peer.set_read_timeout(Some(std::time::Duration::from_secs(2)))
-            .unwrap();
-        let mut b = [0u8; 2048];
-        let (n, from) = peer.recv_from(&mut b).unwrap();
-        let d = VxlanPacket::new_checked(&b[..n]).unwrap();
-        assert_eq!(VxlanRepr::parse(&d), Ok(VxlanRepr { vni: 42 }));
-        assert_eq!(d.payload(), &frame[..]);
-        assert_eq!(from.ip().to_string(), "127.0.0.2");
-        if p.per_flow_ports() {
-            assert_eq!(from.port(), flow_port(&frame));
-        }
-        let v = p.vteps();
-        assert_eq!((v[0].packets_out, v[0].bytes_out), (1, frame.len() as u64));
-        // Back: one good, one of another VNI, one without the I flag.
-        let to = SocketAddrV4::new(Ipv4Addr::new(127, 0, 0, 2), pa.port());
-        for (vni, flag) in [(42u32, 0x08u8), (43, 0x08), (42, 0)] {
-            let mut dgram = vec![0u8; 8 + frame.len()];
-            VxlanRepr { vni }.emit(&mut dgram).unwrap();
-            dgram[0] = flag;
-            dgram[8..].copy_from_slice(&frame);
-            peer.send_to(&dgram, to).unwrap();
-        }
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
-        let mut results = Vec::new();
-        while results.len() < 3 && std::time::Instant::now() < deadline {
-            p.on_readable();
-            let mut rx = p.take_rx(RX_BATCH).unwrap();
-            while let Some(r) = rx.next_frame() {
-                results.push(r.map(|f| {
-                    let b = rx.frame(&f);
-                    assert_eq!(&b[..12], &[0; 12], "an empty virtio-net header");
-                    assert_eq!(&b[12..], &frame[..]);
-                    f.from
-                }));
-            }
-            p.put_rx(rx);
-        }
-        assert_eq!(
-            results,
-            [
-                Ok(Ipv4Addr::LOCALHOST),
-                Err(DropReason::Vni),
-                Err(DropReason::Vni)
-            ]
-        );
-        let v = p.vteps();
-        assert_eq!(v[0].packets_in, 1);
-    }
-}
+#[path = "vxlan_tests.rs"]
+mod tests;

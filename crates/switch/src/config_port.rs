@@ -1,0 +1,343 @@
+//! One port's specification (a config file `[[port]]`, or the control
+//! socket's `port_add`): its keys, constructors with defaults, and the
+//! checks that turn it into the data path's [`PortPolicy`]. Separate from
+//! the file and switch-wide settings in `config.rs`: the control socket
+//! takes a port spec on its own.
+
+use super::{ConfigError, Latency, Policies, SwitchConfig, MAX_QUEUE_PAIRS, MAX_UPLINK_QUEUES};
+use crate::coalesce::Coalesce;
+use crate::egress::{EgressPolicy, DEFAULT_SHARE, MAX_SHARE};
+use crate::forward::PortPolicy;
+use crate::netqueue::QueueRequest;
+use crate::port::SocketMode;
+use crate::vlan::VlanConfig;
+use crate::wire::EthernetAddress;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// Kinds of ports.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum PortKind {
+    /// vhost-user virtio-net.
+    VhostUser,
+    /// A tap interface (the host stack, or a namespace the interface is moved into).
+    Tap,
+    /// A host interface through an AF_PACKET socket (`ifname` required).
+    Uplink,
+    /// A VXLAN tunnel endpoint (`vni`, `local`, `remotes`; RFC 7348).
+    Vxlan,
+}
+
+/// One port (config file `[[port]]`, or the control socket's `port_add`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct PortSpec {
+    /// Unique name.
+    pub name: String,
+    /// Kind.
+    pub kind: PortKind,
+    /// vhost-user: socket path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub socket: Option<PathBuf>,
+    /// vhost-user: who listens.
+    #[serde(default)]
+    pub mode: SocketMode,
+    /// tap: interface name (default: the port name); uplink: the host interface.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ifname: Option<String>,
+    /// Access VLAN (default 1) when `trunk` is empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vlan: Option<u16>,
+    /// VLANs carried tagged; a non-empty list makes the port a trunk.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub trunk: Vec<u16>,
+    /// The untagged VLAN of a trunk.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub native_vlan: Option<u16>,
+    /// The port's MAC (for the spoof guard).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mac: Option<String>,
+    /// Drop frames whose source MAC is not `mac`.
+    #[serde(default)]
+    pub spoof_guard: bool,
+    /// uplink: hand transmitted frames straight to the driver, skipping the
+    /// interface's queueing discipline (PACKET_QDISC_BYPASS).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub qdisc_bypass: bool,
+    /// vhost-user and tap: offer checksum and TSO offloads (default true).
+    /// Off, the front-end (or the kernel behind a tap) sends and takes
+    /// MTU-sized, fully checksummed frames.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offloads: Option<bool>,
+    /// Interrupt coalescing toward the port's guest ("off",
+    /// "static:FRAMES:USEC", "adaptive\[:BOUND_USEC\]"; default adaptive).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coalesce: Option<Coalesce>,
+    /// Software LRO on delivery to the port (default on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lro: Option<bool>,
+    /// Latency sensitivity: "high" gives the port a dedicated busy-polling
+    /// worker on its own core, with coalescing and LRO off.
+    #[serde(default, skip_serializing_if = "Latency::is_normal")]
+    pub latency: Latency,
+    /// The core a latency-high port's worker is pinned to (default: chosen).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub core: Option<usize>,
+    /// Empty polling rounds of the port's transmit queue before the guest is
+    /// asked to kick again (default: the switch's `idle_polls`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tx_poll_budget: Option<u32>,
+    /// uplink: receive queues (default 1); queue 0 is shared, the others go
+    /// one per vNIC while they last. vhost-user: queue pairs offered to the
+    /// front-end (default 1; more than one is a multiqueue vNIC, at most 8).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queues: Option<usize>,
+    /// vhost-user or tap: the uplink receive queue this vNIC asks for
+    /// ("auto", the default: its own while queues last; "shared"; or N).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uplink_queue: Option<QueueRequest>,
+    /// vNIC: weight on the uplinks' egress while they are contended (1-10000, default 100).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub share: Option<u32>,
+    /// vNIC: cap on its rate toward the uplinks, in Mbit/s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit_mbps: Option<u64>,
+    /// vNIC: rate guaranteed toward the uplinks, in Mbit/s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reserve_mbps: Option<u64>,
+    /// uplink: the egress capacity shares divide, in Mbit/s (default: the
+    /// interface's link speed when the kernel knows it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity_mbps: Option<u64>,
+    /// vhost-user: direct mode, bound 1:1 to a receive queue of this uplink
+    /// port with no switching, VLAN or QoS (needs `mac`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub direct: Option<String>,
+    /// Addresses the port may have learned in the FDB (default: the
+    /// switch's `fdb_port_limit`); a port to a LAN needs more than a vNIC.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fdb_limit: Option<u32>,
+    /// vxlan: the VXLAN network identifier (0-16777215).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vni: Option<u32>,
+    /// vxlan: the outer source address (the host's, on the underlay); the
+    /// port receives on it at `dstport`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local: Option<std::net::Ipv4Addr>,
+    /// vxlan: remote VTEPs that get broadcast, multicast and unknown
+    /// unicast (head-end replication); learned VTEPs get unicast.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub remotes: Vec<std::net::Ipv4Addr>,
+    /// vxlan: UDP port (default 4789).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dstport: Option<u16>,
+    /// vxlan: outer TTL (default: the kernel's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl: Option<u8>,
+    /// vxlan: the underlay's MTU (default 1500): inner frames longer than
+    /// this less 36 bytes are dropped (`too_big`), never fragmented.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub underlay_mtu: Option<usize>,
+}
+
+/// Validates egress settings (Mbit/s) into a policy (bit/s); 0 Mbit/s
+/// means no limit or reservation.
+pub fn egress_policy(
+    share: Option<u32>,
+    limit_mbps: Option<u64>,
+    reserve_mbps: Option<u64>,
+) -> Result<EgressPolicy, &'static str> {
+    let share = share.unwrap_or(DEFAULT_SHARE);
+    if !(1..=MAX_SHARE).contains(&share) {
+        return Err("`share` must be between 1 and 10000");
+    }
+    let mbps = |m: Option<u64>| m.filter(|&m| m > 0).map(|m| m.saturating_mul(1_000_000));
+    let (limit_bps, reserve_bps) = (mbps(limit_mbps), mbps(reserve_mbps));
+    if let (Some(l), Some(r)) = (limit_bps, reserve_bps) {
+        if r > l {
+            return Err("`reserve_mbps` cannot exceed `limit_mbps`");
+        }
+    }
+    Ok(EgressPolicy {
+        share,
+        limit_bps,
+        reserve_bps,
+    })
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+impl PortSpec {
+    /// A vhost-user port on `socket` with defaults.
+    pub fn vhost_user(name: &str, socket: impl Into<PathBuf>, mode: SocketMode) -> Self {
+        Self {
+            name: name.to_string(),
+            kind: PortKind::VhostUser,
+            socket: Some(socket.into()),
+            mode,
+            ifname: None,
+            vlan: None,
+            trunk: Vec::new(),
+            native_vlan: None,
+            mac: None,
+            spoof_guard: false,
+            qdisc_bypass: false,
+            offloads: None,
+            coalesce: None,
+            lro: None,
+            latency: Latency::Normal,
+            core: None,
+            tx_poll_budget: None,
+            queues: None,
+            uplink_queue: None,
+            share: None,
+            limit_mbps: None,
+            reserve_mbps: None,
+            capacity_mbps: None,
+            direct: None,
+            fdb_limit: None,
+            vni: None,
+            local: None,
+            remotes: Vec::new(),
+            dstport: None,
+            ttl: None,
+            underlay_mtu: None,
+        }
+    }
+
+    /// The port's latency policies, with the switch's defaults for what is absent.
+    pub fn policies(&self, sw: &SwitchConfig) -> Policies {
+        Policies {
+            coalesce: self.coalesce.unwrap_or_default(),
+            lro: self.lro.unwrap_or(true),
+            latency: self.latency,
+            core: self.core,
+            tx_poll_budget: self.tx_poll_budget.unwrap_or(sw.idle_polls),
+        }
+    }
+
+    /// A tap port on interface `ifname` with defaults.
+    pub fn tap(name: &str, ifname: &str) -> Self {
+        Self {
+            kind: PortKind::Tap,
+            socket: None,
+            ifname: Some(ifname.to_string()),
+            ..Self::vhost_user(name, "", SocketMode::Server)
+        }
+    }
+
+    /// An uplink port on host interface `ifname` with defaults.
+    pub fn uplink(name: &str, ifname: &str) -> Self {
+        Self {
+            kind: PortKind::Uplink,
+            ..Self::tap(name, ifname)
+        }
+    }
+
+    /// Validates and turns the forwarding part into a policy.
+    pub fn policy(&self) -> Result<PortPolicy, ConfigError> {
+        let err = |what: &str| ConfigError::Port {
+            name: self.name.clone(),
+            what: what.to_string(),
+        };
+        if self.name.is_empty()
+            || self.name.len() > 64
+            || self.name.contains(|c: char| c.is_whitespace() || c == '"')
+        {
+            return Err(err("name must be 1-64 characters without spaces or quotes"));
+        }
+        if self.kind == PortKind::VhostUser && self.socket.is_none() {
+            return Err(err("a vhost-user port needs `socket`"));
+        }
+        self.check_vxlan().map_err(|w| err(&w))?;
+        if self.kind == PortKind::Tap
+            && (self.socket.is_some() || self.ifname.as_ref().unwrap_or(&self.name).len() >= 16)
+        {
+            return Err(err(
+                "a tap port takes `ifname` (at most 15 characters), not `socket`",
+            ));
+        }
+        let vlan = VlanConfig {
+            vlan: self.vlan,
+            trunk: self.trunk.clone(),
+            native_vlan: self.native_vlan,
+        }
+        .mode()
+        .map_err(|source| ConfigError::Vlan {
+            name: self.name.clone(),
+            source,
+        })?;
+        let mac: Option<EthernetAddress> = match &self.mac {
+            Some(m) => Some(m.parse().map_err(|_| err("`mac` is not a MAC address"))?),
+            None => None,
+        };
+        if self.qdisc_bypass && self.kind != PortKind::Uplink {
+            return Err(err("`qdisc_bypass` applies to uplink ports only"));
+        }
+        match (self.kind, self.queues) {
+            (_, None) => {}
+            (PortKind::Uplink, Some(k)) if !(1..=MAX_UPLINK_QUEUES).contains(&k) => {
+                return Err(err("`queues` must be between 1 and 64"));
+            }
+            (PortKind::VhostUser, Some(k)) if !(1..=MAX_QUEUE_PAIRS).contains(&k) => {
+                return Err(err("`queues` (queue pairs) must be between 1 and 8"));
+            }
+            (PortKind::Uplink | PortKind::VhostUser, Some(_)) => {}
+            (_, Some(_)) => return Err(err("`queues` applies to uplink and vhost-user ports")),
+        }
+        if self.uplink_queue.is_some() && self.kind == PortKind::Uplink {
+            return Err(err("`uplink_queue` applies to vhost-user and tap ports"));
+        }
+        let vnic_only =
+            self.share.is_some() || self.limit_mbps.is_some() || self.reserve_mbps.is_some();
+        if vnic_only && self.kind == PortKind::Uplink {
+            return Err(err(
+                "`share`, `limit_mbps` and `reserve_mbps` apply to vhost-user and tap ports",
+            ));
+        }
+        if self.capacity_mbps.is_some() && self.kind != PortKind::Uplink {
+            return Err(err("`capacity_mbps` applies to uplink ports only"));
+        }
+        let egress = egress_policy(self.share, self.limit_mbps, self.reserve_mbps).map_err(&err)?;
+        if self.direct.is_some() {
+            if self.kind != PortKind::VhostUser {
+                return Err(err("`direct` applies to vhost-user ports only"));
+            }
+            if mac.is_none() {
+                return Err(err(
+                    "`direct` needs `mac` (its uplink queue takes frames for it)",
+                ));
+            }
+            if self.uplink_queue.is_some() || vnic_only {
+                return Err(err(
+                    "a `direct` port takes its own uplink queue and has no share, limit or reservation",
+                ));
+            }
+            if self.latency == Latency::High {
+                // The uplink it is bound to lives on the shared worker.
+                return Err(err("a `direct` port cannot be latency = \"high\""));
+            }
+        }
+        if self.spoof_guard && mac.is_none() {
+            return Err(err("`spoof_guard` needs `mac`"));
+        }
+        if self.core.is_some() && self.latency != Latency::High {
+            return Err(err("`core` is for a latency = \"high\" port"));
+        }
+        if self.kind != PortKind::VhostUser && self.latency == Latency::High {
+            return Err(err("latency = \"high\" is for vhost-user ports"));
+        }
+        Ok(PortPolicy {
+            vlan,
+            spoof_guard: if self.spoof_guard { mac } else { None },
+            mac,
+            uplink_queue: self.uplink_queue.unwrap_or_default(),
+            egress,
+            direct: self.direct.clone(),
+            fdb_limit: self.fdb_limit,
+        })
+    }
+}

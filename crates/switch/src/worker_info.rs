@@ -1,0 +1,116 @@
+//! What the worker tells the control plane about a port: its kind, state,
+//! policies, counters and, for an uplink, each receive queue with its
+//! owner. Separate from the worker's loop: read-only views, built on
+//! request.
+
+use super::spread;
+use super::{EgressInfo, PolicyInfo, PortInfo, Worker};
+use crate::config::Latency;
+use crate::datapath::{Port, Slot};
+use crate::stats::{PortStatsSnapshot, UplinkQueueSnapshot};
+use crate::PortId;
+
+impl Worker {
+    /// An uplink's receive queues with their owners and counters.
+    fn uplink_queues(&mut self, slot: usize) -> Vec<UplinkQueueSnapshot> {
+        let names: Vec<(PortId, String)> = self
+            .dp
+            .slots()
+            .map(|(_, s)| (s.id, s.name.clone()))
+            .collect();
+        let Some(Slot {
+            port: Port::Uplink(u),
+            ..
+        }) = self.dp.slot_mut(slot)
+        else {
+            return Vec::new();
+        };
+        // A lent queue's holder names it by its number on the uplink.
+        let held = u.lent();
+        (0..u.queue_count())
+            .map(|q| {
+                let owner = u.table().owner(q);
+                let lent = u.lent_out(q);
+                let (packets, bytes, kernel_drops) = match (u.queue_mut(q), lent) {
+                    (Some(rx), _) => (rx.packets, rx.bytes, rx.kernel_drops()),
+                    (None, Some((p, b))) => (p, b, 0),
+                    (None, None) => (0, 0, 0),
+                };
+                UplinkQueueSnapshot {
+                    queue: held.unwrap_or(q),
+                    owner: owner.and_then(|(id, _)| {
+                        names.iter().find(|(i, _)| *i == id).map(|(_, n)| n.clone())
+                    }),
+                    owner_id: owner.map(|(id, _)| id),
+                    mac: owner.and_then(|(_, m)| m).map(|m| m.to_string()),
+                    packets,
+                    bytes,
+                    kernel_drops,
+                    lent: lent.is_some(),
+                }
+            })
+            .collect()
+    }
+
+    pub(super) fn info(&mut self, slot: usize) -> Option<PortInfo> {
+        let queues = self.uplink_queues(slot);
+        let s = self.dp.slot(slot)?;
+        let (kind, socket, mode, connected, running) = match &s.port {
+            Port::VhostUser(p) => (
+                "vhost-user",
+                p.path().display().to_string(),
+                Some(p.mode()),
+                p.connected(),
+                p.device.ready(0) && p.device.ready(1),
+            ),
+            Port::Tap(t) => ("tap", t.ifname().to_string(), None, true, true),
+            Port::Uplink(u) if u.lent().is_some() => {
+                ("uplink-queue", u.ifname().to_string(), None, true, true)
+            }
+            Port::Uplink(u) => ("uplink", u.ifname().to_string(), None, true, true),
+            Port::Vxlan(v) => ("vxlan", v.describe(), None, true, true),
+        };
+        let pairs = spread::pairs_info(&s.port);
+        Some(PortInfo {
+            name: s.name.clone(),
+            id: s.id.0,
+            kind: kind.into(),
+            socket: Some(socket),
+            mode,
+            connected,
+            running,
+            queues: pairs,
+            vlan: format!("{:?}", s.policy.vlan),
+            policy: PolicyInfo {
+                coalesce: s.policies.effective_coalesce(),
+                lro: s.policies.effective_lro(),
+                latency: s.policies.latency,
+                core: self
+                    .dedicated
+                    .filter(|_| s.policies.latency == Latency::High),
+                tx_poll_budget: s.policies.effective_tx_poll_budget(),
+            },
+            egress: match &s.port {
+                Port::Uplink(u) => EgressInfo {
+                    capacity_mbps: u.sched.capacity_bps().map(|b| b / 1_000_000),
+                    contended: Some(u.sched.contended()),
+                    ..Default::default()
+                },
+                _ => EgressInfo {
+                    share: Some(s.policy.egress.share),
+                    limit_mbps: s.policy.egress.limit_bps.map(|b| b / 1_000_000),
+                    reserve_mbps: s.policy.egress.reserve_bps.map(|b| b / 1_000_000),
+                    ..Default::default()
+                },
+            },
+            stats: PortStatsSnapshot {
+                uplink_queues: queues,
+                vteps: match &s.port {
+                    Port::Vxlan(v) => v.vteps(),
+                    _ => Vec::new(),
+                },
+                ..spread::snapshot(s)
+            },
+        })
+    }
+}

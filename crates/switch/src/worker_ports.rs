@@ -1,0 +1,178 @@
+//! The worker's port commands: adding a port of each kind, removing it,
+//! handing it to another worker and taking one over, and changing its
+//! policies. Separate from the worker's loop: control-plane work, done
+//! between polling rounds.
+
+use super::{PortInfo, Worker};
+use crate::config::{PolicyUpdate, PortKind, PortSpec};
+use crate::datapath::{Port, Slot};
+use crate::port::tap::TapPort;
+use crate::port::uplink::{UplinkOptions, UplinkPort};
+use crate::port::vhost_user::VhostUserPort;
+use crate::port::vxlan::VxlanPort;
+use std::time::Instant;
+use vmm_sys_util::epoll::{ControlOperation, EpollEvent};
+
+impl Worker {
+    pub(super) fn add(&mut self, spec: &PortSpec, id: crate::PortId) -> Result<PortInfo, String> {
+        let e = |e: &dyn std::error::Error| crate::error_chain(e);
+        let policy = spec.policy().map_err(|x| e(&x))?;
+        if self.dp.find(&spec.name).is_some() {
+            return Err(format!("port {} exists", spec.name));
+        }
+        let policies = spec.policies(&self.cfg);
+        // Unprefixed, as the other refusals here: the caller names the port.
+        self.dp.check_direct(&policy)?;
+        if spec.kind != PortKind::Uplink && policy.direct.is_none() {
+            self.dp.check_queue_request(policy.uplink_queue)?;
+            self.dp
+                .check_reservation(policy.egress.reserve_bps.unwrap_or(0), None)?;
+        }
+        let port = match spec.kind {
+            PortKind::VhostUser => {
+                let socket = spec
+                    .socket
+                    .as_ref()
+                    .ok_or("a vhost-user port needs a socket")?;
+                let mut p =
+                    VhostUserPort::with_offloads(socket, spec.mode, spec.offloads.unwrap_or(true))
+                        .map_err(|x| e(&x))?;
+                p.set_max_memory(self.cfg.max_guest_memory());
+                p.set_queue_pairs(spec.queues.unwrap_or(1));
+                Port::VhostUser(p)
+            }
+            PortKind::Tap => {
+                let ifname = spec.ifname.as_deref().unwrap_or(&spec.name);
+                Port::Tap(
+                    TapPort::with_offloads(ifname, spec.offloads.unwrap_or(true))
+                        .map_err(|x| e(&x))?,
+                )
+            }
+            PortKind::Uplink => {
+                let ifname = spec
+                    .ifname
+                    .as_deref()
+                    .ok_or("an uplink port needs an interface")?;
+                let opts = UplinkOptions {
+                    qdisc_bypass: spec.qdisc_bypass,
+                    queues: spec.queues.unwrap_or(1),
+                    capacity_bps: spec.capacity_mbps.map(|m| m.saturating_mul(1_000_000)),
+                    ..UplinkOptions::default()
+                };
+                Port::Uplink(UplinkPort::open(ifname, &opts).map_err(|x| e(&x))?)
+            }
+            PortKind::Vxlan => {
+                let opts = spec
+                    .vxlan_options()
+                    .ok_or("a vxlan port needs `vni` and `local`")?;
+                Port::Vxlan(VxlanPort::open(opts).map_err(|x| e(&x))?)
+            }
+        };
+        let slot = self.dp.add(id, spec.name.clone(), policy, policies, port);
+        if let (Some(s), PortKind::VhostUser) = (self.dp.slot(slot), spec.kind) {
+            let pairs = spec.queues.unwrap_or(1) as u64;
+            s.stats
+                .queue_pairs
+                .store(pairs, std::sync::atomic::Ordering::Relaxed);
+        }
+        // A client-mode port connects at once; other client ports may connect too.
+        let mut changed = vec![slot];
+        self.dp.tick(Instant::now(), &mut changed);
+        for s in changed {
+            self.sync(s);
+        }
+        log::info!("port {} added", spec.name);
+        self.info(slot).ok_or_else(|| "port vanished".into())
+    }
+
+    pub(super) fn del(&mut self, name: &str) -> Result<(), String> {
+        self.detach(name)?;
+        log::info!("port {name} removed");
+        Ok(())
+    }
+
+    /// Takes a port out of this worker (its descriptors unwatched).
+    pub(super) fn detach(&mut self, name: &str) -> Result<Box<Slot>, String> {
+        let slot = self
+            .dp
+            .find(name)
+            .ok_or_else(|| format!("no port {name}"))?;
+        if let Some(list) = self.registered.get_mut(slot) {
+            for (fd, _) in list.drain(..) {
+                let _ = self
+                    .epoll
+                    .ctl(ControlOperation::Delete, fd, EpollEvent::default());
+            }
+        }
+        self.dp
+            .remove(slot)
+            .map(Box::new)
+            .ok_or_else(|| "port vanished".into())
+    }
+
+    pub(super) fn attach(&mut self, s: Box<Slot>) -> PortInfo {
+        let name = s.name.clone();
+        let slot = self.dp.attach(*s);
+        self.sync(slot);
+        log::info!(
+            "port {name} now served by {}",
+            match self.dedicated {
+                Some(c) => format!("a dedicated worker on core {c}"),
+                None => "the shared worker".into(),
+            }
+        );
+        self.info(slot)
+            .unwrap_or_else(|| unreachable!("attached above"))
+    }
+
+    pub(super) fn set(&mut self, name: &str, u: &PolicyUpdate) -> Result<PortInfo, String> {
+        let slot = self
+            .dp
+            .find(name)
+            .ok_or_else(|| format!("no port {name}"))?;
+        let s = self.dp.slot(slot).ok_or("port vanished")?;
+        if u.share.is_some() || u.limit_mbps.is_some() || u.reserve_mbps.is_some() {
+            if !s.is_vnic() {
+                return Err(format!(
+                    "port {name}: share, limit and reservation apply to vhost-user and tap ports"
+                ));
+            }
+            let cur = s.policy.egress;
+            let mbps = |b: Option<u64>| b.map(|b| b / 1_000_000);
+            let e = crate::config::egress_policy(
+                Some(u.share.unwrap_or(cur.share)),
+                u.limit_mbps.or(mbps(cur.limit_bps)),
+                u.reserve_mbps.or(mbps(cur.reserve_bps)),
+            )
+            .map_err(|w| format!("port {name}: {w}"))?;
+            let id = s.id;
+            self.dp
+                .check_reservation(e.reserve_bps.unwrap_or(0), Some(id))?;
+            self.dp.set_egress(slot, e);
+            log::info!(
+                "port {name}: egress share {}, limit {}, reservation {}",
+                e.share,
+                e.limit_bps
+                    .map_or("none".into(), |b| format!("{} Mbit/s", b / 1_000_000)),
+                e.reserve_bps
+                    .map_or("none".into(), |b| format!("{} Mbit/s", b / 1_000_000))
+            );
+        }
+        if let Some(l) = u.fdb_limit {
+            self.dp.set_fdb_limit(slot, l);
+            log::info!("port {name}: fdb limit {l}");
+        }
+        let s = self.dp.slot(slot).ok_or("port vanished")?;
+        let mut p = s.policies;
+        p.apply(u);
+        self.dp.set_policies(slot, p);
+        log::info!(
+            "port {name}: coalesce {}, lro {}, latency {}, tx_poll_budget {}",
+            p.effective_coalesce(),
+            if p.effective_lro() { "on" } else { "off" },
+            p.latency,
+            p.tx_poll_budget
+        );
+        self.info(slot).ok_or_else(|| "port vanished".into())
+    }
+}
