@@ -7,10 +7,9 @@
 mod common;
 
 use common::raw::{RawFrontend, QSIZE};
+use common::testpmd::{flows_through_macswap, present, Testpmd};
 use common::*;
-use std::io::Read;
 use std::os::fd::AsRawFd;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use vm_memory::{Address, Bytes, GuestMemoryBackend};
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
@@ -262,39 +261,6 @@ fn a_disabled_pair_is_left_alone_until_enabled() {
     });
 }
 
-/// testpmd and its EAL file prefix.
-struct Testpmd(Child, String);
-
-impl Drop for Testpmd {
-    fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.0.id().to_string()])
-            .status();
-        let _ = self.0.wait();
-        let _ = std::fs::remove_dir_all(std::path::Path::new("/var/run/dpdk").join(&self.1));
-    }
-}
-
-/// An IPv4/UDP frame of flow `flow` (its source port), sequence `seq` in
-/// the payload.
-fn udp_frame(dst: [u8; 6], src: [u8; 6], flow: u16, seq: u32) -> Vec<u8> {
-    let mut f = vec![0u8; 64];
-    f[..6].copy_from_slice(&dst);
-    f[6..12].copy_from_slice(&src);
-    f[12..14].copy_from_slice(&[0x08, 0x00]);
-    f[14] = 0x45;
-    f[16..18].copy_from_slice(&50u16.to_be_bytes());
-    f[22] = 64;
-    f[23] = 17;
-    f[26..30].copy_from_slice(&[10, 0, 0, 2]);
-    f[30..34].copy_from_slice(&[10, 0, 0, 9]);
-    f[34..36].copy_from_slice(&(10000 + flow).to_be_bytes());
-    f[36..38].copy_from_slice(&9u16.to_be_bytes());
-    f[38..40].copy_from_slice(&30u16.to_be_bytes());
-    f[42..46].copy_from_slice(&seq.to_le_bytes());
-    f
-}
-
 /// DPDK's virtio-user with two queue pairs (and its control queue, which
 /// it serves itself) behind testpmd in macswap mode: frames of 32 flows go
 /// to it through the switch, spread over its two receive queues by the
@@ -302,13 +268,7 @@ fn udp_frame(dst: [u8; 6], src: [u8; 6], flow: u16, seq: u32) -> Vec<u8> {
 /// flow's frames return in order. Both pairs' counters, both ways, moved.
 #[test]
 fn testpmd_with_two_queue_pairs_carries_flows_on_both() {
-    let present = Command::new("dpdk-testpmd")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok();
-    if !present {
+    if !present() {
         println!("skip: dpdk-testpmd not installed (Debian package dpdk-dev)");
         return;
     }
@@ -316,47 +276,17 @@ fn testpmd_with_two_queue_pairs_carries_flows_on_both() {
         let dir = Dir::new("mq-dpdk");
         let sw = mq_switch(&dir, 2, 2);
         let peer = [2, 0, 0, 0, 0, 0x09];
-        let vdev = format!(
-            "net_virtio_user0,path={},queues=2,cq=1,queue_size=256,mac=02:00:00:00:00:09",
-            dir.sock("p1").display()
+        let mut tp = Testpmd::start(
+            &dir.0,
+            "mq",
+            &dir.sock("p1"),
+            2,
+            "02:00:00:00:00:09",
+            "macswap",
         );
-        let prefix = format!("vnio-test-{}-mq", std::process::id());
-        let child = Command::new("timeout")
-            .args(["120", "dpdk-testpmd"])
-            .args([
-                "--lcores",
-                "0@0,1@0",
-                "--no-pci",
-                "--no-huge",
-                "-m",
-                "512",
-                "--file-prefix",
-                &prefix,
-                "--vdev",
-                &vdev,
-            ])
-            .args([
-                "--",
-                "--forward-mode=macswap",
-                "--rxq=2",
-                "--txq=2",
-                "--total-num-mbufs=4096",
-            ])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut tp = Testpmd(child, prefix);
         let deadline = Instant::now() + Duration::from_secs(30);
         while port(sw.handle(), "p1").queues.map(|q| q.running) != Some(2) {
-            if let Ok(Some(status)) = tp.0.try_wait() {
-                let mut err = String::new();
-                let _ = tp.0.stderr.take().map(|mut e| e.read_to_string(&mut err));
-                let mut out = String::new();
-                let _ = tp.0.stdout.take().map(|mut e| e.read_to_string(&mut out));
-                panic!("testpmd exited ({status}): {err}\n{out}");
-            }
+            tp.check_alive();
             assert!(
                 Instant::now() < deadline,
                 "testpmd never enabled both queue pairs: {:?}",
@@ -365,58 +295,10 @@ fn testpmd_with_two_queue_pairs_carries_flows_on_both() {
             std::thread::sleep(Duration::from_millis(50));
         }
         let mut ep = endpoint(&dir, 2, 2);
-        let mut buf = [0u8; 2048];
-        // testpmd's forwarding starts a little after its queues: a warm-up
-        // frame until one comes back.
-        let start = Instant::now();
-        'warm: loop {
-            assert!(
-                start.elapsed() < Duration::from_secs(15),
-                "testpmd never returned a frame"
-            );
-            ep.send_frame(&udp_frame(peer, mac(2).0, 999, 0)).unwrap();
-            let until = Instant::now() + Duration::from_millis(200);
-            while Instant::now() < until {
-                if ep.poll_recv(&mut buf).is_some() {
-                    break 'warm;
-                }
-            }
-        }
-        std::thread::sleep(Duration::from_millis(100));
-        while ep.poll_recv(&mut buf).is_some() {}
         let before = port(sw.handle(), "p1").stats.rx.packets;
-        // Bursts of one frame per flow; every flow's frames come back in order.
-        let (flows, rounds) = (32u16, 16u32);
-        let mut next = vec![0u32; usize::from(flows)];
-        for seq in 0..rounds {
-            for flow in 0..flows {
-                ep.send_frame(&udp_frame(peer, mac(2).0, flow, seq))
-                    .unwrap();
-            }
-            let mut got = 0;
-            let until = Instant::now() + T;
-            while got < flows {
-                assert!(
-                    Instant::now() < until,
-                    "round {seq}: {got} of {flows} frames back"
-                );
-                let Some(n) = ep.poll_recv(&mut buf) else {
-                    std::hint::spin_loop();
-                    continue;
-                };
-                assert_eq!(n, 64);
-                assert_eq!(&buf[..6], &mac(2).0, "destination swapped back to us");
-                let flow = u16::from_be_bytes([buf[34], buf[35]]) - 10000;
-                let s = u32::from_le_bytes(buf[42..46].try_into().unwrap());
-                assert_eq!(s, next[usize::from(flow)], "flow {flow} in order");
-                next[usize::from(flow)] += 1;
-                got += 1;
-            }
-        }
-        assert!(
-            port(sw.handle(), "p1").stats.rx.packets - before
-                >= u64::from(flows) * u64::from(rounds)
-        );
+        flows_through_macswap(&mut ep, peer, mac(2).0);
+        let (flows, rounds) = (32u64, 16u64);
+        assert!(port(sw.handle(), "p1").stats.rx.packets - before >= flows * rounds);
         let p1 = port(sw.handle(), "p1");
         let q = &p1.stats.queue_pairs;
         println!("testpmd queues=2: per pair counters {q:?}");
@@ -433,6 +315,5 @@ fn testpmd_with_two_queue_pairs_carries_flows_on_both() {
             "every delivery counted on a pair"
         );
         assert_eq!(p1.stats.resets, 0);
-        drop(tp.0.stdin.take());
     });
 }

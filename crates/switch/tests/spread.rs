@@ -9,7 +9,7 @@
 mod common;
 
 use common::raw::{Order, RawFrontend};
-use common::testpmd::{present, udp_frame, Testpmd};
+use common::testpmd::{flows_through_macswap, present, udp_frame, Testpmd};
 use common::*;
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
@@ -75,52 +75,8 @@ fn pair_counts(sw: &Switch) -> Vec<(u64, u64)> {
 /// 32 flows, 16 rounds from `ep` through testpmd and back, every flow in
 /// order; both pairs carried frames both ways meanwhile.
 fn exchange(sw: &Switch, ep: &mut Endpoint) {
-    let mut buf = [0u8; 2048];
-    // testpmd forwards a little after its queues start: a warm-up frame
-    // until one comes back.
-    let start = Instant::now();
-    'warm: loop {
-        assert!(
-            start.elapsed() < Duration::from_secs(15),
-            "testpmd never returned a frame"
-        );
-        ep.send_frame(&udp_frame(PEER, mac(2).0, 999, 0)).unwrap();
-        let until = Instant::now() + Duration::from_millis(200);
-        while Instant::now() < until {
-            if ep.poll_recv(&mut buf).is_some() {
-                break 'warm;
-            }
-        }
-    }
-    std::thread::sleep(Duration::from_millis(100));
-    while ep.poll_recv(&mut buf).is_some() {}
     let before = pair_counts(sw);
-    let (flows, rounds) = (32u16, 16u32);
-    let mut next = vec![0u32; usize::from(flows)];
-    for seq in 0..rounds {
-        for flow in 0..flows {
-            ep.send_frame(&udp_frame(PEER, mac(2).0, flow, seq))
-                .unwrap();
-        }
-        let mut got = 0;
-        let until = Instant::now() + T;
-        while got < flows {
-            assert!(
-                Instant::now() < until,
-                "round {seq}: {got} of {flows} frames back"
-            );
-            let Some(n) = ep.poll_recv(&mut buf) else {
-                std::hint::spin_loop();
-                continue;
-            };
-            assert_eq!(n, 64);
-            let flow = u16::from_be_bytes([buf[34], buf[35]]) - 10000;
-            let s = u32::from_le_bytes(buf[42..46].try_into().unwrap());
-            assert_eq!(s, next[usize::from(flow)], "flow {flow} in order");
-            next[usize::from(flow)] += 1;
-            got += 1;
-        }
-    }
+    flows_through_macswap(ep, PEER, mac(2).0);
     let after = pair_counts(sw);
     println!("pairs (tx, rx) before {before:?}, after {after:?}");
     for k in 0..2 {

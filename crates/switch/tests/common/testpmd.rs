@@ -1,9 +1,12 @@
 //! DPDK testpmd on a virtio-user port of the switch, driven through its
 //! command line (interactive mode on a pipe kept open).
 
+use super::T;
 use std::io::Write;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use vnio_switch::endpoint::Endpoint;
 
 /// Whether dpdk-testpmd is installed (Debian package dpdk-dev).
 pub fn present() -> bool {
@@ -106,4 +109,54 @@ pub fn udp_frame(dst: [u8; 6], src: [u8; 6], flow: u16, seq: u32) -> Vec<u8> {
     f[38..40].copy_from_slice(&30u16.to_be_bytes());
     f[42..46].copy_from_slice(&seq.to_le_bytes());
     f
+}
+
+/// From `ep` (MAC `me`) to testpmd in macswap mode at `peer`: once a
+/// warm-up frame comes back (testpmd forwards a little after its queues
+/// start), 16 rounds of one frame for each of 32 flows; every frame comes
+/// back to `me`, each flow's in order.
+pub fn flows_through_macswap(ep: &mut Endpoint, peer: [u8; 6], me: [u8; 6]) {
+    let mut buf = [0u8; 2048];
+    let start = Instant::now();
+    'warm: loop {
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "testpmd never returned a frame"
+        );
+        ep.send_frame(&udp_frame(peer, me, 999, 0)).unwrap();
+        let until = Instant::now() + Duration::from_millis(200);
+        while Instant::now() < until {
+            if ep.poll_recv(&mut buf).is_some() {
+                break 'warm;
+            }
+        }
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    while ep.poll_recv(&mut buf).is_some() {}
+    let (flows, rounds) = (32u16, 16u32);
+    let mut next = vec![0u32; usize::from(flows)];
+    for seq in 0..rounds {
+        for flow in 0..flows {
+            ep.send_frame(&udp_frame(peer, me, flow, seq)).unwrap();
+        }
+        let mut got = 0;
+        let until = Instant::now() + T;
+        while got < flows {
+            assert!(
+                Instant::now() < until,
+                "round {seq}: {got} of {flows} frames back"
+            );
+            let Some(n) = ep.poll_recv(&mut buf) else {
+                std::hint::spin_loop();
+                continue;
+            };
+            assert_eq!(n, 64);
+            assert_eq!(&buf[..6], &me, "destination swapped back to us");
+            let flow = u16::from_be_bytes([buf[34], buf[35]]) - 10000;
+            let s = u32::from_le_bytes(buf[42..46].try_into().unwrap());
+            assert_eq!(s, next[usize::from(flow)], "flow {flow} in order");
+            next[usize::from(flow)] += 1;
+            got += 1;
+        }
+    }
 }
