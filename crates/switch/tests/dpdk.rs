@@ -28,15 +28,6 @@ impl Drop for Testpmd {
     }
 }
 
-fn testpmd_present() -> bool {
-    Command::new("dpdk-testpmd")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok()
-}
-
 const RING_PACKED: u64 = 1 << 34;
 const IN_ORDER: u64 = 1 << 35;
 
@@ -75,7 +66,7 @@ fn negotiated(log: &str) -> Option<u64> {
 /// testpmd on a virtio-user port with `options` appended to its vdev
 /// returns 1000 frames; its driver negotiated `want` of RING_PACKED and IN_ORDER.
 fn macswap(tag: &'static str, options: &str, want: u64) {
-    if !testpmd_present() {
+    if !common::testpmd::present() {
         println!("skip: dpdk-testpmd not installed (Debian package dpdk-dev)");
         return;
     }
