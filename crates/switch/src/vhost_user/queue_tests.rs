@@ -35,11 +35,7 @@ fn pair(event_idx: bool, writable: bool) -> (ActiveQueue, DriverRing, GuestMemor
     );
     let ring = DriverRing::new(&driver_mem, layout, event_idx).expect("ring inside memory");
     let call = crate::sys::memfd::create("not-an-eventfd", 0).unwrap();
-    let addrs = RingAddrs {
-        desc: GuestAddress(layout.desc),
-        avail: GuestAddress(layout.avail),
-        used: GuestAddress(layout.used),
-    };
+    let addrs = addrs_of(&layout);
     let q = ActiveQueue::start(
         dev_mem,
         SIZE,
@@ -51,6 +47,15 @@ fn pair(event_idx: bool, writable: bool) -> (ActiveQueue, DriverRing, GuestMemor
     )
     .unwrap();
     (q, ring, driver_mem, call)
+}
+
+/// Where the driver's rings of `layout` are, as the front-end says it.
+fn addrs_of(layout: &RingLayout) -> RingAddrs {
+    RingAddrs {
+        desc: GuestAddress(layout.desc),
+        avail: GuestAddress(layout.avail),
+        used: GuestAddress(layout.used),
+    }
 }
 
 fn calls(f: &File) -> u64 {
@@ -270,11 +275,7 @@ fn a_queue_that_starts_calls_once_whatever_the_event_index() {
     q.flush();
     let (dev_mem, layout) = (q.mem().clone(), ring.layout);
     drop(q);
-    let addrs = RingAddrs {
-        desc: GuestAddress(layout.desc),
-        avail: GuestAddress(layout.avail),
-        used: GuestAddress(layout.used),
-    };
+    let addrs = addrs_of(&layout);
     let start = || {
         ActiveQueue::start(
             dev_mem.clone(),
@@ -351,11 +352,7 @@ fn a_restart_resumes_at_the_used_index_whatever_the_base() {
     let mem_dev = q.mem().clone();
     drop(q);
     let layout = ring.layout;
-    let addrs = RingAddrs {
-        desc: GuestAddress(layout.desc),
-        avail: GuestAddress(layout.avail),
-        used: GuestAddress(layout.used),
-    };
+    let addrs = addrs_of(&layout);
     // A stale base (0, as a front-end that lost count would send) is
     // overruled by the used index; the right one (2) is kept.
     for base in [0, 2] {
