@@ -58,6 +58,15 @@ fn addrs_of(layout: &RingLayout) -> RingAddrs {
     }
 }
 
+/// The driver offers a 64-byte chain; the device pops and uses it (not
+/// published yet).
+fn use_one(q: &mut ActiveQueue, ring: &mut DriverRing) {
+    let id = ring.take().unwrap();
+    ring.publish(id, 64, false);
+    let c = q.pop().unwrap().unwrap();
+    q.add_used(c.head, 0).unwrap();
+}
+
 fn calls(f: &File) -> u64 {
     // The stand-in for the call eventfd is a plain file: each signal appends 8 bytes.
     let mut v = Vec::new();
@@ -218,10 +227,7 @@ fn unpop_gives_the_chain_back() {
 fn no_interrupt_flag_suppresses_calls() {
     let (mut q, mut ring, mem, call) = pair(false, false);
     let stats = QueueStats::default();
-    let id = ring.take().unwrap();
-    ring.publish(id, 64, false);
-    let c = q.pop().unwrap().unwrap();
-    q.add_used(c.head, 0).unwrap();
+    use_one(&mut q, &mut ring);
     q.signal(&stats);
     assert_eq!(calls(&call), 1);
     q.signal(&stats);
@@ -229,10 +235,7 @@ fn no_interrupt_flag_suppresses_calls() {
     // The driver sets VRING_AVAIL_F_NO_INTERRUPT.
     mem.write_obj(1u16, GuestAddress(ring.layout.avail))
         .unwrap();
-    let id = ring.take().unwrap();
-    ring.publish(id, 64, false);
-    let c = q.pop().unwrap().unwrap();
-    q.add_used(c.head, 0).unwrap();
+    use_one(&mut q, &mut ring);
     q.signal(&stats);
     assert_eq!(calls(&call), 1, "suppressed");
     assert_eq!(stats.notifications_sent.load(Ordering::Relaxed), 1);
@@ -247,10 +250,7 @@ fn event_idx_calls_only_when_used_event_is_passed() {
     // queue's first round calls whatever it asks: see the next test.)
     mem.write_obj(2u16, used_event).unwrap();
     for expected in [1u64, 1, 2, 2] {
-        let id = ring.take().unwrap();
-        ring.publish(id, 64, false);
-        let c = q.pop().unwrap().unwrap();
-        q.add_used(c.head, 0).unwrap();
+        use_one(&mut q, &mut ring);
         q.signal(&stats);
         assert_eq!(calls(&call), expected);
     }
@@ -296,10 +296,7 @@ fn a_queue_that_starts_calls_once_whatever_the_event_index() {
     assert_eq!(calls(&call), 1, "the first round after a start calls");
     // ...and only then does the event index decide again (used_event 0
     // lies behind: no call).
-    let id = ring.take().unwrap();
-    ring.publish(id, 64, false);
-    let c = q.pop().unwrap().unwrap();
-    q.add_used(c.head, 0).unwrap();
+    use_one(&mut q, &mut ring);
     q.signal(&stats);
     assert_eq!(calls(&call), 1);
     // A queue that starts with nothing to return calls once too: the
