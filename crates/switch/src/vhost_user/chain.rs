@@ -216,6 +216,24 @@ pub fn walk_into(
     Ok(())
 }
 
+/// The common chain, one buffer, checked in one go: Some when descriptor
+/// `d` is a whole valid chain (no next, not indirect, the right
+/// direction, not empty, inside guest memory); None sends the caller to
+/// [`walk_segs`], which takes the same decision for such a chain and
+/// names what is wrong with any other.
+#[inline(always)]
+pub(crate) fn single(
+    d: &Descriptor,
+    writable: bool,
+    in_memory: impl Fn(u64, u32) -> bool,
+) -> Option<Seg> {
+    let flags = d.flags();
+    let want = if writable { F_WRITE } else { 0 };
+    let (addr, len) = (d.addr().raw_value(), d.len());
+    (flags & (F_NEXT | F_INDIRECT | F_WRITE) == want && len != 0 && in_memory(addr, len))
+        .then_some(Seg { addr, len })
+}
+
 /// The walk itself: the chain's buffers go to `segs`; `in_memory(addr,
 /// len)` says whether a buffer lies in guest memory. Returns how many
 /// buffers and their total length.

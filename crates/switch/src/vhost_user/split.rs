@@ -222,14 +222,25 @@ impl SplitRing {
             };
             let room: &mut [Seg; MAX_SEGS] = room.try_into().map_err(|_| ChainError::TooLong)?;
             self.next_avail += Wrapping(1);
-            let (cnt, len) = chain::walk_segs(
-                room,
-                |i| desc.descriptor(i),
-                |addr, len| mem.contains(addr, len),
-                self.size,
-                b.heads[k],
-                self.writable,
-            )?;
+            let head = b.heads[k];
+            let one = (head < self.size)
+                .then(|| desc.descriptor(head))
+                .flatten()
+                .and_then(|d| chain::single(&d, self.writable, |a, l| mem.contains(a, l)));
+            let (cnt, len) = match one {
+                Some(seg) => {
+                    room[0] = seg;
+                    (1, u64::from(seg.len))
+                }
+                None => chain::walk_segs(
+                    room,
+                    |i| desc.descriptor(i),
+                    |addr, len| mem.contains(addr, len),
+                    self.size,
+                    head,
+                    self.writable,
+                )?,
+            };
             // The virtio-net header and the Ethernet header after it: read
             // (or written) first, and often across a line boundary (a driver
             // that puts the header in the headroom before the frame, as DPDK does).
