@@ -10,6 +10,7 @@ pub mod memfd;
 pub mod packet;
 pub mod peer;
 pub mod prefetch;
+pub mod regions;
 pub mod ring_mem;
 pub mod scm;
 pub mod sigbus;

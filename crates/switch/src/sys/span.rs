@@ -35,6 +35,19 @@ impl<'a> Span<'a> {
         })
     }
 
+    /// The `len` bytes at `ptr`.
+    ///
+    /// # Safety
+    /// They must lie inside one mapping that stays mapped for `'a`.
+    #[inline(always)]
+    pub unsafe fn from_raw(ptr: *mut u8, len: usize) -> Self {
+        Self {
+            ptr,
+            len,
+            _region: PhantomData,
+        }
+    }
+
     /// Its length.
     #[inline]
     pub fn len(&self) -> usize {

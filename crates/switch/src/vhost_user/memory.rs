@@ -4,6 +4,7 @@
 //! to guest physical addresses here.
 
 use super::protocol::MemoryRegion;
+use crate::sys::regions::Regions;
 use crate::sys::sigbus;
 use crate::sys::span::Span;
 use std::fs::File;
@@ -83,10 +84,8 @@ pub const DEFAULT_MAX_MEMORY: u64 = 1 << 40;
 pub struct GuestMem {
     mem: GuestMemoryMmap,
     regions: Vec<MemoryRegion>,
-    mapped: Vec<Arc<GuestRegionMmap>>,
-    /// Each mapped region's (start, length), in the order of `mapped`: the
-    /// per-access lookup scans this flat array, no pointer chased.
-    bounds: Vec<(u64, u64)>,
+    /// The mappings, with the per-frame path's lookup table.
+    maps: Regions,
     /// The mappings' registrations with the SIGBUS handler; dropped (first
     /// field to go, see `Drop`) before the memory is unmapped.
     guards: Vec<sigbus::Mapping>,
@@ -128,15 +127,10 @@ impl GuestMem {
         mapped.sort_by_key(vm_memory::GuestMemoryRegion::start_addr);
         let mapped: Vec<Arc<GuestRegionMmap>> = mapped.into_iter().map(Arc::new).collect();
         let mem = GuestMemoryMmap::from_arc_regions(mapped.clone()).map_err(MemoryError::Table)?;
-        let bounds = mapped
-            .iter()
-            .map(|r| (r.start_addr().0, vm_memory::GuestMemoryRegion::len(&**r)))
-            .collect();
         Ok(Self {
             mem,
             regions,
-            mapped,
-            bounds,
+            maps: Regions::new(mapped),
             guards,
         })
     }
@@ -166,39 +160,24 @@ impl GuestMem {
     /// The region holding all of `[addr, addr + len)` and the offset of
     /// `addr` in it (None when the range is not inside one region).
     pub fn region_for(&self, addr: GuestAddress, len: u64) -> Option<(Arc<GuestRegionMmap>, u64)> {
-        self.mapped.iter().find_map(|r| {
+        self.maps.mapped().iter().find_map(|r| {
             let off = addr.0.checked_sub(r.start_addr().0)?;
             let end = off.checked_add(len)?;
             (end <= r.len()).then(|| (Arc::clone(r), off))
         })
     }
 
-    /// The region holding guest address `addr` and the offset in it. A
-    /// front-end's table has a handful of regions (most often one): a
-    /// scan beats the generic lookup on the per-frame path.
-    #[inline]
-    fn find(&self, addr: u64) -> Option<(&GuestRegionMmap, u64)> {
-        let i = self
-            .bounds
-            .iter()
-            .position(|&(start, len)| addr.wrapping_sub(start) < len)?;
-        Some((&*self.mapped[i], addr.wrapping_sub(self.bounds[i].0)))
-    }
-
     /// True when `[addr, addr + len)` is guest memory.
     #[inline]
     pub fn contains(&self, addr: u64, len: u32) -> bool {
-        match self.find(addr) {
-            Some((r, off)) => match off.checked_add(u64::from(len)) {
-                Some(end) if end <= r.len() => true,
-                // Across regions: the general check.
-                Some(_) => vm_memory::GuestMemoryBackend::check_range(
-                    &self.mem,
-                    GuestAddress(addr),
-                    len as usize,
-                ),
-                None => false,
-            },
+        match self.maps.find(addr) {
+            Some((i, off)) if u64::from(len) <= self.maps.left(i, off) => true,
+            // Across regions: the general check.
+            Some(_) => vm_memory::GuestMemoryBackend::check_range(
+                &self.mem,
+                GuestAddress(addr),
+                len as usize,
+            ),
             None => false,
         }
     }
@@ -206,7 +185,8 @@ impl GuestMem {
     /// Up to `n` bytes at `addr` that stay inside one region.
     #[inline]
     pub fn slice(&self, addr: u64, n: u64) -> Option<VolatileSlice<'_, ()>> {
-        let (r, off) = self.find(addr)?;
+        let (i, off) = self.maps.find(addr)?;
+        let r = &self.maps.mapped()[i];
         let n = n.min(r.len() - off);
         r.get_slice(vm_memory::MemoryRegionAddress(off), n as usize)
             .ok()
@@ -216,8 +196,7 @@ impl GuestMem {
     /// copies), when it lies inside one.
     #[inline]
     pub fn span(&self, addr: u64, len: u64) -> Option<Span<'_>> {
-        let (r, off) = self.find(addr)?;
-        Span::new(r, off, len)
+        self.maps.span(addr, len)
     }
 
     /// Hints that the cache lines holding the first `len` bytes (at most
@@ -226,10 +205,7 @@ impl GuestMem {
     /// outside guest memory.
     #[inline]
     pub fn prefetch(&self, addr: u64, len: u32, write: bool) {
-        let Some((r, off)) = self.find(addr) else {
-            return;
-        };
-        let Ok(p) = r.get_host_address(vm_memory::MemoryRegionAddress(off)) else {
+        let Some(p) = self.maps.host(addr) else {
             return;
         };
         // The last byte wanted, when its line is not the first's (a hint
