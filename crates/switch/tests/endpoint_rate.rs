@@ -25,7 +25,12 @@ fn frame(to: u8, from: u8, len: usize, seq: u8) -> Vec<u8> {
 
 /// Two ports whose endpoints know each other (both addresses learned).
 fn learned(dir: &Dir) -> (Datapath, Vec<Endpoint>) {
-    let (mut dp, mut eps) = driven(dir, 2);
+    learned_with(dir, false)
+}
+
+/// [`learned`], the endpoints' memory on hugepages when `huge`.
+fn learned_with(dir: &Dir, huge: bool) -> (Datapath, Vec<Endpoint>) {
+    let (mut dp, mut eps) = driven_with(dir, 2, move |c| c.hugepages = huge);
     for (from, to) in [(0, 1), (1, 0)] {
         let f = frame(to as u8 + 1, from as u8 + 1, 60, 0);
         eps[from].send_frame(&f).unwrap();
@@ -103,6 +108,72 @@ fn the_rate_loop_counts_every_frame_once_and_recycles_buffers() {
             "in order, unchanged"
         );
     });
+}
+
+/// The kernel's pool of 2 MiB hugepages raised by `n` while it lives.
+struct MorePages(u64);
+
+const POOL: &str = "/proc/sys/vm/nr_hugepages";
+
+impl MorePages {
+    fn add(n: u64) -> Option<Self> {
+        let was: u64 = std::fs::read_to_string(POOL).ok()?.trim().parse().ok()?;
+        std::fs::write(POOL, (was + n).to_string()).ok()?;
+        let now: u64 = std::fs::read_to_string(POOL).ok()?.trim().parse().ok()?;
+        let guard = MorePages(was);
+        (now >= was + n).then_some(guard)
+    }
+}
+
+impl Drop for MorePages {
+    fn drop(&mut self) {
+        let _ = std::fs::write(POOL, self.0.to_string());
+    }
+}
+
+#[test]
+fn endpoints_on_hugepages_carry_the_rate_loop_and_say_when_the_pool_is_short() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skip: root needed to raise the hugepage pool");
+        return;
+    }
+    bounded(Duration::from_secs(60), || {
+        let dir = Dir::new("ep-rate-huge");
+        let before = free_pages();
+        {
+            let Some(_pool) = MorePages::add(2) else {
+                panic!("the kernel granted no 2 MiB hugepages");
+            };
+            let (mut dp, mut eps) = learned_with(&dir, true);
+            // One 2 MiB page each, all taken when the endpoints start.
+            assert_eq!(free_pages(), before, "the two new pages in use");
+            let (sent, got) = rate(&mut dp, &mut eps, &frame(2, 1, 64, 1), 64);
+            assert!(sent >= 1024, "only {sent} of 2048 taken");
+            assert_eq!(got, sent, "every frame counted once");
+        }
+        // No page left in the pool (this host's usual state): the endpoint
+        // refuses in one line instead of dying of SIGBUS at its first touch.
+        let (mut cfg, sock) = (
+            vnio_switch::endpoint::EndpointConfig::new(mac(1), ip(1)),
+            dir.sock("none"),
+        );
+        cfg.hugepages = true;
+        let _listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+        if free_pages() == 0 {
+            let e = Endpoint::connect(&sock, cfg).err().expect("refused");
+            let text = vnio_switch::error_chain(&e);
+            assert!(text.contains("hugepages"), "{text}");
+        }
+    });
+}
+
+/// Free 2 MiB hugepages in the kernel's pool.
+fn free_pages() -> u64 {
+    std::fs::read_to_string("/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages")
+        .ok()
+        .and_then(|t| t.trim().parse().ok())
+        .unwrap_or(0)
 }
 
 #[test]

@@ -135,6 +135,9 @@ pub struct EndpointConfig {
     /// and receives their metadata with [`Endpoint::send_frame_with`] and
     /// [`Endpoint::poll_recv_with`].
     pub offloads: u64,
+    /// Buffers and rings on 2 MiB hugepages (default off), as a DPDK
+    /// driver's are: fails when the kernel's pool has too few free pages.
+    pub hugepages: bool,
 }
 
 impl EndpointConfig {
@@ -147,6 +150,7 @@ impl EndpointConfig {
             queue_size: 256,
             connect_timeout: Duration::from_secs(5),
             offloads: 0,
+            hugepages: false,
         }
     }
 }
@@ -199,7 +203,12 @@ impl Endpoint {
         let rx_layout = RingLayout::at(0, size, BUF_SIZE);
         let tx_layout = RingLayout::at(rx_layout.end().div_ceil(4096) * 4096, size, BUF_SIZE);
         let mem_size = tx_layout.end().div_ceil(1 << 21) * (1 << 21);
-        let memfd = memfd::create("vnio-endpoint", mem_size).map_err(EndpointError::Setup)?;
+        let memfd = if cfg.hugepages {
+            memfd::create_huge("vnio-endpoint", mem_size)
+        } else {
+            memfd::create("vnio-endpoint", mem_size)
+        }
+        .map_err(EndpointError::Setup)?;
         let map_file = memfd.try_clone().map_err(EndpointError::Setup)?;
         let mem = GuestMemoryMmap::<()>::from_ranges_with_files([(
             GuestAddress(0),

@@ -89,6 +89,15 @@ pub fn endpoint(dir: &Dir, port: usize, n: u8) -> Endpoint {
 /// thread (no worker: the test passes time in and polls when it wants),
 /// with an endpoint on each port (`mac(i)`, `ip(i)`).
 pub fn driven(dir: &Dir, ports: usize) -> (Datapath, Vec<Endpoint>) {
+    driven_with(dir, ports, |_| {})
+}
+
+/// [`driven`] with each endpoint's configuration adjusted by `set`.
+pub fn driven_with(
+    dir: &Dir,
+    ports: usize,
+    set: impl Fn(&mut EndpointConfig) + Send + 'static,
+) -> (Datapath, Vec<Endpoint>) {
     let sw = SwitchConfig::default();
     let mut dp = Datapath::new(Fdb::new(sw.fdb_capacity, sw.aging()));
     for i in 1..=ports {
@@ -112,7 +121,9 @@ pub fn driven(dir: &Dir, ports: usize) -> (Datapath, Vec<Endpoint>) {
             .enumerate()
             .map(|(i, s)| {
                 let n = i as u8 + 1;
-                Endpoint::connect(s, EndpointConfig::new(mac(n), ip(n))).unwrap()
+                let mut cfg = EndpointConfig::new(mac(n), ip(n));
+                set(&mut cfg);
+                Endpoint::connect(s, cfg).unwrap()
             })
             .collect::<Vec<_>>()
     });
