@@ -20,8 +20,8 @@ pub fn create_huge(name: &str, size: u64) -> io::Result<File> {
 fn create_with(name: &str, size: u64, huge: bool) -> io::Result<File> {
     let cname = CString::new(name)
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in memfd name"))?;
-    // SAFETY: `cname` is a valid NUL-terminated string for the duration of the call.
     let flags = libc::MFD_CLOEXEC | if huge { libc::MFD_HUGETLB } else { 0 };
+    // SAFETY: `cname` is a valid NUL-terminated string for the duration of the call.
     let fd = unsafe { libc::memfd_create(cname.as_ptr(), flags) };
     if fd < 0 {
         return Err(io::Error::last_os_error());
