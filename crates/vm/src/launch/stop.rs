@@ -59,6 +59,15 @@ pub fn teardown(dir: &VmDir, st: &State, child: Option<&mut Child>) -> Vec<Strin
                     error_chain(&e)
                 )),
             },
+            Owned::MadePort { control, port } => match crate::migrate::del_port(control, port) {
+                Ok(()) => done.push(format!("switch port {port}")),
+                // The switch is gone, and its ports with it.
+                Err(_) if !control.exists() => {}
+                Err(e) => done.push(format!(
+                    "switch port {port} NOT removed: {}",
+                    error_chain(&e)
+                )),
+            },
             Owned::Passthrough { undo } => {
                 done.push(passthrough::undo(&passthrough::Sysfs::host(), undo));
             }
