@@ -427,6 +427,19 @@ fn wait_guest(
     limit: Duration,
 ) -> Result<()> {
     let deadline = Instant::now() + limit;
+    // A monitor that fails is most often a QEMU that died: say that.
+    let exited = |child: &mut Child, e: Error| {
+        let until = Instant::now() + Duration::from_millis(500);
+        while Instant::now() < until {
+            if let Ok(Some(s)) = child.try_wait() {
+                return Error::Guest(format!(
+                    "the destination QEMU exited during the migration ({s})"
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        e
+    };
     loop {
         if let Some(s) = child.try_wait().ctx(|| "waiting for QEMU".into())? {
             return Err(Error::Guest(format!(
@@ -438,11 +451,15 @@ fn wait_guest(
                 "the source gave up (its session ended) before the guest ran here".into(),
             ));
         }
-        let r = qmp.execute("query-status", None)?;
+        let r = qmp
+            .execute("query-status", None)
+            .map_err(|e| exited(child, e))?;
         if r.get("status").and_then(Value::as_str) == Some("running") {
             return Ok(());
         }
-        let m = qmp.execute("query-migrate", None)?;
+        let m = qmp
+            .execute("query-migrate", None)
+            .map_err(|e| exited(child, e))?;
         if let Some(s @ ("failed" | "cancelled")) = m.get("status").and_then(Value::as_str) {
             return Err(Error::Guest(format!("the incoming migration {s}")));
         }

@@ -244,7 +244,11 @@ impl Session {
         std::thread::sleep(Duration::from_millis(50));
         let err = self.stderr.lock().map(|s| s.clone()).unwrap_or_default();
         match err.lines().rev().find(|l| !l.trim().is_empty()) {
-            Some(l) => Error::Guest(format!("{}: {}", self.dest, l.trim())),
+            Some(l) => {
+                let l = l.trim();
+                let l = l.strip_prefix("vnio: error: ").unwrap_or(l);
+                Error::Guest(format!("{}: {l}", self.dest))
+            }
             None => Error::Guest(format!("{}: the destination {what}", self.dest)),
         }
     }
@@ -366,11 +370,13 @@ fn to_host(root: &Path, name: &str, t: &Target) -> Result<Migration> {
             return Err(e);
         }
     };
-    session.end();
-    // The guest runs on HOST: the source retires as in a local migration.
+    // The guest runs on HOST: the source retires as in a local migration,
+    // its ports first (until they go, this switch sends the guest's frames
+    // to the stopped source).
     for n in &nics {
         let _ = del_port(&n.control, &n.port.name);
     }
+    session.end();
     let _ = src.quit();
     drop(src);
     wait_gone(&dir, old_pid, Duration::from_secs(10));
