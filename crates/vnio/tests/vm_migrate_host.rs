@@ -6,9 +6,10 @@
 //! 10 ms and B streams to A: at most 5% of the pings lost, the stream
 //! arrives with the sender's md5, B answers afterwards from a QEMU in
 //! vnio-m1, `vnio vm list` and `stop` on m1 see and remove it, and nothing
-//! is left on either side. Before that, a migration to an m1 whose switch
-//! control socket is missing is refused in one line with the guest running
-//! on here and nothing made on m1.
+//! is left on either side. Before that, migrations to an m1 whose switch
+//! control socket is missing, to an unreachable m1, and one whose
+//! destination QEMU is killed while the guest's memory arrives are each
+//! refused in one line, the guest running on here and nothing left on m1.
 //!
 //! Needs root, sshd and ssh, QEMU and the guests' static vnio (else one
 //! `skip:` line).
@@ -272,6 +273,18 @@ fn to_m1(kit: Kit) {
     assert_eq!(ports(&m1_control), ["vx"]);
     run(&a, &format!("ping -c 2 -W 5 {b_ip}"));
 
+    // Refused: m1 is not reachable (nothing listens on that SSH port).
+    let out = migrate_cmd(&kit.root.0, &name, &remote_root, &m1_control)
+        .args(["--ssh-option", "Port=2"])
+        .output()
+        .unwrap();
+    let err = text(&out.stderr);
+    println!("unreachable: {}", err.trim());
+    assert!(!out.status.success());
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    assert!(err.contains("m1: probing"), "{err}");
+    assert!(alive(old_pid) && !b.path().join("ssh").exists());
+
     // The destination QEMU dies mid-way: refused in one line, the guest
     // runs on here, nothing is left on m1.
     let t = Instant::now();
@@ -309,7 +322,10 @@ fn to_m1(kit: Kit) {
     assert!(!remote_root.join(&name).exists(), "no state left on m1");
     assert_eq!(ports(&m1_control), ["vx"], "no port left on m1");
     assert_eq!(ports(&control), ["p1", "p2", "vx"]);
-    assert!(!b.path().join("ssh").exists(), "the SSH master's directory is gone");
+    assert!(
+        !b.path().join("ssh").exists(),
+        "the SSH master's directory is gone"
+    );
     run(&a, &format!("ping -c 2 -W 5 {b_ip}"));
 
     // The migration, under ping and a paced TCP stream.
