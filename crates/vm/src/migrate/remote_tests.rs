@@ -295,3 +295,38 @@ fn the_destination_refuses_what_it_cannot_run_and_leaves_nothing() {
         "{e}"
     );
 }
+
+/// No QEMU on this host: refused in one line after the ports were made,
+/// and they are gone again (a real switch, no root needed).
+#[test]
+fn a_destination_without_qemu_removes_its_ports() {
+    use vnio_switch::config::{Config, SwitchConfig};
+    use vnio_switch::control::{Client, Request};
+    let t = Tmp::new("noqemu");
+    let control = t.0.join("control.sock");
+    let _sw = vnio_switch::daemon::Switch::start(Config {
+        switch: SwitchConfig {
+            control: control.clone(),
+            ..SwitchConfig::default()
+        },
+        ports: Vec::new(),
+    })
+    .expect("a switch");
+    let mut d = description(&control);
+    d.argv[0] = t.0.join("no-qemu-system-x86_64").display().to_string();
+    for (i, f) in ["vmlinuz", "initrd.img"].iter().enumerate() {
+        let p = t.0.join(f);
+        std::fs::write(&p, b"x").unwrap();
+        d.argv[2 + 2 * i] = p.display().to_string();
+    }
+    let root = t.0.join("vms");
+    let e = serve(&root, &d);
+    assert!(e.starts_with("starting the destination "), "{e}");
+    assert!(e.contains("no-qemu-system-x86_64"), "{e}");
+    let ports = Client::connect(&control)
+        .unwrap()
+        .request(&Request::PortList)
+        .unwrap();
+    assert_eq!(ports, json!([]), "the port made is removed");
+    assert!(!root.join("b").exists(), "the directory made is removed");
+}
