@@ -300,7 +300,8 @@ fn to_host(root: &Path, name: &str, t: &Target) -> Result<Migration> {
             )))
         }
     };
-    let control_dir = dir.path().join("ssh");
+    // Outside the VM's directory, which goes before the master ends.
+    let control_dir = std::env::temp_dir().join(format!("vnio-migrate-{}", std::process::id()));
     std::fs::create_dir_all(&control_dir).ctx(|| format!("creating {}", control_dir.display()))?;
     let ssh = Control {
         ssh: Ssh::new(
