@@ -38,6 +38,7 @@ use crate::state::{self, Owned, Phase, State, VmDir};
 use crate::switchport;
 
 pub mod incoming;
+pub mod remote_image;
 #[cfg(test)]
 mod remote_tests;
 pub mod to_host;
@@ -69,6 +70,9 @@ pub struct Migration {
     /// The machine the guest moved to (`--to HOST`); none: this one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub host: Option<String>,
+    /// Files copied to that machine (`vnio`, the image's).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub copied: Vec<String>,
 }
 
 /// A NIC to move: where it is, where it goes.
@@ -448,6 +452,7 @@ pub fn migrate(root: &Path, name: &str) -> Result<Migration> {
             .map(|n| (n.old_port.clone(), n.new_port.clone()))
             .collect(),
         host: None,
+        copied: Vec::new(),
     })
 }
 

@@ -5,7 +5,7 @@
 //! Guest A stays here, guest B (TCG) moves to m1 while A pings it every
 //! 10 ms and B streams to A: at most 5% of the pings lost, the stream
 //! arrives with the sender's md5, B answers afterwards from a QEMU in
-//! vnio-m1, `vnio vm list` and `stop` on m1 see and remove it, and nothing
+//! vnio-m1 booted from the image copied into m1's cache (`--remote-cache`), `vnio vm list` and `stop` on m1 see and remove it, and nothing
 //! is left on either side. Before that, migrations to an m1 whose switch
 //! control socket is missing, to an unreachable m1, and one whose
 //! destination QEMU is killed while the guest's memory arrives are each
@@ -303,9 +303,14 @@ fn to_m1(kit: Kit) {
     assert!(alive(old_pid));
 
     // The destination QEMU dies mid-way: refused in one line, the guest
-    // runs on here, nothing is left on m1.
+    // runs on here, nothing is left on m1. m1 gets its own image cache
+    // (this file system is shared, so the same paths would do): the image
+    // is copied there first, and kept (a cache, not the run's).
     let t = Instant::now();
-    let cmd = migrate_cmd(&kit.root.0, &name, &remote_root, &m1_control);
+    let cache = m1.join("cache");
+    let image = cache.join("images").join(&kit.image.manifest.key);
+    let mut cmd = migrate_cmd(&kit.root.0, &name, &remote_root, &m1_control);
+    cmd.arg("--remote-cache").arg(&cache);
     let run_it = std::thread::spawn(move || finished(cmd));
     let dst = destination_qemu(&remote_root, Duration::from_secs(60)).expect("a destination QEMU");
     // Once the migration stream is open, the guest's memory is arriving:
@@ -336,11 +341,20 @@ fn to_m1(kit: Kit) {
     assert!(!remote_root.join(&name).exists(), "no state left on m1");
     assert_eq!(ports(&m1_control), ["vx"], "no port left on m1");
     assert_eq!(ports(&control), ["p1", "p2", "vx"]);
+    for f in ["vmlinuz", "initrd.img", "manifest.json"] {
+        assert_eq!(
+            std::fs::read(image.join(f)).unwrap(),
+            std::fs::read(kit.image.dir.join(f)).unwrap(),
+            "{f} copied whole"
+        );
+    }
     run(&a, &format!("ping -c 2 -W 5 {b_ip}"));
 
     // The migration, under ping and a paced TCP stream.
     let traffic = Traffic::start(&a, &b, &a_ip, &b_ip);
-    let out = migrate(&kit.root.0, &name, &remote_root, &m1_control);
+    let mut cmd = migrate_cmd(&kit.root.0, &name, &remote_root, &m1_control);
+    cmd.arg("--remote-cache").arg(&cache);
+    let out = finished(cmd);
     assert!(
         out.status.success(),
         "vnio vm migrate --to m1: {}{}",
@@ -357,6 +371,12 @@ fn to_m1(kit: Kit) {
     let new_pid = m["new_pid"].as_u64().unwrap().to_string();
     assert!(m["total_ms"].as_u64().unwrap() > 0);
     assert_eq!(m["ports"], serde_json::json!([["p2", "p2-m1"]]));
+    assert!(m.get("copied").is_none(), "m1's cache had the image");
+    let cmdline = std::fs::read(format!("/proc/{}/cmdline", m["new_pid"])).unwrap();
+    assert!(
+        text(&cmdline).contains(&format!("{}/vmlinuz", image.display())),
+        "the destination boots from m1's cache"
+    );
     // The guest now runs in a QEMU in m1's namespace; the source is gone.
     assert!(alive(new_pid.parse().unwrap()));
     assert_eq!(

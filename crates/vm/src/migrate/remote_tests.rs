@@ -330,3 +330,23 @@ fn a_destination_without_qemu_removes_its_ports() {
     assert_eq!(ports, json!([]), "the port made is removed");
     assert!(!root.join("b").exists(), "the directory made is removed");
 }
+
+#[test]
+fn the_image_directory_moves_to_hosts_cache() {
+    use super::remote_image::{image_dir, rebased};
+    let argv = source_argv();
+    let dir = image_dir(&argv).unwrap();
+    assert_eq!(dir, Path::new("/var/cache/vnio/images/k1"));
+    let moved = rebased(&argv, &dir, Path::new("/m1/cache/images/k1"));
+    assert_eq!(moved[2], "/m1/cache/images/k1/vmlinuz");
+    assert_eq!(moved[4], "/m1/cache/images/k1/initrd.img");
+    assert_eq!(moved[6], argv[6], "nothing else changes");
+    assert_eq!(moved.len(), argv.len());
+    // Files in two directories are not one image.
+    let mut split = argv.clone();
+    split[4] = "/elsewhere/initrd.img".into();
+    assert!(image_dir(&split)
+        .unwrap_err()
+        .contains("not all in one image directory"));
+    assert!(image_dir(&s(&["qemu"])).is_err());
+}

@@ -71,6 +71,9 @@ pub struct Target {
     pub state_dir: Option<PathBuf>,
     /// Its switch's control socket [default: the same path as here].
     pub control: Option<PathBuf>,
+    /// Its image cache, where the guest's image is copied if missing
+    /// ([`super::remote_image`]) [default: the image at the same paths].
+    pub cache: Option<PathBuf>,
 }
 
 /// Live-migrates VM `name` under `root` to `to`.
@@ -326,6 +329,7 @@ fn to_host(root: &Path, name: &str, t: &Target) -> Result<Migration> {
             std::env::consts::ARCH
         )));
     }
+    let mut copied = Vec::new();
     let vnio = if probe.same_path {
         exe.display().to_string()
     } else {
@@ -340,13 +344,25 @@ fn to_host(root: &Path, name: &str, t: &Target) -> Result<Migration> {
                 "installing vnio",
             )
             .map_err(Error::Guest)?;
+            copied.push(copy.clone());
         }
         copy
     };
+    let mut argv = source_argv(old_pid)?;
+    if let Some(cache) = &t.cache {
+        let (rebased, carried) = super::remote_image::carry(ssh, &argv, cache)?;
+        argv = rebased;
+        copied.extend(
+            carried
+                .copied
+                .iter()
+                .map(|f| carried.dir.join(f).display().to_string()),
+        );
+    }
     let description = Incoming {
         name: name.to_string(),
         source: this_host(),
-        argv: source_argv(old_pid)?,
+        argv,
         source_dir: dir.path().to_path_buf(),
         control,
         nics: nics
@@ -401,6 +417,7 @@ fn to_host(root: &Path, name: &str, t: &Target) -> Result<Migration> {
             .map(|(n, new)| (n.port.name.clone(), new.clone()))
             .collect(),
         host: Some(t.dest.clone()),
+        copied,
     })
 }
 

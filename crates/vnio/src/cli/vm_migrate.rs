@@ -27,6 +27,9 @@ pub struct MigrateArgs {
     /// With --to: HOST's switch control socket [default: the same path as the NICs' control= here].
     #[arg(long, value_name = "FILE", requires = "to")]
     remote_control: Option<PathBuf>,
+    /// With --to: HOST's image cache; the guest's image is copied into DIR/images/KEY there if missing [default: HOST has it at the same paths].
+    #[arg(long, value_name = "DIR", requires = "to")]
+    remote_cache: Option<PathBuf>,
     /// Print a JSON document (times in ms, pids, ports, host).
     #[arg(long)]
     json: bool,
@@ -51,6 +54,7 @@ pub fn run(a: MigrateArgs, root: &Path) -> anyhow::Result<i32> {
                 ssh_options: a.ssh_option,
                 state_dir: a.remote_state_dir,
                 control: a.remote_control,
+                cache: a.remote_cache,
             })
         }
     };
@@ -77,6 +81,9 @@ pub fn run(a: MigrateArgs, root: &Path) -> anyhow::Result<i32> {
     );
     for (old, new) in &m.ports {
         println!("vnio vm: switch port {old} -> {new}{on}");
+    }
+    for f in &m.copied {
+        println!("vnio vm: copied {f}{on}");
     }
     println!(
         "vnio vm: {} ms from start to the new state saved",
