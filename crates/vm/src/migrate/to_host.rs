@@ -19,8 +19,10 @@
 //!    HOST now).
 //!
 //! Before `done` nothing here changes: a failure ends the SSH session (the
-//! far side then removes all it made) and the guest runs on here; if the
-//! migration had completed, the source QEMU is resumed (`cont`).
+//! far side then removes all it made) and the guest runs on here. If the
+//! migration had completed, the source QEMU is resumed (`cont`) only when
+//! the far side said it failed; a silently lost session leaves it paused
+//! (the guest may run there).
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::IpAddr;
@@ -256,6 +258,15 @@ impl Session {
         }
     }
 
+    /// Whether the far side reported its own failure (`vnio: error: ...`
+    /// on its error output) rather than the session being lost.
+    fn far_side_failed(&self) -> bool {
+        self.stderr
+            .lock()
+            .map(|s| s.lines().any(|l| l.starts_with("vnio: error: ")))
+            .unwrap_or(false)
+    }
+
     /// Ends the session: the far side's input closes (before `done` it
     /// then removes what it made); waits for it to exit.
     fn end(mut self) {
@@ -439,18 +450,23 @@ fn switch_over(
     )?;
     let stats = wait_migrated(&mut src, super::MIGRATION_TIMEOUT)
         .map_err(|e| session.failed(&e.to_string()))?;
-    match session.next(DONE_TIMEOUT, "done line") {
-        Ok(Line::Done(d)) => Ok((ready, stats, src, d)),
-        Ok(other) => {
-            let _ = src.execute("cont", None);
-            Err(session.failed(&format!("said {:?} instead of done", other.render())))
-        }
-        Err(e) => {
-            // The guest is paused here for good unless resumed.
-            let _ = src.execute("cont", None);
-            Err(e)
-        }
+    let e = match session.next(DONE_TIMEOUT, "done line") {
+        Ok(Line::Done(d)) => return Ok((ready, stats, src, d)),
+        Ok(other) => session.failed(&format!("said {:?} instead of done", other.render())),
+        Err(e) => e,
+    };
+    // The guest is paused here for good unless resumed; resume it only if
+    // the far side said it failed (and so removed its QEMU). A session
+    // lost without a word may have left the guest running there: running
+    // it here too would run it twice.
+    if session.far_side_failed() {
+        let _ = src.execute("cont", None);
+        return Err(e);
     }
+    Err(Error::Guest(format!(
+        "{e}; the migration had completed, so the guest may run on {} (see vnio vm list there): this QEMU stays paused (vnio vm stop removes it)",
+        session.dest
+    )))
 }
 
 /// Removes the source's state: its sockets outside the directory, then the
