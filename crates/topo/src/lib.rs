@@ -3,7 +3,8 @@
 //! Real kernel network topology built through rtnetlink (no `ip` commands):
 //! named network namespaces ([`Netns`]), veth pairs, Linux bridges and
 //! macvlans ([`Handle`], [`Link`]), addresses, routes, tc qdiscs, the
-//! two-host [`Pair`] and hosts on a Linux bridge ([`Bridged`]).
+//! two-host [`Pair`] and hosts on a Linux bridge ([`Bridged`]); [`ssh`]
+//! drives other machines with the system's OpenSSH client.
 //! Every object is journaled before it is created, so [`clean`] can remove
 //! what a crashed run left; the normal path cleans up on drop.
 //!
@@ -61,6 +62,7 @@ mod process;
 mod route;
 mod rtnl;
 mod shield;
+pub mod ssh;
 #[allow(unsafe_code)]
 mod sys;
 mod tc;

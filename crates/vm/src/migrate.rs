@@ -15,9 +15,11 @@
 //!
 //! Until the switchover nothing of the source is touched: a failure kills
 //! the destination, removes the new ports and leaves the guest running
-//! where it was. `--to HOST` would be the same steps with a TCP transport
-//! (`tcp:HOST:PORT` for both QMP commands) and the destination started on
-//! the other machine: see docs/vm.md.
+//! where it was.
+//!
+//! `--to HOST` ([`to_host`]) is the same steps with a TCP transport: the
+//! destination's steps run on HOST as `vnio vm incoming` ([`incoming`])
+//! over SSH, and QEMU moves the guest over `tcp:HOST:PORT`.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -34,6 +36,12 @@ use crate::qmp::Qmp;
 use crate::spec::Backend;
 use crate::state::{self, Owned, Phase, State, VmDir};
 use crate::switchport;
+
+pub mod incoming;
+pub mod remote_image;
+#[cfg(test)]
+mod remote_tests;
+pub mod to_host;
 
 /// How long the whole migration may take before it is cancelled.
 pub const MIGRATION_TIMEOUT: Duration = Duration::from_secs(600);
@@ -59,6 +67,12 @@ pub struct Migration {
     pub wall_ms: u64,
     /// Switch ports: (the source's, the destination's).
     pub ports: Vec<(String, String)>,
+    /// The machine the guest moved to (`--to HOST`); none: this one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// Files copied to that machine (`vnio`, the image's).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub copied: Vec<String>,
 }
 
 /// A NIC to move: where it is, where it goes.
@@ -100,11 +114,11 @@ impl Made {
     }
 }
 
-fn switch(control: &Path) -> Result<Client> {
+pub(crate) fn switch(control: &Path) -> Result<Client> {
     Client::connect(control).ctx(|| format!("connecting to the switch at {}", control.display()))
 }
 
-fn del_port(control: &Path, name: &str) -> Result<()> {
+pub(crate) fn del_port(control: &Path, name: &str) -> Result<()> {
     switch(control)?
         .request(&Request::PortDel { name: name.into() })
         .ctx(|| format!("removing switch port {name}"))
@@ -112,19 +126,38 @@ fn del_port(control: &Path, name: &str) -> Result<()> {
 }
 
 fn add_port(n: &MovingNic) -> Result<()> {
-    let (control, name, socket) = (&n.control, &n.new_port, &n.new_socket);
-    let mode = if n.switch_listens {
+    make_port(
+        &n.control,
+        &n.new_port,
+        &n.new_socket,
+        n.switch_listens,
+        n.latency,
+        n.queues,
+    )
+}
+
+/// Creates vhost-user port `name` on `socket` (the switch listens there if
+/// `switch_listens`) with `queues` queue pairs and latency policy `latency`.
+pub(crate) fn make_port(
+    control: &Path,
+    name: &str,
+    socket: &Path,
+    switch_listens: bool,
+    latency: vnio_switch::config::Latency,
+    queues: u16,
+) -> Result<()> {
+    let mode = if switch_listens {
         SocketMode::Server
     } else {
         SocketMode::Client
     };
     let mut port = PortSpec::vhost_user(name, socket, mode);
-    port.queues = (n.queues > 1).then_some(usize::from(n.queues));
+    port.queues = (queues > 1).then_some(usize::from(queues));
     switch(control)?
         .request(&Request::PortAdd { port })
         .ctx(|| format!("creating switch port {name} on {}", socket.display()))?;
-    if n.latency != vnio_switch::config::Latency::Normal {
-        switchport::set_latency(control, name, n.latency)?;
+    if latency != vnio_switch::config::Latency::Normal {
+        switchport::set_latency(control, name, latency)?;
     }
     Ok(())
 }
@@ -142,7 +175,7 @@ pub fn next_port_name(old: &str, taken: &[String]) -> String {
         .expect("a free name")
 }
 
-fn port_names(control: &Path) -> Result<Vec<String>> {
+pub(crate) fn port_names(control: &Path) -> Result<Vec<String>> {
     let list = switch(control)?
         .request(&Request::PortList)
         .ctx(|| "listing the switch's ports".into())?;
@@ -188,7 +221,7 @@ pub fn destination_argv(
     out
 }
 
-fn source_argv(pid: u32) -> Result<Vec<String>> {
+pub(crate) fn source_argv(pid: u32) -> Result<Vec<String>> {
     let raw = std::fs::read(format!("/proc/{pid}/cmdline"))
         .ctx(|| format!("reading QEMU {pid}'s command line"))?;
     Ok(raw
@@ -198,7 +231,19 @@ fn source_argv(pid: u32) -> Result<Vec<String>> {
         .collect())
 }
 
-fn nics_to_move(st: &State) -> Result<Vec<MovingNic>> {
+/// A vhost-user NIC of the VM on a switch port: its index, socket, whether
+/// QEMU listens on it (`server`), the switch's control socket and port.
+pub(crate) struct SwitchNic {
+    pub index: usize,
+    pub socket: PathBuf,
+    pub server: bool,
+    pub control: PathBuf,
+    pub port: switchport::Port,
+    pub queues: u16,
+}
+
+/// The VM's NICs, each on a switch port, or why the VM cannot migrate.
+pub(crate) fn switch_nics(st: &State) -> Result<Vec<SwitchNic>> {
     let mut out = Vec::new();
     for (index, n) in st.spec.nics.iter().enumerate() {
         let Backend::VhostUser {
@@ -218,29 +263,44 @@ fn nics_to_move(st: &State) -> Result<Vec<MovingNic>> {
                 st.spec.name
             )));
         };
-        let old = switchport::port_for_socket(control, socket)?;
-        let taken = port_names(control)?;
-        let new_port = next_port_name(&old.name, &taken);
-        let new_socket = socket
-            .parent()
-            .unwrap_or(Path::new("/"))
-            .join(format!("{new_port}.sock"));
-        out.push(MovingNic {
+        out.push(SwitchNic {
             index,
+            socket: socket.clone(),
+            server: *server,
             control: control.clone(),
-            old_port: old.name,
-            old_socket: socket.clone(),
-            new_port,
-            new_socket,
-            switch_listens: !server,
-            latency: old.latency,
+            port: switchport::port_for_socket(control, socket)?,
             queues: n.queues,
         });
     }
     Ok(out)
 }
 
-fn wait_qmp(path: &Path, child: &mut Child, limit: Duration) -> Result<Qmp> {
+fn nics_to_move(st: &State) -> Result<Vec<MovingNic>> {
+    let mut out = Vec::new();
+    for n in switch_nics(st)? {
+        let taken = port_names(&n.control)?;
+        let new_port = next_port_name(&n.port.name, &taken);
+        let new_socket = n
+            .socket
+            .parent()
+            .unwrap_or(Path::new("/"))
+            .join(format!("{new_port}.sock"));
+        out.push(MovingNic {
+            index: n.index,
+            control: n.control,
+            old_port: n.port.name,
+            old_socket: n.socket,
+            new_port,
+            new_socket,
+            switch_listens: !n.server,
+            latency: n.port.latency,
+            queues: n.queues,
+        });
+    }
+    Ok(out)
+}
+
+pub(crate) fn wait_qmp(path: &Path, child: &mut Child, limit: Duration) -> Result<Qmp> {
     let deadline = Instant::now() + limit;
     loop {
         if let Some(s) = child.try_wait().ctx(|| "waiting for QEMU".into())? {
@@ -265,7 +325,7 @@ fn wait_qmp(path: &Path, child: &mut Child, limit: Duration) -> Result<Qmp> {
 
 /// Polls the source's `query-migrate` until the migration ends; returns
 /// its final answer.
-fn wait_migrated(src: &mut Qmp, limit: Duration) -> Result<Value> {
+pub(crate) fn wait_migrated(src: &mut Qmp, limit: Duration) -> Result<Value> {
     let deadline = Instant::now() + limit;
     loop {
         let r = src.execute("query-migrate", None)?;
@@ -291,6 +351,16 @@ fn wait_migrated(src: &mut Qmp, limit: Duration) -> Result<Value> {
     }
 }
 
+/// The running pid of VM `name` in `dir`, or why there is nothing to migrate.
+pub(crate) fn running_pid(st: &State, dir: &VmDir, name: &str) -> Result<u32> {
+    match st.pid {
+        Some(p) if st.phase == Phase::Running && state::is_ours(p, dir) => Ok(p),
+        _ => Err(Error::Invalid(format!(
+            "VM {name} is not running: nothing to migrate"
+        ))),
+    }
+}
+
 fn wait_running(dst: &mut Qmp, limit: Duration) -> Result<()> {
     let deadline = Instant::now() + limit;
     loop {
@@ -309,7 +379,7 @@ fn wait_running(dst: &mut Qmp, limit: Duration) -> Result<()> {
 }
 
 /// Waits for `pid` to end; SIGKILL after `limit`.
-fn wait_gone(dir: &VmDir, pid: u32, limit: Duration) {
+pub(crate) fn wait_gone(dir: &VmDir, pid: u32, limit: Duration) {
     let deadline = Instant::now() + limit;
     while state::is_ours(pid, dir) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
@@ -328,14 +398,7 @@ pub fn migrate(root: &Path, name: &str) -> Result<Migration> {
     let started = Instant::now();
     let dir = VmDir::new(root, name);
     let mut st = State::load(&dir)?;
-    let old_pid = match st.pid {
-        Some(p) if st.phase == Phase::Running && state::is_ours(p, &dir) => p,
-        _ => {
-            return Err(Error::Invalid(format!(
-                "VM {name} is not running: nothing to migrate"
-            )))
-        }
-    };
+    let old_pid = running_pid(&st, &dir, name)?;
     let nics = nics_to_move(&st)?;
     let incoming = dir.path().join("incoming");
     let _ = std::fs::remove_dir_all(&incoming);
@@ -388,6 +451,8 @@ pub fn migrate(root: &Path, name: &str) -> Result<Migration> {
             .iter()
             .map(|n| (n.old_port.clone(), n.new_port.clone()))
             .collect(),
+        host: None,
+        copied: Vec::new(),
     })
 }
 
@@ -479,16 +544,22 @@ fn finish(
             *socket = n.new_socket.clone();
         }
         for o in &mut st.owned {
-            match o {
-                Owned::Socket { path } if *path == n.old_socket => path.clone_from(&n.new_socket),
-                Owned::SwitchPort { control, port, .. }
-                    if *control == n.control && *port == n.old_port =>
-                {
-                    port.clone_from(&n.new_port);
+            if let Owned::Socket { path } = o {
+                if *path == n.old_socket {
+                    path.clone_from(&n.new_socket);
                 }
-                _ => {}
             }
         }
+        // The source's port is gone (nothing to put back); the new one is
+        // the VM's: stop removes it.
+        st.owned.retain(|o| {
+            !matches!(o, Owned::SwitchPort { control, port, .. } | Owned::MadePort { control, port }
+                if *control == n.control && *port == n.old_port)
+        });
+        st.owned.push(Owned::MadePort {
+            control: n.control.clone(),
+            port: n.new_port.clone(),
+        });
     }
     st.notes.push(format!(
         "live-migrated from QEMU {old_pid} to QEMU {new_pid}"
@@ -497,54 +568,4 @@ fn finish(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn s(v: &[&str]) -> Vec<String> {
-        v.iter().map(|x| x.to_string()).collect()
-    }
-
-    #[test]
-    fn port_names_count_up_from_the_base() {
-        assert_eq!(next_port_name("vm1", &[]), "vm1-m1");
-        assert_eq!(next_port_name("vm1", &s(&["vm1", "vm1-m1"])), "vm1-m2");
-        assert_eq!(next_port_name("vm1-m2", &s(&["vm1-m2"])), "vm1-m1");
-        assert_eq!(next_port_name("a-mx", &[]), "a-mx-m1");
-    }
-
-    #[test]
-    fn the_destination_is_the_source_moved_into_incoming() {
-        let src = s(&[
-            "qemu-system-x86_64",
-            "-chardev",
-            "socket,id=console,path=/r/vm/b/console.sock,server=on,wait=off,logfile=/r/vm/b/serial.log",
-            "-chardev",
-            "socket,id=nic0c,path=/sw/p2.sock",
-            "-netdev",
-            "vhost-user,id=nic0,chardev=nic0c",
-            "-qmp",
-            "unix:/r/vm/b/qmp.sock,server=on,wait=off",
-            "-pidfile",
-            "/r/vm/b/qemu.pid",
-            "-S",
-        ]);
-        let d = destination_argv(
-            &src,
-            Path::new("/r/vm/b"),
-            Path::new("/r/vm/b/incoming"),
-            &[(
-                PathBuf::from("/sw/p2.sock"),
-                PathBuf::from("/sw/p2-m1.sock"),
-            )],
-        );
-        assert_eq!(
-            d[2],
-            "socket,id=console,path=/r/vm/b/incoming/console.sock,server=on,wait=off,logfile=/r/vm/b/incoming/serial.log"
-        );
-        assert_eq!(d[4], "socket,id=nic0c,path=/sw/p2-m1.sock");
-        assert_eq!(d[8], "unix:/r/vm/b/incoming/qmp.sock,server=on,wait=off");
-        assert_eq!(d[10], "/r/vm/b/incoming/qemu.pid");
-        assert!(!d.contains(&"-S".to_string()));
-        assert_eq!(&d[d.len() - 2..], &s(&["-incoming", "defer"])[..]);
-    }
-}
+mod tests;

@@ -119,6 +119,13 @@ pub enum Owned {
         /// What to undo.
         undo: crate::passthrough::Undo,
     },
+    /// A switch port made for the VM (by a migration): removed on stop.
+    MadePort {
+        /// The switch's control socket.
+        control: PathBuf,
+        /// The port.
+        port: String,
+    },
     /// A switch port whose latency policy was raised: put back `latency`.
     SwitchPort {
         /// The switch's control socket.

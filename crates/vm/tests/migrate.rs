@@ -8,67 +8,14 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 use vnio_switch::config::{Config, PortSpec, SwitchConfig};
 use vnio_switch::daemon::Switch;
 use vnio_switch::port::SocketMode;
-use vnio_vm::exec::exec;
 use vnio_vm::spec::VmSpec;
-use vnio_vm::state::{self, State, VmDir};
-
-fn run(dir: &VmDir, cmd: &str) -> String {
-    let out = exec(dir, &sh(cmd), Duration::from_secs(60)).unwrap();
-    assert!(out.success(), "{cmd}: {out:?}");
-    out.stdout
-}
-
-/// Polls `cmd` in `dir` until `done` accepts its output (within `limit`).
-fn poll(dir: &VmDir, cmd: &str, limit: Duration, done: impl Fn(&str) -> bool) -> String {
-    let end = Instant::now() + limit;
-    loop {
-        let out = run(dir, cmd);
-        if done(&out) {
-            return out;
-        }
-        assert!(Instant::now() < end, "{cmd}: still {out:?}");
-        std::thread::sleep(Duration::from_secs(1));
-    }
-}
-
-/// (transmitted, received) from busybox ping's summary.
-fn ping_counts(summary: &str) -> (u64, u64) {
-    let line = summary
-        .lines()
-        .find(|l| l.contains("packets transmitted"))
-        .unwrap_or_else(|| panic!("no ping summary in {summary:?}"));
-    let n: Vec<u64> = line
-        .split_whitespace()
-        .filter_map(|w| w.parse().ok())
-        .collect();
-    (n[0], n[1])
-}
-
-/// The unanswered sequence numbers of a busybox ping log, as ranges.
-fn gaps(log: &str) -> String {
-    let seqs: Vec<u64> = log
-        .lines()
-        .filter_map(|l| l.split("seq=").nth(1))
-        .filter_map(|r| r.split_whitespace().next()?.parse().ok())
-        .collect();
-    let mut out = Vec::new();
-    for w in seqs.windows(2) {
-        if w[1] > w[0] + 1 {
-            out.push(format!("{}..{}", w[0] + 1, w[1] - 1));
-        }
-    }
-    if out.is_empty() {
-        "none in sequence".into()
-    } else {
-        out.join(", ")
-    }
-}
+use vnio_vm::state::{self, State};
 
 #[test]
 fn a_guest_migrates_under_ping_and_tcp_with_little_loss() {
@@ -129,28 +76,7 @@ fn migrates_under_ping_and_tcp(nic_opts: &'static str) {
         let (a, b) = (la.dir.clone(), lb.dir.clone());
         run(&a, &format!("ping -c 2 -W 5 {b_ip}"));
 
-        // A paced stream B -> A (~3 MiB over ~10 s), a 10 ms ping A -> B.
-        let (blocks, port) = (192, 5001);
-        run(
-            &b,
-            &format!("dd if=/dev/urandom of=/tmp/send bs=16k count={blocks} 2>/dev/null; md5sum < /tmp/send > /tmp/send.md5"),
-        );
-        run(
-            &a,
-            &format!("(sleep 600 | nc -l -p {port} > /tmp/recv 2>/dev/null) > /dev/null 2>&1 &"),
-        );
-        run(
-            &a,
-            &format!("(ping -i 0.01 -w 30 {b_ip} > /tmp/ping.out 2>&1) > /dev/null 2>&1 &"),
-        );
-        std::thread::sleep(Duration::from_secs(1));
-        run(
-            &b,
-            &format!(
-                "((i=0; while [ $i -lt {blocks} ]; do dd if=/tmp/send bs=16k skip=$i count=1 2>/dev/null; usleep 50000; i=$((i+1)); done) | nc -w 10 {a_ip} {port}) > /dev/null 2>&1 &"
-            ),
-        );
-        std::thread::sleep(Duration::from_secs(3));
+        let traffic = Traffic::start(&a, &b, &a_ip, &b_ip);
 
         // The guest's driver negotiated the layout asked for (bit 34:
         // VIRTIO_F_RING_PACKED).
@@ -173,34 +99,7 @@ fn migrates_under_ping_and_tcp(nic_opts: &'static str) {
         assert!(!alive(old_pid), "the source QEMU is gone");
         assert!(m.total_ms > 0, "QEMU reported the migration's time");
 
-        // The stream completes intact.
-        let bytes = blocks * 16 * 1024;
-        let got = poll(&a, "wc -c < /tmp/recv", Duration::from_secs(120), |o| {
-            o.trim() == bytes.to_string()
-        });
-        assert_eq!(got.trim(), bytes.to_string());
-        let sent = run(&b, "cat /tmp/send.md5");
-        let recv = run(&a, "md5sum < /tmp/recv");
-        assert_eq!(
-            sent.split_whitespace().next(),
-            recv.split_whitespace().next(),
-            "the TCP stream across the migration arrived intact"
-        );
-
-        // The pings: at most 5% lost.
-        let summary = poll(&a, "cat /tmp/ping.out", Duration::from_secs(60), |o| {
-            o.contains("packet loss")
-        });
-        let (tx, rx) = ping_counts(&summary);
-        println!(
-            "ping across the migration: {rx} of {tx} answered; unanswered: {}",
-            gaps(&summary)
-        );
-        assert!(tx > 100, "{summary}");
-        assert!(
-            (tx - rx) * 100 <= tx * 5,
-            "more than 5% of the pings lost: {summary}"
-        );
+        traffic.check(&a, &b);
         // B answers on its new QEMU, on the same layout.
         run(&a, &format!("ping -c 3 -W 5 {b_ip}"));
         assert_eq!(packed(), nic_opts.contains("packed=on"), "ring layout");

@@ -10,15 +10,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod machines;
+
+use machines::{ready_or_skip, Machines};
+
 const VNIO: &str = env!("CARGO_BIN_EXE_vnio");
-/// Where scripts/lab-machines keeps its state (the shipped scenario's
-/// `ssh_config` is in it).
-const MACHINES: &str = "/run/vnio/machines";
-
-fn script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/lab-machines")
-}
-
 fn temp(tag: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("vnio-lab-machines-{}-{tag}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -120,48 +116,6 @@ fn settled_leftovers(pid: u32, journal: &Path) -> Vec<String> {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-}
-
-/// The machines of scripts/lab-machines: brought up here (and down at the
-/// end) unless they already are.
-struct Machines {
-    ours: bool,
-}
-
-impl Machines {
-    fn up() -> Option<Machines> {
-        if Path::new(MACHINES).join("ssh_config").exists() {
-            return Some(Machines { ours: false });
-        }
-        let out = Command::new(script()).args(["up", "1"]).output().unwrap();
-        if !out.status.success() {
-            panic!(
-                "scripts/lab-machines up: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        Some(Machines { ours: true })
-    }
-}
-
-impl Drop for Machines {
-    fn drop(&mut self) {
-        if self.ours {
-            let _ = Command::new(script()).arg("down").output();
-        }
-    }
-}
-
-fn ready_or_skip() -> bool {
-    if !vnio_lab::is_root() {
-        eprintln!("skip: machines are namespaces with their own sshd: root needed");
-        return false;
-    }
-    if !Path::new("/usr/sbin/sshd").exists() || Command::new("ssh").arg("-V").output().is_err() {
-        eprintln!("skip: no /usr/sbin/sshd or ssh (install openssh-server: scripts/setup --e2e)");
-        return false;
-    }
-    true
 }
 
 #[test]

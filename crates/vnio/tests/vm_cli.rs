@@ -258,7 +258,22 @@ fn bad_input_is_one_line_and_a_nonzero_exit() {
         (
             vec!["migrate", "nosuch", "--to", "lab2"],
             1,
-            "--to lab2: migrating to another machine is not implemented yet",
+            "no VM named nosuch",
+        ),
+        (
+            vec!["migrate", "g1", "--to=-oProxyCommand=x"],
+            1,
+            "not an SSH destination",
+        ),
+        (
+            vec!["migrate", "g1", "--to", "m1", "--ssh-option", "Port 22"],
+            1,
+            "--ssh-option \"Port 22\": not Key=Value",
+        ),
+        (
+            vec!["migrate", "g1", "--ssh-config", "/x"],
+            2,
+            "--to <HOST>",
         ),
     ] {
         let out = vnio(&t, &args);

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
 
-use super::ssh::{quote, Ssh};
+use vnio_topo::ssh::{quote, Ssh};
 use vnio_topo::{Journal, SCRATCH_PREFIX};
 
 /// Where the lab's scratch directories are, on every machine.

@@ -30,8 +30,8 @@
 //! clean --all` over SSH and removes the directory, then ends the SSH
 //! connection master.
 //!
-//! Modules: [`spec`] (the scenario's entries and their checks), [`ssh`]
-//! (OpenSSH command lines), [`journal`] (the local record of remote
+//! Modules: [`spec`] (the scenario's entries and their checks; SSH itself
+//! is `vnio_topo::ssh`), [`journal`] (the local record of remote
 //! effects), [`clock`] (offsets between machines), [`side`] (what runs on
 //! a machine), [`remote`] (the controller's handle on one machine during a
 //! configuration), [`report`] (machines and clocks in the report), [`span`] (the controller's own half of a spanning
@@ -44,7 +44,6 @@ pub mod report;
 pub mod side;
 pub mod span;
 pub mod spec;
-pub mod ssh;
 
 pub use clock::{ClockOffset, ClockSample};
 pub use journal::MachineJournal;

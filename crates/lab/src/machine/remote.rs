@@ -15,9 +15,9 @@ use std::time::Duration;
 use super::clock::{now_ns, ClockOffset, ClockSample};
 use super::journal::{clean_one, MachineEntry, MachineJournal, REMOTE_ROOT};
 use super::side::{SideReady, SideSpec};
-use super::ssh::{quote, Ssh};
 use super::MachineSpec;
 use crate::testbed::Scratch;
+use vnio_topo::ssh::quote;
 use vnio_topo::{Journal, Process, SCRATCH_PREFIX};
 
 /// How long the far side may take to build.
@@ -61,7 +61,7 @@ impl Remote {
         journal: &Journal,
     ) -> Result<Remote, String> {
         let control = Scratch::create(journal).map_err(|e| e.to_string())?;
-        let ssh = Ssh::new(spec, control.path());
+        let ssh = spec.ssh(control.path());
         let entry = MachineEntry {
             machine: spec.name.clone(),
             ssh: ssh.clone(),

@@ -27,6 +27,19 @@ pub struct MachineSpec {
     pub ssh_options: Vec<String>,
 }
 
+impl MachineSpec {
+    /// How to reach the machine, its connection master's socket in
+    /// `control_dir`.
+    pub fn ssh(&self, control_dir: &std::path::Path) -> vnio_topo::ssh::Ssh {
+        vnio_topo::ssh::Ssh::new(
+            &self.ssh,
+            self.ssh_config.clone(),
+            self.ssh_options.clone(),
+            control_dir,
+        )
+    }
+}
+
 /// Check the machines and the hosts placed on them; `(field, message)`.
 pub fn check(
     s: &Scenario,

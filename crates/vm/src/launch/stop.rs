@@ -59,6 +59,15 @@ pub fn teardown(dir: &VmDir, st: &State, child: Option<&mut Child>) -> Vec<Strin
                     error_chain(&e)
                 )),
             },
+            Owned::MadePort { control, port } => match crate::migrate::del_port(control, port) {
+                Ok(()) => done.push(format!("switch port {port}")),
+                // The switch is gone, and its ports with it.
+                Err(_) if !control.exists() => {}
+                Err(e) => done.push(format!(
+                    "switch port {port} NOT removed: {}",
+                    error_chain(&e)
+                )),
+            },
             Owned::Passthrough { undo } => {
                 done.push(passthrough::undo(&passthrough::Sysfs::host(), undo));
             }
@@ -159,7 +168,16 @@ pub fn stop(root: &Path, name: &str) -> Result<Stopped> {
 pub fn supervise(dir: &VmDir, mut child: Child, interrupt: &AtomicBool) -> Result<String> {
     loop {
         if let Some(status) = child.try_wait().ctx(|| "waiting for QEMU".into())? {
-            let st = State::load(dir)?;
+            let st = match State::load(dir) {
+                Ok(st) => st,
+                // Migrated to another machine (`--to HOST`), or stopped.
+                Err(crate::Error::Missing(_)) => {
+                    return Ok(format!(
+                        "QEMU exited ({status}); the VM's state here is gone (migrated to another machine, or stopped)"
+                    ))
+                }
+                Err(e) => return Err(e),
+            };
             // Live-migrated: the guest runs on in another QEMU.
             if let Some(p) = st
                 .pid

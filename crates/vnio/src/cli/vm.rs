@@ -84,8 +84,11 @@ enum Cmd {
         #[arg(trailing_var_arg = true, required = true, allow_hyphen_values = true)]
         command: Vec<String>,
     },
-    /// Live-migrate a running VM to a new QEMU process (its NICs move to new switch ports).
+    /// Live-migrate a running VM to a new QEMU process, here or on another machine (`--to HOST`); its NICs move to new switch ports.
     Migrate(super::vm_migrate::MigrateArgs),
+    /// On a migration's destination host: its steps (run over SSH by `vnio vm migrate --to`).
+    #[command(hide = true)]
+    Incoming,
     /// Inside a guest: serve the command channel (started by the guest's init).
     #[command(hide = true)]
     GuestServe,
@@ -174,6 +177,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             Ok(out.code.unwrap_or(128))
         }
         Cmd::Migrate(a) => super::vm_migrate::run(a, &root),
+        Cmd::Incoming => super::vm_migrate::incoming(&root),
         Cmd::GuestServe => {
             vnio_vm::exec::serve()?;
             Ok(0)

@@ -1,35 +1,75 @@
-//! `vnio vm migrate`: arguments and rendering; the migration itself is
-//! `vnio_vm::migrate`.
+//! `vnio vm migrate` and the destination's `vnio vm incoming`: arguments
+//! and rendering; the migration itself is `vnio_vm::migrate`.
 
-use std::path::Path;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use vnio_vm::migrate::incoming::{self, Line};
+use vnio_vm::migrate::to_host::{self, Target, Where};
 
 /// Arguments of `vnio vm migrate`.
 #[derive(clap::Args)]
 pub struct MigrateArgs {
     /// VM name.
     name: String,
-    /// Migrate to another machine (not implemented yet: refused).
+    /// Migrate to another machine: an SSH destination (alias, host or user@host) with vnio's switch, QEMU and the guest's image (docs/vm.md, "--to HOST").
     #[arg(long, value_name = "HOST")]
     to: Option<String>,
-    /// Print a JSON document (times in ms, pids, ports).
+    /// With --to: the SSH configuration file (ssh -F).
+    #[arg(long, value_name = "FILE", requires = "to")]
+    ssh_config: Option<String>,
+    /// With --to: an SSH option, Key=Value (ssh -o); repeatable.
+    #[arg(long, value_name = "OPT", requires = "to")]
+    ssh_option: Vec<String>,
+    /// With --to: the VMs' state root on HOST [default: HOST's vnio's].
+    #[arg(long, value_name = "DIR", requires = "to")]
+    remote_state_dir: Option<PathBuf>,
+    /// With --to: HOST's switch control socket [default: the same path as the NICs' control= here].
+    #[arg(long, value_name = "FILE", requires = "to")]
+    remote_control: Option<PathBuf>,
+    /// With --to: HOST's image cache; the guest's image is copied into DIR/images/KEY there if missing [default: HOST has it at the same paths].
+    #[arg(long, value_name = "DIR", requires = "to")]
+    remote_cache: Option<PathBuf>,
+    /// Print a JSON document (times in ms, pids, ports, host).
     #[arg(long)]
     json: bool,
 }
 
 /// Runs `vnio vm migrate`.
 pub fn run(a: MigrateArgs, root: &Path) -> anyhow::Result<i32> {
-    if let Some(host) = a.to {
-        anyhow::bail!(
-            "--to {host}: migrating to another machine is not implemented yet (docs/vm.md says how it will work); without --to the VM moves to a new QEMU on this host"
-        );
-    }
-    let m = vnio_vm::migrate::migrate(root, &a.name)?;
+    let to = match a.to {
+        None => Where::Local,
+        Some(dest) => {
+            if dest.is_empty() || dest.starts_with('-') || dest.contains(char::is_whitespace) {
+                anyhow::bail!("--to {dest:?}: not an SSH destination (alias, host or user@host)");
+            }
+            if let Some(o) = a.ssh_option.iter().find(|o| {
+                !matches!(o.split_once('='), Some((k, _)) if !k.trim().is_empty() && !k.contains(char::is_whitespace))
+            }) {
+                anyhow::bail!("--ssh-option {o:?}: not Key=Value (an ssh -o option)");
+            }
+            Where::Host(Target {
+                dest,
+                ssh_config: a.ssh_config,
+                ssh_options: a.ssh_option,
+                state_dir: a.remote_state_dir,
+                control: a.remote_control,
+                cache: a.remote_cache,
+            })
+        }
+    };
+    let m = to_host::migrate(root, &a.name, &to)?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&m)?);
         return Ok(0);
     }
+    let on = m
+        .host
+        .as_ref()
+        .map(|h| format!(" on {h}"))
+        .unwrap_or_default();
     println!(
-        "vnio vm: {} migrated from QEMU {} to QEMU {}: total {} ms, downtime {} ms{}",
+        "vnio vm: {} migrated from QEMU {} to QEMU {}{on}: total {} ms, downtime {} ms{}",
         m.name,
         m.old_pid,
         m.new_pid,
@@ -40,11 +80,26 @@ pub fn run(a: MigrateArgs, root: &Path) -> anyhow::Result<i32> {
             .unwrap_or_default()
     );
     for (old, new) in &m.ports {
-        println!("vnio vm: switch port {old} -> {new}");
+        println!("vnio vm: switch port {old} -> {new}{on}");
+    }
+    for f in &m.copied {
+        println!("vnio vm: copied {f}{on}");
     }
     println!(
         "vnio vm: {} ms from start to the new state saved",
         m.wall_ms
     );
+    Ok(0)
+}
+
+/// Runs `vnio vm incoming` (the destination's steps, on its standard
+/// input and output: a description in, `ready` and `done` lines out).
+pub fn incoming(root: &Path) -> anyhow::Result<i32> {
+    let input = std::io::BufReader::new(std::io::stdin());
+    let done = incoming::serve(root, input, |r| {
+        println!("{}", Line::Ready(r.clone()).render());
+        let _ = std::io::stdout().flush();
+    })?;
+    println!("{}", Line::Done(done).render());
     Ok(0)
 }

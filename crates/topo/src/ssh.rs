@@ -2,15 +2,14 @@
 //! the user's keys and SSH configuration, never prompting (`BatchMode`),
 //! one connection master per machine (`ControlMaster`/`ControlPersist`: a
 //! run's many commands pay the handshake once), and timeouts so a dead
-//! machine fails a command instead of hanging it.
+//! machine fails a command instead of hanging it. The lab drives its
+//! machines with it, and `vnio vm migrate --to HOST` its destination.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-
-use super::MachineSpec;
 
 /// How long connecting may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -26,7 +25,7 @@ pub struct Ssh {
     /// `-F` file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config: Option<String>,
-    /// `-o` options of the scenario.
+    /// `-o` options (a scenario's, a command line's).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub options: Vec<String>,
     /// The directory of the connection master's socket (local).
@@ -34,17 +33,24 @@ pub struct Ssh {
 }
 
 impl Ssh {
-    /// The machine of `spec`, its master's socket in `control_dir`.
-    pub fn new(spec: &MachineSpec, control_dir: &Path) -> Ssh {
+    /// Destination `dest` (`[user@]host` or a `Host` of the SSH
+    /// configuration), with `-F config` and `-o options` if given, its
+    /// connection master's socket in `control_dir`.
+    pub fn new(
+        dest: &str,
+        config: Option<String>,
+        options: Vec<String>,
+        control_dir: &Path,
+    ) -> Ssh {
         Ssh {
-            dest: spec.ssh.clone(),
-            config: spec.ssh_config.clone(),
-            options: spec.ssh_options.clone(),
+            dest: dest.to_owned(),
+            config,
+            options,
             control_dir: control_dir.to_path_buf(),
         }
     }
 
-    /// Options common to `ssh` and `scp`. The scenario's come first: for
+    /// Options common to `ssh` and `scp`. The caller's come first: for
     /// each option OpenSSH keeps the first value it is given.
     fn options(&self, cmd: &mut Command) {
         if let Some(f) = &self.config {
@@ -145,14 +151,13 @@ mod tests {
     }
 
     #[test]
-    fn scenario_options_come_first() {
-        let spec = MachineSpec {
-            name: "m1".into(),
-            ssh: "root@m1".into(),
-            ssh_config: Some("/x/config".into()),
-            ssh_options: vec!["ConnectTimeout=3".into()],
-        };
-        let ssh = Ssh::new(&spec, Path::new("/run/c"));
+    fn the_callers_options_come_first() {
+        let ssh = Ssh::new(
+            "root@m1",
+            Some("/x/config".into()),
+            vec!["ConnectTimeout=3".into()],
+            Path::new("/run/c"),
+        );
         let cmd = ssh.command("true");
         let args: Vec<String> = cmd
             .get_args()

@@ -1,0 +1,481 @@
+//! The source's side of a migration to another machine (`vnio vm migrate
+//! NAME --to HOST`): the local migration's steps with the destination's
+//! run on HOST as `vnio vm incoming` ([`super::incoming`]) over SSH
+//! (`vnio_topo::ssh`: the user's keys and configuration, no prompts) and
+//! a TCP transport.
+//!
+//! 1. Probe HOST over SSH: the address it is reached at (the server
+//!    address of `$SSH_CONNECTION`, so SSH aliases work), its
+//!    architecture, and whether it has this `vnio` (the same path with the
+//!    same size and modification time, as on a shared file system, or a
+//!    copy under [`REMOTE_BIN`]); copy it there if not.
+//! 2. Start `vnio vm incoming` there and send it the [`Incoming`]
+//!    description; it answers `ready` with its QEMU's listening port.
+//! 3. QMP `migrate tcp:ADDR:PORT` here, `query-migrate` until it
+//!    completes, then wait for `done` (the guest runs there and its state
+//!    is saved).
+//! 4. Retire the source as the local migration does: its switch ports
+//!    removed, QEMU quit, and its state directory removed (the VM lives on
+//!    HOST now).
+//!
+//! Before `done` nothing here changes: a failure ends the SSH session (the
+//! far side then removes all it made) and the guest runs on here. If the
+//! migration had completed, the source QEMU is resumed (`cont`) only when
+//! the far side said it failed; a silently lost session leaves it paused
+//! (the guest may run there).
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::IpAddr;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Stdio};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+use vnio_topo::ssh::{quote, Ssh};
+
+use super::incoming::{send_uri, Done, Incoming, IncomingNic, Line, Ready};
+use super::{del_port, running_pid, source_argv, switch_nics, wait_gone, wait_migrated, Migration};
+use crate::error::{Context, Error, Result};
+use crate::qmp::Qmp;
+use crate::state::{Owned, State, VmDir};
+
+/// Where copies of `vnio` go on a host that has none (one per build,
+/// kept for the next migration).
+pub const REMOTE_BIN: &str = "/var/tmp/vnio-bin";
+/// How long the destination may take to listen (QEMU's start included).
+const READY_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long the destination may take to save the state once the guest ran.
+const DONE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Where the guest goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Where {
+    /// A new QEMU on this host.
+    Local,
+    /// A QEMU on another machine.
+    Host(Target),
+}
+
+/// Another machine, reached with `ssh`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    /// The SSH destination: an alias, a host or `user@host`.
+    pub dest: String,
+    /// `ssh -F FILE`.
+    pub ssh_config: Option<String>,
+    /// `ssh -o OPT` options.
+    pub ssh_options: Vec<String>,
+    /// The VMs' state root there [default: its `vnio`'s].
+    pub state_dir: Option<PathBuf>,
+    /// Its switch's control socket [default: the same path as here].
+    pub control: Option<PathBuf>,
+    /// Its image cache, where the guest's image is copied if missing
+    /// ([`super::remote_image`]) [default: the image at the same paths].
+    pub cache: Option<PathBuf>,
+}
+
+/// Live-migrates VM `name` under `root` to `to`.
+pub fn migrate(root: &Path, name: &str, to: &Where) -> Result<Migration> {
+    match to {
+        Where::Local => super::migrate(root, name),
+        Where::Host(t) => to_host(root, name, t),
+    }
+}
+
+/// What the probe of HOST found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Probe {
+    /// HOST's address as this machine reaches it.
+    pub addr: IpAddr,
+    /// Its architecture (`uname -m`).
+    pub arch: String,
+    /// It has this `vnio` at the same path.
+    pub same_path: bool,
+    /// It has the copy under [`REMOTE_BIN`].
+    pub copy: bool,
+}
+
+/// The probe's shell script: `$SSH_CONNECTION`, `uname -m`, the size and
+/// modification time of `exe` there, whether `copy` is there.
+pub fn probe_script(exe: &Path, copy: &str) -> String {
+    let e = quote(&exe.display().to_string());
+    format!(
+        "echo $SSH_CONNECTION; uname -m; stat -L -c '%s %Y' {e} 2>/dev/null || echo none; test -x {} && echo copy || echo no-copy",
+        quote(copy)
+    )
+}
+
+/// Reads the probe's answer; `identity` is this `vnio`'s "SIZE MTIME".
+pub fn parse_probe(out: &str, identity: &str) -> std::result::Result<Probe, String> {
+    let lines: Vec<&str> = out.lines().map(str::trim).collect();
+    if lines.len() < 4 {
+        return Err(format!("unexpected answer to the probe: {out:?}"));
+    }
+    let addr = lines[0]
+        .split_whitespace()
+        .nth(2)
+        .and_then(|a| a.parse().ok())
+        .ok_or_else(|| {
+            format!(
+                "no $SSH_CONNECTION in the remote shell (got {:?})",
+                lines[0]
+            )
+        })?;
+    Ok(Probe {
+        addr,
+        arch: lines[1].to_string(),
+        same_path: lines[2] == identity,
+        copy: lines[3] == "copy",
+    })
+}
+
+/// This `vnio`'s identity ("SIZE MTIME") and the name of its copy under
+/// [`REMOTE_BIN`] (hashed from its path and identity).
+fn identity(exe: &Path) -> Result<(String, String)> {
+    let m = std::fs::metadata(exe).ctx(|| format!("reading {}", exe.display()))?;
+    let id = format!("{} {}", m.size(), m.mtime());
+    let mut h = Sha256::new();
+    h.update(exe.as_os_str().as_encoded_bytes());
+    h.update(id.as_bytes());
+    h.update(m.mtime_nsec().to_le_bytes());
+    let key: String = h.finalize()[..8]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    Ok((id, format!("{REMOTE_BIN}/{key}/vnio")))
+}
+
+/// The command run on HOST.
+pub fn incoming_script(vnio: &str, state_dir: Option<&Path>) -> String {
+    let dir = state_dir
+        .map(|d| format!(" --state-dir {}", quote(&d.display().to_string())))
+        .unwrap_or_default();
+    format!("exec {} vm{dir} incoming", quote(vnio))
+}
+
+/// The SSH session running `vnio vm incoming` on HOST.
+struct Session {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Receiver<String>,
+    stderr: Arc<Mutex<String>>,
+    dest: String,
+}
+
+impl Session {
+    fn start(ssh: &Ssh, script: &str, description: &Incoming) -> Result<Session> {
+        let mut cmd = ssh.command(script);
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd
+            .spawn()
+            .ctx(|| format!("{}: running ssh (is OpenSSH's client installed?)", ssh.dest))?;
+        let (tx, lines) = channel();
+        let out = child.stdout.take().expect("piped");
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let mut err = child.stderr.take().expect("piped");
+        let keep = stderr.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = err.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                if let Ok(mut s) = keep.lock() {
+                    s.push_str(&String::from_utf8_lossy(&buf[..n]));
+                }
+            }
+        });
+        let mut s = Session {
+            child,
+            stdin: None,
+            lines,
+            stderr,
+            dest: ssh.dest.clone(),
+        };
+        let mut stdin = s.child.stdin.take().expect("piped");
+        let json = serde_json::to_string(description).expect("plain data serialises");
+        stdin
+            .write_all(format!("{json}\n").as_bytes())
+            .and_then(|()| stdin.flush())
+            .map_err(|e| s.failed(&format!("sending the description: {e}")))?;
+        s.stdin = Some(stdin);
+        Ok(s)
+    }
+
+    /// The next `ready`/`done` line within `limit`.
+    fn next(&mut self, limit: Duration, what: &str) -> Result<Line> {
+        let deadline = Instant::now() + limit;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(l) => match Line::parse(&l) {
+                    Line::Other(_) => continue,
+                    line => return Ok(line),
+                },
+                Err(RecvTimeoutError::Timeout) => {
+                    return Err(self.failed(&format!("no {what} within {} s", limit.as_secs())))
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    return Err(self.failed(&format!("ended before {what}")))
+                }
+            }
+        }
+    }
+
+    /// An error naming HOST and the far side's last line of error output.
+    fn failed(&mut self, what: &str) -> Error {
+        // The far side's error line arrives as the session ends.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while self.child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+            if !self.stderr.lock().map(|s| s.is_empty()).unwrap_or(true) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        let err = self.stderr.lock().map(|s| s.clone()).unwrap_or_default();
+        match err.lines().rev().find(|l| !l.trim().is_empty()) {
+            Some(l) => {
+                let l = l.trim();
+                let l = l.strip_prefix("vnio: error: ").unwrap_or(l);
+                Error::Guest(format!("{}: {l}", self.dest))
+            }
+            None => Error::Guest(format!("{}: the destination {what}", self.dest)),
+        }
+    }
+
+    /// Whether the far side reported its own failure (`vnio: error: ...`
+    /// on its error output) rather than the session being lost.
+    fn far_side_failed(&self) -> bool {
+        self.stderr
+            .lock()
+            .map(|s| s.lines().any(|l| l.starts_with("vnio: error: ")))
+            .unwrap_or(false)
+    }
+
+    /// Ends the session: the far side's input closes (before `done` it
+    /// then removes what it made); waits for it to exit.
+    fn end(mut self) {
+        drop(self.stdin.take());
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while self.child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The SSH connection master's directory, removed (master ended) on drop.
+struct Control {
+    ssh: Ssh,
+}
+
+impl Drop for Control {
+    fn drop(&mut self) {
+        self.ssh.exit_master();
+        let _ = std::fs::remove_dir_all(&self.ssh.control_dir);
+    }
+}
+
+fn this_host() -> String {
+    nix::sys::utsname::uname()
+        .map(|u| u.nodename().to_string_lossy().into_owned())
+        .unwrap_or_else(|_| "the source".into())
+}
+
+fn to_host(root: &Path, name: &str, t: &Target) -> Result<Migration> {
+    crate::spec::check_name(name)?;
+    let started = Instant::now();
+    let dir = VmDir::new(root, name);
+    let st = State::load(&dir)?;
+    let old_pid = running_pid(&st, &dir, name)?;
+    let nics = switch_nics(&st)?;
+    let control = match (&t.control, nics.first()) {
+        (Some(c), _) => c.clone(),
+        (None, Some(n)) => n.control.clone(),
+        (None, None) => {
+            return Err(Error::Invalid(format!(
+                "VM {name} has no NIC: --to HOST moves guests on a vnio switch"
+            )))
+        }
+    };
+    // Outside the VM's directory, which goes before the master ends.
+    let control_dir = std::env::temp_dir().join(format!("vnio-migrate-{}", std::process::id()));
+    std::fs::create_dir_all(&control_dir).ctx(|| format!("creating {}", control_dir.display()))?;
+    let ssh = Control {
+        ssh: Ssh::new(
+            &t.dest,
+            t.ssh_config.clone(),
+            t.ssh_options.clone(),
+            &control_dir,
+        ),
+    };
+    let ssh = &ssh.ssh;
+    let exe = std::env::current_exe().ctx(|| "finding this vnio".into())?;
+    let (id, copy) = identity(&exe)?;
+    let probe = ssh
+        .run(&probe_script(&exe, &copy), "probing")
+        .and_then(|out| parse_probe(&out, &id).map_err(|e| format!("{}: {e}", t.dest)))
+        .map_err(Error::Guest)?;
+    if probe.arch != std::env::consts::ARCH {
+        return Err(Error::Invalid(format!(
+            "{} is {}, this vnio is built for {}",
+            t.dest,
+            probe.arch,
+            std::env::consts::ARCH
+        )));
+    }
+    let mut copied = Vec::new();
+    let vnio = if probe.same_path {
+        exe.display().to_string()
+    } else {
+        if !probe.copy {
+            let d = quote(copy.trim_end_matches("/vnio"));
+            ssh.run(&format!("mkdir -p {d}"), "making the copy's directory")
+                .map_err(Error::Guest)?;
+            ssh.copy(&exe, &format!("{copy}.part"))
+                .map_err(Error::Guest)?;
+            ssh.run(
+                &format!("mv {} {}", quote(&format!("{copy}.part")), quote(&copy)),
+                "installing vnio",
+            )
+            .map_err(Error::Guest)?;
+            copied.push(copy.clone());
+        }
+        copy
+    };
+    let mut argv = source_argv(old_pid)?;
+    if let Some(cache) = &t.cache {
+        let (rebased, carried) = super::remote_image::carry(ssh, &argv, cache)?;
+        argv = rebased;
+        copied.extend(
+            carried
+                .copied
+                .iter()
+                .map(|f| carried.dir.join(f).display().to_string()),
+        );
+    }
+    let description = Incoming {
+        name: name.to_string(),
+        source: this_host(),
+        argv,
+        source_dir: dir.path().to_path_buf(),
+        control,
+        nics: nics
+            .iter()
+            .map(|n| IncomingNic {
+                index: n.index,
+                socket: n.socket.clone(),
+                port: n.port.name.clone(),
+                switch_listens: !n.server,
+                latency: n.port.latency,
+                queues: n.queues,
+            })
+            .collect(),
+        state: st.clone(),
+    };
+    let script = incoming_script(&vnio, t.state_dir.as_deref());
+    let mut session = Session::start(ssh, &script, &description)?;
+    let (ready, stats, mut src, done) = match switch_over(&mut session, &dir, probe.addr) {
+        Ok(r) => r,
+        Err(e) => {
+            session.end();
+            return Err(e);
+        }
+    };
+    // The guest runs on HOST: the source retires as in a local migration,
+    // its ports first (until they go, this switch sends the guest's frames
+    // to the stopped source).
+    for n in &nics {
+        let _ = del_port(&n.control, &n.port.name);
+    }
+    session.end();
+    let _ = src.quit();
+    drop(src);
+    wait_gone(&dir, old_pid, Duration::from_secs(10));
+    retire(&dir, &st);
+    let ms = |k: &str| stats.get(k).and_then(Value::as_u64);
+    Ok(Migration {
+        name: name.into(),
+        old_pid,
+        new_pid: done.pid,
+        total_ms: ms("total-time").unwrap_or(0),
+        downtime_ms: ms("downtime").unwrap_or(0),
+        setup_ms: ms("setup-time"),
+        ram_transferred: stats
+            .get("ram")
+            .and_then(|r| r.get("transferred"))
+            .and_then(Value::as_u64),
+        wall_ms: started.elapsed().as_millis() as u64,
+        ports: nics
+            .iter()
+            .zip(&ready.ports)
+            .map(|(n, new)| (n.port.name.clone(), new.clone()))
+            .collect(),
+        host: Some(t.dest.clone()),
+        copied,
+    })
+}
+
+/// `ready`, the migration, `done`; the source's final `query-migrate` and
+/// monitor. After a completed migration without `done` the source resumes.
+fn switch_over(
+    session: &mut Session,
+    dir: &VmDir,
+    addr: IpAddr,
+) -> Result<(Ready, Value, Qmp, Done)> {
+    let ready = match session.next(READY_TIMEOUT, "ready line")? {
+        Line::Ready(r) => r,
+        other => return Err(session.failed(&format!("said {:?} before ready", other.render()))),
+    };
+    let mut src = Qmp::connect(&dir.qmp())?;
+    src.execute(
+        "migrate",
+        Some(json!({ "uri": send_uri(addr, ready.port) })),
+    )?;
+    let stats = wait_migrated(&mut src, super::MIGRATION_TIMEOUT)
+        .map_err(|e| session.failed(&e.to_string()))?;
+    let e = match session.next(DONE_TIMEOUT, "done line") {
+        Ok(Line::Done(d)) => return Ok((ready, stats, src, d)),
+        Ok(other) => session.failed(&format!("said {:?} instead of done", other.render())),
+        Err(e) => e,
+    };
+    // The guest is paused here for good unless resumed; resume it only if
+    // the far side said it failed (and so removed its QEMU). A session
+    // lost without a word may have left the guest running there: running
+    // it here too would run it twice.
+    if session.far_side_failed() {
+        let _ = src.execute("cont", None);
+        return Err(e);
+    }
+    Err(Error::Guest(format!(
+        "{e}; the migration had completed, so the guest may run on {} (see vnio vm list there): this QEMU stays paused (vnio vm stop removes it)",
+        session.dest
+    )))
+}
+
+/// Removes the source's state: its sockets outside the directory, then the
+/// directory (the VM's state lives on HOST now).
+fn retire(dir: &VmDir, st: &State) {
+    for o in &st.owned {
+        if let Owned::Socket { path } = o {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+    let _ = std::fs::remove_dir_all(dir.path());
+}

@@ -1,0 +1,419 @@
+//! `vnio vm migrate NAME --to HOST` end to end: HOST is machine m1 of
+//! scripts/lab-machines (network namespace vnio-m1 with its own sshd,
+//! sharing this file system), running its own vnio switch; the two switches
+//! are joined by a VXLAN port each over the machines' 10.99.0.0/24 network.
+//! Guest A stays here, guest B (TCG) moves to m1 while A pings it every
+//! 10 ms and B streams to A: at most 5% of the pings lost, the stream
+//! arrives with the sender's md5, B answers afterwards from a QEMU in
+//! vnio-m1 booted from the image copied into m1's cache (`--remote-cache`), `vnio vm list` and `stop` on m1 see and remove it, and nothing
+//! is left on either side. Before that, migrations to an m1 whose switch
+//! control socket is missing, to an unreachable m1, and one whose
+//! destination QEMU is killed while the guest's memory arrives are each
+//! refused in one line, the guest running on here and nothing left on m1.
+//!
+//! Needs root, sshd and ssh, QEMU and the guests' static vnio (else one
+//! `skip:` line).
+
+#[path = "../../vm/tests/common/mod.rs"]
+mod common;
+mod machines;
+
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use machines::{ready_or_skip, Machines, MACHINES};
+use vnio_switch::config::{Config, PortSpec, SwitchConfig};
+use vnio_switch::control::{Client, Request};
+use vnio_switch::daemon::Switch;
+use vnio_switch::port::SocketMode;
+use vnio_vm::spec::VmSpec;
+use vnio_vm::state::{State, VmDir};
+
+const VNIO: &str = env!("CARGO_BIN_EXE_vnio");
+/// The VNI joining the two switches.
+const VNI: u32 = 4242;
+/// This host's and m1's addresses on the machines' network (scripts/lab-machines).
+const HERE: &str = "10.99.0.1";
+const M1: &str = "10.99.0.2";
+
+/// Kills and reaps a child when the test ends, however it ends.
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn ssh_config() -> String {
+    format!("{MACHINES}/ssh_config")
+}
+
+/// `vnio ARGS` on m1, over SSH.
+fn on_m1(args: &[&str]) -> Output {
+    let script: Vec<String> = std::iter::once(VNIO)
+        .chain(args.iter().copied())
+        .map(|a| format!("'{a}'"))
+        .collect();
+    Command::new("ssh")
+        .args(["-F", &ssh_config(), "-o", "BatchMode=yes", "m1", "--"])
+        .arg(script.join(" "))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+/// m1's vnio switch, in namespace vnio-m1, with its VXLAN port toward here.
+fn m1_switch(dir: &Path) -> Reaped {
+    let d = dir.display();
+    let cfg = dir.join("switch.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[switch]\ncontrol = \"{d}/control.sock\"\nidle_polls = 4\n\
+             [[port]]\nname = \"vx\"\nkind = \"vxlan\"\nvni = {VNI}\nlocal = \"{M1}\"\nremotes = [\"{HERE}\"]\n"
+        ),
+    )
+    .unwrap();
+    let log = std::fs::File::create(dir.join("switch.log")).unwrap();
+    let child = Command::new("ip")
+        .args(["netns", "exec", "vnio-m1", VNIO, "switch", "--config"])
+        .arg(&cfg)
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let sw = Reaped(child);
+    let end = Instant::now() + Duration::from_secs(20);
+    while !dir.join("control.sock").exists() {
+        assert!(
+            Instant::now() < end,
+            "m1's switch did not start: {}",
+            std::fs::read_to_string(dir.join("switch.log")).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    sw
+}
+
+/// The names of the ports of the switch at `control`.
+fn ports(control: &Path) -> Vec<String> {
+    let list = Client::connect(control)
+        .unwrap()
+        .request(&Request::PortList)
+        .unwrap();
+    let mut out: Vec<String> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["name"].as_str().map(String::from))
+        .collect();
+    out.sort();
+    out
+}
+
+/// Processes whose command line mentions `needle` (other than this one).
+fn processes_with(needle: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for p in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let pid = p.file_name().to_string_lossy().into_owned();
+        if !pid.bytes().all(|b| b.is_ascii_digit()) || pid == std::process::id().to_string() {
+            continue;
+        }
+        let cmd = std::fs::read(p.path().join("cmdline")).unwrap_or_default();
+        let cmd = text(&cmd).replace('\0', " ");
+        if cmd.contains(needle) && alive(pid.parse().unwrap()) {
+            out.push(format!("{pid}: {cmd}"));
+        }
+    }
+    out
+}
+
+/// The network namespace of `pid` (its inode).
+fn netns_of(pid: &str) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(pid).map(|m| m.ino()).unwrap_or(0)
+}
+
+/// Whether a TCP connection from this host to QEMU `pid` (not SSH's) is
+/// established in its namespace: the migration stream.
+fn stream_open(pid: u32) -> bool {
+    // 10.99.0.1 as /proc/net/tcp prints it (little-endian hex).
+    let here = "0100630A:";
+    std::fs::read_to_string(format!("/proc/{pid}/net/tcp"))
+        .unwrap_or_default()
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .any(|f| f.len() > 3 && f[3] == "01" && f[2].starts_with(here) && !f[1].ends_with(":0016"))
+}
+
+fn migrate(root: &Path, name: &str, remote_root: &Path, control: &Path) -> Output {
+    finished(migrate_cmd(root, name, remote_root, control))
+}
+
+/// Runs `cmd` (a `vnio vm migrate --to`) to its end; asserts that its SSH
+/// connection master and that one's directory are gone.
+fn finished(mut cmd: Command) -> Output {
+    let child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    let master = format!("vnio-migrate-{pid}");
+    let end = Instant::now() + Duration::from_secs(5);
+    while !processes_with(&master).is_empty() && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(processes_with(&master), Vec::<String>::new(), "SSH master");
+    assert!(!std::env::temp_dir().join(&master).exists());
+    out
+}
+
+fn migrate_cmd(root: &Path, name: &str, remote_root: &Path, control: &Path) -> Command {
+    let mut c = Command::new(VNIO);
+    c.arg("vm")
+        .arg("--state-dir")
+        .arg(root)
+        .args(["migrate", name, "--to", "m1", "--ssh-config", &ssh_config()])
+        .arg("--remote-state-dir")
+        .arg(remote_root)
+        .arg("--remote-control")
+        .arg(control)
+        .arg("--json")
+        .stdin(Stdio::null());
+    c
+}
+
+/// The pid of the destination QEMU of a migration into `remote_root`, once it runs.
+fn destination_qemu(remote_root: &Path, within: Duration) -> Option<u32> {
+    let end = Instant::now() + within;
+    while Instant::now() < end {
+        let found = processes_with(&remote_root.display().to_string())
+            .into_iter()
+            .find(|p| p.contains("qemu-system") && p.contains("-incoming"));
+        if let Some(p) = found {
+            return p.split(':').next()?.parse().ok();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    None
+}
+
+#[test]
+fn a_guest_migrates_to_another_machine_under_ping_and_tcp() {
+    if !ready_or_skip() {
+        return;
+    }
+    let Some(kit) = Kit::get("live migration to another machine") else {
+        return;
+    };
+    let started = Instant::now();
+    let _machines = Machines::up();
+    bounded(Duration::from_secs(600), move || to_m1(kit));
+    println!(
+        "migration to m1: {:.0} s in all",
+        started.elapsed().as_secs_f64()
+    );
+}
+
+fn to_m1(kit: Kit) {
+    let n = run_id();
+    let work = Dir::new("tohost");
+    let m1 = work.join("m1");
+    std::fs::create_dir_all(&m1).unwrap();
+    let remote_root = m1.join("vms");
+    let m1_control = m1.join("control.sock");
+    let sock = |p: &str| work.join(&format!("{p}.sock"));
+    let control = sock("control");
+    let _here = Switch::start(Config {
+        switch: SwitchConfig {
+            control: control.clone(),
+            idle_polls: 4,
+            ..SwitchConfig::default()
+        },
+        ports: vec![
+            PortSpec::vhost_user("p1", sock("p1"), SocketMode::Server),
+            PortSpec::vhost_user("p2", sock("p2"), SocketMode::Server),
+            PortSpec::vxlan("vx", VNI, HERE.parse().unwrap(), &[M1.parse().unwrap()]),
+        ],
+    })
+    .expect("this host's switch");
+    let _m1_switch = m1_switch(&m1);
+
+    let (a_ip, b_ip) = (format!("10.{n}.0.11"), format!("10.{n}.0.12"));
+    let guest = |name: &str, p: &str, ip: &str| {
+        let mut s = VmSpec::new(&format!("{name}{n}"));
+        s.nics = vec![format!(
+            "vhost-user:{},control={},ip={ip}/24",
+            sock(p).display(),
+            control.display()
+        )
+        .parse()
+        .unwrap()];
+        s
+    };
+    let mut guard = Guard::default();
+    let la = kit.launch(&guest("ta", "p1", &a_ip), &mut guard);
+    let lb = kit.launch(&guest("tb", "p2", &b_ip), &mut guard);
+    wait_booted(&[&la, &lb]);
+    let (a, b) = (la.dir.clone(), lb.dir.clone());
+    let name = b.name();
+    // The VXLAN path carries inner frames up to the underlay's MTU less 50.
+    for g in [&a, &b] {
+        run(g, "ip link set dev eth0 mtu 1450");
+    }
+    run(&a, &format!("ping -c 2 -W 5 {b_ip}"));
+    let old_pid = State::load(&b).unwrap().pid.unwrap();
+
+    // Refused: m1 has no switch at that control socket. The guest runs on
+    // here, nothing is made on m1.
+    let t = Instant::now();
+    let out = migrate(&kit.root.0, &name, &remote_root, &m1.join("none.sock"));
+    let err = text(&out.stderr);
+    println!("refused in {:?}: {}", t.elapsed(), err.trim());
+    assert!(!out.status.success());
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    assert!(err.contains("no switch control socket at"), "{err}");
+    assert!(err.contains("m1"), "names the host: {err}");
+    assert!(alive(old_pid), "the guest runs on here");
+    assert_eq!(State::load(&b).unwrap().pid, Some(old_pid));
+    assert!(!remote_root.join(&name).exists(), "no state made on m1");
+    assert_eq!(ports(&m1_control), ["vx"]);
+    run(&a, &format!("ping -c 2 -W 5 {b_ip}"));
+
+    // Refused: m1 is not reachable (nothing listens on that SSH port).
+    let mut cmd = migrate_cmd(&kit.root.0, &name, &remote_root, &m1_control);
+    cmd.args(["--ssh-option", "Port=2"]);
+    let out = finished(cmd);
+    let err = text(&out.stderr);
+    println!("unreachable: {}", err.trim());
+    assert!(!out.status.success());
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    assert!(err.contains("m1: probing"), "{err}");
+    assert!(alive(old_pid));
+
+    // The destination QEMU dies mid-way: refused in one line, the guest
+    // runs on here, nothing is left on m1. m1 gets its own image cache
+    // (this file system is shared, so the same paths would do): the image
+    // is copied there first, and kept (a cache, not the run's).
+    let t = Instant::now();
+    let cache = m1.join("cache");
+    let image = cache.join("images").join(&kit.image.manifest.key);
+    let mut cmd = migrate_cmd(&kit.root.0, &name, &remote_root, &m1_control);
+    cmd.arg("--remote-cache").arg(&cache);
+    let run_it = std::thread::spawn(move || finished(cmd));
+    let dst = destination_qemu(&remote_root, Duration::from_secs(60)).expect("a destination QEMU");
+    // Once the migration stream is open, the guest's memory is arriving:
+    // freeze the destination there (the transfer takes about a second at
+    // least), then kill it.
+    let end = Instant::now() + Duration::from_secs(60);
+    while !stream_open(dst) {
+        assert!(Instant::now() < end, "no migration stream to {dst}");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let pid = nix::unistd::Pid::from_raw(dst as i32);
+    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP);
+    std::thread::sleep(Duration::from_millis(300));
+    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+    let out = run_it.join().unwrap();
+    let err = text(&out.stderr);
+    println!(
+        "destination killed, refused in {:?}: {}",
+        t.elapsed(),
+        err.trim()
+    );
+    assert!(!out.status.success(), "{}", text(&out.stdout));
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    assert!(err.contains("m1"), "names the host: {err}");
+    assert!(err.contains("QEMU"), "says QEMU failed: {err}");
+    assert!(alive(old_pid), "the guest runs on here");
+    assert_eq!(State::load(&b).unwrap().pid, Some(old_pid));
+    assert!(!remote_root.join(&name).exists(), "no state left on m1");
+    assert_eq!(ports(&m1_control), ["vx"], "no port left on m1");
+    assert_eq!(ports(&control), ["p1", "p2", "vx"]);
+    for f in ["vmlinuz", "initrd.img", "manifest.json"] {
+        assert_eq!(
+            std::fs::read(image.join(f)).unwrap(),
+            std::fs::read(kit.image.dir.join(f)).unwrap(),
+            "{f} copied whole"
+        );
+    }
+    run(&a, &format!("ping -c 2 -W 5 {b_ip}"));
+
+    // The migration, under ping and a paced TCP stream.
+    let traffic = Traffic::start(&a, &b, &a_ip, &b_ip);
+    let mut cmd = migrate_cmd(&kit.root.0, &name, &remote_root, &m1_control);
+    cmd.arg("--remote-cache").arg(&cache);
+    let out = finished(cmd);
+    assert!(
+        out.status.success(),
+        "vnio vm migrate --to m1: {}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    let m: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    println!(
+        "migration to m1: total {} ms, downtime {} ms, {} bytes of RAM, {} ms in all; ports {}",
+        m["total_ms"], m["downtime_ms"], m["ram_transferred"], m["wall_ms"], m["ports"]
+    );
+    assert_eq!(m["host"], "m1");
+    assert_eq!(m["old_pid"], old_pid);
+    let new_pid = m["new_pid"].as_u64().unwrap().to_string();
+    assert!(m["total_ms"].as_u64().unwrap() > 0);
+    assert_eq!(m["ports"], serde_json::json!([["p2", "p2-m1"]]));
+    assert!(m.get("copied").is_none(), "m1's cache had the image");
+    let cmdline = std::fs::read(format!("/proc/{}/cmdline", m["new_pid"])).unwrap();
+    assert!(
+        text(&cmdline).contains(&format!("{}/vmlinuz", image.display())),
+        "the destination boots from m1's cache"
+    );
+    // The guest now runs in a QEMU in m1's namespace; the source is gone.
+    assert!(alive(new_pid.parse().unwrap()));
+    assert_eq!(
+        netns_of(&format!("/proc/{new_pid}/ns/net")),
+        netns_of("/run/netns/vnio-m1"),
+        "the new QEMU lives in vnio-m1"
+    );
+    assert!(!alive(old_pid), "the source QEMU is gone");
+    assert!(!b.path().exists(), "the source's state is gone");
+    assert_eq!(ports(&control), ["p1", "vx"], "the source's port is gone");
+    assert_eq!(ports(&m1_control), ["p2-m1", "vx"]);
+    let remote = VmDir::new(&remote_root, &name);
+    traffic.check(&a, &remote);
+    run(&a, &format!("ping -c 3 -W 5 {b_ip}"));
+
+    // m1's vnio sees it, and stops it leaving nothing.
+    let root = remote_root.display().to_string();
+    let list = on_m1(&["vm", "--state-dir", &root, "list", "--json"]);
+    assert!(list.status.success(), "{}", text(&list.stderr));
+    assert!(
+        text(&list.stdout).contains(&new_pid),
+        "{}",
+        text(&list.stdout)
+    );
+    let stop = on_m1(&["vm", "--state-dir", &root, "stop", &name]);
+    assert!(stop.status.success(), "{}", text(&stop.stderr));
+    assert!(!alive(new_pid.parse().unwrap()));
+    assert!(!remote.path().exists(), "m1's state is gone");
+    assert_eq!(ports(&m1_control), ["vx"], "m1's port is gone");
+    assert_eq!(
+        processes_with(&remote_root.display().to_string()),
+        Vec::<String>::new(),
+        "nothing of the VM runs on m1"
+    );
+    assert!(
+        std::fs::read_dir(&remote_root).map_or(true, |mut d| d.next().is_none()),
+        "no state directory left on m1"
+    );
+    drop(guard);
+}
