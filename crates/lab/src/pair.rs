@@ -130,10 +130,12 @@ struct End {
     sock: std::path::PathBuf,
     mac: EthernetAddress,
     ip: Ipv4Addr,
+    /// Rings and buffers on hugepages (knob `endpoint_hugepages`).
+    huge: bool,
 }
 
 impl End {
-    fn of(host: &BedHost) -> Result<End, String> {
+    fn of(bed: &Testbed, host: &BedHost) -> Result<End, String> {
         let (sock, mac) = host
             .vhost_user
             .as_ref()
@@ -144,6 +146,7 @@ impl End {
                 .parse()
                 .map_err(|_| format!("{}: bad MAC {mac}", host.name))?,
             ip: host.addr,
+            huge: bed.description().knobs.endpoint_hugepages == Some(true),
         })
     }
 
@@ -159,6 +162,7 @@ impl End {
     ) -> Result<Endpoint, String> {
         let mut cfg = EndpointConfig::new(self.mac, Ipv4Address::from(self.ip));
         cfg.echo_port = None;
+        cfg.hugepages = self.huge;
         set(&mut cfg);
         cfg.connect_timeout = OPEN;
         if listen {
@@ -179,7 +183,7 @@ fn rate(
     stop: &Arc<AtomicBool>,
 ) -> Result<Document, String> {
     let w = &p.workload;
-    let (a, b) = (End::of(from)?, End::of(to)?);
+    let (a, b) = (End::of(bed, from)?, End::of(bed, to)?);
     let listen = endpoints_listen(bed.description().wire);
     let cpus = bed
         .description()
@@ -198,6 +202,7 @@ fn rate(
         "cpus": cpus,
         "tx": a.sock,
         "rx": b.sock,
+        "hugepages": a.huge,
     });
     let mut doc = Document::new(
         "stream",

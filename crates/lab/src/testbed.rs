@@ -132,6 +132,9 @@ pub struct Testbed {
     anchor: Option<crate::anchor_switch::AnchorSwitch>,
     /// The CPU shield around the switch's CPUs (knob `shield`).
     shield: Option<vnio_topo::Shield>,
+    /// The kernel's hugepage pool raised for the poll-mode endpoints
+    /// (knob `endpoint_hugepages`).
+    endpoint_pages: Option<vnio_topo::Hugepages>,
     wire_ns: Option<Netns>,
     outside_ns: Option<Netns>,
     scratch: Scratch,
@@ -165,6 +168,7 @@ impl Testbed {
             switch: None,
             anchor: None,
             shield: None,
+            endpoint_pages: None,
             wire_ns: None,
             outside_ns: None,
             scratch,
@@ -216,6 +220,15 @@ impl Testbed {
                 shield.moved()
             ));
             bed.shield = Some(shield);
+        }
+        if knobs.endpoint_hugepages == Some(true) {
+            // A 2 MiB page for each of the pair's endpoints, one to spare.
+            let pages = vnio_topo::Hugepages::reserve(
+                &bed.scratch().join("endpoint-hugepages"),
+                3,
+                &ctx.journal,
+            )?;
+            bed.endpoint_pages = Some(pages);
         }
         match cfg.wire {
             WireKind::Veth if bed.span.is_some() => bed.wire_plain()?,

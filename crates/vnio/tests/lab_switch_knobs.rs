@@ -5,7 +5,9 @@
 //! (coalescing, LRO, budget, uplink capacity) reach the switch and the
 //! stored testbed; nothing is left behind. And the `lro` scenario's TCP
 //! stream between two poll-mode endpoints (about 8 s): LRO off delivers
-//! MTU segments, on 64 KiB aggregates, every byte as sent.
+//! MTU segments, on 64 KiB aggregates, every byte as sent. And poll-mode
+//! endpoints on hugepages (about 5 s): the pool raised for the run and
+//! given back.
 
 use std::path::Path;
 use std::process::Command;
@@ -248,6 +250,100 @@ fn lro_scenario_merges_a_poll_mode_tcp_stream() {
         "LRO off: {off:.1} frames/MiB"
     );
     assert!(on < 200.0, "LRO on: {on:.1} frames/MiB");
+    let clean = vnio(&journal, &["lab", "clean"]);
+    assert!(clean.contains("clean: 0 removed, 0 failed"), "{clean}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+const HUGE: &str = r#"
+title = "endpoint pages"
+maps_to = "the pair's endpoints on 4 KiB and 2 MiB pages"
+
+[run]
+duration = "500ms"
+warmup = "100ms"
+iterations = 2
+
+[knobs]
+switch_busy_poll = true
+
+[[host]]
+name = "a"
+kind = "poll-mode"
+
+[[host]]
+name = "b"
+kind = "poll-mode"
+
+[[configuration]]
+name = "small"
+wire = "switch"
+
+[[configuration]]
+name = "huge"
+wire = "switch"
+knobs = { endpoint_hugepages = true }
+
+[[workload]]
+name = "rate-64"
+kind = "stream"
+from = "a"
+to = "b"
+protocol = "udp"
+size = 22
+"#;
+
+/// The kernel's pool of 2 MiB hugepages.
+fn pool() -> u64 {
+    std::fs::read_to_string("/proc/sys/vm/nr_hugepages")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn endpoints_on_hugepages_measure_and_the_pool_goes_back() {
+    if !vnio_lab::is_root() {
+        eprintln!("skipped: the run needs root (network namespaces, the hugepage pool)");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("vnio-lab-huge-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let (journal, db, file) = (
+        dir.join("journal"),
+        dir.join("lab.db"),
+        dir.join("huge.toml"),
+    );
+    std::fs::write(&file, HUGE).unwrap();
+    let before = pool();
+    vnio(
+        &journal,
+        &[
+            "lab",
+            "run",
+            file.to_str().unwrap(),
+            "--db",
+            db.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(pool(), before, "the pool is given back");
+    let store = vnio_lab::store::Store::open(&db).unwrap();
+    let run = store.load(store.resolve("last").unwrap()).unwrap();
+    for (cfg, huge) in [("small", false), ("huge", true)] {
+        let o = run.scenarios[0]
+            .points
+            .iter()
+            .find(|o| o.point.configuration == cfg)
+            .unwrap();
+        assert_eq!(o.status.as_str(), "ok", "{cfg}: {:?}", o.error);
+        let doc = o.document.as_ref().unwrap();
+        assert_eq!(doc.params["hugepages"], huge, "{cfg}");
+        for it in &doc.iterations {
+            assert!(it.merged.ops > 10_000, "{cfg}: {} frames", it.merged.ops);
+        }
+    }
     let clean = vnio(&journal, &["lab", "clean"]);
     assert!(clean.contains("clean: 0 removed, 0 failed"), "{clean}");
     let _ = std::fs::remove_dir_all(&dir);

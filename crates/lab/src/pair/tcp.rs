@@ -29,7 +29,7 @@ pub(super) fn stream(
     run: &RunSpec,
     stop: &Arc<AtomicBool>,
 ) -> Result<Document, String> {
-    let (a, b) = (End::of(from)?, End::of(to)?);
+    let (a, b) = (End::of(bed, from)?, End::of(bed, to)?);
     let listen = endpoints_listen(bed.description().wire);
     let params = serde_json::json!({
         "kind": "pair-tcp-stream",

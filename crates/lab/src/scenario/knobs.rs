@@ -88,6 +88,11 @@ pub struct Knobs {
     /// Poll-mode endpoints sleep on the switch's notifications when idle
     /// (an interrupt-driven guest) instead of busy-polling (default).
     pub poll_mode_wait: Option<bool>,
+    /// The runner's poll-mode endpoints (the stream workloads between two
+    /// of them) keep their rings and buffers on 2 MiB hugepages, as DPDK's
+    /// drivers do, instead of 4 KiB pages; the testbed raises the kernel's
+    /// pool for them.
+    pub endpoint_hugepages: Option<bool>,
     /// The vnio switch's workers never sleep (`idle_polls` at its maximum),
     /// as the DPDK switches' poll-mode threads do.
     pub switch_busy_poll: Option<bool>,
@@ -137,6 +142,7 @@ impl Knobs {
             port_offloads: pick(&over.port_offloads, &self.port_offloads),
             rx_timestamp: pick(&over.rx_timestamp, &self.rx_timestamp),
             poll_mode_wait: pick(&over.poll_mode_wait, &self.poll_mode_wait),
+            endpoint_hugepages: pick(&over.endpoint_hugepages, &self.endpoint_hugepages),
             uplink_queues: pick(&over.uplink_queues, &self.uplink_queues),
             uplink_capacity_mbit: pick(&over.uplink_capacity_mbit, &self.uplink_capacity_mbit),
             egress_share: pick(&over.egress_share, &self.egress_share),
