@@ -91,12 +91,13 @@ struct MovingNic {
     queues: u16,
 }
 
-/// What was created for the destination, undone if it fails.
+/// What was created for the destination (here, or on HOST by `vnio vm
+/// incoming`), undone if it fails: its QEMU, its switch ports, its directory.
 #[derive(Default)]
 struct Made {
     ports: Vec<(PathBuf, String)>,
     child: Option<Child>,
-    incoming: Option<PathBuf>,
+    dir: Option<PathBuf>,
 }
 
 impl Made {
@@ -108,7 +109,7 @@ impl Made {
         for (control, name) in self.ports.drain(..) {
             let _ = del_port(&control, &name);
         }
-        if let Some(d) = self.incoming.take() {
+        if let Some(d) = self.dir.take() {
             let _ = std::fs::remove_dir_all(d);
         }
     }
@@ -404,7 +405,7 @@ pub fn migrate(root: &Path, name: &str) -> Result<Migration> {
     let _ = std::fs::remove_dir_all(&incoming);
     std::fs::create_dir_all(&incoming).ctx(|| format!("creating {}", incoming.display()))?;
     let mut made = Made {
-        incoming: Some(incoming.clone()),
+        dir: Some(incoming.clone()),
         ..Made::default()
     };
     let result = run(&dir, &incoming, old_pid, &nics, &mut made);
@@ -434,26 +435,48 @@ pub fn migrate(root: &Path, name: &str) -> Result<Migration> {
     drop(src);
     st.notes.extend(notes);
     finish(&dir, &incoming, &mut st, old_pid, new_pid, &nics);
-    let ms = |k: &str| stats.get(k).and_then(Value::as_u64);
-    Ok(Migration {
-        name: name.into(),
-        old_pid,
-        new_pid,
-        total_ms: ms("total-time").unwrap_or(0),
-        downtime_ms: ms("downtime").unwrap_or(0),
-        setup_ms: ms("setup-time"),
-        ram_transferred: stats
-            .get("ram")
-            .and_then(|r| r.get("transferred"))
-            .and_then(Value::as_u64),
-        wall_ms: started.elapsed().as_millis() as u64,
-        ports: nics
-            .iter()
-            .map(|n| (n.old_port.clone(), n.new_port.clone()))
-            .collect(),
-        host: None,
-        copied: Vec::new(),
-    })
+    let ports = nics
+        .iter()
+        .map(|n| (n.old_port.clone(), n.new_port.clone()))
+        .collect();
+    Ok(Migration::completed(
+        name,
+        (old_pid, new_pid),
+        &stats,
+        started,
+        ports,
+    ))
+}
+
+impl Migration {
+    /// A completed migration of `name` from pid `pids.0` to `pids.1`, its
+    /// times from the source's final `query-migrate` (`stats`), its ports
+    /// (old, new); on this host (set `host` and `copied` for another).
+    fn completed(
+        name: &str,
+        pids: (u32, u32),
+        stats: &Value,
+        started: Instant,
+        ports: Vec<(String, String)>,
+    ) -> Migration {
+        let ms = |k: &str| stats.get(k).and_then(Value::as_u64);
+        Migration {
+            name: name.into(),
+            old_pid: pids.0,
+            new_pid: pids.1,
+            total_ms: ms("total-time").unwrap_or(0),
+            downtime_ms: ms("downtime").unwrap_or(0),
+            setup_ms: ms("setup-time"),
+            ram_transferred: stats
+                .get("ram")
+                .and_then(|r| r.get("transferred"))
+                .and_then(Value::as_u64),
+            wall_ms: started.elapsed().as_millis() as u64,
+            ports,
+            host: None,
+            copied: Vec::new(),
+        }
+    }
 }
 
 /// Starts the destination and migrates; returns its pid, the source's

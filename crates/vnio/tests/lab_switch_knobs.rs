@@ -9,7 +9,7 @@
 //! endpoints on hugepages (about 5 s): the pool raised for the run and
 //! given back.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const VNIO: &str = env!("CARGO_BIN_EXE_vnio");
@@ -97,6 +97,23 @@ fn vnio(journal: &Path, args: &[&str]) -> String {
     text
 }
 
+/// A fresh directory for test `tag`: its journal and results store, and
+/// (when `scenario` is given) a scenario file holding it.
+fn workdir(tag: &str, scenario: Option<&str>) -> (PathBuf, PathBuf, PathBuf, PathBuf) {
+    let dir = std::env::temp_dir().join(format!("vnio-lab-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let (journal, db, file) = (
+        dir.join("journal"),
+        dir.join("lab.db"),
+        dir.join(format!("{tag}.toml")),
+    );
+    if let Some(text) = scenario {
+        std::fs::write(&file, text).unwrap();
+    }
+    (dir, journal, db, file)
+}
+
 #[test]
 fn switch_knobs_reach_the_switch_and_the_testbed_cpu_is_stored() {
     if !vnio_lab::is_root() {
@@ -107,15 +124,7 @@ fn switch_knobs_reach_the_switch_and_the_testbed_cpu_is_stored() {
         eprintln!("skipped: latency-high needs two CPUs (one to dedicate)");
         return;
     }
-    let dir = std::env::temp_dir().join(format!("vnio-lab-knobs-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let (journal, db, file) = (
-        dir.join("journal"),
-        dir.join("lab.db"),
-        dir.join("knobs.toml"),
-    );
-    std::fs::write(&file, SCENARIO).unwrap();
+    let (dir, journal, db, file) = workdir("knobs", Some(SCENARIO));
     let db_arg = db.to_str().unwrap();
     vnio(
         &journal,
@@ -200,10 +209,7 @@ fn lro_scenario_merges_a_poll_mode_tcp_stream() {
         eprintln!("skipped: the run needs root (network namespaces)");
         return;
     }
-    let dir = std::env::temp_dir().join(format!("vnio-lab-lro-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let (journal, db) = (dir.join("journal"), dir.join("lab.db"));
+    let (dir, journal, db, _) = workdir("lro", None);
     let db_arg = db.to_str().unwrap();
     vnio(
         &journal,
@@ -308,15 +314,7 @@ fn endpoints_on_hugepages_measure_and_the_pool_goes_back() {
         eprintln!("skipped: the run needs root (network namespaces, the hugepage pool)");
         return;
     }
-    let dir = std::env::temp_dir().join(format!("vnio-lab-huge-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let (journal, db, file) = (
-        dir.join("journal"),
-        dir.join("lab.db"),
-        dir.join("huge.toml"),
-    );
-    std::fs::write(&file, HUGE).unwrap();
+    let (dir, journal, db, file) = workdir("huge", Some(HUGE));
     let before = pool();
     vnio(
         &journal,

@@ -28,7 +28,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use vnio_switch::config::Latency;
 
-use super::{del_port, destination_argv, make_port, next_port_name, port_names, wait_qmp};
+use super::{destination_argv, make_port, next_port_name, port_names, wait_qmp, Made};
 use crate::error::{Context, Error, Result};
 use crate::qmp::Qmp;
 use crate::spec::Backend;
@@ -246,29 +246,6 @@ pub fn host_state(
     st.notes
         .push(format!("live-migrated from {from} to QEMU {pid} here"));
     st
-}
-
-/// What the destination made, removed if it does not finish.
-#[derive(Default)]
-struct Made {
-    ports: Vec<(PathBuf, String)>,
-    child: Option<Child>,
-    dir: Option<PathBuf>,
-}
-
-impl Made {
-    fn undo(&mut self) {
-        if let Some(c) = self.child.as_mut() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        for (control, name) in self.ports.drain(..) {
-            let _ = del_port(&control, &name);
-        }
-        if let Some(d) = self.dir.take() {
-            let _ = std::fs::remove_dir_all(d);
-        }
-    }
 }
 
 /// Runs the destination's steps with the VMs' state root `root`: reads

@@ -409,26 +409,15 @@ fn to_host(root: &Path, name: &str, t: &Target) -> Result<Migration> {
     drop(src);
     wait_gone(&dir, old_pid, Duration::from_secs(10));
     retire(&dir, &st);
-    let ms = |k: &str| stats.get(k).and_then(Value::as_u64);
+    let ports = nics
+        .iter()
+        .zip(&ready.ports)
+        .map(|(n, new)| (n.port.name.clone(), new.clone()))
+        .collect();
     Ok(Migration {
-        name: name.into(),
-        old_pid,
-        new_pid: done.pid,
-        total_ms: ms("total-time").unwrap_or(0),
-        downtime_ms: ms("downtime").unwrap_or(0),
-        setup_ms: ms("setup-time"),
-        ram_transferred: stats
-            .get("ram")
-            .and_then(|r| r.get("transferred"))
-            .and_then(Value::as_u64),
-        wall_ms: started.elapsed().as_millis() as u64,
-        ports: nics
-            .iter()
-            .zip(&ready.ports)
-            .map(|(n, new)| (n.port.name.clone(), new.clone()))
-            .collect(),
         host: Some(t.dest.clone()),
         copied,
+        ..Migration::completed(name, (old_pid, done.pid), &stats, started, ports)
     })
 }
 
