@@ -479,6 +479,33 @@ impl Migration {
     }
 }
 
+/// Starts the destination QEMU `argv`, detached, its output to `log`;
+/// `made` holds it (killed if what follows fails). Returns its pid.
+fn spawn_destination(argv: &[String], log: &Path, made: &mut Made) -> Result<u32> {
+    let out = std::fs::File::create(log).ctx(|| format!("creating {}", log.display()))?;
+    let err = out.try_clone().ctx(|| "duplicating the log file".into())?;
+    let mut cmd = Command::new(&argv[0]);
+    cmd.args(&argv[1..])
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err);
+    crate::sys::detach_and_pass_fds(&mut cmd, Vec::new());
+    let child = made.child.insert(
+        cmd.spawn()
+            .ctx(|| format!("starting the destination {}", argv[0]))?,
+    );
+    Ok(child.id())
+}
+
+/// `e` with the last line the destination QEMU wrote to `log`, if any.
+fn with_qemu_log(e: Error, log: &Path) -> Error {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    match text.lines().rev().find(|l| !l.trim().is_empty()) {
+        Some(l) => Error::Guest(format!("{e}: destination QEMU said: {l}")),
+        None => e,
+    }
+}
+
 /// Starts the destination and migrates; returns its pid, the source's
 /// final `query-migrate` and the source's monitor.
 fn run(
@@ -499,32 +526,14 @@ fn run(
         add_port(n)?;
     }
     let log_path = incoming.join("qemu.log");
-    let log =
-        std::fs::File::create(&log_path).ctx(|| format!("creating {}", log_path.display()))?;
-    let log2 = log.try_clone().ctx(|| "duplicating the log file".into())?;
-    let mut cmd = Command::new(&argv[0]);
-    cmd.args(&argv[1..])
-        .stdin(Stdio::null())
-        .stdout(log)
-        .stderr(log2);
-    crate::sys::detach_and_pass_fds(&mut cmd, Vec::new());
-    let child = made.child.insert(
-        cmd.spawn()
-            .ctx(|| format!("starting the destination {}", argv[0]))?,
-    );
-    let new_pid = child.id();
+    let new_pid = spawn_destination(&argv, &log_path, made)?;
     // A port that connects to QEMU: QEMU listens (and waits for it) now.
     for n in nics.iter().filter(|n| !n.switch_listens) {
         made.ports.push((n.control.clone(), n.new_port.clone()));
         add_port(n)?;
     }
-    let with_log = |e: Error| {
-        let text = std::fs::read_to_string(&log_path).unwrap_or_default();
-        match text.lines().rev().find(|l| !l.trim().is_empty()) {
-            Some(l) => Error::Guest(format!("{e}: destination QEMU said: {l}")),
-            None => e,
-        }
-    };
+    let with_log = |e: Error| with_qemu_log(e, &log_path);
+    let child = made.child.as_mut().expect("spawned");
     let mut dst =
         wait_qmp(&incoming.join("qmp.sock"), child, Duration::from_secs(60)).map_err(with_log)?;
     let uri = format!("unix:{}", incoming.join("migrate.sock").display());

@@ -20,7 +20,7 @@
 use std::io::BufRead;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::mpsc::{channel, Receiver, TryRecvError};
 use std::time::{Duration, Instant};
 
@@ -28,7 +28,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use vnio_switch::config::Latency;
 
-use super::{destination_argv, make_port, next_port_name, port_names, wait_qmp, Made};
+use super::{
+    destination_argv, make_port, next_port_name, port_names, spawn_destination, wait_qmp,
+    with_qemu_log, Made,
+};
 use crate::error::{Context, Error, Result};
 use crate::qmp::Qmp;
 use crate::spec::Backend;
@@ -342,29 +345,10 @@ fn run(
     // A port the switch listens on must exist before QEMU connects to it.
     add(made, true)?;
     let log_path = dir.qemu_log();
-    let log =
-        std::fs::File::create(&log_path).ctx(|| format!("creating {}", log_path.display()))?;
-    let log2 = log.try_clone().ctx(|| "duplicating the log file".into())?;
-    let mut cmd = Command::new(&argv[0]);
-    cmd.args(&argv[1..])
-        .stdin(Stdio::null())
-        .stdout(log)
-        .stderr(log2);
-    crate::sys::detach_and_pass_fds(&mut cmd, Vec::new());
-    let child = made.child.insert(
-        cmd.spawn()
-            .ctx(|| format!("starting the destination {}", argv[0]))?,
-    );
-    let pid = child.id();
+    let pid = spawn_destination(&argv, &log_path, made)?;
     // A port that connects to QEMU: QEMU listens (and waits for it) now.
     add(made, false)?;
-    let with_log = |e: Error| {
-        let text = std::fs::read_to_string(&log_path).unwrap_or_default();
-        match text.lines().rev().find(|l| !l.trim().is_empty()) {
-            Some(l) => Error::Guest(format!("{e}: QEMU said: {l}")),
-            None => e,
-        }
-    };
+    let with_log = |e: Error| with_qemu_log(e, &log_path);
     let child = made.child.as_mut().expect("spawned");
     let mut qmp = wait_qmp(&dir.qmp(), child, Duration::from_secs(60)).map_err(with_log)?;
     qmp.execute("migrate-incoming", Some(json!({ "uri": LISTEN_URI })))
