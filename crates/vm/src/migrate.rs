@@ -22,7 +22,7 @@
 //! over SSH, and QEMU moves the guest over `tcp:HOST:PORT`.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -31,12 +31,14 @@ use vnio_switch::config::PortSpec;
 use vnio_switch::control::{Client, Request};
 use vnio_switch::port::SocketMode;
 
+use self::destination::{spawn_destination, with_qemu_log, Made};
 use crate::error::{Context, Error, Result};
 use crate::qmp::Qmp;
 use crate::spec::Backend;
 use crate::state::{self, Owned, Phase, State, VmDir};
 use crate::switchport;
 
+mod destination;
 pub mod incoming;
 pub mod remote_image;
 #[cfg(test)]
@@ -89,30 +91,6 @@ struct MovingNic {
     latency: vnio_switch::config::Latency,
     /// The NIC's queue pairs, which the new port offers too.
     queues: u16,
-}
-
-/// What was created for the destination (here, or on HOST by `vnio vm
-/// incoming`), undone if it fails: its QEMU, its switch ports, its directory.
-#[derive(Default)]
-struct Made {
-    ports: Vec<(PathBuf, String)>,
-    child: Option<Child>,
-    dir: Option<PathBuf>,
-}
-
-impl Made {
-    fn undo(&mut self) {
-        if let Some(c) = self.child.as_mut() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        for (control, name) in self.ports.drain(..) {
-            let _ = del_port(&control, &name);
-        }
-        if let Some(d) = self.dir.take() {
-            let _ = std::fs::remove_dir_all(d);
-        }
-    }
 }
 
 pub(crate) fn switch(control: &Path) -> Result<Client> {
@@ -476,33 +454,6 @@ impl Migration {
             host: None,
             copied: Vec::new(),
         }
-    }
-}
-
-/// Starts the destination QEMU `argv`, detached, its output to `log`;
-/// `made` holds it (killed if what follows fails). Returns its pid.
-fn spawn_destination(argv: &[String], log: &Path, made: &mut Made) -> Result<u32> {
-    let out = std::fs::File::create(log).ctx(|| format!("creating {}", log.display()))?;
-    let err = out.try_clone().ctx(|| "duplicating the log file".into())?;
-    let mut cmd = Command::new(&argv[0]);
-    cmd.args(&argv[1..])
-        .stdin(Stdio::null())
-        .stdout(out)
-        .stderr(err);
-    crate::sys::detach_and_pass_fds(&mut cmd, Vec::new());
-    let child = made.child.insert(
-        cmd.spawn()
-            .ctx(|| format!("starting the destination {}", argv[0]))?,
-    );
-    Ok(child.id())
-}
-
-/// `e` with the last line the destination QEMU wrote to `log`, if any.
-fn with_qemu_log(e: Error, log: &Path) -> Error {
-    let text = std::fs::read_to_string(log).unwrap_or_default();
-    match text.lines().rev().find(|l| !l.trim().is_empty()) {
-        Some(l) => Error::Guest(format!("{e}: destination QEMU said: {l}")),
-        None => e,
     }
 }
 

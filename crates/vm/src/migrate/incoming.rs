@@ -28,10 +28,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use vnio_switch::config::Latency;
 
-use super::{
-    destination_argv, make_port, next_port_name, port_names, spawn_destination, wait_qmp,
-    with_qemu_log, Made,
-};
+use super::destination::{spawn_destination, with_qemu_log, Made};
+use super::{destination_argv, make_port, next_port_name, port_names, wait_qmp};
 use crate::error::{Context, Error, Result};
 use crate::qmp::Qmp;
 use crate::spec::Backend;
