@@ -12,6 +12,7 @@ use crate::vhost_user::device::Device;
 use crate::vhost_user::protocol::{parse_request, Header, HEADER_LEN};
 use crate::wire::virtio_net::{VirtioNetHdr, VirtioNetHdrRepr, FLAG_NEEDS_CSUM, LEGACY_HEADER_LEN};
 use crate::wire::{checksum, EthernetAddress, Ipv4Address};
+use virtio_queue::desc::split::Descriptor;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
 
 /// A stream of vhost-user messages (no descriptors attached) applied to a fresh device.
@@ -49,7 +50,25 @@ pub fn descriptor_chain(data: &[u8]) {
     if mem.write_slice(table, GuestAddress(0)).is_err() {
         return;
     }
-    match chain::walk(&mem, GuestAddress(0), queue_size, head, writable) {
+    let walked = chain::walk(&mem, GuestAddress(0), queue_size, head, writable);
+    // The one-buffer check the burst pop tries first decides as the walk
+    // does: whatever it accepts, the walk accepts as the same one buffer.
+    let first = (head < queue_size)
+        .then(|| {
+            mem.read_obj::<Descriptor>(GuestAddress(u64::from(head) * 16))
+                .ok()
+        })
+        .flatten();
+    let in_memory = |addr: u64, len: u32| {
+        GuestMemoryBackend::check_range(&mem, GuestAddress(addr), len as usize)
+    };
+    if let Some(seg) = first.and_then(|d| chain::single(&d, writable, in_memory)) {
+        let c = walked
+            .as_ref()
+            .expect("the walk accepts what the one-buffer check does");
+        assert_eq!(c.segs(), &[seg]);
+    }
+    match walked {
         Ok(c) => {
             assert!(c.segs().len() <= chain::MAX_SEGS);
             assert!(c.segs().len() <= usize::from(queue_size));
