@@ -110,27 +110,6 @@ fn the_rate_loop_counts_every_frame_once_and_recycles_buffers() {
     });
 }
 
-/// The kernel's pool of 2 MiB hugepages raised by `n` while it lives.
-struct MorePages(u64);
-
-const POOL: &str = "/proc/sys/vm/nr_hugepages";
-
-impl MorePages {
-    fn add(n: u64) -> Option<Self> {
-        let was: u64 = std::fs::read_to_string(POOL).ok()?.trim().parse().ok()?;
-        std::fs::write(POOL, (was + n).to_string()).ok()?;
-        let now: u64 = std::fs::read_to_string(POOL).ok()?.trim().parse().ok()?;
-        let guard = MorePages(was);
-        (now >= was + n).then_some(guard)
-    }
-}
-
-impl Drop for MorePages {
-    fn drop(&mut self) {
-        let _ = std::fs::write(POOL, self.0.to_string());
-    }
-}
-
 #[test]
 fn endpoints_on_hugepages_carry_the_rate_loop_and_say_when_the_pool_is_short() {
     // SAFETY: geteuid has no preconditions.
@@ -142,9 +121,16 @@ fn endpoints_on_hugepages_carry_the_rate_loop_and_say_when_the_pool_is_short() {
         let dir = Dir::new("ep-rate-huge");
         let before = free_pages();
         {
-            let Some(_pool) = MorePages::add(2) else {
-                panic!("the kernel granted no 2 MiB hugepages");
-            };
+            // Two more pages in the kernel's pool, journaled and given back.
+            let pool: u64 = std::fs::read_to_string("/proc/sys/vm/nr_hugepages")
+                .unwrap()
+                .trim()
+                .parse()
+                .unwrap();
+            let journal = vnio_topo::Journal::at(dir.0.join("journal"));
+            let _pages =
+                vnio_topo::Hugepages::reserve(&dir.0.join("hugetlbfs"), pool + 2, &journal)
+                    .expect("two more 2 MiB hugepages");
             let (mut dp, mut eps) = learned_with(&dir, true);
             // One 2 MiB page each, all taken when the endpoints start.
             assert_eq!(free_pages(), before, "the two new pages in use");
