@@ -108,6 +108,15 @@ impl Ssh {
         checked(out, &self.dest, &format!("copying {}", from.display())).map(|_| ())
     }
 
+    /// Copy `from` to `to` there so that `to` appears whole or not at all:
+    /// to `TO.part` first, then renamed (a half-copied file is never run).
+    pub fn install(&self, from: &Path, to: &str, what: &str) -> Result<(), String> {
+        let part = format!("{to}.part");
+        self.copy(from, &part)?;
+        self.run(&format!("mv {} {}", quote(&part), quote(to)), what)
+            .map(|_| ())
+    }
+
     /// End the connection master, if one runs.
     pub fn exit_master(&self) {
         let mut cmd = Command::new("ssh");

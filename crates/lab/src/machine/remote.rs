@@ -124,10 +124,12 @@ impl Remote {
         }
         remote.probe.local = local;
         remote.probe.remote = there;
-        ssh.copy(binary, &format!("{}/vnio.part", remote.entry.dir))
-            .map_err(bad)?;
-        ssh.run(&format!("mv {dir}/vnio.part {dir}/vnio"), "installing vnio")
-            .map_err(bad)?;
+        ssh.install(
+            binary,
+            &format!("{}/vnio", remote.entry.dir),
+            "installing vnio",
+        )
+        .map_err(bad)?;
         Ok(remote)
     }
 

@@ -89,13 +89,8 @@ pub fn carry(ssh: &Ssh, argv: &[String], cache: &Path) -> Result<(Vec<String>, C
     let mut copied = Vec::new();
     for name in missing.lines().map(str::trim).filter(|l| !l.is_empty()) {
         let to = there.join(name).display().to_string();
-        ssh.copy(&here.join(name), &format!("{to}.part"))
+        ssh.install(&here.join(name), &to, "installing the image")
             .map_err(Error::Guest)?;
-        ssh.run(
-            &format!("mv {} {}", quote(&format!("{to}.part")), quote(&to)),
-            "installing the image",
-        )
-        .map_err(Error::Guest)?;
         copied.push(name.to_string());
     }
     Ok((rebased(argv, &here, &there), Carried { dir: there, copied }))

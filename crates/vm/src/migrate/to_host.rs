@@ -348,13 +348,8 @@ fn to_host(root: &Path, name: &str, t: &Target) -> Result<Migration> {
             let d = quote(copy.trim_end_matches("/vnio"));
             ssh.run(&format!("mkdir -p {d}"), "making the copy's directory")
                 .map_err(Error::Guest)?;
-            ssh.copy(&exe, &format!("{copy}.part"))
+            ssh.install(&exe, &copy, "installing vnio")
                 .map_err(Error::Guest)?;
-            ssh.run(
-                &format!("mv {} {}", quote(&format!("{copy}.part")), quote(&copy)),
-                "installing vnio",
-            )
-            .map_err(Error::Guest)?;
             copied.push(copy.clone());
         }
         copy
