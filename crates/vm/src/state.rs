@@ -215,6 +215,20 @@ impl State {
     }
 }
 
+/// The start time of process `pid` (clock ticks after boot) while it has
+/// not exited: None once it is gone or a zombie. A pid and its start time
+/// name one process, even when the pid is reused later.
+pub fn started_at(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The fields after the parenthesised command name: state is the first,
+    // the start time the twentieth (field 22 of proc(5)).
+    let mut rest = stat.rsplit_once(')')?.1.split_whitespace();
+    if matches!(rest.next(), Some("Z" | "X")) {
+        return None;
+    }
+    rest.nth(18)?.parse().ok()
+}
+
 /// True if `pid` is a live (not zombie) QEMU of this state directory: the
 /// pid alone could have been reused by another process.
 pub fn is_ours(pid: u32, dir: &VmDir) -> bool {
@@ -264,4 +278,28 @@ pub fn held_cpus(root: &Path, except: &str) -> Vec<(String, Vec<usize>)> {
                 .then(|| (format!("VM {}", d.name()), pin.vcpus))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::started_at;
+    use std::process::Command;
+
+    #[test]
+    fn a_process_has_a_start_time_until_it_exits_even_as_a_zombie() {
+        let me = started_at(std::process::id()).expect("this test is running");
+        assert_eq!(started_at(std::process::id()), Some(me), "stable");
+        let mut child = Command::new("sleep").arg("30").spawn().unwrap();
+        let pid = child.id();
+        assert!(started_at(pid).is_some(), "a running child");
+        child.kill().unwrap();
+        // Killed but not reaped: a zombie, which has exited.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while started_at(pid).is_some() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert_eq!(started_at(pid), None, "a zombie has exited");
+        child.wait().unwrap();
+        assert_eq!(started_at(pid), None, "a reaped process is gone");
+    }
 }

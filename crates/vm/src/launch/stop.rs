@@ -27,8 +27,8 @@ use crate::switchport;
 pub fn teardown(dir: &VmDir, st: &State, child: Option<&mut Child>) -> Vec<String> {
     let mut done = Vec::new();
     if let Some(pid) = st.pid {
-        if stop_qemu(dir, pid, child) {
-            done.push(format!("QEMU {pid}"));
+        if let Some(what) = stop_qemu(dir, pid, child) {
+            done.push(what);
         }
     }
     let mut net = None;
@@ -106,16 +106,27 @@ pub fn teardown(dir: &VmDir, st: &State, child: Option<&mut Child>) -> Vec<Strin
     done
 }
 
-/// Ends QEMU: `quit` over QMP, then SIGTERM, then SIGKILL. Returns whether
-/// it was running.
-fn stop_qemu(dir: &VmDir, pid: u32, mut child: Option<&mut Child>) -> bool {
+/// Ends QEMU: `quit` over QMP, then SIGTERM, then SIGKILL. Returns what
+/// was done (None: it was not running). Waits until the process has really exited: a QEMU whose
+/// memory is already unmapped has lost its command line (so it no longer
+/// looks like ours) long before it is gone, and its sockets, taps and
+/// hugepages are still held until then.
+fn stop_qemu(dir: &VmDir, pid: u32, mut child: Option<&mut Child>) -> Option<String> {
+    // Ours is checked once; from then on the pid and its start time name it.
+    let started = match child {
+        Some(_) => state::started_at(pid),
+        None => state::started_at(pid).filter(|_| state::is_ours(pid, dir)),
+    };
+    let Some(started) = started else {
+        if let Some(c) = child {
+            let _ = c.try_wait();
+        }
+        return None;
+    };
     let gone = |child: &mut Option<&mut Child>| match child {
         Some(c) => c.try_wait().ok().flatten().is_some(),
-        None => !state::is_ours(pid, dir),
+        None => state::started_at(pid) != Some(started),
     };
-    if gone(&mut child) {
-        return false;
-    }
     let wait = |child: &mut Option<&mut Child>, limit: Duration| {
         let deadline = Instant::now() + limit;
         while Instant::now() < deadline {
@@ -129,16 +140,21 @@ fn stop_qemu(dir: &VmDir, pid: u32, mut child: Option<&mut Child>) -> bool {
     if let Ok(mut q) = Qmp::connect(&dir.qmp()) {
         let _ = q.quit();
     }
+    let done = Some(format!("QEMU {pid}"));
     if wait(&mut child, Duration::from_secs(5)) {
-        return true;
+        return done;
     }
     let _ = kill(Pid::from_raw(pid as i32), Signal::SIGTERM);
     if wait(&mut child, Duration::from_secs(5)) {
-        return true;
+        return done;
     }
     let _ = kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
-    wait(&mut child, Duration::from_secs(5));
-    true
+    if wait(&mut child, Duration::from_secs(10)) {
+        return done;
+    }
+    Some(format!(
+        "QEMU {pid} NOT gone 20 s after quit, SIGTERM and SIGKILL"
+    ))
 }
 
 /// What `stop` did.
