@@ -23,9 +23,12 @@ pub fn read(p: *const u8) {
 #[inline(always)]
 pub fn write(p: *const u8) {
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: as in `read`: a hint that never faults.
+    // SAFETY: as in `read`: a hint that never faults and writes nothing.
+    // PREFETCHW itself, not `_mm_prefetch::<_MM_HINT_ET0>`, which compiles
+    // to a plain read prefetch unless the whole build targets `prfchw`; CPUs
+    // without it (before Broadwell) execute the opcode as a NOP.
     unsafe {
-        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_ET0 }>(p.cast());
+        core::arch::asm!("prefetchw [{0}]", in(reg) p, options(nostack, preserves_flags, readonly));
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = p;

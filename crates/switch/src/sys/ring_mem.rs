@@ -135,4 +135,12 @@ impl RingMem {
             super::prefetch::read(self.base.wrapping_add(off));
         }
     }
+
+    /// Hints that the line holding byte `off` will be written soon.
+    #[inline]
+    pub fn prefetch_write(&self, off: usize) {
+        if off < self.len {
+            super::prefetch::write(self.base.wrapping_add(off));
+        }
+    }
 }

@@ -68,6 +68,20 @@ impl Ring {
         ))
     }
 
+    /// Hints that the used elements `from` to `from + n - 1` (slots, taken
+    /// modulo the ring's `size`) will be written soon: every line they lie
+    /// on, once.
+    fn prefetch_used(&self, from: u16, n: u16, size: u16) {
+        let slot = |k: u16| 4 + 8 * usize::from(from.wrapping_add(k) & (size - 1));
+        // Eight elements to a line: every eighth, and the last.
+        for k in (0..n).step_by(8) {
+            self.0.prefetch_write(slot(k));
+        }
+        if n > 1 {
+            self.0.prefetch_write(slot(n - 1) + 7);
+        }
+    }
+
     /// Hints that descriptor `idx` will be read soon.
     fn prefetch_descriptor(&self, idx: u16) {
         self.0.prefetch(usize::from(idx) * 16);
@@ -203,6 +217,11 @@ impl SplitRing {
         }
         b.pending = pending;
         let n = usize::from(pending).min(max).min(BURST);
+        // The used elements these chains will take, asked for ownership
+        // now: the driver's core reads those lines, and a store to a line
+        // another core holds waits for it at commit, one line after another.
+        self.used
+            .prefetch_used(self.next_used.0, n as u16, self.size);
         // Every head first, their descriptors prefetched: the walks below
         // then find them arriving together.
         for k in 0..n {
