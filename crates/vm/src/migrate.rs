@@ -357,27 +357,15 @@ fn wait_running(dst: &mut Qmp, limit: Duration) -> Result<()> {
     }
 }
 
-/// Waits for `pid` (a QEMU of `dir`) to end; SIGKILL after `limit`, then
-/// as long again for the exit itself (a QEMU unmapping its memory has lost
-/// its command line but still holds its sockets).
+/// Waits for `pid` (a QEMU of `dir`) to exit; SIGKILL after `limit`, then
+/// as long again for the exit itself.
 pub(crate) fn wait_gone(dir: &VmDir, pid: u32, limit: Duration) {
-    let Some(started) = state::started_at(pid).filter(|_| state::is_ours(pid, dir)) else {
+    let Some(qemu) = state::Tracked::ours(pid, dir) else {
         return;
     };
-    let running = || state::started_at(pid) == Some(started);
-    let wait = |limit: Duration| {
-        let deadline = Instant::now() + limit;
-        while running() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    };
-    wait(limit);
-    if running() {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(pid as i32),
-            nix::sys::signal::Signal::SIGKILL,
-        );
-        wait(limit);
+    if !qemu.exited_within(limit) {
+        qemu.signal(nix::sys::signal::Signal::SIGKILL);
+        qemu.exited_within(limit);
     }
 }
 

@@ -232,19 +232,59 @@ pub fn started_at(pid: u32) -> Option<u64> {
 /// True if `pid` is a live (not zombie) QEMU of this state directory: the
 /// pid alone could have been reused by another process.
 pub fn is_ours(pid: u32, dir: &VmDir) -> bool {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Field 3, after the parenthesised command name.
-    let zombie = stat
-        .rsplit_once(')')
-        .map(|(_, rest)| rest.trim_start().starts_with('Z') || rest.trim_start().starts_with('X'))
-        .unwrap_or(true);
-    if zombie {
+    if started_at(pid).is_none() {
         return false;
     }
     let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
     // Its files are in the directory (a migrated QEMU's in `incoming/`).
     let needle = format!("{}/", dir.path().display());
     String::from_utf8_lossy(&cmdline).contains(&needle)
+}
+
+/// One process, followed by its pid and start time until it has exited.
+/// Whether it is ours is checked once, when it is found: a QEMU unmapping
+/// its memory has lost its command line (so `is_ours` no longer knows it)
+/// long before it is gone, and still holds its sockets, taps and hugepages.
+#[derive(Debug, Clone, Copy)]
+pub struct Tracked {
+    pid: u32,
+    started: u64,
+}
+
+impl Tracked {
+    /// Process `pid`, if it is running.
+    pub fn of(pid: u32) -> Option<Self> {
+        started_at(pid).map(|started| Self { pid, started })
+    }
+
+    /// Process `pid`, if it is a running QEMU of `dir`.
+    pub fn ours(pid: u32, dir: &VmDir) -> Option<Self> {
+        Self::of(pid).filter(|_| is_ours(pid, dir))
+    }
+
+    /// True until the process is a zombie or gone.
+    pub fn running(&self) -> bool {
+        started_at(self.pid) == Some(self.started)
+    }
+
+    /// Waits up to `limit` for the process to exit; true when it has.
+    pub fn exited_within(&self, limit: std::time::Duration) -> bool {
+        let deadline = std::time::Instant::now() + limit;
+        while self.running() {
+            if std::time::Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        true
+    }
+
+    /// Sends `sig` (the process may have exited meanwhile: then nothing).
+    pub fn signal(&self, sig: nix::sys::signal::Signal) {
+        if self.running() {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.pid as i32), sig);
+        }
+    }
 }
 
 /// Every VM under `root`: (directory, state or why it cannot be read).

@@ -9,8 +9,7 @@ use std::process::Child;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 
 use super::error_chain;
 use crate::error::{Context, Result};
@@ -106,55 +105,38 @@ pub fn teardown(dir: &VmDir, st: &State, child: Option<&mut Child>) -> Vec<Strin
     done
 }
 
-/// Ends QEMU: `quit` over QMP, then SIGTERM, then SIGKILL. Returns what
-/// was done (None: it was not running). Waits until the process has really exited: a QEMU whose
-/// memory is already unmapped has lost its command line (so it no longer
-/// looks like ours) long before it is gone, and its sockets, taps and
-/// hugepages are still held until then.
-fn stop_qemu(dir: &VmDir, pid: u32, mut child: Option<&mut Child>) -> Option<String> {
-    // Ours is checked once; from then on the pid and its start time name it.
-    let started = match child {
-        Some(_) => state::started_at(pid),
-        None => state::started_at(pid).filter(|_| state::is_ours(pid, dir)),
+/// Ends QEMU: `quit` over QMP, then SIGTERM, then SIGKILL, each time
+/// waiting until the process has really exited ([`state::Tracked`]).
+/// Returns what was done (None: it was not running).
+fn stop_qemu(dir: &VmDir, pid: u32, child: Option<&mut Child>) -> Option<String> {
+    let qemu = match child {
+        Some(_) => state::Tracked::of(pid),
+        None => state::Tracked::ours(pid, dir),
     };
-    let Some(started) = started else {
-        if let Some(c) = child {
-            let _ = c.try_wait();
+    let gone = qemu.map(|qemu| {
+        if let Ok(mut q) = Qmp::connect(&dir.qmp()) {
+            let _ = q.quit();
         }
-        return None;
-    };
-    let gone = |child: &mut Option<&mut Child>| match child {
-        Some(c) => c.try_wait().ok().flatten().is_some(),
-        None => state::started_at(pid) != Some(started),
-    };
-    let wait = |child: &mut Option<&mut Child>, limit: Duration| {
-        let deadline = Instant::now() + limit;
-        while Instant::now() < deadline {
-            if gone(child) {
-                return true;
+        qemu.exited_within(Duration::from_secs(5))
+            || {
+                qemu.signal(Signal::SIGTERM);
+                qemu.exited_within(Duration::from_secs(5))
             }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        gone(child)
-    };
-    if let Ok(mut q) = Qmp::connect(&dir.qmp()) {
-        let _ = q.quit();
+            || {
+                qemu.signal(Signal::SIGKILL);
+                qemu.exited_within(Duration::from_secs(10))
+            }
+    });
+    if let Some(c) = child {
+        // Reaped, so it leaves no zombie behind.
+        let _ = c.try_wait();
     }
-    let done = Some(format!("QEMU {pid}"));
-    if wait(&mut child, Duration::from_secs(5)) {
-        return done;
+    match gone? {
+        true => Some(format!("QEMU {pid}")),
+        false => Some(format!(
+            "QEMU {pid} NOT gone 20 s after quit, SIGTERM and SIGKILL"
+        )),
     }
-    let _ = kill(Pid::from_raw(pid as i32), Signal::SIGTERM);
-    if wait(&mut child, Duration::from_secs(5)) {
-        return done;
-    }
-    let _ = kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
-    if wait(&mut child, Duration::from_secs(10)) {
-        return done;
-    }
-    Some(format!(
-        "QEMU {pid} NOT gone 20 s after quit, SIGTERM and SIGKILL"
-    ))
 }
 
 /// What `stop` did.

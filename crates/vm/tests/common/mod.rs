@@ -220,14 +220,7 @@ pub fn measured(what: &str, out: &Output) -> f64 {
 
 /// Whether `pid` still exists (and is not a zombie).
 pub fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|s| {
-            let state = s
-                .rsplit_once(')')
-                .map(|(_, r)| r.trim_start().chars().next());
-            !matches!(state, Some(Some('Z' | 'X')))
-        })
-        .unwrap_or(false)
+    vnio_vm::state::started_at(pid).is_some()
 }
 
 /// The CPUs thread `tid` of `pid` may run on.
