@@ -20,8 +20,6 @@
 //! `cargo run --release -p vnio-measure --example line_round_trip -- [SECS] [CPU_A] [CPU_B]`
 //! (defaults: 20 s, CPUs 0 and 1).
 
-use nix::sched::{sched_setaffinity, CpuSet};
-use nix::unistd::Pid;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -57,8 +55,7 @@ fn wait_for(line: &Line, v: u64, give_up: Instant) -> bool {
 }
 
 fn pin(cpu: usize) {
-    let mut set = CpuSet::new();
-    if set.set(cpu).is_err() || sched_setaffinity(Pid::from_raw(0), &set).is_err() {
+    if !vnio_measure::pin::enter(format!("probe on CPU {cpu}"), Some(cpu)).pinned {
         eprintln!("line_round_trip: cannot run on CPU {cpu}");
         std::process::exit(2);
     }

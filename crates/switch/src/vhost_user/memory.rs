@@ -212,10 +212,13 @@ impl GuestMem {
         // never faults, even past the region).
         let last = p.wrapping_add(len.clamp(1, 64) as usize - 1);
         let second = (last as usize / 64 != p as usize / 64).then_some(last);
-        let hint = if write {
-            crate::sys::prefetch::write
-        } else {
-            crate::sys::prefetch::read
+        // A branch, not a function pointer: the hints inline to one instruction.
+        let hint = |q: *const u8| {
+            if write {
+                crate::sys::prefetch::write(q)
+            } else {
+                crate::sys::prefetch::read(q)
+            }
         };
         hint(p);
         if let Some(q) = second {
