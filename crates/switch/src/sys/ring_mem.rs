@@ -118,6 +118,30 @@ impl RingMem {
         Some(())
     }
 
+    /// Stores `a` at `off` and `b` right after it, little-endian, with
+    /// one bounds check (a used element: 4-byte aligned, so two stores).
+    #[inline]
+    pub fn store_u32_pair(&self, off: usize, a: u32, b: u32, order: Ordering) -> Option<()> {
+        if off.checked_add(8)? > self.len {
+            return None;
+        }
+        let p = self.base.wrapping_add(off);
+        if p as usize % 4 != 0 {
+            return None;
+        }
+        // SAFETY: both words lie inside the ring (checked above) and are
+        // 4-byte aligned; every access to the ring is atomic.
+        let (x, y) = unsafe {
+            (
+                AtomicU32::from_ptr(p.cast()),
+                AtomicU32::from_ptr(p.wrapping_add(4).cast()),
+            )
+        };
+        x.store(a.to_le(), order);
+        y.store(b.to_le(), order);
+        Some(())
+    }
+
     /// Stores `v` little-endian at `off`.
     #[inline]
     pub fn store_u64(&self, off: usize, v: u64, order: Ordering) -> Option<()> {

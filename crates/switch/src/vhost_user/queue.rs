@@ -128,10 +128,10 @@ pub struct ActiveQueue {
     /// False from the start until the first call: the driver's event index
     /// says nothing about what this device has signalled (see `running`).
     signalled: bool,
-    /// Chains popped ahead ([`ActiveQueue::take`]; moved out while being
-    /// refilled): the next one to hand out is `ahead_next`; the rest are not
+    /// Chains popped ahead ([`ActiveQueue::take`]): the next one to hand
+    /// out is `ahead_next`; the rest are not
     /// consumed yet.
-    ahead: Option<Box<Burst>>,
+    ahead: Box<Burst>,
     ahead_next: usize,
 }
 
@@ -198,7 +198,7 @@ impl ActiveQueue {
             // a look at its ring; a lost one stops its queue for good.
             used_pending: true,
             signalled: false,
-            ahead: Some(Box::new(Burst::new())),
+            ahead: Box::new(Burst::new()),
             ahead_next: 0,
         };
         // The worker polls a queue that just started; it asks for kicks again before it sleeps.
@@ -262,30 +262,26 @@ impl ActiveQueue {
     /// frames the caller has waiting, at most [`BURST`]): a single frame in
     /// flight waits for one walk, not for 32. [`ActiveQueue::untake`] gives
     /// chains back; [`ActiveQueue::stop`] returns the ones never taken.
+    #[inline]
     pub fn take(&mut self, chain: &mut Chain, want: usize) -> Result<bool, ChainError> {
-        let Some(mut ahead) = self.ahead.take() else {
-            return Ok(false);
-        };
         let mut r = Ok(());
-        if self.ahead_next == ahead.len() {
+        if self.ahead_next == self.ahead.len() {
             self.ahead_next = 0;
-            r = self.pop_burst(&mut ahead, want.clamp(1, BURST));
+            let max = want.clamp(1, BURST);
+            r = ring!(&mut self.ring, q => q.pop_burst(&self.mem, &mut self.ahead, max));
         }
-        let got = r.is_ok() && self.ahead_next < ahead.len();
+        let got = r.is_ok() && self.ahead_next < self.ahead.len();
         if got {
-            let (head, segs, len) = ahead.chain(self.ahead_next);
+            let (head, segs, len) = self.ahead.chain(self.ahead_next);
             chain.set(head, segs, len);
             self.ahead_next += 1;
         }
-        self.ahead = Some(ahead);
         r.map(|()| got)
     }
 
     /// Chains popped ahead and not handed out yet.
     fn ahead_left(&self) -> usize {
-        self.ahead
-            .as_ref()
-            .map_or(0, |a| a.len().saturating_sub(self.ahead_next))
+        self.ahead.len().saturating_sub(self.ahead_next)
     }
 
     /// Gives back the last `n` chains [`ActiveQueue::take`] handed out.
@@ -297,9 +293,7 @@ impl ActiveQueue {
             // consumed (contiguous in the available ring) and pop again.
             let back = self.ahead_left() + n;
             self.unpop_n(back as u16);
-            if let Some(a) = self.ahead.as_mut() {
-                a.n = 0;
-            }
+            self.ahead.n = 0;
             self.ahead_next = 0;
         }
     }
@@ -350,6 +344,7 @@ impl ActiveQueue {
     /// sees it at the next [`ActiveQueue::flush`] (or [`ActiveQueue::signal`],
     /// which flushes): one used-index store (packed: one flags store) per batch.
     /// Chains are returned in the order they were popped.
+    #[inline]
     pub fn add_used(&mut self, head: u16, len: u32) -> Result<(), ChainError> {
         ring!(&mut self.ring, r => r.add_used(head, len))?;
         self.used_pending = true;

@@ -49,11 +49,10 @@ impl Ring {
 
     /// A used element (id, len): two 4-byte stores, as the used ring is
     /// only 4-byte aligned.
+    #[inline]
     fn write_used(&self, off: u64, id: u32, len: u32) -> Result<(), ChainError> {
-        let off = off as usize;
         self.0
-            .store_u32(off, id, Ordering::Relaxed)
-            .and_then(|()| self.0.store_u32(off + 4, len, Ordering::Relaxed))
+            .store_u32_pair(off as usize, id, len, Ordering::Relaxed)
             .ok_or(ChainError::Ring)
     }
 
@@ -281,6 +280,7 @@ impl SplitRing {
         self.next_avail -= Wrapping(n);
     }
 
+    #[inline]
     pub(super) fn add_used(&mut self, head: u16, len: u32) -> Result<(), ChainError> {
         if head >= self.size {
             return Err(ChainError::IndexOutOfRange(head));
