@@ -40,6 +40,7 @@ use crate::runner::RunnerOptions;
 use crate::scenario::{Point, RunSpec, WorkloadKind};
 use crate::testbed::{endpoints_listen, BedHost, Testbed};
 
+mod placement;
 mod tcp;
 
 /// UDP echo port the responder answers on (RFC 862).
@@ -185,12 +186,10 @@ fn rate(
     let w = &p.workload;
     let (a, b) = (End::of(bed, from)?, End::of(bed, to)?);
     let listen = endpoints_listen(bed.description().wire);
-    let cpus = bed
-        .description()
-        .knobs
-        .client_cpus
-        .clone()
-        .unwrap_or_default();
+    let knobs = &bed.description().knobs;
+    let cpus = knobs.client_cpus.clone().unwrap_or_default();
+    // The placement the host gives the switch's and the client's CPUs.
+    let probe = knobs.probe_cpus();
     let params = serde_json::json!({
         "kind": "pair-rate",
         "payload": w.size,
@@ -203,6 +202,7 @@ fn rate(
         "tx": a.sock,
         "rx": b.sock,
         "hugepages": a.huge,
+        "placement_probe": probe,
     });
     let mut doc = Document::new(
         "stream",
@@ -229,7 +229,9 @@ fn rate(
                     if stop_flag.load(Ordering::Relaxed) {
                         break;
                     }
-                    its.push(iteration(&mut tx, &mut rx, &frame, index, &run, &stop_flag));
+                    its.push(iteration(
+                        &mut tx, &mut rx, &frame, index, &run, probe, &stop_flag,
+                    ));
                 }
                 let during = match (t0, MachineTicks::read()) {
                     (Some(a), Some(b)) => MachineUse::between(a, b),
@@ -240,6 +242,13 @@ fn rate(
             .join()
             .map_err(|_| "the pair's thread panicked".to_string())?
     })?;
+    // An iteration's own trouble (a probe that could not start) is the
+    // point's too, once.
+    for e in its.iter().flat_map(|it| &it.errors) {
+        if !doc.errors.contains(e) {
+            doc.errors.push(e.clone());
+        }
+    }
     doc.iterations = its;
     doc.environment.set_during(during, 1);
     doc.interrupted = stop.load(Ordering::Relaxed);
@@ -265,15 +274,25 @@ fn udp_frame(a: &End, b: &End, payload: u32) -> Result<Vec<u8>, String> {
     Ok(out)
 }
 
-/// Warm up, then count for the measured window, second by second.
+/// Warm up, then count for the measured window, second by second; with
+/// `probe` (two CPUs), the line probe runs beside it.
 fn iteration(
     tx: &mut Endpoint,
     rx: &mut Endpoint,
     frame: &[u8],
     index: usize,
     run: &RunSpec,
+    probe: Option<[usize; 2]>,
     stop: &AtomicBool,
 ) -> Iteration {
+    let mut errors = Vec::new();
+    // A probe that cannot start leaves the iteration without placement,
+    // and says why; the rate is measured all the same.
+    let beside = probe.and_then(|cpus| {
+        placement::Beside::start(cpus)
+            .map_err(|e| errors.push(e))
+            .ok()
+    });
     let burst: Vec<&[u8]> = vec![frame; BURST];
     let (mut sent, mut got) = (0u64, 0u64);
     // What the ring does not take now is offered again in the next burst
@@ -289,6 +308,7 @@ fn iteration(
     }
     (sent, got) = (0, 0);
     let cpu0 = CpuTime::thread();
+    let window = std::time::Instant::now();
     let start = now_ns();
     let end = start + run.duration.as_nanos() as u64;
     let mut intervals = Vec::new();
@@ -314,6 +334,7 @@ fn iteration(
     }
     let seconds = (now_ns() - start) as f64 / 1e9;
     let cpu = CpuTime::thread().since(cpu0);
+    let line_round_trip = beside.map(|b| b.finish(window, Duration::from_secs_f64(seconds)));
     let payload = frame.len() as u64 - u64::from(FRAME_OVERHEAD);
     let bytes = got * payload;
     let merged = Measured {
@@ -339,6 +360,8 @@ fn iteration(
         merged,
         intervals,
         client_cost: Cost::new(cpu, got, bytes),
+        errors,
+        line_round_trip,
         ..Default::default()
     }
 }

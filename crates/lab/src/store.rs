@@ -83,9 +83,19 @@ CREATE TABLE IF NOT EXISTS points (
     point TEXT NOT NULL,
     contention TEXT,
     document TEXT,
+    line_rtt_ns REAL,
     PRIMARY KEY (run_id, scenario, seq)
 );
 ";
+
+/// Columns added after their table was first released, as (table, column,
+/// type): a file made before them gets them when opened. Each is nullable
+/// and appended, so a vnio from before it still reads and writes the file
+/// (it names the columns it writes) and [`SCHEMA_VERSION`] stays.
+/// - `points.line_rtt_ns`: the reported iteration's median cache-line
+///   round trip between the switch's and the client's CPUs (knob
+///   `placement_probe`); its seconds are in the document.
+const ADDED_COLUMNS: &[(&str, &str, &str)] = &[("points", "line_rtt_ns", "REAL")];
 
 /// Why the store failed. One line.
 #[derive(Debug, thiserror::Error)]
@@ -224,6 +234,7 @@ impl Store {
         let store = Store { conn, path: name };
         store.sql(store.conn.busy_timeout(std::time::Duration::from_secs(10)))?;
         store.sql(store.conn.execute_batch(SCHEMA))?;
+        store.add_columns()?;
         let found: Option<String> = store.sql(
             store
                 .conn
@@ -264,6 +275,24 @@ impl Store {
             run,
             detail: detail.to_string(),
         }
+    }
+
+    /// Adds the [`ADDED_COLUMNS`] a file made before them lacks.
+    fn add_columns(&self) -> Result<(), StoreError> {
+        for (table, column, kind) in ADDED_COLUMNS {
+            let mut stmt = self.sql(self.conn.prepare(&format!("PRAGMA table_info({table})")))?;
+            let names: Vec<String> = self.sql(
+                stmt.query_map([], |r| r.get::<_, String>(1))
+                    .and_then(|it| it.collect()),
+            )?;
+            if !names.iter().any(|n| n == column) {
+                self.sql(
+                    self.conn
+                        .execute_batch(&format!("ALTER TABLE {table} ADD COLUMN {column} {kind}")),
+                )?;
+            }
+        }
+        Ok(())
     }
 
     fn mark_killed(&self) -> Result<(), StoreError> {

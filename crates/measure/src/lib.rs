@@ -14,6 +14,7 @@ pub mod pace;
 pub mod path;
 pub mod pin;
 pub mod ping;
+pub mod placement;
 pub mod proto;
 pub mod result;
 pub mod rr;

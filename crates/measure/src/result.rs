@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::cpu::{Cost, MachineUse};
 use crate::env::{Environment, Placement};
+use crate::placement::LineRoundTrips;
 use crate::stats::{median_by_mean, Encoded, Latency, Summary};
 
 /// Names the layout of [`Document`]; bumped on incompatible changes.
@@ -67,6 +68,13 @@ pub struct Iteration {
     /// QEMU); empty from the instrument alone.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub testbed_cost: Vec<ProcessCost>,
+    /// How long a cache line took between the two CPUs of the test bed
+    /// during the measured window, second by second (the lab fills it in
+    /// beside rate workloads when asked: which placement the host gave
+    /// them); none from the instrument alone, and in documents stored
+    /// before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub line_round_trip: Option<LineRoundTrips>,
 }
 
 /// CPU one process of the test bed spent over an iteration, its set-up and

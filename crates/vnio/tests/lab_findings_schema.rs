@@ -4,7 +4,10 @@
 //! --e2e`). The run covers every shape a verdict takes: a difference, a
 //! ratio, a value without an against point, and a finding whose subject
 //! was not measured (left out with -c: nulls where numbers would be). A
-//! document the schema must refuse is refused, so the check checks.
+//! document the schema must refuse is refused, so the check checks. A
+//! second run, a poll-mode pair's rate through two vnio switches with the
+//! line probe beside it (knob `placement_probe`), gives ratios per
+//! placement, which validate too.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -88,6 +91,55 @@ against = { configuration = "native" }
 expect = "above"
 "#;
 
+/// Two vnio switches forwarding a poll-mode pair's 64 B rate, the probe
+/// between the switch's CPU and the endpoints'.
+const PLACEMENT: &str = r#"
+title = "findings schema, placement"
+maps_to = "a test"
+cannot = "anything"
+[run]
+duration = "1s"
+warmup = "200ms"
+iterations = 2
+interleave = true
+[knobs]
+switch_cpus = [0]
+client_cpus = [1]
+placement_probe = true
+[[host]]
+name = "a"
+kind = "poll-mode"
+[[host]]
+name = "b"
+kind = "poll-mode"
+[[configuration]]
+name = "one"
+wire = "switch"
+knobs = { switch_busy_poll = true }
+[[configuration]]
+name = "two"
+wire = "switch"
+knobs = { switch_busy_poll = true }
+[[workload]]
+name = "rate-64"
+kind = "stream"
+from = "a"
+to = "b"
+protocol = "udp"
+size = 22
+[[finding]]
+id = "one-rate-vs-two"
+study = "a study"
+claim = "one switch forwards as fast as the other"
+workload = "rate-64"
+statistic = "rate"
+quantity = "ratio"
+subject = { configuration = "one" }
+against = { configuration = "two" }
+expect = "above"
+than = 0.5
+"#;
+
 /// Validates the JSON document in `doc` against the schema: Ok, or the
 /// validator's message.
 fn validate(doc: &Path) -> Result<(), String> {
@@ -107,11 +159,14 @@ fn validate(doc: &Path) -> Result<(), String> {
     }
 }
 
-#[test]
-fn findings_json_of_a_real_run_validates_against_the_schema() {
+/// One real run at a time: the pair's busy-polling switch and endpoints
+/// take both CPUs, which would starve the other run's measurement.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Why the real runs cannot go here, if they cannot.
+fn cannot_run() -> Option<&'static str> {
     if !vnio_lab::is_root() {
-        eprintln!("skipped: the run needs root (network namespaces)");
-        return;
+        return Some("the run needs root (network namespaces)");
     }
     let has_validator = Command::new("python3")
         .args(["-c", "import jsonschema"])
@@ -119,14 +174,19 @@ fn findings_json_of_a_real_run_validates_against_the_schema() {
         .status()
         .is_ok_and(|s| s.success());
     if !has_validator {
-        eprintln!("skipped: Python's jsonschema is missing (scripts/setup --e2e installs it)");
-        return;
+        return Some("Python's jsonschema is missing (scripts/setup --e2e installs it)");
     }
-    let dir = std::env::temp_dir().join(format!("vnio-lab-schema-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let (journal, db, scenario) = (dir.join("journal"), dir.join("lab.db"), dir.join("f.toml"));
-    std::fs::write(&scenario, SCENARIO).unwrap();
+    None
+}
+
+/// Runs `scenario` (with `args` after its path) in a store of its own
+/// under `dir`, and returns `vnio lab findings last --json`, validated.
+fn findings_of(dir: &Path, scenario: &str, args: &[&str]) -> String {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir).unwrap();
+    let (journal, db, file) = (dir.join("journal"), dir.join("lab.db"), dir.join("f.toml"));
+    std::fs::write(&file, scenario).unwrap();
     let vnio = |args: &[&str]| {
         let out = Command::new(VNIO)
             .env("VNIO_LAB_JOURNAL", &journal)
@@ -143,12 +203,24 @@ fn findings_json_of_a_real_run_validates_against_the_schema() {
         );
         stdout
     };
-    let path = scenario.to_str().unwrap();
-    vnio(&["lab", "run", path, "-c", "native", "-c", "bridge"]);
+    let mut run = vec!["lab", "run", file.to_str().unwrap()];
+    run.extend(args);
+    vnio(&run);
     let json = vnio(&["lab", "findings", "last", "--json"]);
     let found = dir.join("findings.json");
     std::fs::write(&found, &json).unwrap();
     validate(&found).unwrap_or_else(|e| panic!("{e}\n{json}"));
+    json
+}
+
+#[test]
+fn findings_json_of_a_real_run_validates_against_the_schema() {
+    if let Some(why) = cannot_run() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("vnio-lab-schema-{}", std::process::id()));
+    let json = findings_of(&dir, SCENARIO, &["-c", "native", "-c", "bridge"]);
 
     // Every shape is in the document validated.
     let doc: serde_json::Value = serde_json::from_str(&json).unwrap();
@@ -163,6 +235,10 @@ fn findings_json_of_a_real_run_validates_against_the_schema() {
         "{not_run}"
     );
     assert!(not_run["subject"]["missing"].is_string(), "{not_run}");
+    // No point of this run carries the probe: no ratio per placement.
+    assert!(verdicts
+        .iter()
+        .all(|v| v["by_placement"] == serde_json::json!([])));
 
     // The schema refuses what it must: an unknown outcome, a missing field.
     let mut bad = doc.clone();
@@ -174,5 +250,47 @@ fn findings_json_of_a_real_run_validates_against_the_schema() {
     bad["verdicts"][0].as_object_mut().unwrap().remove("why");
     std::fs::write(&wrong, bad.to_string()).unwrap();
     assert!(validate(&wrong).unwrap_err().contains("why"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn ratios_per_placement_of_a_real_run_validate_against_the_schema() {
+    if let Some(why) = cannot_run() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let two_cpus = std::thread::available_parallelism().is_ok_and(|n| n.get() >= 2);
+    if !two_cpus {
+        eprintln!("skipped: the probe runs between CPUs 0 and 1, this machine has one");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("vnio-lab-schema-p-{}", std::process::id()));
+    let json = findings_of(&dir, PLACEMENT, &[]);
+    let doc: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let v = &doc["verdicts"][0];
+    let at = v["by_placement"].as_array().unwrap();
+    assert_eq!(at.len(), 2, "{v}");
+    assert_eq!(
+        (at[0]["placement"].as_str(), at[1]["placement"].as_str()),
+        (Some("near"), Some("far"))
+    );
+    // Two iterations of one whole second a side: every second the probe
+    // placed is near or far (the host decides which).
+    let seconds = |side: &str| -> u64 { at.iter().map(|p| p[side].as_u64().unwrap()).sum() };
+    assert!(
+        seconds("subject_seconds") <= 2 && seconds("against_seconds") <= 2,
+        "{v}"
+    );
+    assert!(
+        seconds("subject_seconds") + seconds("against_seconds") > 0,
+        "the probe placed no second: {v}"
+    );
+
+    // The schema refuses a placement it does not know.
+    let mut bad = doc.clone();
+    bad["verdicts"][0]["by_placement"][0]["placement"] = "middle".into();
+    let wrong = dir.join("wrong.json");
+    std::fs::write(&wrong, bad.to_string()).unwrap();
+    assert!(validate(&wrong).unwrap_err().contains("middle"));
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -5,8 +5,11 @@
 //! [`rule`], on the run's own spread ([`samples`]). Findings are read from
 //! the scenario text stored with the run, so a run is judged by what it
 //! declared when it ran and old runs (whose scenarios declared none) simply
-//! have no findings; nothing new is stored.
+//! have no findings; nothing new is stored. A ratio whose points carry the
+//! line probe's round trips is also given per placement ([`placement`]),
+//! beside the verdict.
 
+pub mod placement;
 pub mod rule;
 pub mod samples;
 pub mod spec;
@@ -15,11 +18,13 @@ mod words;
 
 use serde::{Deserialize, Serialize};
 
+pub use placement::PlacementRatio;
 pub use rule::{Band, Outcome, SampleSource, Samples};
 pub use spec::{Expect, FindingSpec, PointRef, Quantity, Statistic, SweepRef};
-pub use words::{measured, number, reference};
+pub use words::{by_placement, measured, number, reference};
 
 use crate::report::sweep_value;
+use crate::runner::PointOutcome;
 use crate::scenario::{LabFile, Scenario, SweepParam};
 use crate::store::{StoredRun, StoredScenario};
 
@@ -84,6 +89,12 @@ pub struct Verdict {
     pub why: String,
     /// Where the study's number falls on the subject's figure.
     pub mark: Option<Mark>,
+    /// A ratio at each placement of the switch's and the client's CPUs,
+    /// where the points carry the line probe's round trips (knob
+    /// `placement_probe`); empty otherwise. Shown beside the verdict,
+    /// which it does not change.
+    #[serde(default)]
+    pub by_placement: Vec<PlacementRatio>,
 }
 
 /// The study's number placed where this run's subject is drawn: the
@@ -182,6 +193,7 @@ fn verdict(sc: &Scenario, stored: &StoredScenario, f: &FindingSpec) -> Verdict {
         outcome: Outcome::Inconclusive,
         why: String::new(),
         mark: None,
+        by_placement: Vec::new(),
     };
     // A side that was not measured leaves nothing to judge.
     let unmeasured = |mut v: Verdict, side: &Side| {
@@ -201,6 +213,12 @@ fn verdict(sc: &Scenario, stored: &StoredScenario, f: &FindingSpec) -> Verdict {
         Some((_, Some(a))) => Some(a),
         Some((side, None)) => return unmeasured(v, side),
     };
+    if let (Quantity::Ratio, Some(ap)) = (quantity, &f.against) {
+        let point = |p| find(sc, stored, f, p).filter(|o| crate::store::measured(o.status));
+        if let (Some(so), Some(ao)) = (point(&f.subject), point(ap)) {
+            v.by_placement = placement::ratios(stat, so, ao);
+        }
+    }
     let d = rule::decide(quantity, f.expect, than, s, a);
     v.outcome = d.outcome;
     v.value = d.value.is_finite().then_some(d.value);
@@ -210,6 +228,30 @@ fn verdict(sc: &Scenario, stored: &StoredScenario, f: &FindingSpec) -> Verdict {
     v
 }
 
+/// The sweep value `p` names, with its parameter.
+fn sweep_of(sc: &Scenario, p: &PointRef) -> Option<(SweepParam, u64)> {
+    sc.sweep.as_ref().and_then(|sw| {
+        p.sweep
+            .and_then(|r| r.resolve(&sw.values))
+            .map(|v| (sw.parameter, v))
+    })
+}
+
+/// The stored point `p` names for finding `f`.
+fn find<'a>(
+    sc: &Scenario,
+    stored: &'a StoredScenario,
+    f: &FindingSpec,
+    p: &PointRef,
+) -> Option<&'a PointOutcome> {
+    let sweep = sweep_of(sc, p);
+    stored.points.iter().find(|o| {
+        o.point.configuration == p.configuration
+            && o.point.workload.name == f.workload
+            && o.point.sweep.map(|x| x.1) == sweep.map(|x| x.1)
+    })
+}
+
 /// One side's description and samples (`None`: not measured).
 fn read(
     sc: &Scenario,
@@ -217,11 +259,7 @@ fn read(
     f: &FindingSpec,
     p: &PointRef,
 ) -> (Side, Option<Samples>) {
-    let sweep = sc.sweep.as_ref().and_then(|sw| {
-        p.sweep
-            .and_then(|r| r.resolve(&sw.values))
-            .map(|v| (sw.parameter, v))
-    });
+    let sweep = sweep_of(sc, p);
     let mut side = Side {
         point: label(&p.configuration, sweep),
         configuration: p.configuration.clone(),
@@ -232,12 +270,7 @@ fn read(
         source: None,
         missing: None,
     };
-    let found = stored.points.iter().find(|o| {
-        o.point.configuration == p.configuration
-            && o.point.workload.name == f.workload
-            && o.point.sweep.map(|x| x.1) == sweep.map(|x| x.1)
-    });
-    let Some(o) = found else {
+    let Some(o) = find(sc, stored, f, p) else {
         side.missing = Some("not in this run (left out by --configuration or --quick?)".into());
         return (side, None);
     };

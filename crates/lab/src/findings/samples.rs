@@ -54,7 +54,7 @@ pub fn of_iteration(stat: Statistic, it: &Iteration) -> Option<f64> {
 }
 
 /// The statistic of one second, where the series has it.
-fn of_second(stat: Statistic, p: &IntervalPoint) -> Option<f64> {
+pub(super) fn of_second(stat: Statistic, p: &IntervalPoint) -> Option<f64> {
     let us = |ns: u64| ns as f64 / 1e3;
     match stat {
         Statistic::Mean => Some(p.mean_ns / 1e3),
@@ -91,18 +91,21 @@ pub fn of_point(o: &PointOutcome, stat: Statistic) -> Result<Samples, String> {
     let per_second: Vec<f64> = doc
         .iterations
         .iter()
-        .flat_map(|it| {
-            // The last second of a window may be cut short: only whole
-            // ones count (a partial second's rate would read low).
-            let whole = it.seconds.floor() as u64;
-            it.intervals
-                .iter()
-                .filter(move |p| p.t_s < whole && p.ops >= MIN_OPS_PER_SECOND)
-        })
+        .flat_map(whole_seconds)
         .filter_map(|p| of_second(stat, p))
         .collect();
     if per_second.len() >= 2 {
         return Ok(Samples::new(value, per_second, SampleSource::Seconds));
     }
     Ok(Samples::new(value, per_iteration, SampleSource::Single))
+}
+
+/// The seconds of iteration `it` that count as samples.
+pub(super) fn whole_seconds(it: &Iteration) -> impl Iterator<Item = &IntervalPoint> {
+    // The last second of a window may be cut short: only whole ones count
+    // (a partial second's rate would read low).
+    let whole = it.seconds.floor() as u64;
+    it.intervals
+        .iter()
+        .filter(move |p| p.t_s < whole && p.ops >= MIN_OPS_PER_SECOND)
 }

@@ -46,6 +46,35 @@ pub fn measured(v: &Verdict) -> String {
     }
 }
 
+/// The ratio at each placement, when the points carry the line probe's
+/// round trips: "near 0.93x (vnio 12 s, ovs-dpdk 14 s); far no seconds
+/// (vnio 0 s, ovs-dpdk 3 s)".
+pub fn by_placement(v: &Verdict) -> Option<String> {
+    if v.by_placement.is_empty() {
+        return None;
+    }
+    let against = v.against.as_ref().map_or("against", |a| a.point.as_str());
+    let parts: Vec<String> = v
+        .by_placement
+        .iter()
+        .map(|r| {
+            let ratio = match r.ratio {
+                Some(x) => number(x, "x", false),
+                None if r.subject_seconds == 0 || r.against_seconds == 0 => "no seconds".into(),
+                None => "no ratio (its base is 0)".into(),
+            };
+            format!(
+                "{} {ratio} ({} {} s, {against} {} s)",
+                r.placement.as_str(),
+                v.subject.point,
+                r.subject_seconds,
+                r.against_seconds
+            )
+        })
+        .collect();
+    Some(parts.join("; "))
+}
+
 /// What the quantity is: "switch − native p50".
 fn what(v: &Verdict) -> String {
     let stat = v.statistic.as_str();

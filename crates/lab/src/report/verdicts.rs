@@ -32,7 +32,7 @@ pub(super) fn table(h: &mut String, f: &RunFindings) {
                 escape(&v.claim),
                 escape(&v.study),
                 escape(&findings::reference(v)),
-                escape(&findings::measured(v)),
+                measured_cell(v),
                 v.outcome.as_str(),
                 escape(&v.why)
             );
@@ -55,6 +55,19 @@ pub(super) fn table(h: &mut String, f: &RunFindings) {
         );
     }
     h.push_str("</section>\n");
+}
+
+/// This run's number, and under it the ratio at each placement when the
+/// points carry the line probe's round trips.
+fn measured_cell(v: &Verdict) -> String {
+    let all = escape(&findings::measured(v));
+    match findings::by_placement(v) {
+        Some(at) => format!(
+            "{all}<br><small class=\"meta\">by placement: {}</small>",
+            escape(&at)
+        ),
+        None => all,
+    }
 }
 
 fn css(o: Outcome) -> &'static str {

@@ -120,6 +120,13 @@ pub struct Knobs {
     /// read `switch-busy` and `testbed-cpu-per-op`; the iterations of a
     /// point then run one after the other, each its own measurement.
     pub testbed_cpu: Option<bool>,
+    /// Run the line probe (`vnio_measure::placement`) between the first of
+    /// `switch_cpus` and the first of `client_cpus` beside every iteration
+    /// of a poll-mode pair's rate, and store its round trips second by
+    /// second with the iteration: which placement the host gave the two
+    /// CPUs, so ratios can be read per placement. Not beside round trips:
+    /// its threads would preempt the endpoints they time.
+    pub placement_probe: Option<bool>,
 }
 
 impl Knobs {
@@ -154,6 +161,7 @@ impl Knobs {
             switch_binary: pick(&over.switch_binary, &self.switch_binary),
             testbed_cpu: pick(&over.testbed_cpu, &self.testbed_cpu),
             instrument: pick(&over.instrument, &self.instrument),
+            placement_probe: pick(&over.placement_probe, &self.placement_probe),
         }
     }
 
@@ -293,6 +301,45 @@ pub(super) fn check(at: &str, k: &Knobs, wire: WireKind) -> Result<(), KnobError
         }
     }
     Ok(())
+}
+
+/// The probe's two CPUs, for knobs `k` as layered in a configuration at
+/// `at`: the switch's and the client's, which must differ (a line passed
+/// within one CPU says nothing about placement).
+pub(super) fn check_probe(at: &str, k: &Knobs) -> Result<(), KnobError> {
+    if k.placement_probe != Some(true) {
+        return Ok(());
+    }
+    match (k.probe_cpus(), &k.switch_cpus, &k.client_cpus) {
+        (Some(_), _, _) => Ok(()),
+        (None, Some(s), Some(c)) if !s.is_empty() && !c.is_empty() => fail(
+            at,
+            "placement_probe",
+            format!(
+                "the switch's CPU and the client's are both {}: the probe times a line between two CPUs",
+                s[0]
+            ),
+        ),
+        _ => fail(
+            at,
+            "placement_probe",
+            "needs switch_cpus and client_cpus: the probe runs between the switch's CPU and the client's",
+        ),
+    }
+}
+
+impl Knobs {
+    /// The CPUs the line probe runs between (knob `placement_probe`): the
+    /// first of `switch_cpus` and the first of `client_cpus`, when it is
+    /// on and they differ.
+    pub fn probe_cpus(&self) -> Option<[usize; 2]> {
+        if self.placement_probe != Some(true) {
+            return None;
+        }
+        let s = *self.switch_cpus.as_ref()?.first()?;
+        let c = *self.client_cpus.as_ref()?.first()?;
+        (s != c).then_some([s, c])
+    }
 }
 
 /// The knobs that name hosts, in a configuration of `s` (its knobs

@@ -221,6 +221,7 @@ pub(super) fn scenario(origin: &str, s: &Scenario) -> Result<(), ScenarioError> 
         let knob_at = format!("{at}: knobs");
         super::knobs::check(&knob_at, &knobs, cfg.wire)
             .and_then(|()| super::knobs::check_hosts(s, &knob_at, &knobs, |h| kind_in(s, cfg, h)))
+            .and_then(|()| super::knobs::check_probe(&knob_at, &knobs))
             .or_else(|(field, message)| c.fail(field, message))?;
         if has_vm && (knobs.client_cpus.is_some() || knobs.agent_cpus.is_some()) {
             return c.fail(

@@ -114,8 +114,8 @@ impl Store {
         self.sql(self.conn.execute(
             "INSERT OR REPLACE INTO points (run_id, scenario, seq, configuration, workload, kind, sweep_param, sweep_value,
                 status, error, mean_ns, p50_ns, p90_ns, p99_ns, p999_ns, p9999_ns, max_ns, over_1ms_pct,
-                ops_per_s, gbps, loss_pct, point, contention, document)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24)",
+                ops_per_s, gbps, loss_pct, point, contention, document, line_rtt_ns)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25)",
             params![
                 run,
                 scenario,
@@ -141,6 +141,9 @@ impl Store {
                 serde_json::to_string(p).unwrap_or_default(),
                 o.contention.as_ref().map(|c| serde_json::to_string(c).unwrap_or_default()),
                 doc,
+                chosen
+                    .and_then(|it| it.line_round_trip.as_ref())
+                    .and_then(|l| l.median_ns),
             ],
         ))?;
         Ok(())

@@ -238,6 +238,9 @@ pub fn findings_table(f: &RunFindings) -> String {
             "",
             v.why
         );
+        if let Some(at) = findings::by_placement(v) {
+            let _ = writeln!(s, "{:<21}   by placement: {at}", "");
+        }
     }
     if !f.without.is_empty() {
         let _ = writeln!(s, "without findings: {}", f.without.join(", "));
