@@ -275,7 +275,8 @@ fn read(
         return (side, None);
     };
     match samples::of_point(o, f.statistic) {
-        Ok(s) => {
+        Ok(mut s) => {
+            s.in_step = sc.run.interleave;
             side.value = Some(s.value);
             side.band = Some(s.band());
             side.samples = s.values.len();

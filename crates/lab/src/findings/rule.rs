@@ -44,6 +44,11 @@ pub struct Samples {
     pub values: Vec<f64>,
     /// Where they come from.
     pub source: SampleSource,
+    /// Iteration k ran in the same repetition as iteration k of every
+    /// other point (an interleaved run): a quotient or difference is then
+    /// taken pair by pair.
+    #[serde(skip)]
+    pub in_step: bool,
 }
 
 impl Samples {
@@ -58,6 +63,7 @@ impl Samples {
             value,
             values,
             source,
+            in_step: false,
         }
     }
 
@@ -145,7 +151,7 @@ fn combine(q: Quantity, s: &Samples, a: Option<&Samples>) -> Result<(f64, Band),
         (Quantity::Difference, Some(a)) => {
             let ba = a.band();
             Ok((
-                s.value - a.value,
+                paired(s, a, |x, y| x - y).unwrap_or(s.value - a.value),
                 Band {
                     lo: bs.lo - ba.hi,
                     hi: bs.hi - ba.lo,
@@ -158,7 +164,7 @@ fn combine(q: Quantity, s: &Samples, a: Option<&Samples>) -> Result<(f64, Band),
                 return Err(Reason::ZeroBase);
             }
             Ok((
-                s.value / a.value,
+                paired(s, a, |x, y| x / y).unwrap_or(s.value / a.value),
                 Band {
                     lo: bs.lo / ba.hi,
                     hi: bs.hi / ba.lo,
@@ -166,6 +172,33 @@ fn combine(q: Quantity, s: &Samples, a: Option<&Samples>) -> Result<(f64, Band),
             ))
         }
     }
+}
+
+/// The median of `op` over the sides' iterations pair by pair, when they
+/// ran in step (see [`Samples::in_step`]): whatever a repetition's host did
+/// to both (which cores it gave the CPUs, its load) drops out of each
+/// pair, as the anchor harness's paired ratios have it. None otherwise.
+fn paired(s: &Samples, a: &Samples, op: impl Fn(f64, f64) -> f64) -> Option<f64> {
+    let in_step = |x: &Samples| x.in_step && x.source == SampleSource::Iterations;
+    if !in_step(s) || !in_step(a) || s.values.len() != a.values.len() {
+        return None;
+    }
+    let mut v: Vec<f64> = s
+        .values
+        .iter()
+        .zip(&a.values)
+        .map(|(x, y)| op(*x, *y))
+        .collect();
+    if v.iter().any(|x| !x.is_finite()) {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    Some(if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    })
 }
 
 /// Judge `quantity` of `subject` (and `against`) against `than`.
@@ -335,6 +368,47 @@ mod tests {
             rule(&[100.0, 150.0, 220.0], &[40.0, 45.0, 50.0]),
             Outcome::Inconclusive
         );
+    }
+
+    #[test]
+    fn in_step_sides_give_the_median_of_paired_quotients() {
+        // The host slowed both sides in the second repetition: the ratio of
+        // the median iterations (40 / 45) mixes repetitions, the paired
+        // quotients (0.8, 0.8, 0.8) do not.
+        let step = |v: &[f64], value: f64| Samples {
+            in_step: true,
+            ..Samples::new(value, v.to_vec(), SampleSource::Iterations)
+        };
+        let (subject, against) = (
+            step(&[40.0, 20.0, 44.0], 40.0),
+            step(&[50.0, 25.0, 55.0], 50.0),
+        );
+        let d = decide(
+            Quantity::Ratio,
+            Expect::Below,
+            1.0,
+            &subject,
+            Some(&against),
+        );
+        assert!((d.value - 0.8).abs() < 1e-12, "{}", d.value);
+        // The band stays the sides' extremes.
+        let b = d.band.unwrap();
+        assert!((b.lo - 20.0 / 55.0).abs() < 1e-12 && (b.hi - 44.0 / 25.0).abs() < 1e-12);
+        let d = decide(
+            Quantity::Difference,
+            Expect::Below,
+            0.0,
+            &subject,
+            Some(&against),
+        );
+        assert!((d.value - -10.0).abs() < 1e-12, "{}", d.value);
+        // Not in step, or of other lengths: the reported values' quotient.
+        let loose = Samples::new(40.0, vec![40.0, 20.0, 44.0], SampleSource::Iterations);
+        let d = decide(Quantity::Ratio, Expect::Below, 1.0, &loose, Some(&against));
+        assert!((d.value - 40.0 / 50.0).abs() < 1e-12);
+        let short = step(&[50.0, 25.0], 50.0);
+        let d = decide(Quantity::Ratio, Expect::Below, 1.0, &subject, Some(&short));
+        assert!((d.value - 40.0 / 50.0).abs() < 1e-12);
     }
 
     #[test]
