@@ -71,6 +71,36 @@ impl<'a> Span<'a> {
         n
     }
 
+    /// True when the span starts with `head` then `body` (local bytes), as
+    /// [`Span::write_parts`] would leave it. Read eight bytes at a time,
+    /// through the pointer (no reference to memory the other side shares).
+    #[inline]
+    pub fn holds_parts(&self, head: &[u8], body: &[u8]) -> bool {
+        let same = |at: usize, want: &[u8]| {
+            let mut chunks = want.chunks_exact(8);
+            let mut off = at;
+            for c in chunks.by_ref() {
+                // SAFETY: `off + 8` is inside the span (the caller checked
+                // the total against `len`), which lies inside the mapping
+                // borrowed for 'a; an unaligned read of plain bytes.
+                let v = unsafe { self.ptr.add(off).cast::<[u8; 8]>().read_unaligned() };
+                if v != c {
+                    return false;
+                }
+                off += 8;
+            }
+            chunks.remainder().iter().enumerate().all(|(k, b)| {
+                // SAFETY: as above, one byte inside the span.
+                unsafe { self.ptr.add(off + k).read() == *b }
+            })
+        };
+        head.len()
+            .checked_add(body.len())
+            .is_some_and(|total| total <= self.len)
+            && same(0, head)
+            && same(head.len(), body)
+    }
+
     /// Writes `head` at the span's start, then the whole of `body` (local
     /// bytes) after it; false (nothing written) when they do not fit.
     #[inline]
@@ -109,5 +139,28 @@ impl<'a> Span<'a> {
             std::ptr::copy(body.ptr, self.ptr.add(head.len()), body.len);
         }
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_span_holds_what_was_written_and_nothing_else() {
+        let mut mem = vec![0u8; 64];
+        // SAFETY: `mem` outlives the span and is only accessed through it.
+        let span = unsafe { Span::from_raw(mem.as_mut_ptr(), mem.len()) };
+        let (head, body) = ([1u8, 2, 3], [7u8; 21]);
+        assert!(!span.holds_parts(&head, &body), "zeros are not the frame");
+        assert!(span.write_parts(&head, &body));
+        assert!(span.holds_parts(&head, &body));
+        // A prefix of what is there is held too (the bytes after are not asked about).
+        assert!(span.holds_parts(&head, &[7u8; 20]));
+        let mut other = body;
+        other[20] = 8;
+        assert!(!span.holds_parts(&head, &other), "its last byte differs");
+        assert!(!span.holds_parts(&[1, 2, 4], &body), "its header differs");
+        assert!(!span.holds_parts(&head, &[7u8; 64]), "longer than the span");
     }
 }
