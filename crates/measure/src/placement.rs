@@ -30,6 +30,8 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use crate::stats::median;
+
 /// Round trips per sample: enough to average out one slow exchange, few
 /// enough (about 50-250 µs) not to disturb the benchmark.
 pub const EXCHANGES: u64 = 500;
@@ -299,18 +301,6 @@ fn time(shared: &Shared, start: Instant, mut each: impl FnMut(&LineSample)) -> V
     out
 }
 
-/// The median of `values` (the mean of the middle two for an even count);
-/// none when empty. Sorts them.
-pub fn median(values: &mut [f64]) -> Option<f64> {
-    values.sort_by(f64::total_cmp);
-    let n = values.len();
-    match n {
-        0 => None,
-        _ if n % 2 == 1 => Some(values[n / 2]),
-        _ => Some((values[n / 2 - 1] + values[n / 2]) / 2.0),
-    }
-}
-
 /// The round trips of the samples that completed in `[from, to)`.
 fn completed_in(samples: &[LineSample], from: Duration, to: Duration) -> Vec<f64> {
     samples
@@ -431,12 +421,5 @@ mod tests {
         assert_eq!(r.placement_at(0), Some(Placement::Near));
         assert_eq!(r.placement_at(1), None);
         assert_eq!(r.placement_at(7), None);
-    }
-
-    #[test]
-    fn an_even_count_takes_the_middle_two() {
-        assert_eq!(median(&mut []), None);
-        assert_eq!(median(&mut [3.0, 1.0, 2.0]), Some(2.0));
-        assert_eq!(median(&mut [4.0, 1.0, 2.0, 3.0]), Some(2.5));
     }
 }

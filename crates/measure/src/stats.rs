@@ -193,6 +193,18 @@ pub struct Summary {
     pub clamped: u64,
 }
 
+/// The median of `values` (the mean of the middle two for an even count);
+/// none when empty. Sorts them.
+pub fn median(values: &mut [f64]) -> Option<f64> {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(values[n / 2]),
+        _ => Some((values[n / 2 - 1] + values[n / 2]) / 2.0),
+    }
+}
+
 /// Picks the median iteration by mean round trip (the studies' rule): with
 /// an even count, the lower of the two middle ones. Returns its index.
 pub fn median_by_mean(means: &[f64]) -> Option<usize> {
@@ -208,6 +220,13 @@ pub fn median_by_mean(means: &[f64]) -> Option<usize> {
 mod tests {
     use super::*;
     use rand::{Rng, SeedableRng};
+
+    #[test]
+    fn an_even_count_takes_the_middle_two() {
+        assert_eq!(median(&mut []), None);
+        assert_eq!(median(&mut [3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(&mut [4.0, 1.0, 2.0, 3.0]), Some(2.5));
+    }
 
     /// The brute-force answer: the smallest sample with at least q of the
     /// samples at or below it.

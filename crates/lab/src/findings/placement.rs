@@ -13,7 +13,8 @@
 //! gives no ratio there ("no seconds"), never a number from the other.
 
 use serde::{Deserialize, Serialize};
-use vnio_measure::placement::{median, Placement};
+use vnio_measure::placement::Placement;
+use vnio_measure::stats::median;
 
 use super::samples::{of_second, whole_seconds};
 use super::spec::Statistic;

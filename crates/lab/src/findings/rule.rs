@@ -192,13 +192,7 @@ fn paired(s: &Samples, a: &Samples, op: impl Fn(f64, f64) -> f64) -> Option<f64>
     if v.iter().any(|x| !x.is_finite()) {
         return None;
     }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    Some(if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    })
+    vnio_measure::stats::median(&mut v)
 }
 
 /// Judge `quantity` of `subject` (and `against`) against `than`.

@@ -25,7 +25,9 @@ pub(super) struct Queues {
 }
 
 /// Frames at least this long are compared with what their buffer holds
-/// before they are written (see `send_staged`).
+/// before they are written (see `send_staged`). Below it, writing is left
+/// alone: comparing a 64 B frame added 54 instructions to the rate loop's
+/// 325 per frame (callgrind on `rate_step`) for one or two lines saved.
 const REUSE_FROM: usize = 256;
 
 /// A virtio-net header as the bytes that precede a frame.
@@ -80,7 +82,6 @@ impl Queues {
             // DPDK sender reuses its mbufs: rewriting 1.5 KB the switch just
             // read takes every line back from the switch's core, and the
             // endpoint, not the switch, would then set a large frame's rate.
-            // A small frame's one or two lines cost less to write than to compare.
             let written = self.tx.buffer(id).is_some_and(|b| {
                 (frame.len() >= REUSE_FROM && b.holds_parts(h, frame)) || b.write_parts(h, frame)
             });

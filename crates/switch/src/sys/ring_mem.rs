@@ -122,15 +122,13 @@ impl RingMem {
     /// one bounds check (a used element: 4-byte aligned, so two stores).
     #[inline]
     pub fn store_u32_pair(&self, off: usize, a: u32, b: u32, order: Ordering) -> Option<()> {
-        if off.checked_add(8)? > self.len {
+        let p = self.at(off, 4)?;
+        if off + 8 > self.len {
             return None;
         }
-        let p = self.base.wrapping_add(off);
-        if p as usize % 4 != 0 {
-            return None;
-        }
-        // SAFETY: both words lie inside the ring (checked above) and are
-        // 4-byte aligned; every access to the ring is atomic.
+        // SAFETY: both words lie inside the ring (`at` checked the first
+        // and its alignment, the line above the second); every access to
+        // the ring is atomic.
         let (x, y) = unsafe {
             (
                 AtomicU32::from_ptr(p.cast()),

@@ -129,8 +129,7 @@ pub struct ActiveQueue {
     /// says nothing about what this device has signalled (see `running`).
     signalled: bool,
     /// Chains popped ahead ([`ActiveQueue::take`]): the next one to hand
-    /// out is `ahead_next`; the rest are not
-    /// consumed yet.
+    /// out is `ahead_next`; the rest are not consumed yet.
     ahead: Box<Burst>,
     ahead_next: usize,
 }
@@ -268,6 +267,8 @@ impl ActiveQueue {
         if self.ahead_next == self.ahead.len() {
             self.ahead_next = 0;
             let max = want.clamp(1, BURST);
+            // The ring's pop, not `self.pop_burst`: the burst is a field of
+            // `self`, borrowed beside the ring.
             r = ring!(&mut self.ring, q => q.pop_burst(&self.mem, &mut self.ahead, max));
         }
         let got = r.is_ok() && self.ahead_next < self.ahead.len();
