@@ -114,6 +114,12 @@ pub struct PortSpec {
     /// port with no switching, VLAN or QoS (needs `mac`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub direct: Option<String>,
+    /// vhost-user: cross-connected with this other vhost-user port (added
+    /// before it): every frame either sends goes to the other as it is, with
+    /// no learning, lookup, flooding, VLAN or QoS (OVS's port-to-port flows,
+    /// VPP's L2 cross-connect); the pair lasts while both exist.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cross_connect: Option<String>,
     /// Addresses the port may have learned in the FDB (default: the
     /// switch's `fdb_port_limit`); a port to a LAN needs more than a vNIC.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -198,6 +204,7 @@ impl PortSpec {
             reserve_mbps: None,
             capacity_mbps: None,
             direct: None,
+            cross_connect: None,
             fdb_limit: None,
             vni: None,
             local: None,
@@ -321,6 +328,30 @@ impl PortSpec {
                 return Err(err("a `direct` port cannot be latency = \"high\""));
             }
         }
+        if let Some(peer) = &self.cross_connect {
+            if self.kind != PortKind::VhostUser {
+                return Err(err("`cross_connect` applies to vhost-user ports only"));
+            }
+            if *peer == self.name {
+                return Err(err("`cross_connect` names another port"));
+            }
+            if self.direct.is_some()
+                || self.vlan.is_some()
+                || !self.trunk.is_empty()
+                || self.native_vlan.is_some()
+                || vnic_only
+            {
+                return Err(err(
+                    "a `cross_connect` port is not switched: no `direct`, VLAN, share, limit or reservation",
+                ));
+            }
+            if self.latency == Latency::High || self.queues.is_some_and(|q| q > 1) {
+                // Both ends must stay on one worker: the shared one.
+                return Err(err(
+                    "a `cross_connect` port has one queue pair and ordinary latency",
+                ));
+            }
+        }
         if self.spoof_guard && mac.is_none() {
             return Err(err("`spoof_guard` needs `mac`"));
         }
@@ -337,6 +368,7 @@ impl PortSpec {
             uplink_queue: self.uplink_queue.unwrap_or_default(),
             egress,
             direct: self.direct.clone(),
+            cross_connect: self.cross_connect.clone(),
             fdb_limit: self.fdb_limit,
         })
     }

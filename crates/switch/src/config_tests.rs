@@ -154,6 +154,35 @@ fn rejects_bad_ports() {
 }
 
 #[test]
+fn cross_connects_parse_and_check() {
+    let base = "[[port]]\nname = \"a\"\nkind = \"vhost-user\"\nsocket = \"/a\"\n\
+                [[port]]\nname = \"b\"\nkind = \"vhost-user\"\nsocket = \"/b\"\ncross_connect = \"a\"\n";
+    let c = Config::parse(base).unwrap();
+    assert_eq!(
+        c.ports[1].policy().unwrap().cross_connect.as_deref(),
+        Some("a")
+    );
+    for (extra, why) in [
+        ("vlan = 5\n", "not switched"),
+        ("share = 10\n", "not switched"),
+        ("latency = \"high\"\n", "ordinary latency"),
+        ("queues = 2\n", "one queue pair"),
+    ] {
+        let e = Config::parse(&format!("{base}{extra}")).unwrap_err();
+        assert!(
+            crate::error_chain(&e).contains(why),
+            "{extra}: {}",
+            crate::error_chain(&e)
+        );
+    }
+    let own =
+        "[[port]]\nname = \"a\"\nkind = \"vhost-user\"\nsocket = \"/a\"\ncross_connect = \"a\"\n";
+    assert!(Config::parse(own).is_err(), "itself");
+    let tap = "[[port]]\nname = \"t\"\nkind = \"tap\"\ncross_connect = \"a\"\n";
+    assert!(Config::parse(tap).is_err(), "a tap port");
+}
+
+#[test]
 fn workers_are_one_to_eight() {
     assert_eq!(Config::parse("").unwrap().switch.workers, 1);
     assert_eq!(

@@ -59,6 +59,8 @@ pub struct PortPolicy {
     pub egress: crate::egress::EgressPolicy,
     /// Direct mode: the uplink this vNIC is bound to, bypassing switching.
     pub direct: Option<String>,
+    /// Cross-connected with this port: frames go to it as they are.
+    pub cross_connect: Option<String>,
     /// Addresses the port may have learned in its worker's FDB (`None`:
     /// the switch's default, see [`crate::fdb`]).
     pub fdb_limit: Option<u32>,

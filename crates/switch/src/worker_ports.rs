@@ -23,6 +23,7 @@ impl Worker {
         let policies = spec.policies(&self.cfg);
         // Unprefixed, as the other refusals here: the caller names the port.
         self.dp.check_direct(&policy)?;
+        self.dp.check_cross(policy.cross_connect.as_deref())?;
         if spec.kind != PortKind::Uplink && policy.direct.is_none() {
             self.dp.check_queue_request(policy.uplink_queue)?;
             self.dp

@@ -74,6 +74,8 @@ struct Entry {
     policies: Policies,
     /// Bound to an uplink queue (direct mode): stays with the uplink's worker.
     direct: bool,
+    /// The port it is cross-connected with, when it named it.
+    cross_connect: Option<String>,
     /// An uplink (its queues may be lent to latency-high ports' workers).
     uplink: bool,
     /// The uplink receive queue it asks for, and its configured MAC (a
@@ -139,6 +141,33 @@ impl Workers {
             .map_or(0, |l| l.id)
     }
 
+    /// The entry of port `name`, which a new port asks to be cross-connected
+    /// with: a single-queue vhost-user port on the shared worker.
+    fn cross_peer(&self, name: &str) -> Result<(), String> {
+        let k = self
+            .ports
+            .iter()
+            .position(|p| p.name == name)
+            .ok_or_else(|| format!("cross_connect: no port named {name}"))?;
+        let p = &self.ports[k];
+        if p.uplink || p.worker != self.shared() || p.pairs > 1 || p.direct || self.is_cross(k) {
+            return Err(format!(
+                "cross_connect: port {name} must be a single-queue vhost-user port of ordinary latency, not direct or cross-connected already"
+            ));
+        }
+        Ok(())
+    }
+
+    /// Whether port entry `i` is in a cross-connect, at either end.
+    fn is_cross(&self, i: usize) -> bool {
+        let name = &self.ports[i].name;
+        self.ports[i].cross_connect.is_some()
+            || self
+                .ports
+                .iter()
+                .any(|p| p.cross_connect.as_ref() == Some(name))
+    }
+
     /// Tells every worker but `owner` where port `e` lives.
     fn announce(&self, id: PortId, vlan: &VlanMode, owner: WorkerId) {
         for l in self.links.iter().filter(|l| l.id != owner) {
@@ -157,6 +186,20 @@ impl Workers {
             return Err(format!("port {} exists", spec.name));
         }
         let policies = spec.policies(&self.cfg);
+        if let Some(peer) = &policy.cross_connect {
+            self.cross_peer(peer)?;
+        }
+        let named = self
+            .ports
+            .iter()
+            .any(|p| p.cross_connect.as_ref() == Some(&spec.name));
+        let single = spec.kind == PortKind::VhostUser && spec.queues.unwrap_or(1) == 1;
+        if named && (!single || policies.latency == Latency::High) {
+            return Err(format!(
+                "port {}: a port cross-connects with it, so it must be a single-queue vhost-user port of ordinary latency",
+                spec.name
+            ));
+        }
         let worker = match policies.latency {
             Latency::High => {
                 let core = self.choose_core(policies.core, None)?;
@@ -184,6 +227,7 @@ impl Workers {
                     id,
                     worker,
                     direct: policy.direct.is_some(),
+                    cross_connect: policy.cross_connect.clone(),
                     vlan: policy.vlan,
                     policies,
                     uplink,
@@ -273,6 +317,11 @@ impl Workers {
         if new.latency == Latency::High && self.ports[i].direct {
             return Err(format!(
                 "latency high: port {name} is in direct mode (bound to an uplink queue the shared worker serves)"
+            ));
+        }
+        if new.latency == Latency::High && self.is_cross(i) {
+            return Err(format!(
+                "latency high: port {name} is cross-connected (both ends stay on the shared worker)"
             ));
         }
         let dedicated_core = self.link(worker)?.core;

@@ -82,7 +82,7 @@ impl Datapath {
             return Fwd::Done;
         }
         stats.tx.frame(frame_len as usize);
-        let direct = direct.or_else(|| self.slots[i].as_ref().and_then(|s| s.direct_up));
+        let direct = direct.or_else(|| self.slots[i].as_ref().and_then(|s| s.direct_to));
         if let Some(to) = direct {
             let frame = Frame {
                 src,
@@ -233,7 +233,7 @@ impl Datapath {
                     };
                     // Direct-mode ports are not switched: no floods either.
                     // A lent uplink queue's lender floods to the wire.
-                    if s.id == src_id || s.direct_up.is_some() || is_lent(&s.port) {
+                    if s.id == src_id || s.direct_to.is_some() || is_lent(&s.port) {
                         continue;
                     }
                     if let Some(tagging) = s.policy.vlan.egress(d.vid) {
@@ -316,7 +316,7 @@ fn sole_recipient(
     let mut sole = None;
     for (j, s) in slots.iter().enumerate() {
         let Some(s) = s else { continue };
-        if s.id == src || s.direct_up.is_some() {
+        if s.id == src || s.direct_to.is_some() {
             continue;
         }
         if let Some(tagging) = s.policy.vlan.egress(vid) {

@@ -27,6 +27,7 @@ impl PortRuntime {
             egress_held: false,
             lro: None,
             flow: None,
+            cross: None,
         }
     }
 

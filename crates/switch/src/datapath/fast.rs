@@ -9,6 +9,8 @@
 //! cannot take it (LRO off, or not a TCP segment) and with no aggregate
 //! open, and a receive chain it fits. Such a frame leaves exactly as it
 //! came: its header's first ten bytes carried over, its bytes copied once.
+//! A cross-connected port's plain frame needs no decision: it goes to the
+//! peer (`cross.rs`).
 //! Anything else, or any doubt, takes the full path, which decides the
 //! same way for these frames (and refreshes the remembered decision).
 
@@ -134,22 +136,28 @@ impl Datapath {
         let Some(me) = self.slots[i].as_ref() else {
             return false;
         };
-        let Some(m) = me.rt.flow.as_ref() else {
-            return false;
+        let (j, learn) = match me.rt.cross {
+            // Cross-connected: to its peer as it came, nothing learned.
+            Some(j) => (j, false),
+            None => {
+                let Some(m) = me.rt.flow.as_ref() else {
+                    return false;
+                };
+                if !m.holds_untagged(&look.macs(), now, self.fdb.generation(), self.topo_gen)
+                    || me.direct_to.is_some()
+                {
+                    return false;
+                }
+                // A unicast, or a flood that reaches one port (`sole_recipient`).
+                let (Ok(d), Some((j, Tagging::Untagged))) = (m.decision, m.to) else {
+                    return false;
+                };
+                if d.learned == Learned::PortLimit || j == i {
+                    return false;
+                }
+                (j, me.needs_mac)
+            }
         };
-        if !m.holds_untagged(&look.macs(), now, self.fdb.generation(), self.topo_gen)
-            || me.direct_up.is_some()
-        {
-            return false;
-        }
-        // A unicast, or a flood that reaches one port (`sole_recipient`).
-        let (Ok(d), Some((j, Tagging::Untagged))) = (m.decision, m.to) else {
-            return false;
-        };
-        if d.learned == Learned::PortLimit || j == i {
-            return false;
-        }
-        let learn = me.needs_mac;
         let Some(dst) = self.slots[j].as_mut() else {
             return false;
         };

@@ -75,7 +75,7 @@ impl Datapath {
             rx.direct = Some(id);
         }
         if let Some(s) = self.slots[idx].as_mut() {
-            s.direct_up = Some(up_id);
+            s.direct_to = Some(up_id);
         }
         // The port leaves the switched ports: remembered decisions go.
         self.topo_gen += 1;

@@ -7,6 +7,7 @@
 //! writes) happen once per queue per burst, only when the driver wants one.
 
 mod classify;
+mod cross;
 mod deliver;
 mod events;
 mod fast;
@@ -89,8 +90,9 @@ pub struct Slot {
     pub mac: Option<crate::wire::EthernetAddress>,
     /// A vNIC whose MAC is still to be learned.
     needs_mac: bool,
-    /// Direct mode: the uplink this port is bound to.
-    pub direct_up: Option<PortId>,
+    /// Where its frames go as they are, not switched: the uplink of a
+    /// direct-mode port, or a cross-connected port's peer (`cross.rs`).
+    pub direct_to: Option<PortId>,
     /// A multiqueue port whose pairs are spread over workers (its owner's
     /// slot, or a pair lent here): a frame switched to it goes to the
     /// worker serving the pair it steers to.
@@ -123,6 +125,8 @@ pub struct PortRuntime {
     lro: Option<Box<LroCtx>>,
     /// The last forwarding decision for a frame from the port.
     flow: Option<FlowMemo>,
+    /// A cross-connected port's peer, by slot (the fast case's destination).
+    cross: Option<usize>,
 }
 
 /// A forwarding decision and what it depended on: the frame's addresses

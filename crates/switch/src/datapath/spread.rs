@@ -47,7 +47,7 @@ impl Datapath {
             rt: PortRuntime::new(&policies),
             policies,
             needs_mac: false,
-            direct_up: None,
+            direct_to: None,
             routed: true,
         };
         self.attach(slot)

@@ -79,7 +79,7 @@ impl Datapath {
             policies,
             mac,
             needs_mac: false,
-            direct_up: None,
+            direct_to: None,
             routed: false,
         };
         slot.needs_mac = slot.is_vnic() && mac.is_none();
@@ -120,6 +120,7 @@ impl Datapath {
         if !pair && !self.bind_direct(idx) {
             self.join_queues(idx);
         }
+        self.bind_cross(idx);
         idx
     }
 
@@ -144,6 +145,7 @@ impl Datapath {
         // The aggregate's chains go back with a delivery, not with the port.
         self.lro_deliver(idx, Instant::now());
         self.topo_gen += 1;
+        self.unbind_cross(idx);
         let s = self.slots.get_mut(idx)?.take()?;
         self.fdb.flush_port(s.id);
         for u in self.slots.iter_mut().flatten() {

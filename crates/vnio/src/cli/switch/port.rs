@@ -90,6 +90,15 @@ pub(super) enum PortCmd {
         /// vhost-user: direct mode, bound 1:1 to a receive queue of this uplink port, no switching (needs --mac).
         #[arg(long, value_name = "UPLINK_PORT", requires = "socket")]
         direct: Option<String>,
+        /// vhost-user: cross-connected with this vhost-user port (added before), no switching:
+        /// every frame either sends goes to the other as it is.
+        #[arg(
+            long,
+            value_name = "PORT",
+            requires = "socket",
+            conflicts_with = "direct"
+        )]
+        cross_connect: Option<String>,
         /// vNIC: the uplink receive queue to use: auto (its own while queues last), shared, or N.
         #[arg(long, value_name = "auto|shared|N", conflicts_with = "uplink")]
         uplink_queue: Option<vnio_switch::netqueue::QueueRequest>,
@@ -212,6 +221,7 @@ pub(super) fn run(client: &mut Client, command: PortCmd, json: bool) -> anyhow::
             uplink_queue,
             capacity_mbps,
             direct,
+            cross_connect,
             offloads,
             vxlan,
             local,
@@ -263,6 +273,7 @@ pub(super) fn run(client: &mut Client, command: PortCmd, json: bool) -> anyhow::
                 queues,
                 uplink_queue,
                 direct,
+                cross_connect,
                 fdb_limit: policy.fdb_limit,
                 vni: vxlan,
                 local,
