@@ -492,7 +492,13 @@ int main(int argc, char **argv)
 	drain(p.a);
 	drain(p.b);
 
-	size_t capacity = 1 << 20;
+	/* Room for a round trip per microsecond of the window, allocated
+	 * before it: growing the array inside the window would stall one
+	 * round trip on copying. Bounded (128 MiB); a faster or longer window
+	 * grows it, rarely. */
+	size_t capacity = (size_t)(duration * 1e6) + 1024;
+	if (capacity > (size_t)1 << 24)
+		capacity = (size_t)1 << 24;
 	uint64_t *samples = rtt ? malloc(capacity * sizeof(*samples)) : NULL;
 	if (rtt && !samples)
 		fail("out of memory for round trips");
