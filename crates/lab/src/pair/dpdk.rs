@@ -347,3 +347,59 @@ fn instant_of(mono_ns: u64) -> Instant {
     let ago = vnio_measure::clock::now_ns().saturating_sub(mono_ns);
     now.checked_sub(Duration::from_nanos(ago)).unwrap_or(now)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `follow` over a stand-in for the program that prints `script`'s
+    /// output and exits as it says.
+    fn follow_sh(script: &str) -> Result<Reader, String> {
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", script]).stdout(Stdio::piped());
+        let child = vnio_topo::Process::spawn(&mut cmd).unwrap();
+        let stop = AtomicBool::new(false);
+        follow(child, Reader::new(false, None), &RunSpec::default(), &stop)
+    }
+
+    #[test]
+    fn records_become_iterations() {
+        let r = follow_sh(
+            "echo ready; echo warmup 0; echo window 0 1; echo second 0 0 7 0 0 0 0; \
+             echo total 0 1000000000 9 7 154 5 1",
+        )
+        .unwrap();
+        assert_eq!(r.iterations.len(), 1);
+        let it = &r.iterations[0];
+        assert_eq!((it.merged.ops, it.merged.sent, it.merged.lost), (7, 9, 2));
+        assert_eq!(it.intervals.len(), 1);
+        assert_eq!(it.client_cost.cpu.total_ns(), 6);
+    }
+
+    #[test]
+    fn a_program_that_dies_fails_or_prints_garbage_is_one_line() {
+        for (script, says) in [
+            ("echo ready; exit 3", "exited (exit status: 3)"),
+            ("echo ready; kill -9 $$", "signal: 9"),
+            ("echo ready", "ended without a measurement"),
+            (
+                "echo 'error the switch did not bring both ports up'; exit 1",
+                "failed: the switch did not bring both ports up",
+            ),
+            (
+                "echo ready; echo 'EAL: hello'",
+                "unexpected output \"EAL: hello\"",
+            ),
+            (
+                "echo total 0 1 1 1 1 1 1",
+                "printed iteration 0's total before its window",
+            ),
+        ] {
+            let Err(e) = follow_sh(script) else {
+                panic!("{script}: accepted")
+            };
+            assert!(e.contains(says), "{script}: {e}");
+            assert!(!e.contains('\n'), "{e}");
+        }
+    }
+}

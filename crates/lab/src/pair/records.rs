@@ -10,7 +10,7 @@ use vnio_measure::result::IntervalPoint;
 pub(super) enum Record {
     /// Both ports are up.
     Ready,
-    /// Iteration `.0` begins its warm-up.
+    /// An iteration (its index) begins its warm-up.
     Warmup(usize),
     /// Iteration `iteration`'s measured window began at `mono_ns`
     /// (CLOCK_MONOTONIC).
