@@ -125,26 +125,36 @@ impl Drop for AnchorSwitch {
 
 /// DPDK's run-time directory (`/var/run/dpdk/PREFIX`, telemetry sockets
 /// even in memory), named after the testbed's scratch directory so that
-/// `vnio lab clean` may remove it; journaled, removed on drop.
+/// `vnio lab clean` may remove it; journaled, removed on drop. The lab's
+/// DPDK endpoints (`crate::pair::dpdk`) take one too.
 #[derive(Debug)]
-struct RuntimeDir {
-    prefix: String,
+pub(crate) struct RuntimeDir {
+    /// DPDK's `--file-prefix`.
+    pub(crate) prefix: String,
     journal: Journal,
 }
 
 impl RuntimeDir {
     fn new(spec: &AnchorSpec<'_>) -> Result<RuntimeDir, BedError> {
-        let scratch = spec
-            .dir
+        RuntimeDir::named(spec.dir, spec.kind.as_str(), spec.journal)
+    }
+
+    /// The directory of a DPDK program called `what`, started by the
+    /// testbed whose scratch directory is `scratch`.
+    pub(crate) fn named(
+        scratch: &Path,
+        what: &str,
+        journal: &Journal,
+    ) -> Result<RuntimeDir, BedError> {
+        let scratch = scratch
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        let prefix = format!("{scratch}-{}", spec.kind.as_str());
         let dir = RuntimeDir {
-            prefix,
-            journal: spec.journal.clone(),
+            prefix: format!("{scratch}-{what}"),
+            journal: journal.clone(),
         };
-        spec.journal.record(&vnio_topo::Entry::Dir(dir.path()))?;
+        journal.record(&vnio_topo::Entry::Dir(dir.path()))?;
         Ok(dir)
     }
 

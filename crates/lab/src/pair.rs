@@ -20,6 +20,10 @@
 //!   segments toward a receiver that negotiated TSO receive and sleeps on
 //!   its notifications, every byte checked: what software LRO merges.
 //!
+//! With knob `endpoints = "dpdk"`, the UDP stream and rr are driven by the
+//! lab's DPDK program instead (`pair/dpdk.rs`): the same shapes, with
+//! DPDK's memory pattern, as the anchor harness drives its switches.
+//!
 //! All yield a `vnio.result/1` document, stored and judged like any other.
 
 use std::net::Ipv4Addr;
@@ -40,8 +44,13 @@ use crate::runner::RunnerOptions;
 use crate::scenario::{Point, RunSpec, WorkloadKind};
 use crate::testbed::{endpoints_listen, BedHost, Testbed};
 
+mod dpdk;
 mod placement;
+pub mod program;
+mod records;
 mod tcp;
+
+pub use dpdk::HUGE_MB;
 
 /// UDP echo port the responder answers on (RFC 862).
 const ECHO_PORT: u16 = 7;
@@ -62,6 +71,9 @@ pub fn measure(
     opts: &RunnerOptions,
     stop: &Arc<AtomicBool>,
 ) -> Result<Document, String> {
+    if bed.description().knobs.endpoints == Some(crate::scenario::Endpoints::Dpdk) {
+        return dpdk::measure(bed, p, from, to, run, stop);
+    }
     match p.workload.kind {
         WorkloadKind::Rr => rr(bed, p, from, to, run, opts, stop),
         WorkloadKind::Stream if p.workload.protocol == crate::scenario::Protocol::Tcp => {

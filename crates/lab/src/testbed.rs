@@ -133,8 +133,10 @@ pub struct Testbed {
     /// The CPU shield around the switch's CPUs (knob `shield`).
     shield: Option<vnio_topo::Shield>,
     /// The kernel's hugepage pool raised for the poll-mode endpoints
-    /// (knob `endpoint_hugepages`).
+    /// (knob `endpoint_hugepages`); the DPDK endpoints' hugetlbfs.
     endpoint_pages: Option<vnio_topo::Hugepages>,
+    /// The DPDK endpoint program, built (knob `endpoints = "dpdk"`).
+    dpdk_program: Option<PathBuf>,
     wire_ns: Option<Netns>,
     outside_ns: Option<Netns>,
     scratch: Scratch,
@@ -169,6 +171,7 @@ impl Testbed {
             anchor: None,
             shield: None,
             endpoint_pages: None,
+            dpdk_program: None,
             wire_ns: None,
             outside_ns: None,
             scratch,
@@ -221,11 +224,32 @@ impl Testbed {
             ));
             bed.shield = Some(shield);
         }
+        let dpdk = knobs.endpoints == Some(crate::scenario::Endpoints::Dpdk);
+        if dpdk {
+            let program =
+                crate::pair::program::build(None).map_err(|e| setup("the DPDK endpoints", e))?;
+            bed.description.notes.push(format!(
+                "poll-mode pair driven by the lab's DPDK program {} (one lcore, 16384 mbufs{})",
+                program.display(),
+                if knobs.endpoint_hugepages == Some(true) {
+                    " on hugepages"
+                } else {
+                    ", no hugepages"
+                }
+            ));
+            bed.dpdk_program = Some(program);
+        }
         if knobs.endpoint_hugepages == Some(true) {
-            // A 2 MiB page for each of the pair's endpoints, one to spare.
+            // The DPDK program's memory (and a page to spare); else a 2 MiB
+            // page for each of the pair's endpoints, one to spare.
+            let pages = if dpdk {
+                crate::pair::HUGE_MB / 2 + 8
+            } else {
+                3
+            };
             let pages = vnio_topo::Hugepages::reserve(
                 &bed.scratch().join("endpoint-hugepages"),
-                3,
+                pages,
                 &ctx.journal,
             )?;
             bed.endpoint_pages = Some(pages);
@@ -281,6 +305,21 @@ impl Testbed {
     /// The scratch directory (logs of every process started).
     pub fn scratch(&self) -> &Path {
         self.scratch.path()
+    }
+
+    /// The run's journal.
+    pub fn journal(&self) -> &Journal {
+        self.scratch.journal()
+    }
+
+    /// The DPDK endpoint program (knob `endpoints = "dpdk"`).
+    pub fn dpdk_program(&self) -> Option<&Path> {
+        self.dpdk_program.as_deref()
+    }
+
+    /// The hugetlbfs of the poll-mode endpoints (knob `endpoint_hugepages`).
+    pub fn endpoint_huge_dir(&self) -> Option<&Path> {
+        self.endpoint_pages.as_ref().map(|p| p.dir())
     }
 
     /// Remove everything now, reporting the first failure.

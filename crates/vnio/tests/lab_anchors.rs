@@ -3,7 +3,10 @@
 //! each forward both workloads between the same poll-mode endpoints, the
 //! run stores every point and judges the ratios, and the hugepages, the
 //! hugetlbfs, DPDK's run-time directories, the processes and the journal
-//! are given back. About 30 s with `--quick`. And `latency-shield
+//! are given back. About 30 s with `--quick`. The same with the lab's
+//! DPDK endpoints (`switch-anchors-dpdk`, vnio's switch and testpmd, about
+//! 20 s): sane rates second by second and ordered round-trip percentiles,
+//! and nothing of DPDK's left behind. And `latency-shield
 //! --quick` (about 15 s): every configuration measured with CPU 1
 //! shielded, every task put back in the root cpuset afterwards.
 
@@ -161,6 +164,123 @@ fn switch_anchors_measures_every_switch_and_gives_everything_back() {
     {
         assert!(f["value"].as_f64().is_some_and(|r| r > 0.0), "{f}");
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Processes running the lab's DPDK endpoint program.
+fn dpdk_pairs() -> Vec<String> {
+    std::fs::read_dir("/proc")
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| std::fs::read_link(e.path().join("exe")).ok())
+                .map(|exe| exe.display().to_string())
+                .filter(|exe| exe.contains("dpdk-pair/pair-"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn switch_anchors_dpdk_drives_the_switches_with_the_dpdk_endpoints() {
+    if !vnio_lab::is_root() {
+        eprintln!("skipped the DPDK endpoints: hugepages and namespaces need root");
+        return;
+    }
+    if let Some(why) = vnio_lab::anchor_switch::missing(vnio_lab::scenario::WireKind::Testpmd)
+        .or_else(vnio_lab::pair::program::missing)
+    {
+        println!("skip: the DPDK endpoints: {why}");
+        return;
+    }
+    let _turn = turn();
+    let dir = temp("dpdk");
+    let (journal, db) = (dir.join("journal"), dir.join("lab.db"));
+    let huge_before = nr_hugepages();
+    let out = Command::new(VNIO)
+        .args(["lab", "run", "switch-anchors-dpdk", "--quick"])
+        .args(["-c", "vnio", "-c", "testpmd", "--db"])
+        .arg(&db)
+        .arg("--report")
+        .arg(dir.join("dpdk.html"))
+        .env("VNIO_LAB_JOURNAL", &journal)
+        .output()
+        .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success(),
+        "vnio lab run switch-anchors-dpdk:\n{said}"
+    );
+
+    // Everything given back: no program left running, no hugepages, no
+    // DPDK run-time directory, nothing in the journal.
+    assert!(dpdk_pairs().is_empty(), "{:?}", dpdk_pairs());
+    assert_eq!(nr_hugepages(), huge_before, "hugepages restored");
+    assert!(hugetlbfs_mounts().is_empty(), "{:?}", hugetlbfs_mounts());
+    assert!(dpdk_runtime_dirs().is_empty(), "{:?}", dpdk_runtime_dirs());
+    assert!(
+        journal_lines(&journal).is_empty(),
+        "{:?}",
+        journal_lines(&journal)
+    );
+
+    let store = Store::open(&db).unwrap();
+    let run = store.load(store.resolve("last").unwrap()).unwrap();
+    let points = &run.scenarios[0].points;
+    assert_eq!(points.len(), 6, "2 switches x 3 workloads");
+    let two_cpus = std::thread::available_parallelism().unwrap().get() >= 2;
+    for p in points {
+        let cfg = p.point.configuration.as_str();
+        let at = format!("{cfg} {}", p.point.workload.name);
+        assert_eq!(p.status, Status::Ok, "{at}: {:?}", p.error);
+        let doc = p.document.as_ref().unwrap();
+        assert_eq!(doc.params["endpoints"], "dpdk", "{at}");
+        assert_eq!(doc.params["hugepages"], true, "{at}");
+        let it = &doc.iterations[doc.chosen];
+        let m = &it.merged;
+        assert!(m.ops > 0 && m.ops <= m.sent, "{at}: {m:?}");
+        assert!(
+            it.client_cost.cpu.total_ns() > 0,
+            "{at}: {:?}",
+            it.client_cost
+        );
+        // A point a second (--quick measures 1 s), what they count adding
+        // up to no more than the window's total.
+        assert!(!it.intervals.is_empty(), "{at}: no per-second points");
+        let counted: u64 = it.intervals.iter().map(|i| i.ops).sum();
+        assert!(counted > 0 && counted <= m.ops, "{at}: {:?}", it.intervals);
+        if p.point.workload.name.starts_with("rate") {
+            assert!(m.ops_per_s > 1000.0, "{at}: {m:?}");
+            assert_eq!(m.bytes, m.ops * u64::from(p.point.workload.size), "{at}");
+            if two_cpus {
+                // The line probe ran beside the rate (placement_probe).
+                assert!(
+                    it.line_round_trip.is_some() || !it.errors.is_empty(),
+                    "{at}: {it:?}"
+                );
+            }
+        } else {
+            let lat = m.latency.as_ref().unwrap();
+            assert!(lat.min_ns > 0, "{at}: {lat:?}");
+            assert!(
+                lat.min_ns <= lat.p50_ns
+                    && lat.p50_ns <= lat.p99_ns
+                    && lat.p99_ns <= lat.p999_ns
+                    && lat.p999_ns <= lat.max_ns,
+                "{at}: {lat:?}"
+            );
+            assert_eq!(lat.count, m.ops, "{at}: every round trip in the histogram");
+            assert!(m.histogram.is_some(), "{at}");
+        }
+    }
+    let testbeds = &run.scenarios[0].testbeds;
+    assert!(testbeds.iter().all(|b| b
+        .notes
+        .iter()
+        .any(|n| n.contains("lab's DPDK program") && n.contains("on hugepages"))));
     let _ = std::fs::remove_dir_all(&dir);
 }
 

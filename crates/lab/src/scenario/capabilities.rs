@@ -26,6 +26,10 @@ pub struct Capabilities {
     pub ovs_dpdk: bool,
     /// DPDK's testpmd is installed (wire = "testpmd").
     pub testpmd: bool,
+    /// The lab can build and run its DPDK endpoint program (knob
+    /// `endpoints = "dpdk"`): libdpdk's development files, a C compiler
+    /// and hugepages.
+    pub dpdk_endpoints: bool,
 }
 
 impl Capabilities {
@@ -38,6 +42,7 @@ impl Capabilities {
             direct: true,
             ovs_dpdk: crate::anchor_switch::missing(WireKind::OvsDpdk).is_none(),
             testpmd: crate::anchor_switch::missing(WireKind::Testpmd).is_none(),
+            dpdk_endpoints: crate::pair::program::missing().is_none(),
         }
     }
 
@@ -90,6 +95,13 @@ impl Capabilities {
         };
         if !installed {
             return Some(crate::anchor_switch::not_installed(cfg.wire));
+        }
+        let knobs = s.knobs.layered(&cfg.knobs);
+        if knobs.endpoints == Some(super::knobs::Endpoints::Dpdk) && !self.dpdk_endpoints {
+            return Some(
+                crate::pair::program::missing()
+                    .unwrap_or_else(|| crate::pair::program::NOT_INSTALLED.to_owned()),
+            );
         }
         if poll(&w.from) && w.to.iter().any(|t| vm(t)) {
             return Some(format!(

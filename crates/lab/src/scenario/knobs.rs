@@ -34,6 +34,29 @@ impl PortPolicy {
     }
 }
 
+/// What drives a pair of poll-mode hosts (knob `endpoints`).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Hash, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum Endpoints {
+    /// The lab's own Rust endpoints ([`crate::pair`]).
+    #[default]
+    Vnio,
+    /// The lab's DPDK program (`crates/lab/dpdk/pair.c`): one lcore owning
+    /// both ports as `net_virtio_user` devices, mbufs from a mempool, as
+    /// the shared anchor harness drives the switches.
+    Dpdk,
+}
+
+impl Endpoints {
+    /// The name used in files and messages.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Endpoints::Vnio => "vnio",
+            Endpoints::Dpdk => "dpdk",
+        }
+    }
+}
+
 /// Settings of the set-up. Every field is optional so scenario-wide knobs
 /// and a configuration's knobs can be layered.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
@@ -127,6 +150,12 @@ pub struct Knobs {
     /// CPUs, so ratios can be read per placement. Not beside round trips:
     /// its threads would preempt the endpoints they time.
     pub placement_probe: Option<bool>,
+    /// What drives the pair of poll-mode hosts: the lab's own endpoints
+    /// ("vnio", the default) or its DPDK program ("dpdk"), whose memory
+    /// pattern (thousands of mbufs on hugepages with `endpoint_hugepages`)
+    /// is the anchor harness's. UDP stream and UDP rr between the two
+    /// poll-mode hosts of a vhost-user switch only.
+    pub endpoints: Option<Endpoints>,
 }
 
 impl Knobs {
@@ -162,6 +191,7 @@ impl Knobs {
             testbed_cpu: pick(&over.testbed_cpu, &self.testbed_cpu),
             instrument: pick(&over.instrument, &self.instrument),
             placement_probe: pick(&over.placement_probe, &self.placement_probe),
+            endpoints: pick(&over.endpoints, &self.endpoints),
         }
     }
 
@@ -265,6 +295,16 @@ pub(super) fn check(at: &str, k: &Knobs, wire: WireKind) -> Result<(), KnobError
         if wire != WireKind::Switch {
             return fail(at, "switch_rt_priority", "needs wire = \"switch\"");
         }
+    }
+    if k.endpoints == Some(Endpoints::Dpdk) && !wire.has_vhost_user() {
+        return fail(
+            at,
+            "endpoints",
+            format!(
+                "\"dpdk\" drives two vhost-user ports: needs wire = \"switch\", \"ovs-dpdk\" or \"testpmd\", not {:?}",
+                wire.as_str()
+            ),
+        );
     }
     if wire != WireKind::Switch && k.switch_busy_poll.is_some() {
         return fail(

@@ -18,7 +18,7 @@ mod plan;
 mod validate;
 
 pub use capabilities::Capabilities;
-pub use knobs::{Knobs, PortPolicy};
+pub use knobs::{Endpoints, Knobs, PortPolicy};
 pub use library::{shipped, Shipped, SHIPPED};
 pub use model::{
     humantime, Configuration, Contention, Flood, HostKind, HostSpec, Loads, Protocol, RunSpec,

@@ -8,8 +8,10 @@ use std::collections::HashSet;
 use super::model::*;
 use super::ScenarioError;
 
+mod endpoints;
 mod workload;
 
+use self::endpoints::check_endpoints;
 use self::workload::check_workload;
 
 /// Longest host name: it becomes part of namespace names.
@@ -223,6 +225,7 @@ pub(super) fn scenario(origin: &str, s: &Scenario) -> Result<(), ScenarioError> 
             .and_then(|()| super::knobs::check_hosts(s, &knob_at, &knobs, |h| kind_in(s, cfg, h)))
             .and_then(|()| super::knobs::check_probe(&knob_at, &knobs))
             .or_else(|(field, message)| c.fail(field, message))?;
+        check_endpoints(&c, s, cfg, knobs.endpoints, knobs.instrument)?;
         if has_vm && (knobs.client_cpus.is_some() || knobs.agent_cpus.is_some()) {
             return c.fail(
                 format!("{at}: knobs"),

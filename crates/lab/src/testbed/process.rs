@@ -40,6 +40,11 @@ impl Scratch {
     pub fn path(&self) -> &Path {
         &self.path
     }
+
+    /// The journal it is recorded in (the run's).
+    pub fn journal(&self) -> &Journal {
+        &self.journal
+    }
 }
 
 impl Drop for Scratch {
