@@ -89,8 +89,9 @@ fn read_only_buffer_on_the_receive_queue() {
     bounded(Duration::from_secs(40), || {
         hostile_case(
             |h, b| {
-                // The first offered receive buffer becomes device-readable.
-                h.rx_desc(0, h.rx.layout.buffer(0).0, 2048, 0, 0);
+                // The second offered receive buffer becomes device-readable
+                // (the first may be popped ahead already, while p1 idles).
+                h.rx_desc(1, h.rx.layout.buffer(1).0, 2048, 0, 0);
                 // A broadcast from p2 is flooded to p1, which pops that chain.
                 let _ = b.resolve(ip(9), Duration::from_millis(300));
             },

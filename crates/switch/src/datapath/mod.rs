@@ -287,10 +287,38 @@ impl Datapath {
     /// frames forwarded or dropped (0 means idle).
     pub fn poll(&mut self, now: Instant, budget: usize) -> usize {
         let work = self.poll_round(now, budget);
+        if work == 0 {
+            self.prepare_rx(now);
+        }
         let end = crate::perf::clock();
         self.perf.round(end.wrapping_sub(self.perf_mark), work);
         self.perf_mark = end;
         work
+    }
+
+    /// An idle round's spare time: every guest's next receive chain readied
+    /// (`ActiveQueue::prepare`), so that the next lone frame to it takes no
+    /// miss on the receive ring. A chain that fails validation is a
+    /// `bad_descriptor` drop and resets its port, as it would at delivery.
+    fn prepare_rx(&mut self, now: Instant) {
+        for j in 0..self.slots.len() {
+            let Some(Slot {
+                port: Port::VhostUser(p),
+                ..
+            }) = self.slots[j].as_mut()
+            else {
+                continue;
+            };
+            if p.lent_pair().is_some() {
+                continue;
+            }
+            if let Some(Err(e)) = p.device.queue(RX_QUEUE).map(|q| q.prepare()) {
+                if let Some(s) = &self.slots[j] {
+                    s.stats.rx.drop(crate::stats::DropReason::BadDescriptor);
+                }
+                self.reset(j, now, &format_args!("receive queue: {e}"));
+            }
+        }
     }
 
     /// The worker is back from waiting for events (asleep, or a look at

@@ -280,6 +280,27 @@ impl ActiveQueue {
         r.map(|()| got)
     }
 
+    /// Readies the next receive chain while the worker has nothing else to
+    /// do: pops it ahead (its available entry and descriptor read now) and
+    /// asks for its first buffer and its used element for ownership, so a
+    /// lone frame arriving later waits for none of those lines, each one a
+    /// miss on the driver's core. For idle rounds: a chain already ahead is
+    /// only hinted again (in case its lines went), and a busy ring pops a
+    /// burst at a time in [`ActiveQueue::take`] anyway.
+    pub fn prepare(&mut self) -> Result<(), ChainError> {
+        if self.ahead_left() == 0 {
+            self.ahead_next = 0;
+            ring!(&mut self.ring, q => q.pop_burst(&self.mem, &mut self.ahead, 1))?;
+        }
+        if self.ahead_left() > 0 {
+            let (_, segs, _) = self.ahead.chain(self.ahead_next);
+            if let Some(first) = segs.first() {
+                self.mem.prefetch(first.addr, first.len, true);
+            }
+        }
+        Ok(())
+    }
+
     /// Chains popped ahead and not handed out yet.
     fn ahead_left(&self) -> usize {
         self.ahead.len().saturating_sub(self.ahead_next)

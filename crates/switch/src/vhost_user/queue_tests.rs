@@ -213,6 +213,41 @@ fn chains_taken_ahead_come_back_whole() {
 }
 
 #[test]
+fn a_prepared_chain_is_taken_first_and_never_consumed_by_itself() {
+    let (mut q, mut ring, _, _call) = pair(false, true);
+    q.prepare().unwrap();
+    assert_eq!(q.next_avail(), 0, "nothing offered, nothing popped");
+    let ids: Vec<u16> = (0..2)
+        .map(|_| {
+            let id = ring.take().unwrap();
+            ring.publish(id, 256, true);
+            id
+        })
+        .collect();
+    q.prepare().unwrap();
+    q.prepare().unwrap();
+    assert_eq!(q.next_avail(), 1, "one chain ahead, however idle");
+    let mut c = Chain::new();
+    assert!(q.take(&mut c, BURST).unwrap());
+    assert_eq!(c.head, ids[0], "the prepared chain first");
+    assert!(q.take(&mut c, BURST).unwrap());
+    assert_eq!(c.head, ids[1]);
+    q.untake(1);
+    q.prepare().unwrap();
+    assert_eq!(q.stop(), 1, "taken and given back: not consumed");
+    // A bad chain is found while idle, as it would be at delivery.
+    let (mut q, mut ring, mem, _call) = pair(false, true);
+    let id = ring.take().unwrap();
+    ring.publish(id, 256, true);
+    mem.write_obj(
+        1u64 << 40,
+        GuestAddress(ring.layout.desc + 16 * u64::from(id)),
+    )
+    .unwrap();
+    assert!(q.prepare().is_err());
+}
+
+#[test]
 fn unpop_gives_the_chain_back() {
     let (mut q, mut ring, _, _call) = pair(false, true);
     let id = ring.take().unwrap();
