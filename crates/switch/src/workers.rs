@@ -141,8 +141,9 @@ impl Workers {
             .map_or(0, |l| l.id)
     }
 
-    /// The entry of port `name`, which a new port asks to be cross-connected
-    /// with: a single-queue vhost-user port on the shared worker.
+    /// Whether port `name`, which a new port asks to be cross-connected
+    /// with, can be: a single-queue vhost-user port of the shared worker, in
+    /// no direct mode or cross-connect yet.
     fn cross_peer(&self, name: &str) -> Result<(), String> {
         let k = self
             .ports

@@ -35,11 +35,10 @@ impl Datapath {
         }
     }
 
-    /// Binds slot `idx` and its peer when one of them names the other;
-    /// false when `idx` is in no cross-connect.
-    pub(super) fn bind_cross(&mut self, idx: usize) -> bool {
+    /// Binds slot `idx` and its peer when one of them names the other.
+    pub(super) fn bind_cross(&mut self, idx: usize) {
         let Some(s) = self.slots[idx].as_ref() else {
-            return false;
+            return;
         };
         // It names its peer, or a port here names it (the peer came back).
         let peer = match &s.policy.cross_connect {
@@ -50,10 +49,10 @@ impl Datapath {
             }),
         };
         let Some(j) = peer.filter(|&j| j != idx) else {
-            return false;
+            return;
         };
         let (Some(a), Some(b)) = (self.slot(idx).map(|s| s.id), self.slot(j).map(|s| s.id)) else {
-            return false;
+            return;
         };
         for (k, to, peer) in [(idx, b, j), (j, a, idx)] {
             if let Some(s) = self.slots[k].as_mut() {
@@ -64,7 +63,6 @@ impl Datapath {
         // Both leave the switched ports: remembered decisions go.
         self.topo_gen += 1;
         log::info!("port id {a}: cross-connected with port id {b}");
-        true
     }
 
     /// Slot `idx` is going: its peer keeps its own `cross_connect` (its

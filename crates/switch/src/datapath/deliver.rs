@@ -6,6 +6,7 @@ use crate::offload::{self, Caps, Reject, Work};
 use crate::port::uplink::{self};
 use crate::stats::DropReason;
 use crate::vhost_user::buffers::Src;
+use crate::vhost_user::chain::ChainError;
 use crate::vlan::Tagging;
 use crate::wire::virtio_net::{self};
 use std::time::Instant;
@@ -34,6 +35,16 @@ impl Datapath {
             }
             work => self.deliver_soft(j, frame, work, caps, tagging, now),
         }
+    }
+
+    /// Slot `j`'s receive ring offered a chain that failed validation: a
+    /// `bad_descriptor` drop, and the port reset (at delivery, or while
+    /// readying a chain in an idle round).
+    pub(super) fn rx_ring_hostile(&mut self, j: usize, now: Instant, e: &ChainError) {
+        if let Some(s) = &self.slots[j] {
+            s.stats.rx.drop(DropReason::BadDescriptor);
+        }
+        self.reset(j, now, &format_args!("receive queue: {e}"));
     }
 
     /// The software fallback: the frame is copied out once (it is read in
@@ -204,8 +215,7 @@ impl Datapath {
                 false
             }
             Err(DeliverError::Hostile(e)) => {
-                dst.stats.rx.drop(DropReason::BadDescriptor);
-                self.reset(j, now, &format_args!("receive queue: {e}"));
+                self.rx_ring_hostile(j, now, &e);
                 false
             }
         }

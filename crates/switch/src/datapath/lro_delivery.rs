@@ -218,11 +218,10 @@ impl Datapath {
             }
             Err(PlaceError::Unmapped) => s.stats.rx.drop(DropReason::BadDescriptor),
             Err(PlaceError::Hostile(e)) => {
-                s.stats.rx.drop(DropReason::BadDescriptor);
                 if let Some(l) = s.rt.lro.as_mut() {
                     l.agg.abandon();
                 }
-                self.reset(j, now, &format_args!("receive queue: {e}"));
+                self.rx_ring_hostile(j, now, &e);
             }
         }
     }

@@ -313,10 +313,7 @@ impl Datapath {
                 continue;
             }
             if let Some(Err(e)) = p.device.queue(RX_QUEUE).map(|q| q.prepare()) {
-                if let Some(s) = &self.slots[j] {
-                    s.stats.rx.drop(crate::stats::DropReason::BadDescriptor);
-                }
-                self.reset(j, now, &format_args!("receive queue: {e}"));
+                self.rx_ring_hostile(j, now, &e);
             }
         }
     }

@@ -265,11 +265,7 @@ impl ActiveQueue {
     pub fn take(&mut self, chain: &mut Chain, want: usize) -> Result<bool, ChainError> {
         let mut r = Ok(());
         if self.ahead_next == self.ahead.len() {
-            self.ahead_next = 0;
-            let max = want.clamp(1, BURST);
-            // The ring's pop, not `self.pop_burst`: the burst is a field of
-            // `self`, borrowed beside the ring.
-            r = ring!(&mut self.ring, q => q.pop_burst(&self.mem, &mut self.ahead, max));
+            r = self.refill(want.clamp(1, BURST));
         }
         let got = r.is_ok() && self.ahead_next < self.ahead.len();
         if got {
@@ -289,8 +285,7 @@ impl ActiveQueue {
     /// burst at a time in [`ActiveQueue::take`] anyway.
     pub fn prepare(&mut self) -> Result<(), ChainError> {
         if self.ahead_left() == 0 {
-            self.ahead_next = 0;
-            ring!(&mut self.ring, q => q.pop_burst(&self.mem, &mut self.ahead, 1))?;
+            self.refill(1)?;
         }
         if self.ahead_left() > 0 {
             let (_, segs, _) = self.ahead.chain(self.ahead_next);
@@ -299,6 +294,15 @@ impl ActiveQueue {
             }
         }
         Ok(())
+    }
+
+    /// Pops up to `max` chains ahead, the previous ones all handed out.
+    #[inline]
+    fn refill(&mut self, max: usize) -> Result<(), ChainError> {
+        self.ahead_next = 0;
+        // The ring's pop, not `self.pop_burst`: the burst is a field of
+        // `self`, borrowed beside the ring.
+        ring!(&mut self.ring, q => q.pop_burst(&self.mem, &mut self.ahead, max))
     }
 
     /// Chains popped ahead and not handed out yet.
