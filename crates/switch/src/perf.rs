@@ -87,10 +87,10 @@ impl WorkerPerf {
         bump(&self.depth[depth_bucket(pending)], 1);
     }
 
-    /// A frame forwarded on the fast case (`datapath/fast.rs`).
+    /// Frames forwarded on the fast case (`datapath/fast.rs`).
     #[inline]
-    pub fn fast_frame(&self) {
-        bump(&self.fast, 1);
+    pub fn fast_frames(&self, n: u64) {
+        bump(&self.fast, n);
     }
 
     /// The counters now.

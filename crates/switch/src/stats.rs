@@ -132,6 +132,13 @@ impl QueueStats {
         bump(&self.bytes, bytes as u64);
     }
 
+    /// Counts `frames` frames of `bytes` bytes in all.
+    #[inline]
+    pub fn frames(&self, frames: u64, bytes: u64) {
+        bump(&self.packets, frames);
+        bump(&self.bytes, bytes);
+    }
+
     /// Takes back a frame counted with [`QueueStats::frame`] that was not
     /// taken after all (it stays in the guest's ring for a later round).
     #[inline]

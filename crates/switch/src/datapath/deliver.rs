@@ -193,6 +193,7 @@ impl Datapath {
 
     /// Accounts for a delivery to slot `j`: counted, or dropped (a full ring
     /// calls the guest at once), or the destination reset when it was hostile.
+    #[inline]
     pub(super) fn delivered(
         &mut self,
         j: usize,

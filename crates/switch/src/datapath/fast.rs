@@ -14,82 +14,94 @@
 //! Anything else, or any doubt, takes the full path, which decides the
 //! same way for these frames (and refreshes the remembered decision).
 
-use super::{Datapath, Port, MAX_FRAME};
+use super::{Datapath, Port, Slot, MAX_FRAME};
 use crate::fdb::Learned;
 use crate::vhost_user::chain::Seg;
 use crate::vhost_user::memory::GuestMem;
 use crate::vlan::Tagging;
 use crate::wire::EthernetAddress;
+use std::sync::Arc;
 use std::time::Instant;
-
-/// Bytes of a frame's start the decision looks at: the virtio-net header
-/// (at most 12), the Ethernet header, and an IPv4 header up to its protocol
-/// (an IPv6 header's next header comes before that).
-const LOOK: usize = 12 + 14 + 10;
 
 const ETH_VLAN: u16 = 0x8100;
 const ETH_IPV4: u16 = 0x0800;
 const ETH_IPV6: u16 = 0x86dd;
 const IPPROTO_TCP: u8 = 6;
 
-/// A plain frame's first bytes, read once from the guest's buffer.
+/// A plain frame's fields, each read once from the guest's buffer straight
+/// into a value: the guest may write its buffer meanwhile, and only these
+/// values are looked at and carried over. (Copied into a stack buffer and
+/// read back, they cost a store-buffer drain per frame: `Span::read_at`.)
+#[derive(Debug, Clone, Copy)]
 pub(crate) struct Look {
-    bytes: [u8; LOOK],
-    /// Bytes read (the first buffer may be shorter than [`LOOK`]).
-    got: usize,
+    /// The virtio-net header's first ten bytes (flags to checksum offset),
+    /// little-endian: bytes 0-7, then 8-9.
+    header: [u64; 2],
+    /// Destination then source MAC, as they came: bytes 0-7, then 8-11.
+    macs: (u64, u32),
+    ethertype: u16,
+    /// The IPv4 protocol byte, when the first buffer holds it.
+    ip_proto: Option<u8>,
     hdr_len: usize,
 }
 
 impl Look {
-    /// The first bytes of a chain whose first buffer holds the virtio-net
-    /// header and the Ethernet header; None otherwise (the full path reads
+    /// The fields of a chain whose first buffer holds the virtio-net header
+    /// and the Ethernet header; None otherwise (the full path reads
     /// across buffers).
-    #[inline]
-    fn read(mem: &GuestMem, first: Seg, hdr_len: usize) -> Option<Look> {
-        let n = (first.len as usize).min(LOOK);
-        if n < hdr_len + 14 {
+    #[inline(always)]
+    pub(super) fn read(mem: &GuestMem, first: Seg, hdr_len: usize) -> Option<Look> {
+        if (first.len as usize) < hdr_len + 14 {
             return None;
         }
-        let mut bytes = [0u8; LOOK];
-        // Copied once: the guest may write its buffer meanwhile, and only
-        // the copy is looked at.
-        mem.span(first.addr, n as u64)?.read_into(&mut bytes);
+        let span = mem.span(first.addr, u64::from(first.len))?;
+        let h = hdr_len;
+        let header = [
+            u64::from_le_bytes(span.read_at::<8>(0)?),
+            u64::from(u16::from_le_bytes(span.read_at::<2>(8)?)),
+        ];
+        let macs = (
+            u64::from_le_bytes(span.read_at::<8>(h)?),
+            u32::from_le_bytes(span.read_at::<4>(h + 8)?),
+        );
+        let ethertype = u16::from_be_bytes(span.read_at::<2>(h + 12)?);
+        let ip_proto = span.read_at::<1>(h + 14 + 9).map(|[p]| p);
         Some(Look {
-            bytes,
-            got: n,
+            header,
+            macs,
+            ethertype,
+            ip_proto,
             hdr_len,
         })
     }
 
     /// No offload metadata: flags and GSO type zero.
     fn plain_header(&self) -> bool {
-        self.bytes[0] == 0 && self.bytes[1] == 0
+        self.header[0] & 0xffff == 0
     }
 
     fn ethertype(&self) -> u16 {
-        let h = self.hdr_len;
-        u16::from_be_bytes([self.bytes[h + 12], self.bytes[h + 13]])
+        self.ethertype
     }
 
-    /// The MACs, destination then source, as they came.
-    fn macs(&self) -> [u8; 12] {
-        let h = self.hdr_len;
-        let mut m = [0u8; 12];
-        m.copy_from_slice(&self.bytes[h..h + 12]);
-        m
+    /// The MACs, destination then source, as they came (little-endian words).
+    fn macs(&self) -> (u64, u32) {
+        self.macs
     }
 
     fn src(&self) -> EthernetAddress {
-        let h = self.hdr_len;
-        EthernetAddress::from_bytes(&self.bytes[h + 6..h + 12])
+        let (lo, hi) = self.macs;
+        let mut b = [0u8; 6];
+        b[..2].copy_from_slice(&lo.to_le_bytes()[6..]);
+        b[2..].copy_from_slice(&hi.to_le_bytes());
+        EthernetAddress(b)
     }
 
     /// Whether LRO might merge the frame: a TCP segment, or a header not
     /// read far enough to tell.
     fn maybe_tcp(&self) -> bool {
-        let l3 = self.hdr_len + 14;
-        match self.ethertype() {
-            ETH_IPV4 => self.got <= l3 + 9 || self.bytes[l3 + 9] == IPPROTO_TCP,
+        match self.ethertype {
+            ETH_IPV4 => self.ip_proto.map_or(true, |p| p == IPPROTO_TCP),
             ETH_IPV6 => true,
             _ => false,
         }
@@ -101,93 +113,154 @@ impl Look {
     }
 
     /// The header's first ten bytes (flags to checksum offset), carried
-    /// over to the destination.
-    pub(crate) fn header(&self) -> [u8; 10] {
-        let mut h = [0u8; 10];
-        h.copy_from_slice(&self.bytes[..10]);
-        h
+    /// over to the destination, as little-endian words.
+    pub(crate) fn header(&self) -> [u64; 2] {
+        self.header
     }
 }
 
+/// Where a port's plain frames go, worked out once for a burst: each frame
+/// then only checks its own header against it. Anything that may change
+/// it (a frame on the full path, a failed delivery) works it out again.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct PlainRoute {
+    /// The destination slot.
+    to: usize,
+    /// The remembered decision's MACs, destination then source, as
+    /// [`Look::macs`] gives them; None for a cross-connected port, whose
+    /// every plain frame goes to its peer.
+    macs: Option<(u64, u32)>,
+    /// The source's address is still to be learned from a frame.
+    learn: bool,
+    /// The destination's LRO might merge a TCP segment.
+    lro: bool,
+}
+
+/// Frames a burst forwarded on the fast case, counted once at its end.
+#[derive(Debug, Default)]
+pub(super) struct PlainTally {
+    frames: u64,
+    bytes: u64,
+}
+
 impl Datapath {
+    /// The fast case's route for slot `i`'s frames at `now`; None when
+    /// its frames take the full path: no remembered decision that holds
+    /// (or one that is not a plain delivery to one port), or a destination
+    /// with an LRO aggregate open.
+    pub(super) fn plain_route(&self, i: usize, now: Instant) -> Option<PlainRoute> {
+        let me = self.slots[i].as_ref()?;
+        let (to, macs, learn) = match me.rt.cross {
+            // Cross-connected: to its peer as it came, nothing learned.
+            Some(j) => (j, None, false),
+            None => {
+                let m = me.rt.flow.as_ref()?;
+                if !m.holds_any_untagged(now, self.fdb.generation(), self.topo_gen)
+                    || me.direct_to.is_some()
+                {
+                    return None;
+                }
+                // A unicast, or a flood that reaches one port (`sole_recipient`).
+                let (Ok(d), Some((j, Tagging::Untagged))) = (m.decision, m.to) else {
+                    return None;
+                };
+                if d.learned == Learned::PortLimit || j == i {
+                    return None;
+                }
+                (j, Some(m.macs()), me.needs_mac)
+            }
+        };
+        let dst = self.slots[to].as_ref()?;
+        if dst.rt.lro.as_ref().is_some_and(|c| c.agg.active()) {
+            return None;
+        }
+        Some(PlainRoute {
+            to,
+            macs,
+            learn,
+            lro: dst.policies.effective_lro(),
+        })
+    }
+
     /// Forwards chain `segs` (`len` bytes, a virtio-net header of `hdr_len`
-    /// first) from slot `i` on the fast case. Returns false, having done
-    /// nothing, when the frame is not plain: the caller takes the full path.
+    /// first) from slot `i` on the fast case, along `route`; `looked` is
+    /// its [`Look`] when read already (the burst's are read together,
+    /// `forward_from_pair`). Returns
+    /// false, having done nothing, when the frame is not plain: the caller
+    /// takes the full path (and works the route out again after it).
     #[inline]
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn forward_plain(
         &mut self,
         i: usize,
-        mem: &GuestMem,
+        mem: &Arc<GuestMem>,
         segs: &[Seg],
         len: u64,
         hdr_len: usize,
         now: Instant,
+        route: &mut Option<PlainRoute>,
+        tally: &mut PlainTally,
+        looked: Option<Look>,
     ) -> bool {
-        let Some(&first) = segs.first() else {
+        let Some(r) = route.as_mut() else {
             return false;
         };
-        let Some(look) = Look::read(mem, first, hdr_len) else {
+        let Some(look) = looked.or_else(|| Look::read(mem, *segs.first()?, hdr_len)) else {
             return false;
         };
         let frame_len = len - hdr_len as u64;
         if !look.plain_header() || look.ethertype() == ETH_VLAN || frame_len > MAX_FRAME {
             return false;
         }
-        let Some(me) = self.slots[i].as_ref() else {
-            return false;
-        };
-        let (j, learn) = match me.rt.cross {
-            // Cross-connected: to its peer as it came, nothing learned.
-            Some(j) => (j, false),
-            None => {
-                let Some(m) = me.rt.flow.as_ref() else {
-                    return false;
-                };
-                if !m.holds_untagged(&look.macs(), now, self.fdb.generation(), self.topo_gen)
-                    || me.direct_to.is_some()
-                {
-                    return false;
-                }
-                // A unicast, or a flood that reaches one port (`sole_recipient`).
-                let (Ok(d), Some((j, Tagging::Untagged))) = (m.decision, m.to) else {
-                    return false;
-                };
-                if d.learned == Learned::PortLimit || j == i {
-                    return false;
-                }
-                (j, me.needs_mac)
-            }
-        };
-        let Some(dst) = self.slots[j].as_mut() else {
-            return false;
-        };
-        let lro_open = dst.rt.lro.as_ref().is_some_and(|c| c.agg.active());
-        let lro_may = dst.policies.effective_lro() && look.maybe_tcp();
-        let Port::VhostUser(p) = &mut dst.port else {
-            return false;
-        };
-        if lro_open || lro_may {
+        if r.macs.is_some_and(|m| m != look.macs()) || (r.lro && look.maybe_tcp()) {
             return false;
         }
-        let result = match p.deliver_plain(
+        let j = r.to;
+        let Some(Slot {
+            port: Port::VhostUser(p),
+            ..
+        }) = self.slots[j].as_mut()
+        else {
+            return false;
+        };
+        let Some(result) = p.deliver_plain(
             mem,
             segs,
             &look,
             frame_len,
             &mut self.rx_chain,
             self.rx_hint,
-        ) {
-            Some(r) => r,
-            None => return false,
+            &mut self.copies,
+        ) else {
+            return false;
         };
-        if let Some(me) = self.slots[i].as_ref() {
-            me.stats.tx.frame(frame_len as usize);
+        tally.frames += 1;
+        tally.bytes += frame_len;
+        let ok = result.is_ok();
+        if !ok {
+            // A hostile ring resets its port: the copies are made first.
+            self.copies.flush();
         }
-        self.perf.fast_frame();
         self.delivered(j, result, now);
-        if learn {
+        if r.learn {
+            r.learn = false;
             self.learn_mac(i, look.src());
         }
+        if !ok {
+            // A drop, or a hostile ring that reset the destination.
+            *route = self.plain_route(i, now);
+        }
         true
+    }
+
+    /// Counts what a burst forwarded from slot `i` on the fast case.
+    pub(super) fn count_plain(&mut self, i: usize, tally: PlainTally) {
+        if tally.frames == 0 {
+            return;
+        }
+        if let Some(me) = self.slots[i].as_ref() {
+            me.stats.tx.frames(tally.frames, tally.bytes);
+        }
+        self.perf.fast_frames(tally.frames);
     }
 }

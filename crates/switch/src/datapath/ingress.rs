@@ -2,6 +2,7 @@
 //! in bursts, a VXLAN port's datagrams in batches, an uplink's receive
 //! queues in turns, a tap's reads), each handed to classification.
 
+use super::fast::{Look, PlainTally};
 use super::{Datapath, Fwd, Port};
 use crate::port::uplink::{self};
 use crate::stats::DropReason;
@@ -209,14 +210,36 @@ impl Datapath {
             self.perf.burst(burst.len(), burst.pending());
             let mut done = 0;
             let mut wait = false;
+            let mut route = self.plain_route(i, now);
+            let mut tally = PlainTally::default();
+            // The frames' first bytes, read together: in a loop this short
+            // the core has many of their lines in flight at once, where
+            // frame by frame each one, from the guest's core, stalled the
+            // next frame's work.
+            let mut looks = [None; BURST];
+            if route.is_some() {
+                for (k, look) in looks.iter_mut().enumerate().take(burst.len()) {
+                    let (_, segs, _) = burst.chain(k);
+                    *look = segs.first().and_then(|&f| Look::read(&mem, f, hdr_len));
+                }
+            }
             while done < burst.len() {
                 let (_, segs, len) = burst.chain(done);
                 self.rx_hint = burst.len() - done;
-                let fwd = if self.forward_plain(i, &mem, segs, len, hdr_len, now) {
+                let looked = looks[done];
+                let fwd = if self.forward_plain(
+                    i, &mem, segs, len, hdr_len, now, &mut route, &mut tally, looked,
+                ) {
                     Fwd::Done
                 } else {
+                    // The full path may reset a port or deliver to one: the
+                    // fast case's copies are made first.
+                    self.copies.flush();
                     let src = Src::Guest { mem: &mem, segs };
-                    self.forward_frame(i, src, len, hdr_len, now)
+                    let fwd = self.forward_frame(i, src, len, hdr_len, now);
+                    // It may have learned, decided anew or changed a port.
+                    route = self.plain_route(i, now);
+                    fwd
                 };
                 self.rx_hint = 1;
                 if fwd == Fwd::Wait {
@@ -228,6 +251,10 @@ impl Datapath {
                 done += 1;
             }
             n += done;
+            // Every copy made before the chains go back and the receive
+            // queues are published.
+            self.copies.flush();
+            self.count_plain(i, tally);
             // The chains forwarded go back to the guest together, published
             // with the receive queues they went to (`publish_burst`).
             let mut bad = None;

@@ -7,6 +7,7 @@
 //! writes) happen once per queue per burst, only when the driver wants one.
 
 mod classify;
+mod copies;
 mod cross;
 mod deliver;
 mod events;
@@ -19,6 +20,7 @@ mod peers;
 mod spread;
 mod table;
 
+pub(crate) use copies::Copies;
 use events::{signal_now, signal_rx, tx_budget};
 pub(crate) use fast::Look;
 use frame::head_of;
@@ -160,16 +162,27 @@ impl FlowMemo {
         self.fdb_gen == fdb_gen && self.topo_gen == topo_gen && self.l2 == *l2 && now < self.until
     }
 
-    /// Like [`FlowMemo::holds`], for an untagged frame with MACs `macs` as
-    /// they came.
+    /// Like [`FlowMemo::holds`] for every untagged frame with the MACs
+    /// of [`FlowMemo::macs`].
     #[inline]
-    fn holds_untagged(&self, macs: &[u8; 12], now: Instant, fdb_gen: u64, topo_gen: u64) -> bool {
+    fn holds_any_untagged(&self, now: Instant, fdb_gen: u64, topo_gen: u64) -> bool {
         self.fdb_gen == fdb_gen
             && self.topo_gen == topo_gen
-            && self.l2.dst.0[..] == macs[..6]
-            && self.l2.src.0[..] == macs[6..]
             && self.l2.tag.is_none()
             && now < self.until
+    }
+
+    /// The decision's MACs as a frame carries them, destination then
+    /// source, as little-endian words (bytes 0-7, then 8-11).
+    fn macs(&self) -> (u64, u32) {
+        let mut m = [0u8; 12];
+        m[..6].copy_from_slice(&self.l2.dst.0);
+        m[6..].copy_from_slice(&self.l2.src.0);
+        let mut lo = [0u8; 8];
+        lo.copy_from_slice(&m[..8]);
+        let mut hi = [0u8; 4];
+        hi.copy_from_slice(&m[8..]);
+        (u64::from_le_bytes(lo), u32::from_le_bytes(hi))
     }
 }
 
@@ -215,6 +228,8 @@ pub struct Datapath {
     tx_burst: Option<Box<Burst>>,
     /// Receive buffers being gathered for one delivery, reused frame after frame.
     rx_chain: Box<Chain>,
+    /// The fast case's frame copies, made at the end of each burst.
+    copies: Box<Copies>,
     plan: Box<RxPlan>,
     /// The earliest held call's deadline after the last round.
     next_deadline: Option<Instant>,
@@ -265,6 +280,7 @@ impl Datapath {
             scratch: Some(vec![0u8; tap::BUF_LEN].into_boxed_slice()),
             tx_burst: Some(Box::new(Burst::new())),
             rx_chain: Box::new(Chain::new()),
+            copies: Box::default(),
             plan: Box::new(RxPlan::new()),
             next_deadline: None,
             peers: Vec::new(),

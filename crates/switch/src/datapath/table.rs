@@ -142,6 +142,7 @@ impl Datapath {
 
     /// Removes the port in slot `idx`, forgetting its addresses.
     pub fn remove(&mut self, idx: usize) -> Option<Slot> {
+        self.copies.flush();
         // The aggregate's chains go back with a delivery, not with the port.
         self.lro_deliver(idx, Instant::now());
         self.topo_gen += 1;
@@ -293,6 +294,8 @@ impl Datapath {
     /// Resets a port after an error: counts it, says why once in the log,
     /// and restarts it (the one restart path).
     pub fn reset(&mut self, idx: usize, now: Instant, why: &dyn std::fmt::Display) {
+        // Copies into or from its memory are made before it may go.
+        self.copies.flush();
         let Some(s) = self.slots.get_mut(idx).and_then(Option::as_mut) else {
             return;
         };

@@ -71,6 +71,21 @@ impl<'a> Span<'a> {
         n
     }
 
+    /// The `N` bytes at offset `off`, read straight into a value (one load
+    /// for a register's width); None past the end. The fast case reads a
+    /// frame's fields this way: copied into a stack buffer and read back
+    /// wider, they made loads the store buffer cannot forward (see
+    /// [`Span::write_words_with`]).
+    #[inline(always)]
+    pub fn read_at<const N: usize>(&self, off: usize) -> Option<[u8; N]> {
+        if off.checked_add(N)? > self.len {
+            return None;
+        }
+        // SAFETY: `[off, off + N)` is inside the mapping borrowed for 'a
+        // (checked in `new`, and above); unaligned reads are allowed.
+        Some(unsafe { self.ptr.add(off).cast::<[u8; N]>().read_unaligned() })
+    }
+
     /// True when the span starts with `head` then `body` (local bytes), as
     /// [`Span::write_parts`] would leave it. Read eight bytes at a time,
     /// through the pointer (no reference to memory the other side shares).
@@ -119,6 +134,50 @@ impl<'a> Span<'a> {
             std::ptr::copy_nonoverlapping(body.as_ptr(), self.ptr.add(head.len()), body.len());
         }
         true
+    }
+
+    /// Writes the `head_len` (8 to 16) bytes of `head` (little-endian
+    /// words) at the span's start with two stores, then the whole of `body`
+    /// after it; false (nothing written) when they do not fit.
+    ///
+    /// For the fast case's virtio-net header: assembled in a stack buffer
+    /// and copied, its bytes were stored piecewise and loaded back wider,
+    /// and such a load waits until the stores drain, behind every older
+    /// store. Those are the previous frames' stores into the guest's
+    /// buffers, each waiting for its line to come from the other core.
+    #[inline(always)]
+    pub fn write_words_with(&self, head: [u64; 2], head_len: usize, body: &Span<'_>) -> bool {
+        if !self.fits_words_with(head_len, body) {
+            return false;
+        }
+        // SAFETY: both ranges are inside mappings borrowed for the spans'
+        // lifetimes (`new`) and fit (checked above); `hi` is local. `copy`
+        // allows the front-ends' ranges to overlap (a hostile chain pair).
+        unsafe {
+            self.ptr.cast::<u64>().write_unaligned(head[0].to_le());
+            let rest = self.ptr.add(8);
+            match head_len - 8 {
+                // The two virtio-net header lengths, as single stores.
+                4 => rest.cast::<u32>().write_unaligned((head[1] as u32).to_le()),
+                2 => rest.cast::<u16>().write_unaligned((head[1] as u16).to_le()),
+                n => {
+                    let hi = head[1].to_le_bytes();
+                    std::ptr::copy_nonoverlapping(hi.as_ptr(), rest, n);
+                }
+            }
+            std::ptr::copy(body.ptr, self.ptr.add(head_len), body.len);
+        }
+        true
+    }
+
+    /// Whether a header of `head_len` bytes (8 to 16) then all of `body`
+    /// fit in the span ([`Span::write_words_with`]).
+    #[inline(always)]
+    pub fn fits_words_with(&self, head_len: usize, body: &Span<'_>) -> bool {
+        (8..=16).contains(&head_len)
+            && head_len
+                .checked_add(body.len)
+                .is_some_and(|total| total <= self.len)
     }
 
     /// Writes `head` at the span's start, then the whole of `body` after it;
