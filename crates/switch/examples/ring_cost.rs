@@ -130,7 +130,7 @@ impl Pair {
         if self.writable {
             for _ in 0..BURST {
                 assert!(self.q.take(c, BURST).unwrap(), "a receive buffer");
-                self.q.add_used(c.head, 60).unwrap();
+                self.q.add_used(c.head(), 60).unwrap();
             }
         } else {
             self.q.pop_burst(b, BURST).unwrap();

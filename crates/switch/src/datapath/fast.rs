@@ -48,9 +48,10 @@ pub(crate) struct Look {
 impl Look {
     /// The fields of a chain whose first buffer holds the virtio-net header
     /// and the Ethernet header; None otherwise (the full path reads
-    /// across buffers).
+    /// across buffers). The IPv4 protocol only when `proto` (LRO may
+    /// merge): it lies in the frame's second line.
     #[inline(always)]
-    pub(super) fn read(mem: &GuestMem, first: Seg, hdr_len: usize) -> Option<Look> {
+    pub(super) fn read(mem: &GuestMem, first: Seg, hdr_len: usize, proto: bool) -> Option<Look> {
         if (first.len as usize) < hdr_len + 14 {
             return None;
         }
@@ -65,7 +66,11 @@ impl Look {
             u32::from_le_bytes(span.read_at::<4>(h + 8)?),
         );
         let ethertype = u16::from_be_bytes(span.read_at::<2>(h + 12)?);
-        let ip_proto = span.read_at::<1>(h + 14 + 9).map(|[p]| p);
+        let ip_proto = if proto {
+            span.read_at::<1>(h + 14 + 9).map(|[p]| p)
+        } else {
+            None
+        };
         Some(Look {
             header,
             macs,
@@ -134,6 +139,14 @@ pub(super) struct PlainRoute {
     learn: bool,
     /// The destination's LRO might merge a TCP segment.
     lro: bool,
+}
+
+impl PlainRoute {
+    /// Whether the destination's LRO might merge a TCP segment (its frames'
+    /// IP protocol is then looked at).
+    pub(super) fn lro(&self) -> bool {
+        self.lro
+    }
 }
 
 /// Frames a burst forwarded on the fast case, counted once at its end.
@@ -205,7 +218,7 @@ impl Datapath {
         let Some(r) = route.as_mut() else {
             return false;
         };
-        let Some(look) = looked.or_else(|| Look::read(mem, *segs.first()?, hdr_len)) else {
+        let Some(look) = looked.or_else(|| Look::read(mem, *segs.first()?, hdr_len, r.lro)) else {
             return false;
         };
         let frame_len = len - hdr_len as u64;

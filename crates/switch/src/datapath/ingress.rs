@@ -217,10 +217,13 @@ impl Datapath {
             // frame by frame each one, from the guest's core, stalled the
             // next frame's work.
             let mut looks = [None; BURST];
-            if route.is_some() {
+            if let Some(r) = &route {
+                let proto = r.lro();
                 for (k, look) in looks.iter_mut().enumerate().take(burst.len()) {
                     let (_, segs, _) = burst.chain(k);
-                    *look = segs.first().and_then(|&f| Look::read(&mem, f, hdr_len));
+                    *look = segs
+                        .first()
+                        .and_then(|&f| Look::read(&mem, f, hdr_len, proto));
                 }
             }
             while done < burst.len() {

@@ -77,7 +77,7 @@ impl Plan {
                 return Ok(false);
             }
             self.segs[self.nsegs..self.nsegs + n].copy_from_slice(chain.segs());
-            self.heads[self.nheads] = (chain.head, chain.len() as u32, self.nsegs as u8);
+            self.heads[self.nheads] = (chain.head(), chain.len() as u32, self.nsegs as u8);
             self.nsegs += n;
             self.nheads += 1;
             self.cap += chain.len();

@@ -72,8 +72,10 @@ pub struct Seg {
 /// A validated chain: its head index and buffers, all of one direction.
 #[derive(Debug, Clone)]
 pub struct Chain {
-    /// Head index (returned to the used ring).
-    pub head: u16,
+    /// Head index (returned to the used ring), held in 32 bits: stored in
+    /// 16 it was loaded back in 32 (as an argument), a load the store
+    /// buffer cannot forward, once per frame (`Span::write_words_with`).
+    head: u32,
     segs: [Seg; MAX_SEGS],
     n: usize,
     len: u64,
@@ -106,10 +108,16 @@ impl Chain {
         self.len
     }
 
+    /// Head index (returned to the used ring).
+    #[inline]
+    pub fn head(&self) -> u16 {
+        self.head as u16
+    }
+
     /// Sets the chain to validated buffers (a copy of one popped earlier).
     #[inline]
     pub fn set(&mut self, head: u16, segs: &[Seg], len: u64) {
-        self.head = head;
+        self.head = u32::from(head);
         self.n = segs.len().min(MAX_SEGS);
         // Most receive chains are one buffer: no copy loop for them.
         if let [one] = segs {
@@ -206,7 +214,7 @@ pub fn walk_into(
     head: u16,
     writable: bool,
 ) -> Result<(), ChainError> {
-    chain.head = head;
+    chain.head = u32::from(head);
     chain.n = 0;
     chain.len = 0;
     let (n, len) = walk_segs(

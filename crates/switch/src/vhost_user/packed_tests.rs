@@ -193,9 +193,9 @@ fn single_buffers_round_trip_across_several_wraps() {
         }
         for k in 0..3u16 {
             let c = q.pop().unwrap().unwrap();
-            assert_eq!((c.head, c.len()), (k, 2048));
+            assert_eq!((c.head(), c.len()), (k, 2048));
             assert_eq!(c.segs()[0].addr, BUFS + 2048 * u64::from(k));
-            q.add_used(c.head, 100 + u32::from(k + round)).unwrap();
+            q.add_used(c.head(), 100 + u32::from(k + round)).unwrap();
         }
         assert!(q.pop().unwrap().is_none());
         assert!(d.reap().is_none(), "used descriptors wait for the flush");
@@ -217,7 +217,7 @@ fn chains_by_next_across_the_end_of_the_ring() {
     for id in 0..6 {
         d.offer_one(id, 64, 0);
         let c = q.pop().unwrap().unwrap();
-        q.add_used(c.head, 0).unwrap();
+        q.add_used(c.head(), 0).unwrap();
     }
     q.flush();
     while d.reap().is_some() {}
@@ -228,7 +228,7 @@ fn chains_by_next_across_the_end_of_the_ring() {
     ];
     d.offer(&bufs, 5);
     let c = q.pop().unwrap().unwrap();
-    assert_eq!(c.head, 5, "the id is the last descriptor's");
+    assert_eq!(c.head(), 5, "the id is the last descriptor's");
     assert_eq!(
         c.segs().iter().map(|s| (s.addr, s.len)).collect::<Vec<_>>(),
         bufs.iter().map(|b| (b.0, b.1)).collect::<Vec<_>>()
@@ -248,7 +248,7 @@ fn chains_by_next_across_the_end_of_the_ring() {
     );
     // Another chain is found right after it.
     d.offer_one(2, 64, 0);
-    assert_eq!(q.pop().unwrap().unwrap().head, 2);
+    assert_eq!(q.pop().unwrap().unwrap().head(), 2);
 }
 
 #[test]
@@ -268,7 +268,7 @@ fn indirect_tables_are_walked_and_checked() {
     }
     d.offer(&[(table, 48, F_INDIRECT)], 3);
     let c = q.pop().unwrap().unwrap();
-    assert_eq!(c.head, 3);
+    assert_eq!(c.head(), 3);
     assert_eq!(c.segs().len(), 3);
     assert_eq!(c.len(), 60);
     q.add_used(3, 0).unwrap();
@@ -336,7 +336,7 @@ fn hostile_chains_get_the_split_rings_errors() {
     let (mut q, mut d, _call) = pair(8, PLAIN, false);
     d.offer_one(1, 64, 0);
     d.offer_one(1, 64, 0);
-    assert_eq!(q.pop().unwrap().unwrap().head, 1);
+    assert_eq!(q.pop().unwrap().unwrap().head(), 1);
     assert_eq!(q.pop().unwrap_err(), ChainError::IndexJump);
     // A used id that is not in flight.
     assert_eq!(
@@ -378,15 +378,15 @@ fn bursts_give_back_and_take_again() {
     // Taken ahead, given back across bursts, taken again in order.
     let mut c = Chain::new();
     assert!(q.take(&mut c, 2).unwrap());
-    assert_eq!(c.head, 2);
+    assert_eq!(c.head(), 2);
     q.add_used(2, 60).unwrap();
     assert!(q.take(&mut c, 2).unwrap());
     assert!(q.take(&mut c, 2).unwrap(), "a new burst");
-    assert_eq!(c.head, 4);
+    assert_eq!(c.head(), 4);
     q.untake(2);
     assert_eq!(q.next_avail(), 3 | 0x8000);
     assert!(q.take(&mut c, 8).unwrap());
-    assert_eq!(c.head, 3);
+    assert_eq!(c.head(), 3);
     // Stopping returns the chains popped ahead and not taken.
     assert_eq!(q.stop_state() & 0xffff, 4 | 0x8000);
 }
@@ -424,7 +424,7 @@ fn in_order_transmit_writes_one_used_descriptor_per_flush() {
     }
     for len in [70, 80] {
         let c = q.pop().unwrap().unwrap();
-        q.add_used(c.head, len).unwrap();
+        q.add_used(c.head(), len).unwrap();
     }
     q.flush();
     assert_eq!(d.reap(), Some((0, 70)));
@@ -447,20 +447,20 @@ fn event_flags_without_event_idx() {
     q.disable_notification();
     assert_eq!(d.device_wants().1, EVENT_DISABLE);
     let c = q.pop().unwrap().unwrap();
-    q.add_used(c.head, 0).unwrap();
+    q.add_used(c.head(), 0).unwrap();
     q.signal(&stats);
     assert_eq!(calls(&call), 1, "ENABLE: called");
     d.want_calls(EVENT_DISABLE, 0);
     d.offer_one(1, 64, 0);
     let c = q.pop().unwrap().unwrap();
-    q.add_used(c.head, 0).unwrap();
+    q.add_used(c.head(), 0).unwrap();
     q.signal(&stats);
     assert_eq!(calls(&call), 1, "DISABLE: suppressed");
     // DESC means nothing without EVENT_IDX: calls as ENABLE.
     d.want_calls(EVENT_DESC, 0);
     d.offer_one(2, 64, 0);
     let c = q.pop().unwrap().unwrap();
-    q.add_used(c.head, 0).unwrap();
+    q.add_used(c.head(), 0).unwrap();
     q.signal(&stats);
     assert_eq!(calls(&call), 2);
 }
@@ -480,7 +480,7 @@ fn event_idx_calls_when_the_named_descriptor_is_used() {
     for id in 0..4u16 {
         d.offer_one(id, 64, 0);
         let c = q.pop().unwrap().unwrap();
-        q.add_used(c.head, 0).unwrap();
+        q.add_used(c.head(), 0).unwrap();
         q.signal(&stats);
         expected.push(calls(&call));
         while d.reap().is_some() {}
@@ -492,7 +492,7 @@ fn event_idx_calls_when_the_named_descriptor_is_used() {
     for id in 0..6u16 {
         d.offer_one(id, 64, 0);
         let c = q.pop().unwrap().unwrap();
-        q.add_used(c.head, 0).unwrap();
+        q.add_used(c.head(), 0).unwrap();
         q.signal(&stats);
         seen.push(calls(&call));
         while d.reap().is_some() {}
@@ -542,7 +542,7 @@ fn logging_marks_the_buffers_descriptors_and_event_area_written() {
     // Not logging: a used chain marks nothing.
     d.offer_one(0, 2048, F_WRITE);
     let c = q.pop().unwrap().unwrap();
-    q.add_used(c.head, 64).unwrap();
+    q.add_used(c.head(), 64).unwrap();
     q.flush();
     assert!(marked().is_empty());
     q.set_log(Some(QueueLog {
@@ -559,7 +559,7 @@ fn logging_marks_the_buffers_descriptors_and_event_area_written() {
         1,
     );
     let c = q.pop().unwrap().unwrap();
-    q.add_used(c.head, 150).unwrap();
+    q.add_used(c.head(), 150).unwrap();
     q.flush();
     q.disable_notification();
     // The descriptor ring and both event areas are on page 0.

@@ -64,7 +64,7 @@ fn use_one(q: &mut ActiveQueue, ring: &mut DriverRing) {
     let id = ring.take().unwrap();
     ring.publish(id, 64, false);
     let c = q.pop().unwrap().unwrap();
-    q.add_used(c.head, 0).unwrap();
+    q.add_used(c.head(), 0).unwrap();
 }
 
 fn calls(f: &File) -> u64 {
@@ -87,8 +87,8 @@ fn pop_use_and_reap_round_trip() {
     assert!(q.has_available().unwrap());
     let mut heads = Vec::new();
     while let Some(c) = q.pop().unwrap() {
-        heads.push((c.head, c.len()));
-        q.add_used(c.head, 0).unwrap();
+        heads.push((c.head(), c.len()));
+        q.add_used(c.head(), 0).unwrap();
     }
     assert_eq!(
         heads.iter().map(|h| h.1).collect::<Vec<_>>(),
@@ -178,14 +178,14 @@ fn chains_taken_ahead_come_back_whole() {
     }
     let mut c = Chain::new();
     assert!(q.take(&mut c, BURST).unwrap());
-    assert_eq!((c.head, c.len()), (ids[0], 256));
+    assert_eq!((c.head(), c.len()), (ids[0], 256));
     assert_eq!(q.next_avail(), 3, "the three were popped at once");
     // Given back: taken again, in order.
     q.untake(1);
     assert!(q.take(&mut c, BURST).unwrap());
-    assert_eq!(c.head, ids[0]);
+    assert_eq!(c.head(), ids[0]);
     assert!(q.take(&mut c, BURST).unwrap());
-    assert_eq!(c.head, ids[1]);
+    assert_eq!(c.head(), ids[1]);
     // Two more offered: the third chain is still ahead, taken first.
     for _ in 0..2 {
         let id = ring.take().unwrap();
@@ -193,16 +193,16 @@ fn chains_taken_ahead_come_back_whole() {
         ids.push(id);
     }
     assert!(q.take(&mut c, BURST).unwrap());
-    assert_eq!(c.head, ids[2]);
+    assert_eq!(c.head(), ids[2]);
     assert!(q.take(&mut c, BURST).unwrap(), "a new burst");
-    assert_eq!(c.head, ids[3]);
+    assert_eq!(c.head(), ids[3]);
     // Back across the two bursts: what was not consumed is popped again.
     q.untake(2);
     assert_eq!(q.next_avail(), 2);
     let taken: Vec<u16> = (0..3)
         .map(|_| {
             assert!(q.take(&mut c, BURST).unwrap());
-            c.head
+            c.head()
         })
         .collect();
     assert_eq!(taken, ids[2..].to_vec());
@@ -229,9 +229,9 @@ fn a_prepared_chain_is_taken_first_and_never_consumed_by_itself() {
     assert_eq!(q.next_avail(), 1, "one chain ahead, however idle");
     let mut c = Chain::new();
     assert!(q.take(&mut c, BURST).unwrap());
-    assert_eq!(c.head, ids[0], "the prepared chain first");
+    assert_eq!(c.head(), ids[0], "the prepared chain first");
     assert!(q.take(&mut c, BURST).unwrap());
-    assert_eq!(c.head, ids[1]);
+    assert_eq!(c.head(), ids[1]);
     q.untake(1);
     q.prepare().unwrap();
     assert_eq!(q.stop(), 1, "taken and given back: not consumed");
@@ -254,7 +254,7 @@ fn unpop_gives_the_chain_back() {
     ring.publish(id, 256, true);
     let c = q.pop().unwrap().unwrap();
     q.unpop();
-    assert_eq!(q.pop().unwrap().unwrap().head, c.head);
+    assert_eq!(q.pop().unwrap().unwrap().head(), c.head());
     assert!(q.pop().unwrap().is_none());
 }
 
@@ -305,7 +305,7 @@ fn a_queue_that_starts_calls_once_whatever_the_event_index() {
     }
     for _ in 0..2 {
         let c = q.pop().unwrap().unwrap();
-        q.add_used(c.head, 0).unwrap();
+        q.add_used(c.head(), 0).unwrap();
     }
     q.flush();
     let (dev_mem, layout) = (q.mem().clone(), ring.layout);
@@ -326,7 +326,7 @@ fn a_queue_that_starts_calls_once_whatever_the_event_index() {
     // Its first round calls though the index it asked for is behind...
     let mut q = start();
     let c = q.pop().unwrap().unwrap();
-    q.add_used(c.head, 0).unwrap();
+    q.add_used(c.head(), 0).unwrap();
     q.signal(&stats);
     assert_eq!(calls(&call), 1, "the first round after a start calls");
     // ...and only then does the event index decide again (used_event 0
@@ -377,7 +377,7 @@ fn a_restart_resumes_at_the_used_index_whatever_the_base() {
     // dies without a GET_VRING_BASE.
     for _ in 0..2 {
         let c = q.pop().unwrap().unwrap();
-        q.add_used(c.head, 0).unwrap();
+        q.add_used(c.head(), 0).unwrap();
     }
     q.flush();
     assert!(q.pop().unwrap().is_some());

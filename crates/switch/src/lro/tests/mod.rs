@@ -113,7 +113,7 @@ impl Guest {
                 return false;
             }
             segs.extend_from_slice(self.chain.segs());
-            heads.push((self.chain.head, self.chain.len()));
+            heads.push((self.chain.head(), self.chain.len()));
             cap += self.chain.len();
         }
         let mut h = *vhdr;

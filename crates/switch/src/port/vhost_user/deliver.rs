@@ -111,7 +111,7 @@ impl VhostUserPort {
                 plan.segs[plan.nsegs..plan.nsegs + chain.segs().len()]
                     .copy_from_slice(chain.segs());
                 plan.nsegs += chain.segs().len();
-                plan.heads[plan.nheads] = (chain.head, chain.len() as u32);
+                plan.heads[plan.nheads] = (chain.head(), chain.len() as u32);
                 plan.nheads += 1;
                 plan.cap += chain.len();
                 if plan.cap >= total {
@@ -165,7 +165,7 @@ impl VhostUserPort {
             return Err(DeliverError::Drop(DropReason::BadDescriptor));
         }
         if single {
-            q.add_used(chain.head, total as u32)
+            q.add_used(chain.head(), total as u32)
                 .map_err(DeliverError::Hostile)?;
         } else {
             let mut left = total;
@@ -264,7 +264,7 @@ impl VhostUserPort {
             return Some(Err(DeliverError::Drop(DropReason::BadDescriptor)));
         }
         Some(
-            q.add_used(chain.head, total as u32)
+            q.add_used(chain.head(), total as u32)
                 .map(|()| frame_len as usize)
                 .map_err(DeliverError::Hostile),
         )
