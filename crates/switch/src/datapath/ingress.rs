@@ -212,19 +212,9 @@ impl Datapath {
             let mut wait = false;
             let mut route = self.plain_route(i, now);
             let mut tally = PlainTally::default();
-            // The frames' first bytes, read together: in a loop this short
-            // the core has many of their lines in flight at once, where
-            // frame by frame each one, from the guest's core, stalled the
-            // next frame's work.
             let mut looks = [None; BURST];
             if let Some(r) = &route {
-                let proto = r.lro();
-                for (k, look) in looks.iter_mut().enumerate().take(burst.len()) {
-                    let (_, segs, _) = burst.chain(k);
-                    *look = segs
-                        .first()
-                        .and_then(|&f| Look::read(&mem, f, hdr_len, proto));
-                }
+                Look::read_burst(&mem, &burst, hdr_len, r, &mut looks);
             }
             while done < burst.len() {
                 let (_, segs, len) = burst.chain(done);
