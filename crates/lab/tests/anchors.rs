@@ -50,6 +50,7 @@ fn switch_anchors_runs_three_switches_times_three_workloads() {
     let all = Capabilities {
         ovs_dpdk: true,
         testpmd: true,
+        dpdk_endpoints: true,
         ..Capabilities::current()
     };
     let plan = Plan::new(&s, &Overrides::default(), &all).unwrap();
@@ -65,6 +66,7 @@ fn a_machine_without_an_anchor_switch_skips_it_with_the_package_to_install() {
     let no_ovs = Capabilities {
         ovs_dpdk: false,
         testpmd: true,
+        dpdk_endpoints: true,
         ..Capabilities::current()
     };
     let plan = Plan::new(&s, &Overrides::default(), &no_ovs).unwrap();

@@ -282,11 +282,11 @@ fn an_override_is_checked_as_the_files_knobs_are() {
 #[test]
 fn a_prepared_run_says_what_each_knob_replaces() {
     let o = with(&["endpoints=vnio"]);
-    let prepared = session::prepare("switch-anchors-dpdk", &o).unwrap();
+    let prepared = session::prepare("switch-anchors", &o).unwrap();
     assert_eq!(prepared.overrides, o, "stored with the run");
     assert!(
         prepared.notes.contains(
-            &"vnio lab: switch-anchors-dpdk: knob endpoints = \"vnio\" (--knob, over \"dpdk\" in [knobs])"
+            &"vnio lab: switch-anchors: knob endpoints = \"vnio\" (--knob, over \"dpdk\" in [knobs])"
                 .to_string()
         ),
         "{:?}",
@@ -308,7 +308,7 @@ fn a_run_with_knobs_set_records_them_and_says_so_wherever_it_is_shown() {
     let dir = std::env::temp_dir().join(format!("vnio-lab-knob-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let store = Store::open(&dir.join("lab.db")).unwrap();
-    let source = scenario::load("switch-anchors-dpdk").unwrap();
+    let source = scenario::load("switch-anchors").unwrap();
     let LabFile::Scenario(file) = &source.file else {
         panic!("a set")
     };
@@ -320,7 +320,7 @@ fn a_run_with_knobs_set_records_them_and_says_so_wherever_it_is_shown() {
     let plan = Plan::new(&s, &o, &Capabilities::current()).unwrap();
     let plain = store
         .begin_run(
-            "switch-anchors-dpdk",
+            "switch-anchors",
             &s.title,
             "v-test",
             &Environment::default(),
@@ -330,7 +330,7 @@ fn a_run_with_knobs_set_records_them_and_says_so_wherever_it_is_shown() {
     store.finish_run(plain, "complete", None).unwrap();
     let id = store
         .begin_run(
-            "switch-anchors-dpdk",
+            "switch-anchors",
             &s.title,
             "v-test",
             &Environment::default(),

@@ -46,7 +46,7 @@ fn show_says_what_each_knob_replaces() {
     let shown = stdout_of(
         &[
             "show",
-            "switch-anchors-dpdk",
+            "switch-anchors",
             "--knob",
             "endpoints=vnio",
             "--knob",
@@ -66,7 +66,7 @@ fn show_says_what_each_knob_replaces() {
     );
     // The lab's own endpoints need no DPDK: nothing skipped for want of it.
     assert!(shown.contains("(0 skipped in this build)"), "{shown}");
-    let plain = stdout_of(&["show", "switch-anchors-dpdk"], &journal);
+    let plain = stdout_of(&["show", "switch-anchors"], &journal);
     assert!(!plain.contains("knob "), "{plain}");
     let _ = std::fs::remove_dir_all(&dir);
 }
