@@ -223,11 +223,11 @@ fn switch_anchors_drives_every_switch_with_the_dpdk_endpoints_and_gives_everythi
         .any(|b| b.notes.iter().any(|n| n.contains("busy-poll"))));
 
     // The ratios are judged (one quick iteration: inconclusive is fine):
-    // both rates and the round trip, against each anchor.
+    // both rates and the round trip's p50 and p99, against each anchor.
     let v = findings_json(&dir);
     assert!(v.get("knob_overrides").is_none(), "{v}");
     let verdicts = v["verdicts"].as_array().unwrap();
-    assert_eq!(verdicts.len(), 6);
+    assert_eq!(verdicts.len(), 8);
     for f in verdicts
         .iter()
         .filter(|f| f["id"].as_str().unwrap().ends_with("testpmd"))
@@ -286,7 +286,7 @@ fn switch_anchors_with_the_labs_own_endpoints_is_one_knob_away() {
         v["knob_overrides"],
         serde_json::json!([{ "key": "endpoints", "value": "vnio" }])
     );
-    assert_eq!(v["verdicts"].as_array().unwrap().len(), 6);
+    assert_eq!(v["verdicts"].as_array().unwrap().len(), 8);
     let html = std::fs::read_to_string(dir.join("anchors.html")).unwrap();
     assert!(
         html.contains("endpoints = &quot;vnio&quot; (--knob, over &quot;dpdk&quot; in [knobs])"),
