@@ -167,6 +167,9 @@ pub struct RunRow {
     pub error: Option<String>,
     /// Points stored.
     pub points: i64,
+    /// Knobs set for the run (`--knob`): it is not the scenario as written.
+    #[serde(default)]
+    pub knob_overrides: Vec<crate::scenario::KnobOverride>,
 }
 
 /// One scenario of a stored run.

@@ -50,13 +50,15 @@ fn switch_anchors_runs_three_switches_times_three_workloads() {
     let all = Capabilities {
         ovs_dpdk: true,
         testpmd: true,
+        dpdk_endpoints: true,
         ..Capabilities::current()
     };
     let plan = Plan::new(&s, &Overrides::default(), &all).unwrap();
     assert_eq!(plan.points.len(), 9);
     assert!(plan.points.iter().all(|p| p.skip.is_none()), "{plan:?}");
     assert!(plan.missing.is_empty());
-    assert_eq!(s.findings.len(), 6);
+    // vnio against each anchor: both rates, the round trip's p50 and p99.
+    assert_eq!(s.findings.len(), 8);
 }
 
 #[test]
@@ -65,6 +67,7 @@ fn a_machine_without_an_anchor_switch_skips_it_with_the_package_to_install() {
     let no_ovs = Capabilities {
         ovs_dpdk: false,
         testpmd: true,
+        dpdk_endpoints: true,
         ..Capabilities::current()
     };
     let plan = Plan::new(&s, &Overrides::default(), &no_ovs).unwrap();

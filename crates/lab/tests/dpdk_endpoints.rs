@@ -1,15 +1,30 @@
 //! The DPDK endpoints (knob `endpoints = "dpdk"`) in scenario files: the
-//! shipped switch-anchors-dpdk mirrors switch-anchors, what the knob
-//! refuses when the scenario is loaded and why, and how a machine without
-//! DPDK is told. No root needed.
+//! shipped switch-anchors drives its switches with them and `--knob
+//! endpoints=vnio` with the lab's own, what the knob refuses when the
+//! scenario is loaded and why, and how a machine without DPDK is told. No
+//! root needed.
 
-use vnio_lab::scenario::{self, Capabilities, LabFile, Overrides, Plan, Scenario};
+use vnio_lab::scenario::{
+    self, Capabilities, Endpoints, KnobOverride, LabFile, Overrides, Plan, Scenario,
+};
+use vnio_lab::session;
 
 fn shipped(name: &str) -> Scenario {
     match scenario::load(name).unwrap().file {
         LabFile::Scenario(s) => *s,
         LabFile::Set(_) => panic!("a set"),
     }
+}
+
+/// switch-anchors as `vnio lab run switch-anchors --knob endpoints=vnio`
+/// runs it, and those overrides.
+fn with_own_endpoints() -> (Scenario, Overrides) {
+    let o = Overrides {
+        knobs: KnobOverride::parse_all(&["endpoints=vnio"]).unwrap(),
+        ..Default::default()
+    };
+    let mut expanded = session::expand("switch-anchors", &o).unwrap();
+    (expanded.members.remove(0).scenario, o)
 }
 
 fn error(text: &str) -> String {
@@ -46,33 +61,36 @@ size = 22
 "#;
 
 #[test]
-fn switch_anchors_dpdk_is_switch_anchors_with_the_dpdk_endpoints() {
-    let (own, dpdk) = (shipped("switch-anchors"), shipped("switch-anchors-dpdk"));
-    assert_eq!(dpdk.knobs.endpoints, Some(scenario::Endpoints::Dpdk));
-    assert_eq!(own.knobs.endpoints, None);
-    // Everything else as switch-anchors: the two instruments answer the
+fn switch_anchors_uses_the_dpdk_endpoints_and_a_knob_the_labs_own() {
+    let (dpdk, (own, _)) = (shipped("switch-anchors"), with_own_endpoints());
+    assert_eq!(dpdk.knobs.endpoints, Some(Endpoints::Dpdk));
+    for c in &own.configurations {
+        let knobs = own.knobs.layered(&c.knobs);
+        assert_eq!(knobs.endpoints, Some(Endpoints::Vnio), "{}", c.name);
+    }
+    // Everything else as shipped: the two kinds of endpoint answer the
     // same questions.
-    let mut same = dpdk.clone();
-    same.knobs.endpoints = None;
-    assert_eq!(same.configurations, own.configurations);
-    assert_eq!(same.workloads, own.workloads);
-    assert_eq!(same.findings, own.findings);
-    assert_eq!(same.knobs, own.knobs);
-    assert_eq!(same.run, own.run);
+    let mut same = own.clone();
+    for c in &mut same.configurations {
+        c.knobs.endpoints = None;
+    }
+    assert_eq!(same, dpdk);
     let all = Capabilities {
         ovs_dpdk: true,
         testpmd: true,
         dpdk_endpoints: true,
         ..Capabilities::current()
     };
-    let plan = Plan::new(&dpdk, &Overrides::default(), &all).unwrap();
-    assert_eq!(plan.points.len(), 9);
-    assert!(plan.points.iter().all(|p| p.skip.is_none()), "{plan:?}");
+    for s in [&dpdk, &own] {
+        let plan = Plan::new(s, &Overrides::default(), &all).unwrap();
+        assert_eq!(plan.points.len(), 9);
+        assert!(plan.points.iter().all(|p| p.skip.is_none()), "{plan:?}");
+    }
 }
 
 #[test]
 fn a_machine_without_dpdk_skips_every_point_saying_what_to_install() {
-    let s = shipped("switch-anchors-dpdk");
+    let s = shipped("switch-anchors");
     let none = Capabilities {
         ovs_dpdk: true,
         testpmd: true,
@@ -88,11 +106,8 @@ fn a_machine_without_dpdk_skips_every_point_saying_what_to_install() {
     // The run goes on (nothing is "missing": the points say why).
     assert!(plan.missing.is_empty());
     // The lab's own endpoints need no DPDK.
-    let own = PAIR.replace("endpoints = \"dpdk\"", "endpoints = \"vnio\"");
-    let LabFile::Scenario(own) = scenario::parse("t.toml", &own).unwrap() else {
-        panic!()
-    };
-    let plan = Plan::new(&own, &Overrides::default(), &none).unwrap();
+    let (own, o) = with_own_endpoints();
+    let plan = Plan::new(&own, &o, &none).unwrap();
     assert!(plan.points.iter().all(|p| p.skip.is_none()), "{plan:?}");
 }
 

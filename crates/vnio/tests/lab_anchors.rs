@@ -1,14 +1,16 @@
-//! `vnio lab run switch-anchors` end to end (root, dpdk-testpmd; OVS-DPDK
-//! when installed): vnio's switch, testpmd's io forwarding and OVS-DPDK
-//! each forward both workloads between the same poll-mode endpoints, the
-//! run stores every point and judges the ratios, and the hugepages, the
-//! hugetlbfs, DPDK's run-time directories, the processes and the journal
-//! are given back. About 30 s with `--quick`. The same with the lab's
-//! DPDK endpoints (`switch-anchors-dpdk`, vnio's switch and testpmd, about
-//! 20 s): sane rates second by second and ordered round-trip percentiles,
-//! and nothing of DPDK's left behind. And `latency-shield
-//! --quick` (about 15 s): every configuration measured with CPU 1
-//! shielded, every task put back in the root cpuset afterwards.
+//! `vnio lab run switch-anchors` end to end (root, dpdk-testpmd and DPDK's
+//! development files; OVS-DPDK when installed): vnio's switch, testpmd's
+//! io forwarding and OVS-DPDK each forward every workload between the
+//! lab's DPDK endpoints, with sane rates second by second and ordered
+//! round-trip percentiles; the run stores every point and judges the
+//! ratios, and the hugepages, the hugetlbfs, DPDK's run-time directories,
+//! the processes and the journal are given back. About 25 s with
+//! `--quick`. The same with the lab's own endpoints (`--knob
+//! endpoints=vnio`, vnio's switch and testpmd, about 12 s; dpdk-testpmd
+//! only): every point measured, and the run records the knob and its
+//! findings and report say so. And `latency-shield --quick` (about 15 s):
+//! every configuration measured with CPU 1 shielded, every task put back
+//! in the root cpuset afterwards.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -65,23 +67,17 @@ fn journal_lines(journal: &Path) -> Vec<String> {
         .collect()
 }
 
-#[test]
-fn switch_anchors_measures_every_switch_and_gives_everything_back() {
-    if !vnio_lab::is_root() {
-        eprintln!("skipped the anchor switches: hugepages and namespaces need root");
-        return;
-    }
-    if let Some(why) = vnio_lab::anchor_switch::missing(vnio_lab::scenario::WireKind::Testpmd) {
-        println!("skip: the anchor switches: {why}");
-        return;
-    }
-    let ovs = vnio_lab::anchor_switch::missing(vnio_lab::scenario::WireKind::OvsDpdk);
-    let _turn = turn();
-    let dir = temp("run");
+/// Runs `vnio lab run switch-anchors --quick` with `args` after it in a
+/// store of its own under `dir`, checking that the hugepages, the
+/// hugetlbfs, DPDK's run-time directories, the lab's DPDK programs and
+/// the journal are as before; the run as stored.
+fn run_anchors(dir: &Path, args: &[&str]) -> vnio_lab::store::StoredRun {
     let (journal, db) = (dir.join("journal"), dir.join("lab.db"));
     let huge_before = nr_hugepages();
     let out = Command::new(VNIO)
-        .args(["lab", "run", "switch-anchors", "--quick", "--db"])
+        .args(["lab", "run", "switch-anchors", "--quick"])
+        .args(args)
+        .arg("--db")
         .arg(&db)
         .arg("--report")
         .arg(dir.join("anchors.html"))
@@ -93,9 +89,14 @@ fn switch_anchors_measures_every_switch_and_gives_everything_back() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(out.status.success(), "vnio lab run switch-anchors:\n{said}");
+    assert!(
+        out.status.success(),
+        "vnio lab run switch-anchors {args:?}:\n{said}"
+    );
 
-    // Everything given back.
+    // Everything given back: no program left running, no hugepages, no
+    // DPDK run-time directory, nothing in the journal.
+    assert!(dpdk_pairs().is_empty(), "{:?}", dpdk_pairs());
     assert_eq!(nr_hugepages(), huge_before, "hugepages restored");
     assert!(hugetlbfs_mounts().is_empty(), "{:?}", hugetlbfs_mounts());
     assert!(dpdk_runtime_dirs().is_empty(), "{:?}", dpdk_runtime_dirs());
@@ -104,67 +105,19 @@ fn switch_anchors_measures_every_switch_and_gives_everything_back() {
         "{:?}",
         journal_lines(&journal)
     );
-
-    // Every installed switch forwarded every workload.
     let store = Store::open(&db).unwrap();
-    let run = store.load(store.resolve("last").unwrap()).unwrap();
-    let points = &run.scenarios[0].points;
-    assert_eq!(points.len(), 9, "3 switches x 3 workloads");
-    for p in points {
-        let cfg = p.point.configuration.as_str();
-        if cfg == "ovs-dpdk" && ovs.is_some() {
-            assert_eq!(p.status, Status::Skipped, "{p:?}");
-            assert!(p
-                .error
-                .as_ref()
-                .unwrap()
-                .contains("openvswitch-switch-dpdk"));
-            continue;
-        }
-        assert_eq!(
-            p.status,
-            Status::Ok,
-            "{cfg} {}: {:?}",
-            p.point.workload.name,
-            p.error
-        );
-        let doc = p.document.as_ref().unwrap();
-        let it = &doc.iterations[doc.chosen];
-        if p.point.workload.name.starts_with("rate") {
-            assert!(it.merged.ops_per_s > 1000.0, "{cfg}: {:?}", it.merged);
-            // One way: what arrived was sent.
-            assert!(it.merged.ops <= it.merged.sent, "{:?}", it.merged);
-        } else {
-            let lat = it.merged.latency.as_ref().unwrap();
-            assert!(lat.p50_ns > 0, "{cfg}: {lat:?}");
-        }
-    }
-    let testbeds = &run.scenarios[0].testbeds;
-    assert!(testbeds.iter().any(|b| b
-        .notes
-        .iter()
-        .any(|n| n.contains("dpdk-testpmd io forwarding"))));
-    assert!(testbeds
-        .iter()
-        .any(|b| b.notes.iter().any(|n| n.contains("busy-poll"))));
+    store.load(store.resolve("last").unwrap()).unwrap()
+}
 
-    // The ratios are judged (one quick iteration: inconclusive is fine).
-    let findings = Command::new(VNIO)
+/// `vnio lab findings --json` of the last run in `dir`'s store.
+fn findings_json(dir: &Path) -> serde_json::Value {
+    let out = Command::new(VNIO)
         .args(["lab", "findings", "--json", "--db"])
-        .arg(&db)
+        .arg(dir.join("lab.db"))
         .output()
         .unwrap();
-    assert!(findings.status.success());
-    let v: serde_json::Value = serde_json::from_slice(&findings.stdout).unwrap();
-    let verdicts = v["verdicts"].as_array().unwrap();
-    assert_eq!(verdicts.len(), 6);
-    for f in verdicts
-        .iter()
-        .filter(|f| f["id"].as_str().unwrap().ends_with("testpmd"))
-    {
-        assert!(f["value"].as_f64().is_some_and(|r| r > 0.0), "{f}");
-    }
-    let _ = std::fs::remove_dir_all(&dir);
+    assert!(out.status.success());
+    serde_json::from_slice(&out.stdout).unwrap()
 }
 
 /// Processes running the lab's DPDK endpoint program.
@@ -181,60 +134,40 @@ fn dpdk_pairs() -> Vec<String> {
 }
 
 #[test]
-fn switch_anchors_dpdk_drives_the_switches_with_the_dpdk_endpoints() {
+fn switch_anchors_drives_every_switch_with_the_dpdk_endpoints_and_gives_everything_back() {
     if !vnio_lab::is_root() {
-        eprintln!("skipped the DPDK endpoints: hugepages and namespaces need root");
+        eprintln!("skipped the anchor switches: hugepages and namespaces need root");
         return;
     }
     if let Some(why) = vnio_lab::anchor_switch::missing(vnio_lab::scenario::WireKind::Testpmd)
         .or_else(vnio_lab::pair::program::missing)
     {
-        println!("skip: the DPDK endpoints: {why}");
+        println!("skip: the anchor switches with the DPDK endpoints: {why}");
         return;
     }
+    let ovs = vnio_lab::anchor_switch::missing(vnio_lab::scenario::WireKind::OvsDpdk);
     let _turn = turn();
     let dir = temp("dpdk");
-    let (journal, db) = (dir.join("journal"), dir.join("lab.db"));
-    let huge_before = nr_hugepages();
-    let out = Command::new(VNIO)
-        .args(["lab", "run", "switch-anchors-dpdk", "--quick"])
-        .args(["-c", "vnio", "-c", "testpmd", "--db"])
-        .arg(&db)
-        .arg("--report")
-        .arg(dir.join("dpdk.html"))
-        .env("VNIO_LAB_JOURNAL", &journal)
-        .output()
-        .unwrap();
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        out.status.success(),
-        "vnio lab run switch-anchors-dpdk:\n{said}"
-    );
+    let run = run_anchors(&dir, &[]);
+    assert!(run.overrides.knobs.is_empty(), "the scenario as shipped");
 
-    // Everything given back: no program left running, no hugepages, no
-    // DPDK run-time directory, nothing in the journal.
-    assert!(dpdk_pairs().is_empty(), "{:?}", dpdk_pairs());
-    assert_eq!(nr_hugepages(), huge_before, "hugepages restored");
-    assert!(hugetlbfs_mounts().is_empty(), "{:?}", hugetlbfs_mounts());
-    assert!(dpdk_runtime_dirs().is_empty(), "{:?}", dpdk_runtime_dirs());
-    assert!(
-        journal_lines(&journal).is_empty(),
-        "{:?}",
-        journal_lines(&journal)
-    );
-
-    let store = Store::open(&db).unwrap();
-    let run = store.load(store.resolve("last").unwrap()).unwrap();
+    // Every installed switch forwarded every workload, driven by the DPDK
+    // program.
     let points = &run.scenarios[0].points;
-    assert_eq!(points.len(), 6, "2 switches x 3 workloads");
+    assert_eq!(points.len(), 9, "3 switches x 3 workloads");
     let two_cpus = std::thread::available_parallelism().unwrap().get() >= 2;
     for p in points {
         let cfg = p.point.configuration.as_str();
         let at = format!("{cfg} {}", p.point.workload.name);
+        if cfg == "ovs-dpdk" && ovs.is_some() {
+            assert_eq!(p.status, Status::Skipped, "{p:?}");
+            assert!(p
+                .error
+                .as_ref()
+                .unwrap()
+                .contains("openvswitch-switch-dpdk"));
+            continue;
+        }
         assert_eq!(p.status, Status::Ok, "{at}: {:?}", p.error);
         let doc = p.document.as_ref().unwrap();
         assert_eq!(doc.params["endpoints"], "dpdk", "{at}");
@@ -281,6 +214,84 @@ fn switch_anchors_dpdk_drives_the_switches_with_the_dpdk_endpoints() {
         .notes
         .iter()
         .any(|n| n.contains("lab's DPDK program") && n.contains("on hugepages"))));
+    assert!(testbeds.iter().any(|b| b
+        .notes
+        .iter()
+        .any(|n| n.contains("dpdk-testpmd io forwarding"))));
+    assert!(testbeds
+        .iter()
+        .any(|b| b.notes.iter().any(|n| n.contains("busy-poll"))));
+
+    // The ratios are judged (one quick iteration: inconclusive is fine):
+    // both rates and the round trip's p50 and p99, against each anchor.
+    let v = findings_json(&dir);
+    assert!(v.get("knob_overrides").is_none(), "{v}");
+    let verdicts = v["verdicts"].as_array().unwrap();
+    assert_eq!(verdicts.len(), 8);
+    for f in verdicts
+        .iter()
+        .filter(|f| f["id"].as_str().unwrap().ends_with("testpmd"))
+    {
+        assert!(f["value"].as_f64().is_some_and(|r| r > 0.0), "{f}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn switch_anchors_with_the_labs_own_endpoints_is_one_knob_away() {
+    if !vnio_lab::is_root() {
+        eprintln!("skipped the lab's own endpoints: hugepages and namespaces need root");
+        return;
+    }
+    if let Some(why) = vnio_lab::anchor_switch::missing(vnio_lab::scenario::WireKind::Testpmd) {
+        println!("skip: the anchor switches with the lab's own endpoints: {why}");
+        return;
+    }
+    let _turn = turn();
+    let dir = temp("own");
+    let run = run_anchors(
+        &dir,
+        &["--knob", "endpoints=vnio", "-c", "vnio", "-c", "testpmd"],
+    );
+    // The run records the knob: it is not the scenario as shipped.
+    let knobs: Vec<String> = run.overrides.knobs.iter().map(|k| k.to_string()).collect();
+    assert_eq!(knobs, ["endpoints = \"vnio\""]);
+
+    let points = &run.scenarios[0].points;
+    assert_eq!(points.len(), 6, "2 switches x 3 workloads");
+    for p in points {
+        let cfg = p.point.configuration.as_str();
+        let at = format!("{cfg} {}", p.point.workload.name);
+        assert_eq!(p.status, Status::Ok, "{at}: {:?}", p.error);
+        let doc = p.document.as_ref().unwrap();
+        assert_ne!(doc.params["endpoints"], "dpdk", "{at}: {}", doc.params);
+        let it = &doc.iterations[doc.chosen];
+        if p.point.workload.name.starts_with("rate") {
+            assert!(it.merged.ops_per_s > 1000.0, "{at}: {:?}", it.merged);
+            // One way: what arrived was sent.
+            assert!(it.merged.ops <= it.merged.sent, "{at}: {:?}", it.merged);
+        } else {
+            let lat = it.merged.latency.as_ref().unwrap();
+            assert!(lat.p50_ns > 0 && lat.p50_ns <= lat.p99_ns, "{at}: {lat:?}");
+        }
+    }
+    let testbeds = &run.scenarios[0].testbeds;
+    assert!(testbeds
+        .iter()
+        .all(|b| !b.notes.iter().any(|n| n.contains("lab's DPDK program"))));
+
+    // Its findings and its report say which knob it set.
+    let v = findings_json(&dir);
+    assert_eq!(
+        v["knob_overrides"],
+        serde_json::json!([{ "key": "endpoints", "value": "vnio" }])
+    );
+    assert_eq!(v["verdicts"].as_array().unwrap().len(), 8);
+    let html = std::fs::read_to_string(dir.join("anchors.html")).unwrap();
+    assert!(
+        html.contains("endpoints = &quot;vnio&quot; (--knob, over &quot;dpdk&quot; in [knobs])"),
+        "the report says what the knob replaced"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

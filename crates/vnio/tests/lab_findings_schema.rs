@@ -246,10 +246,26 @@ fn findings_json_of_a_real_run_validates_against_the_schema() {
     let wrong = dir.join("wrong.json");
     std::fs::write(&wrong, bad.to_string()).unwrap();
     assert!(validate(&wrong).unwrap_err().contains("probably"));
-    let mut bad = doc;
+    let mut bad = doc.clone();
     bad["verdicts"][0].as_object_mut().unwrap().remove("why");
     std::fs::write(&wrong, bad.to_string()).unwrap();
     assert!(validate(&wrong).unwrap_err().contains("why"));
+
+    // A run that set knobs (`--knob`) lists them; the schema takes them,
+    // and refuses one without its value.
+    let mut knobs = doc;
+    knobs["knob_overrides"] = serde_json::json!([
+        { "key": "endpoints", "value": "vnio" },
+        { "key": "switch_cpus", "value": [0] }
+    ]);
+    std::fs::write(&wrong, knobs.to_string()).unwrap();
+    validate(&wrong).unwrap();
+    knobs["knob_overrides"][0]
+        .as_object_mut()
+        .unwrap()
+        .remove("value");
+    std::fs::write(&wrong, knobs.to_string()).unwrap();
+    assert!(validate(&wrong).unwrap_err().contains("value"));
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -132,6 +132,10 @@ pub struct RunFindings {
     pub without: Vec<String>,
     /// Scenarios whose stored text does not parse any more.
     pub unreadable: Vec<Unreadable>,
+    /// Knobs set for the run (`--knob`): the verdicts are on the scenario
+    /// with them, not as written.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub knob_overrides: Vec<crate::scenario::KnobOverride>,
 }
 
 /// Judge every finding of a stored run.
@@ -142,6 +146,7 @@ pub fn judge_run(run: &StoredRun) -> RunFindings {
         verdicts: Vec::new(),
         without: Vec::new(),
         unreadable: Vec::new(),
+        knob_overrides: run.overrides.knobs.clone(),
     };
     for s in &run.scenarios {
         match crate::scenario::parse(&s.origin, &s.text) {

@@ -1,7 +1,9 @@
 //! The report's environment section: the machine, the build, the
-//! scenario's overrides.
+//! scenario's overrides; and the notes that say a run set knobs, so its
+//! results never pass for the scenario as written.
 
 use super::*;
+use crate::scenario::{LabFile, Overrides};
 use crate::store::StoredRun;
 use std::fmt::Write;
 
@@ -116,9 +118,44 @@ pub(super) fn describe_overrides(o: &crate::scenario::Overrides) -> String {
     if !o.configurations.is_empty() {
         parts.push(format!("configurations {}", o.configurations.join(", ")));
     }
+    if !o.knobs.is_empty() {
+        let knobs: Vec<String> = o.knobs.iter().map(|k| k.to_string()).collect();
+        parts.push(format!("knobs {}", knobs.join(", ")));
+    }
     if parts.is_empty() {
-        "none (scenario lengths)".into()
+        "none (the scenario as written)".into()
     } else {
         parts.join(", ")
     }
+}
+
+/// Under the run's heading: the knobs the run set, if any.
+pub(super) fn knobs_banner(h: &mut String, run: &StoredRun) {
+    if run.overrides.knobs.is_empty() {
+        return;
+    }
+    let knobs: Vec<String> = run.overrides.knobs.iter().map(|k| k.to_string()).collect();
+    let _ = writeln!(
+        h,
+        "<p class=\"overridden\"><b>Knobs overridden for this run</b> (<code>--knob</code>): {}. \
+         These results are not the scenario as written.</p>",
+        escape(&knobs.join(", "))
+    );
+}
+
+/// At the top of a scenario's section: each knob the run set and what the
+/// scenario's stored text said there.
+pub(super) fn scenario_knobs(h: &mut String, s: &StoredScenario, o: &Overrides) {
+    if o.knobs.is_empty() {
+        return;
+    }
+    let said: Vec<String> = match crate::scenario::parse(&s.origin, &s.text) {
+        Ok(LabFile::Scenario(file)) => o.knobs.iter().map(|k| k.describe(&file, o)).collect(),
+        _ => o.knobs.iter().map(|k| format!("{k} (--knob)")).collect(),
+    };
+    let _ = writeln!(
+        h,
+        "<p class=\"overridden\">Knobs set for this run: {}; the scenario file below is as written.</p>",
+        escape(&said.join("; "))
+    );
 }

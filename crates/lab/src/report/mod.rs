@@ -7,7 +7,7 @@ mod compare;
 mod environment;
 mod figures;
 pub use compare::{compare, pairs, Pair};
-use environment::{describe_overrides, environment};
+use environment::{describe_overrides, environment, knobs_banner, scenario_knobs};
 mod verdicts;
 
 use std::collections::BTreeMap;
@@ -150,6 +150,7 @@ th{background:#eef4fa}td.l,th.l{text-align:left}tr.skipped td{color:#888}tr.fail
 .meta{color:#555}.study{background:#f6f8fa;border-left:4px solid #3182bd;padding:.5em 1em}
 figure{margin:1em 0}figure svg{max-width:100%;height:auto;border:1px solid #eee}
 pre{background:#f6f8fa;padding:1em;overflow-x:auto;font-size:.8em}.error{color:#b00}
+.overridden{background:#fff4d6;border-left:4px solid #e6a100;padding:.5em 1em}
 nav ul{columns:2}details{margin:.5em 0}
 tr.reproduced td,td.reproduced{background:#e5f5e0}tr.not-reproduced td,td.not-reproduced{background:#fde0dd}
 tr.inconclusive td,td.inconclusive{background:#f3f3f3}table.findings td{vertical-align:top}
@@ -215,6 +216,7 @@ pub fn render(run: &StoredRun) -> String {
         ns_time(r.started_unix_ns),
         elapsed
     );
+    knobs_banner(&mut h, run);
     let found = findings::judge_run(run);
     verdicts::table(&mut h, &found);
     if run.scenarios.len() > 1 {
@@ -236,14 +238,20 @@ pub fn render(run: &StoredRun) -> String {
             .filter(|v| v.scenario == s.name)
             .cloned()
             .collect();
-        scenario_section(&mut h, i, s, &mine);
+        scenario_section(&mut h, i, s, &run.overrides, &mine);
     }
     environment(&mut h, run);
     h.push_str("</body></html>\n");
     h
 }
 
-fn scenario_section(h: &mut String, index: usize, s: &StoredScenario, verdicts: &[Verdict]) {
+fn scenario_section(
+    h: &mut String,
+    index: usize,
+    s: &StoredScenario,
+    overrides: &crate::scenario::Overrides,
+    verdicts: &[Verdict],
+) {
     let _ = writeln!(
         h,
         "<section id=\"s{index}\"><h2 id=\"s-{}\">{}</h2>",
@@ -266,6 +274,7 @@ fn scenario_section(h: &mut String, index: usize, s: &StoredScenario, verdicts: 
         crate::scenario::humantime::format(run.duration),
         crate::scenario::humantime::format(run.warmup)
     );
+    scenario_knobs(h, s, overrides);
     // Configuration order as run, then workloads in plan order.
     let cfg_index: BTreeMap<&str, usize> = s
         .configurations

@@ -47,7 +47,6 @@ pub const SHIPPED: &[Shipped] = shipped![
     "uplink-rate",
     "lro",
     "switch-anchors",
-    "switch-anchors-dpdk",
     "instrument",
     "vm-native",
     "vm-vm",

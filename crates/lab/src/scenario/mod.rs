@@ -10,6 +10,7 @@
 //! ```
 
 mod capabilities;
+mod knob_override;
 mod knobs;
 mod library;
 mod model;
@@ -18,6 +19,7 @@ mod plan;
 mod validate;
 
 pub use capabilities::Capabilities;
+pub use knob_override::{knob_names, with_knobs, KnobOverride, KnobOverrideError};
 pub use knobs::{Endpoints, Knobs, PortPolicy};
 pub use library::{shipped, Shipped, SHIPPED};
 pub use model::{

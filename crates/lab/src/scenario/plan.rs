@@ -9,7 +9,8 @@ use serde::{Deserialize, Serialize};
 use super::capabilities::Capabilities;
 use super::model::*;
 
-/// Changes to a scenario's length from the command line or a set.
+/// Changes to a scenario for one run, from the command line or a set: its
+/// length, the configurations measured, knobs. Stored with the run.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Overrides {
     /// Measured time per iteration.
@@ -23,6 +24,12 @@ pub struct Overrides {
     pub quick: bool,
     /// Run only these configurations (empty: all).
     pub configurations: Vec<String>,
+    /// Knobs set for this run (`--knob`), in every configuration measured
+    /// ([`super::with_knobs`] applies them to the scenario, which
+    /// [`Plan::new`] then takes as it runs). Absent from runs stored
+    /// before knobs could be overridden.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub knobs: Vec<super::KnobOverride>,
 }
 
 impl Overrides {
@@ -38,7 +45,17 @@ impl Overrides {
             } else {
                 self.configurations.clone()
             },
+            knobs: if self.knobs.is_empty() {
+                under.knobs.clone()
+            } else {
+                self.knobs.clone()
+            },
         }
+    }
+
+    /// True when configuration `name` is measured (no filter, or named).
+    pub fn measures(&self, name: &str) -> bool {
+        self.configurations.is_empty() || self.configurations.iter().any(|c| c == name)
     }
 }
 
@@ -212,7 +229,8 @@ impl Plan {
         self.guest_configurations > 0
     }
 
-    /// Expand `s` with `o` applied.
+    /// Expand `s` with `o`'s length and configurations applied; `s` is the
+    /// scenario as it runs, `o.knobs` already set ([`super::with_knobs`]).
     pub fn new(s: &Scenario, o: &Overrides, caps: &Capabilities) -> Result<Plan, String> {
         let mut run = s.run.clone();
         if o.quick {
@@ -241,7 +259,7 @@ impl Plan {
         let configurations: Vec<Configuration> = s
             .configurations
             .iter()
-            .filter(|c| o.configurations.is_empty() || o.configurations.contains(&c.name))
+            .filter(|c| o.measures(&c.name))
             .cloned()
             .collect();
         let values: Vec<Option<(SweepParam, u64)>> = match &s.sweep {

@@ -13,7 +13,7 @@ use crate::scenario::{self, Capabilities, LabFile, Overrides, Plan, Scenario, So
 pub struct Member {
     /// The scenario's file.
     pub source: Source,
-    /// The scenario.
+    /// The scenario as it runs: the file's, with the overrides' knobs set.
     pub scenario: Scenario,
     /// The overrides it runs with.
     pub overrides: Overrides,
@@ -24,6 +24,29 @@ impl Member {
     pub fn plan(&self, caps: &Capabilities) -> Result<Plan, LabError> {
         Plan::new(&self.scenario, &self.overrides, caps).map_err(LabError::Plan)
     }
+
+    /// One line per knob the overrides set, with what the file said there
+    /// ([`scenario::KnobOverride::describe`]).
+    pub fn knob_notes(&self) -> Vec<String> {
+        let LabFile::Scenario(file) = &self.source.file else {
+            return Vec::new();
+        };
+        self.overrides
+            .knobs
+            .iter()
+            .map(|k| k.describe(file, &self.overrides))
+            .collect()
+    }
+}
+
+/// `source`'s scenario `s` as a member run with `overrides`.
+fn member(source: Source, s: &Scenario, overrides: Overrides) -> Result<Member, LabError> {
+    let scenario = scenario::with_knobs(&source.origin, s, &overrides)?;
+    Ok(Member {
+        source,
+        scenario,
+        overrides,
+    })
 }
 
 /// A name expanded: the file it names and its scenarios.
@@ -61,11 +84,7 @@ pub fn expand(name: &str, cli: &Overrides) -> Result<Expanded, LabError> {
     let source = scenario::load(name)?;
     let mut members = Vec::new();
     match &source.file {
-        LabFile::Scenario(s) => members.push(Member {
-            source: source.clone(),
-            scenario: (**s).clone(),
-            overrides: cli.clone(),
-        }),
+        LabFile::Scenario(s) => members.push(member(source.clone(), s, cli.clone())?),
         LabFile::Set(set) => {
             let from_set = Overrides {
                 duration: set.duration,
@@ -80,12 +99,8 @@ pub fn expand(name: &str, cli: &Overrides) -> Result<Expanded, LabError> {
                         "set {name}: {name_in_set} is not a scenario"
                     )));
                 };
-                let scenario = (**s).clone();
-                members.push(Member {
-                    source: src,
-                    scenario,
-                    overrides: cli.or(&from_set),
-                });
+                let s = (**s).clone();
+                members.push(member(src, &s, cli.or(&from_set))?);
             }
         }
     }
@@ -140,8 +155,8 @@ pub struct Prepared {
     pub overrides: Overrides,
     /// The scenarios with their plans, in run order.
     pub runs: Vec<(Source, Scenario, Plan)>,
-    /// What a set leaves out because this build cannot run it, one line
-    /// each.
+    /// One line each: the knobs set for the run and what they replace, what
+    /// a set leaves out because this build cannot run it.
     pub notes: Vec<String>,
 }
 
@@ -162,6 +177,9 @@ pub fn prepare(name: &str, cli: &Overrides) -> Result<Prepared, LabError> {
     let mut runs = Vec::new();
     let mut notes = Vec::new();
     for m in expanded.members {
+        for knob in m.knob_notes() {
+            notes.push(format!("vnio lab: {}: knob {knob}", m.source.name));
+        }
         let named = |e: String| LabError::Plan(format!("{}: {e}", m.source.name));
         let mut plan = Plan::new(&m.scenario, &m.overrides, &caps).map_err(named)?;
         if !plan.missing.is_empty() {

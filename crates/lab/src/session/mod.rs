@@ -36,6 +36,8 @@ pub struct Comparison {
     pub changed: Vec<Change>,
     /// Points measured in both, paired.
     pub pairs: Vec<Pair>,
+    /// The knobs each run set (`--knob`), the first run's then the second's.
+    pub knob_overrides: [Vec<crate::scenario::KnobOverride>; 2],
     /// The HTML comparison written.
     pub html: PathBuf,
 }
@@ -119,6 +121,7 @@ impl Lab {
             b: ib,
             changed,
             pairs: report::pairs(&ra, &rb),
+            knob_overrides: [ra.overrides.knobs.clone(), rb.overrides.knobs.clone()],
             html,
         })
     }

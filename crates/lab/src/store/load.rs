@@ -6,16 +6,23 @@ use rusqlite::params;
 
 use super::{EnvColumn, RunRow, Store, StoreError, StoredRun, StoredScenario};
 use crate::runner::PointOutcome;
+use crate::scenario::Overrides;
 
 impl Store {
     /// Every run, newest first.
     pub fn runs(&self) -> Result<Vec<RunRow>, StoreError> {
         let mut stmt = self.sql(self.conn.prepare(
             "SELECT r.id, r.name, r.title, r.started_unix_ns, r.finished_unix_ns, r.status, r.revision, r.error,
-                    (SELECT COUNT(*) FROM points p WHERE p.run_id = r.id)
+                    (SELECT COUNT(*) FROM points p WHERE p.run_id = r.id), r.overrides
              FROM runs r ORDER BY r.id DESC",
         ))?;
         let rows = stmt.query_map([], |r| {
+            // A listing shows what it can: overrides that do not decode
+            // are reported when the run itself is loaded.
+            let overrides: String = r.get(9)?;
+            let knob_overrides = serde_json::from_str::<Overrides>(&overrides)
+                .map(|o| o.knobs)
+                .unwrap_or_default();
             Ok(RunRow {
                 id: r.get(0)?,
                 name: r.get(1)?,
@@ -26,6 +33,7 @@ impl Store {
                 revision: r.get(6)?,
                 error: r.get(7)?,
                 points: r.get(8)?,
+                knob_overrides,
             })
         });
         self.sql(rows.and_then(|it| it.collect()))

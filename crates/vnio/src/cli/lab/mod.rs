@@ -15,7 +15,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use clap::Subcommand;
 use vnio_lab::findings;
-use vnio_lab::scenario::Overrides;
+use vnio_lab::scenario::{KnobOverride, Overrides};
 use vnio_lab::session::{self, Lab, RunSettings};
 use vnio_lab::store;
 
@@ -50,7 +50,7 @@ enum Cmd {
         #[arg(long)]
         toml: bool,
         #[command(flatten)]
-        length: LengthArgs,
+        overrides: OverrideArgs,
     },
     /// Run a scenario or set: build, measure, store, report (needs root).
     Run {
@@ -62,7 +62,7 @@ enum Cmd {
         #[arg(long)]
         report: Option<PathBuf>,
         #[command(flatten)]
-        length: LengthArgs,
+        overrides: OverrideArgs,
     },
     /// Render the HTML report of a stored run.
     Report {
@@ -136,8 +136,10 @@ enum Cmd {
     },
 }
 
+/// What a run changes from its scenario: the length, the configurations,
+/// knobs.
 #[derive(clap::Args, Clone, Default)]
-struct LengthArgs {
+struct OverrideArgs {
     /// Measured time per iteration, for every point (e.g. 500ms, 5m).
     #[arg(long, short = 'd', value_parser = parse_duration)]
     duration: Option<Duration>,
@@ -153,17 +155,24 @@ struct LengthArgs {
     /// Run only this configuration (repeatable).
     #[arg(long = "configuration", short = 'c')]
     configurations: Vec<String>,
+    /// Set a knob for this run, in every configuration it measures, over the
+    /// scenario's (repeatable): VALUE is TOML, a bare word a string, e.g.
+    /// endpoints=vnio, switch_cpus=[0], placement_probe=false.
+    #[arg(long = "knob", value_name = "KEY=VALUE")]
+    knobs: Vec<String>,
 }
 
-impl LengthArgs {
-    fn overrides(&self) -> Overrides {
-        Overrides {
+impl OverrideArgs {
+    /// The overrides, the knobs read and type-checked by the lab.
+    fn overrides(&self) -> anyhow::Result<Overrides> {
+        Ok(Overrides {
             duration: self.duration,
             warmup: self.warmup,
             iterations: self.iterations,
             quick: self.quick,
             configurations: self.configurations.clone(),
-        }
+            knobs: KnobOverride::parse_all(&self.knobs)?,
+        })
     }
 }
 
@@ -178,10 +187,13 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         Cmd::Show {
             scenario,
             toml,
-            length,
+            overrides,
         } => {
-            let expanded = session::expand(&scenario, &length.overrides())?;
+            let expanded = session::expand(&scenario, &overrides.overrides()?)?;
             if toml {
+                if !overrides.knobs.is_empty() {
+                    eprintln!("vnio lab: the file as written: --knob is not applied to its text");
+                }
                 print!("{}", expanded.source.text);
             } else {
                 render::show(&expanded)?;
@@ -192,8 +204,8 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             scenario,
             db,
             report,
-            length,
-        } => run_scenario(&scenario, Lab::new(db.db), report, &length.overrides()),
+            overrides,
+        } => run_scenario(&scenario, Lab::new(db.db), report, &overrides.overrides()?),
         Cmd::Report { run, db, out } => {
             let path = Lab::new(db.db).report(&run, out)?;
             println!("report: {}", path.display());

@@ -40,15 +40,26 @@ pub fn list(listed: &[Listed], db: &Path, runs: Option<&[RunRow]>) {
     );
     for r in runs {
         println!(
-            "{:>5} {:<22} {:<12} {:>6} {:<20} {}",
+            "{:>5} {:<22} {:<12} {:>6} {:<20} {}{}",
             r.id,
             r.name,
             r.status,
             r.points,
             started(r.started_unix_ns),
-            r.revision
+            r.revision,
+            knobs_set(&r.knob_overrides)
         );
     }
+}
+
+/// `  knobs set: a = 1, b = "x"` after a run's line, or nothing: a run
+/// with knobs overridden is not the scenario as written.
+fn knobs_set(knobs: &[scenario::KnobOverride]) -> String {
+    if knobs.is_empty() {
+        return String::new();
+    }
+    let knobs: Vec<String> = knobs.iter().map(|k| k.to_string()).collect();
+    format!("  knobs set: {}", knobs.join(", "))
 }
 
 fn started(ns: i64) -> String {
@@ -86,6 +97,9 @@ pub fn show(e: &Expanded) -> anyhow::Result<()> {
             scenario::humantime::format(plan.run.duration),
             scenario::humantime::format(plan.run.warmup)
         );
+        for knob in m.knob_notes() {
+            println!("knob {knob}");
+        }
         let hosts: Vec<String> = s
             .hosts
             .iter()
@@ -215,7 +229,12 @@ pub fn text_table(name: &str, title: &str, points: &[runner::PointOutcome]) -> S
 /// The verdicts as a terminal table, the reason under each row.
 pub fn findings_table(f: &RunFindings) -> String {
     use std::fmt::Write;
-    let mut s = format!("run {}: {}\n", f.run, f.name);
+    let mut s = format!(
+        "run {}: {}{}\n",
+        f.run,
+        f.name,
+        knobs_set(&f.knob_overrides)
+    );
     if f.verdicts.is_empty() {
         s.push_str("no scenario of this run declares a finding\n");
     } else {
@@ -253,6 +272,11 @@ pub fn findings_table(f: &RunFindings) -> String {
 
 /// Changed verdicts, then the common points' p50 and p99 side by side.
 pub fn compare(c: &Comparison) {
+    for (run, knobs) in [c.a, c.b].iter().zip(&c.knob_overrides) {
+        if !knobs.is_empty() {
+            println!("run {run}:{}", knobs_set(knobs));
+        }
+    }
     if c.changed.is_empty() {
         println!("verdicts: no finding judged in both runs changed");
     } else {
