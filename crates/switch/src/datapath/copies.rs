@@ -13,7 +13,9 @@
 //! between held: it is made from the same mappings it was checked in,
 //! whatever happens to the ports meanwhile. The data path still makes the
 //! batch before anything that could reset a port, takes the full path, or
-//! returns the burst's chains, so a guest sees every frame as before.
+//! returns the burst's chains, so a guest sees every frame as before. The
+//! memories are let go on every port event and idle round ([`Copies::release`]):
+//! held on, a front-end that left could not get its hugepages back.
 
 use crate::vhost_user::memory::GuestMem;
 use crate::vhost_user::queue::BURST;
@@ -103,6 +105,20 @@ impl Copies {
             }
         }
         self.n = 0;
+    }
+
+    /// Makes the queued copies and lets go of the memories: a front-end
+    /// that went away, or replaced its memory table, gets its mappings
+    /// (hugepages, often) back. For idle rounds and port events.
+    pub(crate) fn release(&mut self) {
+        self.flush();
+        self.between = None;
+    }
+
+    /// The memories held, for tests.
+    #[cfg(test)]
+    pub(crate) fn holds(&self) -> bool {
+        self.between.is_some()
     }
 
     /// True when no copy waits.

@@ -98,3 +98,16 @@ fn copies_between_other_memories_make_the_batch_first() {
     c.flush();
     assert_eq!(bytes(&d, 0x40 + 12, 8), [2; 8]);
 }
+
+#[test]
+fn release_makes_the_copies_and_lets_the_memories_go() {
+    let (src, dst) = (memory("src3"), memory("dst3"));
+    src.mem().write_slice(&[5u8; 8], GuestAddress(0)).unwrap();
+    let mut c = Copies::default();
+    assert!(c.push(&src, 0, 8, &dst, 0, 0x40, HEAD, 12));
+    assert_eq!(Arc::strong_count(&dst), 2);
+    c.release();
+    assert_eq!(bytes(&dst, 12, 8), [5; 8]);
+    assert!(c.is_empty() && !c.holds());
+    assert_eq!((Arc::strong_count(&src), Arc::strong_count(&dst)), (1, 1));
+}

@@ -110,6 +110,8 @@ impl Datapath {
 
     /// Handles an event on one of slot `idx`'s watched descriptors.
     pub fn on_event(&mut self, idx: usize, what: Watch, now: Instant) {
+        // A message may replace a memory table or end a port.
+        self.copies.release();
         if what == Watch::Connection {
             // The front-end's messages may stop or remap the queues: an LRO
             // aggregate's receive chains are returned first.

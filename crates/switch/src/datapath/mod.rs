@@ -305,6 +305,7 @@ impl Datapath {
         let work = self.poll_round(now, budget);
         if work == 0 {
             self.prepare_rx(now);
+            self.copies.release();
         }
         let end = crate::perf::clock();
         self.perf.round(end.wrapping_sub(self.perf_mark), work);
