@@ -29,6 +29,32 @@ const ETH_IPV4: u16 = 0x0800;
 const ETH_IPV6: u16 = 0x86dd;
 const IPPROTO_TCP: u8 = 6;
 
+/// A frame's destination and source MAC as it carries them (bytes 0-7,
+/// then 8-11, little-endian): compared in two instructions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct MacPair(u64, u32);
+
+impl MacPair {
+    /// The pair a frame from `src` to `dst` carries.
+    pub(super) fn new(dst: &EthernetAddress, src: &EthernetAddress) -> Self {
+        let mut m = [0u8; 12];
+        m[..6].copy_from_slice(&dst.0);
+        m[6..].copy_from_slice(&src.0);
+        let (lo, hi) = m.split_at(8);
+        let lo: [u8; 8] = lo.try_into().unwrap_or_default();
+        let hi: [u8; 4] = hi.try_into().unwrap_or_default();
+        Self(u64::from_le_bytes(lo), u32::from_le_bytes(hi))
+    }
+
+    /// The source address.
+    fn src(self) -> EthernetAddress {
+        let mut m = [0u8; 12];
+        m[..8].copy_from_slice(&self.0.to_le_bytes());
+        m[8..].copy_from_slice(&self.1.to_le_bytes());
+        EthernetAddress::from_bytes(&m[6..])
+    }
+}
+
 /// A plain frame's fields, each read once from the guest's buffer straight
 /// into a value: the guest may write its buffer meanwhile, and only these
 /// values are looked at and carried over. (Copied into a stack buffer and
@@ -38,8 +64,8 @@ pub(crate) struct Look {
     /// The virtio-net header's first ten bytes (flags to checksum offset),
     /// little-endian: bytes 0-7, then 8-9.
     header: [u64; 2],
-    /// Destination then source MAC, as they came: bytes 0-7, then 8-11.
-    macs: (u64, u32),
+    /// Destination then source MAC, as they came.
+    macs: MacPair,
     ethertype: u16,
     /// The IPv4 protocol byte, when the first buffer holds it.
     ip_proto: Option<u8>,
@@ -62,7 +88,7 @@ impl Look {
             u64::from_le_bytes(span.read_at::<8>(0)?),
             u64::from(u16::from_le_bytes(span.read_at::<2>(8)?)),
         ];
-        let macs = (
+        let macs = MacPair(
             u64::from_le_bytes(span.read_at::<8>(h)?),
             u32::from_le_bytes(span.read_at::<4>(h + 8)?),
         );
@@ -111,17 +137,13 @@ impl Look {
         self.ethertype
     }
 
-    /// The MACs, destination then source, as they came (little-endian words).
-    fn macs(&self) -> (u64, u32) {
+    /// The MACs, destination then source, as they came.
+    fn macs(&self) -> MacPair {
         self.macs
     }
 
     fn src(&self) -> EthernetAddress {
-        let (lo, hi) = self.macs;
-        let mut b = [0u8; 6];
-        b[..2].copy_from_slice(&lo.to_le_bytes()[6..]);
-        b[2..].copy_from_slice(&hi.to_le_bytes());
-        EthernetAddress(b)
+        self.macs.src()
     }
 
     /// Whether LRO might merge the frame: a TCP segment, or a header not
@@ -153,10 +175,9 @@ impl Look {
 pub(super) struct PlainRoute {
     /// The destination slot.
     to: usize,
-    /// The remembered decision's MACs, destination then source, as
-    /// [`Look::macs`] gives them; None for a cross-connected port, whose
-    /// every plain frame goes to its peer.
-    macs: Option<(u64, u32)>,
+    /// The remembered decision's MACs; None for a cross-connected port,
+    /// whose every plain frame goes to its peer.
+    macs: Option<MacPair>,
     /// The source's address is still to be learned from a frame.
     learn: bool,
     /// The destination's LRO might merge a TCP segment.
@@ -194,7 +215,7 @@ impl Datapath {
                 if d.learned == Learned::PortLimit || j == i {
                     return None;
                 }
-                (j, Some(m.macs()), me.needs_mac)
+                (j, Some(MacPair::new(&m.l2.dst, &m.l2.src)), me.needs_mac)
             }
         };
         let dst = self.slots[to].as_ref()?;
@@ -263,11 +284,8 @@ impl Datapath {
         };
         tally.frames += 1;
         tally.bytes += frame_len;
+        // (A hostile ring resets its port: `reset` makes the copies first.)
         let ok = result.is_ok();
-        if !ok {
-            // A hostile ring resets its port: the copies are made first.
-            self.copies.flush();
-        }
         self.delivered(j, result, now);
         if r.learn {
             r.learn = false;
@@ -289,5 +307,22 @@ impl Datapath {
             me.stats.tx.frames(tally.frames, tally.bytes);
         }
         self.perf.fast_frames(tally.frames);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::MacPair;
+    use crate::wire::EthernetAddress;
+
+    #[test]
+    fn a_mac_pair_is_the_frames_first_twelve_bytes_and_gives_its_source_back() {
+        let dst = EthernetAddress([1, 2, 3, 4, 5, 6]);
+        let src = EthernetAddress([7, 8, 9, 10, 11, 12]);
+        let p = MacPair::new(&dst, &src);
+        // As `Look::read` loads them from a frame that starts dst, src.
+        assert_eq!(p, MacPair(0x0807_0605_0403_0201, 0x0c0b_0a09));
+        assert_eq!(p.src(), src);
+        assert_ne!(p, MacPair::new(&src, &dst));
     }
 }

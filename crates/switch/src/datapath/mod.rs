@@ -171,19 +171,6 @@ impl FlowMemo {
             && self.l2.tag.is_none()
             && now < self.until
     }
-
-    /// The decision's MACs as a frame carries them, destination then
-    /// source, as little-endian words (bytes 0-7, then 8-11).
-    fn macs(&self) -> (u64, u32) {
-        let mut m = [0u8; 12];
-        m[..6].copy_from_slice(&self.l2.dst.0);
-        m[6..].copy_from_slice(&self.l2.src.0);
-        let mut lo = [0u8; 8];
-        lo.copy_from_slice(&m[..8]);
-        let mut hi = [0u8; 4];
-        hi.copy_from_slice(&m[8..]);
-        (u64::from_le_bytes(lo), u32::from_le_bytes(hi))
-    }
 }
 
 /// An LRO aggregate (built in the port's receive buffers) and how it leaves the port.

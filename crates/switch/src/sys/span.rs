@@ -179,26 +179,6 @@ impl<'a> Span<'a> {
                 .checked_add(body.len)
                 .is_some_and(|total| total <= self.len)
     }
-
-    /// Writes `head` at the span's start, then the whole of `body` after it;
-    /// false (nothing written) when they do not fit.
-    #[inline]
-    pub fn write_with(&self, head: &[u8], body: &Span<'_>) -> bool {
-        let Some(total) = head.len().checked_add(body.len) else {
-            return false;
-        };
-        if total > self.len {
-            return false;
-        }
-        // SAFETY: both ranges are inside mappings borrowed for the spans'
-        // lifetimes (`new`) and fit (checked above); `head` is local. `copy`
-        // allows the front-ends' ranges to overlap (a hostile chain pair).
-        unsafe {
-            std::ptr::copy_nonoverlapping(head.as_ptr(), self.ptr, head.len());
-            std::ptr::copy(body.ptr, self.ptr.add(head.len()), body.len);
-        }
-        true
-    }
 }
 
 #[cfg(test)]
