@@ -145,14 +145,23 @@ pub(super) struct PackedRing {
     /// when it is returned.
     slots: Box<[u16]>,
     /// Where the chains popped and not yet used began and their ids, by
-    /// pop count (`pops % size`): giving chains back returns there.
+    /// pop count (`pops`, counted modulo the size): giving chains back
+    /// returns there.
     began: Box<[(Pos, u16)]>,
-    pops: Wrapping<u16>,
+    /// Chains popped, modulo the size (kept in range by hand: a packed
+    /// ring's size need not be a power of two, and a division per chain
+    /// cost as much as the rest of its bookkeeping).
+    pops: u16,
     /// The first used descriptor written since the last flush and its
     /// flags, stored last so the driver sees the batch at once.
     first: Option<(u16, u16)>,
-    /// In-order batch not written yet: where it starts, its last id.
-    batch: Option<(Pos, u16)>,
+    /// In-order transmit: where the batch not written yet starts (the
+    /// used position at the last flush; open while `used` differs) and
+    /// its last id. Two plain fields, not one `Option` of a tuple: that
+    /// was written piece by piece per chain and read back whole, and the
+    /// read waited for the stores (store-to-load forwarding fails).
+    batch_from: Pos,
+    batch_id: u16,
     /// Guest-physical addresses of the descriptor ring and the device's
     /// event area, where the log marks them.
     desc_gpa: u64,
@@ -197,9 +206,10 @@ impl PackedRing {
             signalled: avail,
             slots: vec![0; usize::from(size)].into_boxed_slice(),
             began: vec![(avail, 0); usize::from(size)].into_boxed_slice(),
-            pops: Wrapping(0),
+            pops: 0,
             first: None,
-            batch: None,
+            batch_from: avail,
+            batch_id: 0,
             desc_gpa: addrs.desc.0,
             device_event_gpa: addrs.used.0,
             log: None,
@@ -324,26 +334,95 @@ impl PackedRing {
                 break d.id;
             }
         };
+        let in_flight = self.in_flight();
         let slot = self
             .slots
             .get_mut(usize::from(id))
             .ok_or(ChainError::IndexOutOfRange(id))?;
         // An id already in flight: the driver offered slots it does not
         // own (the split ring's index jump).
-        let (avail, used) = (self.avail.linear(self.size), self.used.linear(self.size));
-        let in_flight = if avail >= used {
-            avail - used
-        } else {
-            avail + 2 * u32::from(self.size) - used
-        };
         if *slot != 0 || in_flight + u32::from(count) > u32::from(self.size) {
             return Err(ChainError::IndexJump);
         }
         *slot = count;
-        self.began[usize::from(self.pops.0 % self.size)] = (self.avail, id);
-        self.pops += Wrapping(1);
+        self.note_pop(id);
         self.avail = at;
         Ok(Some((id, n, total)))
+    }
+
+    /// Slots popped and not yet returned.
+    fn in_flight(&self) -> u32 {
+        let (avail, used) = (self.avail.linear(self.size), self.used.linear(self.size));
+        if avail >= used {
+            avail - used
+        } else {
+            avail + 2 * u32::from(self.size) - used
+        }
+    }
+
+    /// Records a popped chain's first slot and id, to give it back.
+    #[inline]
+    fn note_pop(&mut self, id: u16) {
+        self.began[usize::from(self.pops)] = (self.avail, id);
+        self.pops += 1;
+        if self.pops == self.size {
+            self.pops = 0;
+        }
+    }
+
+    /// Pops the next four slots as four chains of one buffer each, into
+    /// burst `b` from chain `k` and buffer `at`, when they all are: one
+    /// line of the ring read at once, as DPDK's vhost reads its packed
+    /// rings, with one look at the wrap counter and one in-flight check for
+    /// the four. Pops nothing and returns false otherwise (a chain of
+    /// several slots, one not available yet, a fault): the one-by-one path
+    /// then takes them, and finds a fault at the chain that has it.
+    fn pop_four(&mut self, mem: &GuestMem, b: &mut Burst, k: usize, at: usize) -> bool {
+        let first = self.avail.idx;
+        if first % 4 != 0
+            || u32::from(first) + 4 > u32::from(self.size)
+            || self.in_flight() + 4 > u32::from(self.size)
+        {
+            return false;
+        }
+        // The flags with Acquire, as `has_available` reads them: then what
+        // the driver wrote before them is visible.
+        for j in 0..4 {
+            match self.flags(first + j) {
+                Ok(f) if self.is_avail(f) => {}
+                _ => return false,
+            }
+        }
+        let mut ids = [0u16; 4];
+        let mut segs = [Seg::default(); 4];
+        for j in 0..4 {
+            let Ok(d) = self.descriptor(first + j as u16) else {
+                return false;
+            };
+            if d.flags & (F_NEXT | F_INDIRECT) != 0
+                || self.slots.get(usize::from(d.id)) != Some(&0)
+                || ids[..j].contains(&d.id)
+            {
+                return false;
+            }
+            let in_memory = |addr, len| mem.contains(addr, len);
+            let Ok(seg) = chain::check_buffer(d.addr, d.len, d.flags, self.writable, in_memory)
+            else {
+                return false;
+            };
+            ids[j] = d.id;
+            segs[j] = seg;
+        }
+        for j in 0..4 {
+            self.slots[usize::from(ids[j])] = 1;
+            self.note_pop(ids[j]);
+            self.avail.advance(1, self.size);
+            b.heads[k + j] = ids[j];
+            b.segs[at + j] = segs[j];
+            b.lens[k + j] = u64::from(segs[j].len);
+            b.at[k + j + 1] = (at + j + 1) as u16;
+        }
+        true
     }
 
     pub(super) fn pop_burst(
@@ -356,7 +435,21 @@ impl PackedRing {
         b.pending = 0;
         b.at[0] = 0;
         let mut used = 0;
-        for k in 0..max.min(BURST) {
+        let want = max.min(BURST);
+        let mut k = 0;
+        while k < want {
+            if k + 4 <= want && used + 4 <= b.segs.len() && self.pop_four(mem, b, k, used) {
+                // The next line of descriptors, and these chains' buffers.
+                self.desc.prefetch(usize::from(self.avail.idx) * 16);
+                for seg in &b.segs[used..used + 4] {
+                    mem.prefetch(seg.addr, seg.len, self.writable);
+                }
+                used += 4;
+                k += 4;
+                b.n = k;
+                b.pending = k as u16;
+                continue;
+            }
             let Some(room) = b.segs.get_mut(used..used + MAX_SEGS) else {
                 break;
             };
@@ -371,8 +464,9 @@ impl PackedRing {
             used += cnt;
             b.lens[k] = len;
             b.at[k + 1] = used as u16;
-            b.n = k + 1;
-            b.pending = b.n as u16;
+            k += 1;
+            b.n = k;
+            b.pending = k as u16;
         }
         Ok(())
     }
@@ -382,16 +476,18 @@ impl PackedRing {
         if n == 0 {
             return;
         }
-        self.pops -= Wrapping(n);
-        for k in 0..n {
-            let i = self.pops.0.wrapping_add(k) % self.size;
+        // At most a ring's worth is in flight: `n` is below the size.
+        let size = u32::from(self.size);
+        let back = (u32::from(self.pops) + size - u32::from(n) % size) % size;
+        self.pops = back as u16;
+        for k in 0..u32::from(n) {
             // That chain's id is no longer in flight.
-            let (_, id) = self.began[usize::from(i)];
+            let (_, id) = self.began[((back + k) % size) as usize];
             if let Some(s) = self.slots.get_mut(usize::from(id)) {
                 *s = 0;
             }
         }
-        self.avail = self.began[usize::from(self.pops.0 % self.size)].0;
+        self.avail = self.began[usize::from(self.pops)].0;
     }
 
     pub(super) fn add_used(&mut self, id: u16, len: u32) -> Result<(), ChainError> {
@@ -405,9 +501,9 @@ impl PackedRing {
         }
         self.used.advance(slots, self.size);
         if self.features.in_order && !self.writable {
-            // One used descriptor for the batch, naming its last buffer.
-            let start = self.batch.map_or(at, |(s, _)| s);
-            self.batch = Some((start, id));
+            // One used descriptor for the batch (from `batch_from`),
+            // naming its last buffer.
+            self.batch_id = id;
             return Ok(());
         }
         self.write_used(at, id, len)
@@ -417,26 +513,33 @@ impl PackedRing {
     /// it is the first of the batch.
     fn write_used(&mut self, at: Pos, id: u16, len: u32) -> Result<(), ChainError> {
         let off = usize::from(at.idx) * 16;
-        self.desc
-            .store_u32(off + 8, len, Ordering::Relaxed)
-            .and_then(|()| self.desc.store_u16(off + 12, id, Ordering::Relaxed))
-            .ok_or(ChainError::Ring)?;
         let flags = if at.wrap { F_AVAIL | F_USED } else { 0 };
         if self.first.is_none() {
+            self.desc
+                .store_u32(off + 8, len, Ordering::Relaxed)
+                .and_then(|()| self.desc.store_u16(off + 12, id, Ordering::Relaxed))
+                .ok_or(ChainError::Ring)?;
             self.first = Some((at.idx, flags));
             self.log_desc(off + 8, 6);
             return Ok(());
         }
+        // Length, id and flags in one store: one store-buffer entry for a
+        // line the driver's core holds, not three (the descriptor is
+        // 16-byte aligned, so its second half is 8-byte aligned).
+        let word = u64::from(len) | u64::from(id) << 32 | u64::from(flags) << 48;
         self.desc
-            .store_u16(off + DESC_FLAGS, flags, Ordering::Release)
+            .store_u64(off + 8, word, Ordering::Release)
             .ok_or(ChainError::Ring)?;
         self.log_desc(off + 8, 8);
         Ok(())
     }
 
     pub(super) fn flush(&mut self) {
-        if let Some((at, id)) = self.batch.take() {
-            let _ = self.write_used(at, id, 0);
+        if self.used != self.batch_from {
+            if self.features.in_order && !self.writable {
+                let _ = self.write_used(self.batch_from, self.batch_id, 0);
+            }
+            self.batch_from = self.used;
         }
         if let Some((idx, flags)) = self.first.take() {
             let off = usize::from(idx) * 16 + DESC_FLAGS;

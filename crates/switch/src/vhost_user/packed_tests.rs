@@ -359,6 +359,100 @@ fn a_bad_chain_ends_a_burst_after_the_good_ones() {
     assert_eq!(b.len(), 2);
 }
 
+/// The heads of burst `b`, in order.
+fn heads(b: &Burst) -> Vec<u16> {
+    (0..b.len()).map(|k| b.chain(k).0).collect()
+}
+
+#[test]
+fn lines_of_four_and_single_chains_pop_alike_on_any_ring_size() {
+    // 12 and 6 slots: not powers of two (a packed ring's size need not
+    // be), so positions and pop counts wrap by hand; 6 leaves a line of
+    // only two slots before the end.
+    for size in [12u16, 6, 8] {
+        let (mut q, mut d, _call) = pair(size, PLAIN, true);
+        let mut b = Burst::new();
+        let mut next = 0u16;
+        // Bursts of 1, 5, 3, 4, ...: the lines of four begin anywhere.
+        for round in 0..12u16 {
+            let n = [1u16, 5, 3, 4][usize::from(round % 4)].min(size);
+            let offered: Vec<u16> = (0..n).map(|k| (next + k) % size).collect();
+            for &id in &offered {
+                d.offer_one(id, 2000 + u32::from(id), F_WRITE);
+            }
+            next = (next + n) % size;
+            q.pop_burst(&mut b, BURST).unwrap();
+            assert_eq!(heads(&b), offered, "size {size}, round {round}");
+            for k in 0..b.len() {
+                let (id, segs, len) = b.chain(k);
+                assert_eq!(segs.len(), 1);
+                assert_eq!(segs[0].addr, BUFS + 2048 * u64::from(id));
+                assert_eq!(len, 2000 + u64::from(id));
+                q.add_used(id, 7).unwrap();
+            }
+            q.flush();
+            for &id in &offered {
+                assert_eq!(d.reap(), Some((id, 7)), "size {size}, round {round}");
+            }
+        }
+        assert_eq!(q.next_avail(), d.avail.encode(), "size {size}");
+    }
+}
+
+#[test]
+fn a_line_of_four_with_a_chain_of_two_is_popped_one_by_one() {
+    let (mut q, mut d, _call) = pair(16, PLAIN, false);
+    d.offer_one(0, 64, 0);
+    d.offer(&[(BUFS + 0x1000, 14, 0), (BUFS + 0x2000, 50, 0)], 1);
+    d.offer_one(2, 64, 0);
+    d.offer_one(3, 64, 0);
+    d.offer_one(4, 64, 0);
+    let mut b = Burst::new();
+    q.pop_burst(&mut b, BURST).unwrap();
+    assert_eq!(heads(&b), vec![0, 1, 2, 3, 4]);
+    assert_eq!(b.chain(1).1.len(), 2);
+    assert_eq!(b.chain(1).2, 64);
+    // Given back across the line, popped again the same.
+    q.unpop_n(4);
+    q.pop_burst(&mut b, BURST).unwrap();
+    assert_eq!(heads(&b), vec![1, 2, 3, 4]);
+}
+
+#[test]
+fn a_fault_inside_a_line_of_four_ends_the_burst_at_its_chain() {
+    // A buffer of no length third, then an id offered twice third.
+    let cases: [(&[u16], u32, ChainError); 2] = [
+        (&[0, 1, 2, 3], 2, ChainError::ZeroLength),
+        (&[0, 1, 1, 3], 2, ChainError::IndexJump),
+    ];
+    for (ids, good, err) in cases {
+        let (mut q, mut d, _call) = pair(8, PLAIN, false);
+        for (k, &id) in ids.iter().enumerate() {
+            let len = if k == 2 && err == ChainError::ZeroLength {
+                0
+            } else {
+                64
+            };
+            d.offer(&[(BUFS + 2048 * u64::from(id), len, 0)], id);
+        }
+        let mut b = Burst::new();
+        assert_eq!(q.pop_burst(&mut b, BURST).unwrap_err(), err);
+        assert_eq!(b.len(), good as usize, "the good chains before it stay");
+        assert_eq!(heads(&b), ids[..good as usize].to_vec());
+    }
+    // A buffer for the wrong direction in the line: refused at its chain.
+    let (mut q, mut d, _call) = pair(8, PLAIN, false);
+    for id in 0..4 {
+        d.offer_one(id, 64, if id == 1 { F_WRITE } else { 0 });
+    }
+    let mut b = Burst::new();
+    assert_eq!(
+        q.pop_burst(&mut b, BURST).unwrap_err(),
+        ChainError::WrongDirection
+    );
+    assert_eq!(heads(&b), vec![0]);
+}
+
 #[test]
 fn bursts_give_back_and_take_again() {
     let (mut q, mut d, _call) = pair(8, PLAIN, true);
