@@ -50,7 +50,7 @@ pub mod program;
 mod records;
 mod tcp;
 
-pub use dpdk::HUGE_MB;
+pub use dpdk::{virtqueue_offered, HUGE_MB};
 
 /// UDP echo port the responder answers on (RFC 862).
 const ECHO_PORT: u16 = 7;

@@ -12,7 +12,8 @@
 //!
 //! Here: building and tearing down a configuration; `testbed/process.rs`:
 //! starting and watching its processes; `testbed/description.rs`: the
-//! record of what was built.
+//! record of what was built; `testbed/rings.rs`: the virtqueue layout the
+//! vnio switch serves.
 
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
@@ -34,6 +35,7 @@ mod description;
 mod guests;
 mod own_cpu;
 mod process;
+mod rings;
 mod switch;
 mod wires;
 pub use anchors::endpoints_listen;
@@ -42,6 +44,7 @@ pub use own_cpu::{per_iteration, CpuSample};
 pub use process::{
     log_tail, pin_process, pin_self, spawn, wait_log, wait_or_interrupt, wait_ready, Scratch,
 };
+pub use rings::{describe as describe_virtqueues, mismatch as virtqueue_mismatch, Served};
 
 /// Port every agent listens on.
 pub const AGENT_PORT: u16 = 7700;
@@ -229,13 +232,14 @@ impl Testbed {
             let program =
                 crate::pair::program::build(None).map_err(|e| setup("the DPDK endpoints", e))?;
             bed.description.notes.push(format!(
-                "poll-mode pair driven by the lab's DPDK program {} (one lcore, 16384 mbufs{})",
+                "poll-mode pair driven by the lab's DPDK program {} (one lcore, 16384 mbufs{}, {})",
                 program.display(),
                 if knobs.endpoint_hugepages == Some(true) {
                     " on hugepages"
                 } else {
                     ", no hugepages"
-                }
+                },
+                crate::pair::virtqueue_offered(knobs.virtqueue.unwrap_or_default())
             ));
             bed.dpdk_program = Some(program);
         }

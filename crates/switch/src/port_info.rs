@@ -1,5 +1,5 @@
 //! A port as the control plane shows it (`port list`, `stats`): identity,
-//! state, policies in force and counters.
+//! state, the virtqueue layout it serves, policies in force and counters.
 
 use crate::coalesce::Coalesce;
 use crate::config::Latency;
@@ -28,6 +28,11 @@ pub struct PortInfo {
     /// (both queues started and enabled by the front-end).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queues: Option<QueuePairsInfo>,
+    /// A vhost-user port whose queues run: the ring layout its front-end
+    /// negotiated (a front-end may fall back to split rings silently when
+    /// asked for packed ones, so this is what was served, not asked).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub virtqueue: Option<VirtqueueInfo>,
     /// VLAN membership.
     pub vlan: String,
     /// Latency policies in force.
@@ -55,6 +60,26 @@ pub struct QueuePairsInfo {
     /// recall for the front-end's messages).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub lends: u64,
+}
+
+/// The virtqueue layout a vhost-user port's running queues use.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+pub struct VirtqueueInfo {
+    /// VIRTIO_F_RING_PACKED: packed rings (else split).
+    pub packed: bool,
+    /// VIRTIO_F_IN_ORDER: buffers used in the order they were made available.
+    pub in_order: bool,
+}
+
+impl std::fmt::Display for VirtqueueInfo {
+    /// `packed`, `packed in-order`, `split`, `split in-order`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.packed { "packed" } else { "split" })?;
+        if self.in_order {
+            f.write_str(" in-order")?;
+        }
+        Ok(())
+    }
 }
 
 fn is_zero(n: &u64) -> bool {

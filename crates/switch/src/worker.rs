@@ -19,7 +19,7 @@ use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
 use vmm_sys_util::eventfd::EventFd;
 use vmm_sys_util::timerfd::TimerFd;
 
-pub use crate::port_info::{EgressInfo, PolicyInfo, PortInfo, QueuePairsInfo};
+pub use crate::port_info::{EgressInfo, PolicyInfo, PortInfo, QueuePairsInfo, VirtqueueInfo};
 
 #[path = "worker_info.rs"]
 mod info;

@@ -4,10 +4,11 @@
 //! request.
 
 use super::spread;
-use super::{EgressInfo, PolicyInfo, PortInfo, Worker};
+use super::{EgressInfo, PolicyInfo, PortInfo, VirtqueueInfo, Worker};
 use crate::config::Latency;
 use crate::datapath::{Port, Slot};
 use crate::stats::{PortStatsSnapshot, UplinkQueueSnapshot};
+use crate::vhost_user::device::feature;
 use crate::PortId;
 
 impl Worker {
@@ -71,6 +72,18 @@ impl Worker {
             Port::Vxlan(v) => ("vxlan", v.describe(), None, true, true),
         };
         let pairs = spread::pairs_info(&s.port);
+        // Read from the acknowledged features once the queues run: they
+        // were started with this layout.
+        let virtqueue = match &s.port {
+            Port::VhostUser(p) if running => {
+                let acked = p.device.acked_features();
+                Some(VirtqueueInfo {
+                    packed: p.device.packed(),
+                    in_order: acked & feature::IN_ORDER != 0,
+                })
+            }
+            _ => None,
+        };
         Some(PortInfo {
             name: s.name.clone(),
             id: s.id.0,
@@ -80,6 +93,7 @@ impl Worker {
             connected,
             running,
             queues: pairs,
+            virtqueue,
             vlan: format!("{:?}", s.policy.vlan),
             policy: PolicyInfo {
                 coalesce: s.policies.effective_coalesce(),

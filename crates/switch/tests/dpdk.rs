@@ -3,7 +3,8 @@
 //! poll-mode endpoint sends through the switch: DPDK's vhost-user front-end
 //! and virtio driver against our back-end, both directions, on split and
 //! packed rings (`packed_vq=1`, with and without `in_order=1`; the
-//! features DPDK's driver ends up with are read from its log). Prints a
+//! features DPDK's driver ends up with are read from its log, and the
+//! switch's `port list` says the same layout). Prints a
 //! skip line when testpmd is not installed.
 
 mod common;
@@ -183,6 +184,13 @@ fn macswap(tag: &'static str, options: &str, want: u64) {
             p1.stats
         );
         assert_eq!(p1.stats.resets, 0);
+        // The switch says which layout it serves, as DPDK's log does below.
+        let served = p1.virtqueue.expect("running queues have a layout");
+        assert_eq!(
+            (served.packed, served.in_order),
+            (want & RING_PACKED != 0, want & IN_ORDER != 0),
+            "the switch serves {served}"
+        );
         drop(tp.0.stdin.take());
         let mut out = String::new();
         let _ = tp.0.stdout.take().map(|mut o| o.read_to_string(&mut out));

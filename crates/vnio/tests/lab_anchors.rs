@@ -8,7 +8,10 @@
 //! `--quick`. The same with the lab's own endpoints (`--knob
 //! endpoints=vnio`, vnio's switch and testpmd, about 12 s; dpdk-testpmd
 //! only): every point measured, and the run records the knob and its
-//! findings and report say so. And `latency-shield --quick` (about 15 s):
+//! findings and report say so. On packed virtqueues (`--knob
+//! virtqueue=packed`, vnio's switch and OVS-DPDK, about 20 s): every point
+//! measured, and vnio's switch says it served packed rings in order on
+//! both ports. And `latency-shield --quick` (about 15 s):
 //! every configuration measured with CPU 1 shielded, every task put back
 //! in the root cpuset afterwards.
 
@@ -291,6 +294,85 @@ fn switch_anchors_with_the_labs_own_endpoints_is_one_knob_away() {
     assert!(
         html.contains("endpoints = &quot;vnio&quot; (--knob, over &quot;dpdk&quot; in [knobs])"),
         "the report says what the knob replaced"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn switch_anchors_on_packed_virtqueues_is_one_knob_away_and_vnio_serves_them() {
+    if !vnio_lab::is_root() {
+        eprintln!("skipped packed virtqueues: hugepages and namespaces need root");
+        return;
+    }
+    if let Some(why) = vnio_lab::pair::program::missing() {
+        println!("skip: the anchor switches on packed virtqueues: {why}");
+        return;
+    }
+    let ovs = vnio_lab::anchor_switch::missing(vnio_lab::scenario::WireKind::OvsDpdk);
+    let _turn = turn();
+    let dir = temp("packed");
+    let run = run_anchors(
+        &dir,
+        &["--knob", "virtqueue=packed", "-c", "vnio", "-c", "ovs-dpdk"],
+    );
+    let knobs: Vec<String> = run.overrides.knobs.iter().map(|k| k.to_string()).collect();
+    assert_eq!(knobs, ["virtqueue = \"packed\""]);
+
+    let points = &run.scenarios[0].points;
+    assert_eq!(points.len(), 6, "2 switches x 3 workloads");
+    for p in points {
+        let cfg = p.point.configuration.as_str();
+        let at = format!("{cfg} {}", p.point.workload.name);
+        if cfg == "ovs-dpdk" && ovs.is_some() {
+            assert_eq!(p.status, Status::Skipped, "{p:?}");
+            continue;
+        }
+        assert_eq!(p.status, Status::Ok, "{at}: {:?}", p.error);
+        let doc = p.document.as_ref().unwrap();
+        assert_eq!(doc.params["virtqueue"], "packed", "{at}");
+        let it = &doc.iterations[doc.chosen];
+        let m = &it.merged;
+        if p.point.workload.name.starts_with("rate") {
+            assert!(m.ops_per_s > 1000.0 && m.ops <= m.sent, "{at}: {m:?}");
+            println!("packed {at}: {:.3} Mpps", m.ops_per_s / 1e6);
+        } else {
+            let lat = m.latency.as_ref().unwrap();
+            assert!(lat.p50_ns > 0 && lat.p50_ns <= lat.p99_ns, "{at}: {lat:?}");
+            println!(
+                "packed {at}: p50 {:.2} us, p99 {:.2} us",
+                lat.p50_ns as f64 / 1e3,
+                lat.p99_ns as f64 / 1e3
+            );
+        }
+        // vnio's switch itself says it served both ports packed rings in
+        // order, read from its control socket while the point ran.
+        if cfg == "vnio" {
+            assert_eq!(
+                doc.params["rings"],
+                serde_json::json!({ "a": "packed in-order", "b": "packed in-order" }),
+                "{at}: {}",
+                doc.params
+            );
+        } else {
+            assert!(doc.params.get("rings").is_none(), "{at}: {}", doc.params);
+        }
+    }
+    let testbeds = &run.scenarios[0].testbeds;
+    assert!(testbeds.iter().all(|b| b
+        .notes
+        .iter()
+        .any(|n| n.contains("packed virtqueues in order"))));
+
+    // Its findings and its report say which layout was measured.
+    let v = findings_json(&dir);
+    assert_eq!(
+        v["knob_overrides"],
+        serde_json::json!([{ "key": "virtqueue", "value": "packed" }])
+    );
+    let html = std::fs::read_to_string(dir.join("anchors.html")).unwrap();
+    assert!(
+        html.contains("virtqueue = &quot;packed&quot; (--knob; unset in the file)"),
+        "the report says the layout"
     );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -5,7 +5,10 @@
 //! as the anchor harness has them). Its records become the same
 //! `vnio.result/1` document the lab's own pair writes: per-second points,
 //! the line probe beside each rate iteration (`placement_probe`), the
-//! lcore's CPU time as the client's cost.
+//! lcore's CPU time as the client's cost. With `virtqueue = "packed"` the
+//! devices offer packed rings in order, as the anchor harness's
+//! `VU_EXTRA`; on vnio's switch the layout it served is recorded
+//! (`params.rings`) and must be the one asked for.
 
 use std::io::BufRead;
 use std::process::{Command, Stdio};
@@ -22,7 +25,7 @@ use vnio_measure::stats::Latency;
 use super::records::{parse, Record, Total};
 use super::{placement, FRAME_OVERHEAD};
 use crate::anchor_switch::RuntimeDir;
-use crate::scenario::{Point, RunSpec, WorkloadKind};
+use crate::scenario::{Point, RunSpec, Virtqueue, WorkloadKind};
 use crate::testbed::{endpoints_listen, log_tail, BedHost, Testbed};
 
 /// How long the program may take to bring both ports up (it waits 30 s
@@ -54,13 +57,14 @@ pub(super) fn measure(
         WorkloadKind::Ping => return Err("the DPDK endpoints run rr and stream only".into()),
     };
     let knobs = &bed.description().knobs;
+    let virtqueue = knobs.virtqueue.unwrap_or_default();
     let cpus = knobs.client_cpus.clone().unwrap_or_default();
     let probe = if rtt { None } else { knobs.probe_cpus() };
     let name = format!("dpdk-pair-{}", p.seq);
     let log = bed.scratch().join(format!("{name}.log"));
     let runtime =
         RuntimeDir::named(bed.scratch(), &name, bed.journal()).map_err(|e| e.to_string())?;
-    let mut cmd = command(bed, program, &runtime.prefix, &cpus, [from, to])?;
+    let mut cmd = command(bed, program, &runtime.prefix, &cpus, [from, to], virtqueue)?;
     let secs = |d: Duration| format!("{:.3}", d.as_secs_f64());
     cmd.arg("--")
         .arg(if rtt { "rtt" } else { "rate" })
@@ -78,6 +82,7 @@ pub(super) fn measure(
         "burst": if rtt { 1 } else { 32 },
         "mbufs": 16384,
         "queue_size": QUEUE_SIZE,
+        "virtqueue": virtqueue.as_str(),
         "duration_s": run.duration.as_secs_f64(),
         "warmup_s": run.warmup.as_secs_f64(),
         "iterations": run.iterations,
@@ -97,7 +102,30 @@ pub(super) fn measure(
     let child = crate::testbed::spawn(&mut cmd, bed.journal(), &log).map_err(|e| e.to_string())?;
     let what = format!("the DPDK endpoint pair ({})", program.display());
     let fail = |why: String| format!("{what} {why}: {}", log_tail(&log));
-    let reader = follow(child, Reader::new(rtt, probe), run, stop).map_err(fail)?;
+    // Once both devices are up, what vnio's switch serves them.
+    let mut served = None;
+    let mut on_ready = || match bed.switch_virtqueues(&[from, to]) {
+        Some(Ok(rings)) => {
+            let wrong = crate::testbed::virtqueue_mismatch(virtqueue, &rings);
+            served = Some(Ok(rings));
+            wrong.map_or(Ok(()), Err)
+        }
+        Some(Err(why)) => {
+            served = Some(Err(why));
+            Ok(())
+        }
+        None => Ok(()),
+    };
+    let reader = follow(child, Reader::new(rtt, probe), run, stop, &mut on_ready).map_err(fail)?;
+    match served {
+        Some(Ok(rings)) => doc.params["rings"] = crate::testbed::describe_virtqueues(&rings),
+        // Not knowing the layout does not spoil the measurement: the
+        // point says why it records none.
+        Some(Err(why)) => doc
+            .errors
+            .push(format!("the switch's virtqueue layout is not known: {why}")),
+        None => {}
+    }
     for e in reader.iterations.iter().flat_map(|it| &it.errors) {
         if !doc.errors.contains(e) {
             doc.errors.push(e.clone());
@@ -116,13 +144,15 @@ pub(super) fn measure(
 }
 
 /// The program with its EAL options: pinned to `cpus`, its memory, the
-/// two hosts' ports in order (A sends, B receives and answers).
+/// two hosts' ports in order (A sends, B receives and answers), offering
+/// `virtqueue`.
 fn command(
     bed: &Testbed,
     program: &std::path::Path,
     prefix: &str,
     cpus: &[usize],
     hosts: [&BedHost; 2],
+    virtqueue: Virtqueue,
 ) -> Result<Command, String> {
     // Every thread of it (DPDK's control threads too) on the client's
     // CPUs, as the lab's own pair keeps to them.
@@ -153,32 +183,58 @@ fn command(
             cmd.args(["--no-huge", "-m", "256"]);
         }
     }
-    let server = if endpoints_listen(bed.description().wire) {
-        ",server=1"
-    } else {
-        ""
-    };
+    let server = endpoints_listen(bed.description().wire);
     for (i, host) in hosts.iter().enumerate() {
         let (sock, mac) = host
             .vhost_user
             .as_ref()
             .ok_or_else(|| format!("{} has no vhost-user port", host.name))?;
-        cmd.arg("--vdev").arg(format!(
-            "net_virtio_user{i},path={},queues=1,queue_size={QUEUE_SIZE},mac={mac}{server}",
-            sock.display()
-        ));
+        cmd.arg("--vdev").arg(vdev(i, sock, mac, server, virtqueue));
     }
     Ok(cmd)
 }
 
+/// The `net_virtio_user` device of port `i` on socket `sock`: one queue
+/// pair of [`QUEUE_SIZE`], the host's `mac`, listening when the switch
+/// connects (`server`), offering `virtqueue`.
+fn vdev(i: usize, sock: &std::path::Path, mac: &str, server: bool, virtqueue: Virtqueue) -> String {
+    format!(
+        "net_virtio_user{i},path={},queues=1,queue_size={QUEUE_SIZE},mac={mac}{}{}",
+        sock.display(),
+        if server { ",server=1" } else { "" },
+        vdev_options(virtqueue)
+    )
+}
+
+/// The device options that offer `virtqueue`: packed rings with IN_ORDER,
+/// the anchor harness's `VU_EXTRA=",packed_vq=1,in_order=1"`; nothing for
+/// split rings (virtio-user's default, IN_ORDER asked as well).
+fn vdev_options(virtqueue: Virtqueue) -> &'static str {
+    match virtqueue {
+        Virtqueue::Split => "",
+        Virtqueue::Packed => ",packed_vq=1,in_order=1",
+    }
+}
+
+/// What the program's devices offer, for the testbed's notes.
+pub fn virtqueue_offered(virtqueue: Virtqueue) -> &'static str {
+    match virtqueue {
+        Virtqueue::Split => "split virtqueues",
+        Virtqueue::Packed => "packed virtqueues in order (packed_vq=1,in_order=1)",
+    }
+}
+
 /// Reads the program's records into `reader` until it ends; on `stop`,
-/// interrupts it (once: it ends the window and prints what it has). What
-/// went wrong, without the program's name.
+/// interrupts it (once: it ends the window and prints what it has);
+/// `on_ready` runs when both devices are up, before the warm-up, and
+/// fails the run with its reason. What went wrong, without the program's
+/// name.
 fn follow(
     mut child: vnio_topo::Process,
     mut reader: Reader,
     run: &RunSpec,
     stop: &AtomicBool,
+    on_ready: &mut dyn FnMut() -> Result<(), String>,
 ) -> Result<Reader, String> {
     // Its output, line by line, from a thread of its own (the program
     // must never wait on a full pipe).
@@ -203,6 +259,7 @@ fn follow(
             Ok(line) => {
                 let record = parse(&line)?;
                 if record == Record::Ready {
+                    on_ready()?;
                     let each = run.warmup + run.duration + Duration::from_secs(5);
                     deadline = Instant::now() + each * run.iterations + START;
                 }
@@ -359,7 +416,51 @@ mod tests {
         cmd.args(["-c", script]).stdout(Stdio::piped());
         let child = vnio_topo::Process::spawn(&mut cmd).unwrap();
         let stop = AtomicBool::new(false);
-        follow(child, Reader::new(false, None), &RunSpec::default(), &stop)
+        follow(
+            child,
+            Reader::new(false, None),
+            &RunSpec::default(),
+            &stop,
+            &mut || Ok(()),
+        )
+    }
+
+    #[test]
+    fn packed_devices_offer_what_the_anchor_harness_appends() {
+        let sock = std::path::Path::new("/run/vnio/lab/x/h1.sock");
+        let mac = "52:54:00:77:01:01";
+        assert_eq!(
+            vdev(0, sock, mac, false, Virtqueue::Split),
+            "net_virtio_user0,path=/run/vnio/lab/x/h1.sock,queues=1,queue_size=256,mac=52:54:00:77:01:01"
+        );
+        assert_eq!(
+            vdev(1, sock, mac, false, Virtqueue::Packed),
+            "net_virtio_user1,path=/run/vnio/lab/x/h1.sock,queues=1,queue_size=256,mac=52:54:00:77:01:01,packed_vq=1,in_order=1"
+        );
+        // Listening for OVS-DPDK's client ports, packed as well.
+        assert!(vdev(0, sock, mac, true, Virtqueue::Packed)
+            .ends_with(",server=1,packed_vq=1,in_order=1"));
+    }
+
+    #[test]
+    fn a_layout_check_that_fails_stops_the_program_before_the_warmup() {
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "echo ready; sleep 5; echo warmup 0"])
+            .stdout(Stdio::piped());
+        let child = vnio_topo::Process::spawn(&mut cmd).unwrap();
+        let stop = AtomicBool::new(false);
+        let t0 = Instant::now();
+        let Err(e) = follow(
+            child,
+            Reader::new(false, None),
+            &RunSpec::default(),
+            &stop,
+            &mut || Err("served split rings".into()),
+        ) else {
+            panic!("accepted")
+        };
+        assert_eq!(e, "served split rings");
+        assert!(t0.elapsed() < Duration::from_secs(4), "{:?}", t0.elapsed());
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! Knobs: the settings of a configuration's set-up (pinning, the vnio
-//! switch's port policies, coalescing, LRO, egress shares, queues, shields),
+//! switch's port policies, coalescing, LRO, egress shares, queues, shields,
+//! the poll-mode endpoints' virtqueue layout),
 //! how a configuration's knobs layer over the scenario's, and what each may
 //! say.
 
@@ -53,6 +54,29 @@ impl Endpoints {
         match self {
             Endpoints::Vnio => "vnio",
             Endpoints::Dpdk => "dpdk",
+        }
+    }
+}
+
+/// The virtqueue layout the poll-mode endpoints offer (knob `virtqueue`).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Hash, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum Virtqueue {
+    /// Split rings: descriptor table, available and used rings.
+    #[default]
+    Split,
+    /// Packed rings (VIRTIO_F_RING_PACKED) with VIRTIO_F_IN_ORDER, as the
+    /// anchor harness offers them with `VU_EXTRA=",packed_vq=1,in_order=1"`:
+    /// one descriptor ring both sides write, buffers used in order.
+    Packed,
+}
+
+impl Virtqueue {
+    /// The name used in files and messages.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Virtqueue::Split => "split",
+            Virtqueue::Packed => "packed",
         }
     }
 }
@@ -156,6 +180,10 @@ pub struct Knobs {
     /// is the anchor harness's. UDP stream and UDP rr between the two
     /// poll-mode hosts of a vhost-user switch only.
     pub endpoints: Option<Endpoints>,
+    /// The virtqueue layout the poll-mode endpoints offer: "split" (the
+    /// default) or "packed" (with IN_ORDER). The DPDK endpoints only
+    /// (`endpoints = "dpdk"`): the lab's own drive split rings.
+    pub virtqueue: Option<Virtqueue>,
 }
 
 impl Knobs {
@@ -192,6 +220,7 @@ impl Knobs {
             instrument: pick(&over.instrument, &self.instrument),
             placement_probe: pick(&over.placement_probe, &self.placement_probe),
             endpoints: pick(&over.endpoints, &self.endpoints),
+            virtqueue: pick(&over.virtqueue, &self.virtqueue),
         }
     }
 

@@ -20,7 +20,7 @@ mod validate;
 
 pub use capabilities::Capabilities;
 pub use knob_override::{knob_names, with_knobs, KnobOverride, KnobOverrideError};
-pub use knobs::{Endpoints, Knobs, PortPolicy};
+pub use knobs::{Endpoints, Knobs, PortPolicy, Virtqueue};
 pub use library::{shipped, Shipped, SHIPPED};
 pub use model::{
     humantime, Configuration, Contention, Flood, HostKind, HostSpec, Loads, Protocol, RunSpec,

@@ -9,9 +9,11 @@ use super::model::*;
 use super::ScenarioError;
 
 mod endpoints;
+mod virtqueue;
 mod workload;
 
 use self::endpoints::check_endpoints;
+use self::virtqueue::check_virtqueue;
 use self::workload::check_workload;
 
 /// Longest host name: it becomes part of namespace names.
@@ -226,6 +228,7 @@ pub(super) fn scenario(origin: &str, s: &Scenario) -> Result<(), ScenarioError> 
             .and_then(|()| super::knobs::check_probe(&knob_at, &knobs))
             .or_else(|(field, message)| c.fail(field, message))?;
         check_endpoints(&c, s, cfg, knobs.endpoints, knobs.instrument)?;
+        check_virtqueue(&c, s, cfg, knobs.virtqueue, knobs.endpoints)?;
         if has_vm && (knobs.client_cpus.is_some() || knobs.agent_cpus.is_some()) {
             return c.fail(
                 format!("{at}: knobs"),

@@ -41,7 +41,7 @@ pub(super) fn print_ports(ports: &[PortInfo]) {
         "LATENCY"
     );
     for p in ports {
-        let state = match (p.running, p.connected, &p.queues) {
+        let mut state = match (p.running, p.connected, &p.queues) {
             // A multiqueue vNIC: pairs running of pairs offered, and the
             // worker serving each pair when they are spread over workers.
             (true, _, Some(q)) if !q.workers.is_empty() => format!(
@@ -59,6 +59,10 @@ pub(super) fn print_ports(ports: &[PortInfo]) {
             (false, true, _) => "connected".into(),
             (false, false, _) => "waiting".into(),
         };
+        // Split rings are the usual case; packed ones are worth a word.
+        if p.virtqueue.is_some_and(|v| v.packed) {
+            state.push_str(" packed");
+        }
         let drops: u64 = p
             .stats
             .tx
