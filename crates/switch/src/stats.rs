@@ -153,6 +153,12 @@ impl QueueStats {
         bump(&self.drops[reason.index()], 1);
     }
 
+    /// Counts `n` frames dropped for `reason`.
+    #[inline]
+    pub fn drops_n(&self, reason: DropReason, n: u64) {
+        bump(&self.drops[reason.index()], n);
+    }
+
     /// Drops counted for `reason`.
     pub fn drops(&self, reason: DropReason) -> u64 {
         self.drops[reason.index()].load(Ordering::Relaxed)

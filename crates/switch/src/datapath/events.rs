@@ -35,7 +35,13 @@ impl PortRuntime {
     /// port), listing the slot in `touched` for [`Datapath::publish_rx`]
     /// the first time since it last published.
     pub(super) fn delivered(&mut self, j: usize, touched: &mut Vec<usize>) {
-        self.round_rx += 1;
+        self.delivered_n(j, 1, touched);
+    }
+
+    /// `n` frames delivered to slot `j` (a run of them, `datapath/fast.rs`).
+    #[inline]
+    pub(super) fn delivered_n(&mut self, j: usize, n: u32, touched: &mut Vec<usize>) {
+        self.round_rx += n;
         if !self.rx_unpublished {
             self.rx_unpublished = true;
             touched.push(j);

@@ -16,6 +16,7 @@
 
 use super::{Datapath, Port, Slot, MAX_FRAME};
 use crate::fdb::Learned;
+use crate::stats::DropReason;
 use crate::vhost_user::chain::Seg;
 use crate::vhost_user::memory::GuestMem;
 use crate::vhost_user::queue::{Burst, BURST};
@@ -184,6 +185,22 @@ pub(super) struct PlainRoute {
     lro: bool,
 }
 
+impl PlainRoute {
+    /// The length of a frame of `len` bytes (a header of `hdr_len`
+    /// first) that goes along this route on the fast case, as `look`
+    /// shows it; None when it is not plain for it.
+    #[inline(always)]
+    fn plain_len(&self, look: &Look, len: u64, hdr_len: usize) -> Option<u64> {
+        let frame_len = len - hdr_len as u64;
+        let plain = look.plain_header()
+            && look.ethertype() != ETH_VLAN
+            && frame_len <= MAX_FRAME
+            && self.macs.map_or(true, |m| m == look.macs())
+            && !(self.lro && look.maybe_tcp());
+        plain.then_some(frame_len)
+    }
+}
+
 /// Frames a burst forwarded on the fast case, counted once at its end.
 #[derive(Debug, Default)]
 pub(super) struct PlainTally {
@@ -256,13 +273,9 @@ impl Datapath {
         let Some(look) = looked.or_else(|| Look::read(mem, *segs.first()?, hdr_len, r.lro)) else {
             return false;
         };
-        let frame_len = len - hdr_len as u64;
-        if !look.plain_header() || look.ethertype() == ETH_VLAN || frame_len > MAX_FRAME {
+        let Some(frame_len) = r.plain_len(&look, len, hdr_len) else {
             return false;
-        }
-        if r.macs.is_some_and(|m| m != look.macs()) || (r.lro && look.maybe_tcp()) {
-            return false;
-        }
+        };
         let j = r.to;
         let Some(Slot {
             port: Port::VhostUser(p),
@@ -296,6 +309,79 @@ impl Datapath {
             *route = self.plain_route(i, now);
         }
         true
+    }
+
+    /// Forwards the plain frames of `burst` from frame `from` on, from slot
+    /// `i` along `route`, as [`Datapath::forward_plain`] forwards one, with
+    /// one look at the destination for the run (`deliver_plain_run`) and
+    /// its counters updated once. `looks` are the burst's [`Look`]s. Stops
+    /// at the first frame that is not plain, or does not go into one
+    /// receive buffer, or at a fault of the receive ring (whose port is
+    /// then reset); returns the frames taken. The caller forwards the
+    /// frame it stopped at on its own.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn forward_plain_run(
+        &mut self,
+        i: usize,
+        mem: &Arc<GuestMem>,
+        burst: &Burst,
+        from: usize,
+        hdr_len: usize,
+        now: Instant,
+        route: &mut Option<PlainRoute>,
+        tally: &mut PlainTally,
+        looks: &[Option<Look>; BURST],
+    ) -> usize {
+        let Some(r) = route.as_mut() else {
+            return 0;
+        };
+        let j = r.to;
+        let Some(Slot {
+            port: Port::VhostUser(p),
+            stats,
+            rt,
+            ..
+        }) = self.slots[j].as_mut()
+        else {
+            return 0;
+        };
+        let plain = |k: usize| {
+            let f = from + k;
+            let look = (*looks.get(f)?)?;
+            let (_, segs, len) = (f < burst.len()).then(|| burst.chain(f))?;
+            let frame_len = r.plain_len(&look, len, hdr_len)?;
+            Some((*segs.first()?, look, frame_len))
+        };
+        let run = p.deliver_plain_run(mem, plain, burst.len() - from, &mut self.copies);
+        if run.taken == 0 {
+            return 0;
+        }
+        stats
+            .rx
+            .frames(u64::from(run.delivered), run.delivered_bytes);
+        if run.delivered > 0 {
+            rt.delivered_n(j, run.delivered, &mut self.rx_touched);
+        }
+        if run.full > 0 {
+            stats.rx.drops_n(DropReason::RingFull, run.full);
+            // The guest must hear about what it has, to return buffers.
+            rt.urgent = true;
+        }
+        tally.frames += run.taken as u64;
+        tally.bytes += run.taken_bytes;
+        if r.learn {
+            r.learn = false;
+            if let Some(look) = looks[from] {
+                self.learn_mac(i, look.src());
+            }
+        }
+        if let Some(e) = &run.fault {
+            self.rx_ring_hostile(j, now, e);
+        }
+        if run.full > 0 || run.fault.is_some() {
+            *route = self.plain_route(i, now);
+        }
+        run.taken
     }
 
     /// Counts what a burst forwarded from slot `i` on the fast case.

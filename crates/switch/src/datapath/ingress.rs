@@ -217,6 +217,13 @@ impl Datapath {
                 Look::read_burst(&mem, &burst, hdr_len, r, &mut looks);
             }
             while done < burst.len() {
+                // Plain frames in runs; the frame a run stopped at, alone.
+                done += self.forward_plain_run(
+                    i, &mem, &burst, done, hdr_len, now, &mut route, &mut tally, &looks,
+                );
+                if done == burst.len() {
+                    break;
+                }
                 let (_, segs, len) = burst.chain(done);
                 self.rx_hint = burst.len() - done;
                 let looked = looks[done];

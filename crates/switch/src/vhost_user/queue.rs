@@ -276,6 +276,27 @@ impl ActiveQueue {
         r.map(|()| got)
     }
 
+    /// Like [`ActiveQueue::take`], handing out only the chain's head, first
+    /// buffer and total length (the fast case copies a frame into one
+    /// buffer): its buffers are not copied into a [`Chain`]. None when no
+    /// chain is available; [`ActiveQueue::untake`] gives it back.
+    #[inline(always)]
+    pub fn take_first(&mut self, want: usize) -> Result<Option<(u16, Seg, u64)>, ChainError> {
+        if self.ahead_next == self.ahead.len() {
+            self.refill(want.clamp(1, BURST))?;
+        }
+        if self.ahead_next >= self.ahead.len() {
+            return Ok(None);
+        }
+        let (head, segs, len) = self.ahead.chain(self.ahead_next);
+        // A validated chain has a buffer.
+        let Some(&first) = segs.first() else {
+            return Ok(None);
+        };
+        self.ahead_next += 1;
+        Ok(Some((head, first, len)))
+    }
+
     /// Readies the next receive chain while the worker has nothing else to
     /// do: pops it ahead (its available entry and descriptor read now) and
     /// asks for its first buffer and its used element for ownership, so a

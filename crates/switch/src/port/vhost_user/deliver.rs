@@ -5,7 +5,7 @@ use crate::datapath::Copies;
 use crate::datapath::{DeliverError, Frame, Look, MAX_MERGE};
 use crate::stats::{DropReason, PortStats};
 use crate::vhost_user::buffers::{self, Src};
-use crate::vhost_user::chain::{Chain, Seg, MAX_SEGS};
+use crate::vhost_user::chain::{Chain, ChainError, Seg, MAX_SEGS};
 use crate::vhost_user::device::{rx_queue, RX_QUEUE};
 use crate::vhost_user::memory::GuestMem;
 use crate::vlan::Tagging;
@@ -32,6 +32,27 @@ impl RxPlan {
             cap: 0,
         }
     }
+}
+
+/// One plain frame of a run (`VhostUserPort::deliver_plain_run`): the
+/// source's first buffer, its [`Look`], its length without the header.
+pub(crate) type PlainFrame = (Seg, Look, u64);
+
+/// What a run of plain frames came to at the destination.
+#[derive(Debug, Default)]
+pub(crate) struct PlainRun {
+    /// Frames taken from the source's burst: delivered, dropped for want
+    /// of a receive chain, or struck by the receive ring's fault.
+    pub(crate) taken: usize,
+    /// Their bytes (without the virtio-net header).
+    pub(crate) taken_bytes: u64,
+    /// Frames delivered, and their bytes.
+    pub(crate) delivered: u32,
+    pub(crate) delivered_bytes: u64,
+    /// Frames dropped: the receive queue had no chain.
+    pub(crate) full: u64,
+    /// The receive ring's fault that ended the run (the port must be reset).
+    pub(crate) fault: Option<ChainError>,
 }
 
 impl VhostUserPort {
@@ -179,6 +200,59 @@ impl VhostUserPort {
         Ok(out_frame_len as usize)
     }
 
+    /// Delivers plain frames (the fast case, `datapath/fast.rs`) while
+    /// `next(k)` gives the run's k-th, as [`VhostUserPort::deliver_plain`]
+    /// delivers one, with one look at the port for them all (its pairs,
+    /// header length and receive queue); `left`: frames still to come in
+    /// the burst, to pop receive chains ahead. A frame that does not go
+    /// into one receive buffer ends the run with nothing taken (the caller
+    /// delivers it on its own); one that finds no chain is dropped and the
+    /// run goes on, as one by one; a fault of the receive ring ends it.
+    #[inline(always)]
+    pub(crate) fn deliver_plain_run(
+        &mut self,
+        smem: &Arc<GuestMem>,
+        mut next: impl FnMut(usize) -> Option<PlainFrame>,
+        left: usize,
+        copies: &mut Copies,
+    ) -> PlainRun {
+        let mut run = PlainRun::default();
+        if self.pairs > 1 {
+            return run;
+        }
+        let hdr_len = self.device.vnet_hdr_len();
+        let Some(q) = self.device.queue(RX_QUEUE) else {
+            return run;
+        };
+        while let Some((s, look, frame_len)) = next(run.taken) {
+            match q.take_first(left - run.taken) {
+                Ok(Some((head, d, len))) => {
+                    let total = hdr_len as u64 + frame_len;
+                    if len < total
+                        || !queue_copy(copies, smem, s, &look, frame_len, q.mem(), d, hdr_len)
+                    {
+                        q.untake(1);
+                        break;
+                    }
+                    if let Err(e) = q.add_used(head, total as u32) {
+                        run.fault = Some(e);
+                    } else {
+                        run.delivered += 1;
+                        run.delivered_bytes += frame_len;
+                    }
+                }
+                Ok(None) => run.full += 1,
+                Err(e) => run.fault = Some(e),
+            }
+            run.taken += 1;
+            run.taken_bytes += frame_len;
+            if run.fault.is_some() {
+                break;
+            }
+        }
+        run
+    }
+
     /// Delivers a plain frame (the fast case, `datapath/fast.rs`): the
     /// source's header carried over with one receive chain, the frame's
     /// `frame_len` bytes after the source's header (`look`) copied once.
@@ -227,31 +301,20 @@ impl VhostUserPort {
             q.untake(1);
             return None;
         }
-        // The source's first ten bytes, and one buffer with mergeable
-        // receive buffers (the field is only in the 12-byte header).
-        let [lo, hi] = look.header();
-        let words = [lo, hi | 1 << 16];
-        let skip = look.hdr_len() as u64;
         let mem = q.mem();
         let segs = chain.segs();
         // Most frames: one source buffer, one receive buffer, one copy,
         // made with the burst's others.
         let queued = match (ssegs.first(), segs.first()) {
-            (Some(s), Some(d)) if u64::from(s.len) >= skip + frame_len => copies.push(
-                smem,
-                s.addr + skip,
-                frame_len,
-                mem,
-                d.addr,
-                u64::from(d.len),
-                words,
-                hdr_len,
-            ),
+            (Some(&s), Some(&d)) => queue_copy(copies, smem, s, look, frame_len, mem, d, hdr_len),
             _ => false,
         };
         let at = if queued {
             total
         } else {
+            let [lo, hi] = look.header();
+            let words = [lo, hi | 1 << 16];
+            let skip = look.hdr_len() as u64;
             let mut hb = [0u8; 16];
             hb[..8].copy_from_slice(&words[0].to_le_bytes());
             hb[8..].copy_from_slice(&words[1].to_le_bytes());
@@ -269,4 +332,38 @@ impl VhostUserPort {
                 .map_err(DeliverError::Hostile),
         )
     }
+}
+
+/// Queues a plain frame's copy (`frame_len` bytes after the source's
+/// header in its first buffer `s`) with its header into receive buffer
+/// `d` of `mem`: false, with nothing queued, when the frame is not all in
+/// `s` or does not fit `d`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn queue_copy(
+    copies: &mut Copies,
+    smem: &Arc<GuestMem>,
+    s: Seg,
+    look: &Look,
+    frame_len: u64,
+    mem: &Arc<GuestMem>,
+    d: Seg,
+    hdr_len: usize,
+) -> bool {
+    // The source's first ten bytes, and one buffer with mergeable
+    // receive buffers (the field is only in the 12-byte header).
+    let [lo, hi] = look.header();
+    let words = [lo, hi | 1 << 16];
+    let skip = look.hdr_len() as u64;
+    u64::from(s.len) >= skip + frame_len
+        && copies.push(
+            smem,
+            s.addr + skip,
+            frame_len,
+            mem,
+            d.addr,
+            u64::from(d.len),
+            words,
+            hdr_len,
+        )
 }
