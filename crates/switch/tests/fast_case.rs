@@ -123,3 +123,54 @@ fn port_stats(dp: &Datapath, name: &str) -> (u64, u64) {
     let snap = s.stats.snapshot();
     (snap.tx.packets, snap.rx.packets)
 }
+
+#[test]
+fn a_receive_ring_that_fills_in_a_run_drops_the_rest_and_counts_them() {
+    bounded(Duration::from_secs(60), || {
+        let dir = Dir::new("fast-full");
+        let (mut dp, mut eps) = driven_with(&dir, 2, |c| c.queue_size = 64);
+        // Both addresses learned: p1's frames to p2 are unicasts.
+        eps[0].send_frame(&frame(2, 1, 17, 60, 0)).unwrap();
+        receive(&mut dp, &mut eps[1], 1);
+        eps[1].send_frame(&frame(1, 2, 17, 60, 0)).unwrap();
+        receive(&mut dp, &mut eps[0], 1);
+        let before = fast_frames(&dp);
+        let (_, rx_before) = port_stats(&dp, "p2");
+        // p2 takes nothing while p1 sends more than its receive ring holds,
+        // a burst at a time: the runs find the ring full part way.
+        let sent: Vec<Vec<u8>> = (0..128u8).map(|k| frame(2, 1, 17, 64, k)).collect();
+        for chunk in sent.chunks(32) {
+            let burst: Vec<&[u8]> = chunk.iter().map(Vec::as_slice).collect();
+            assert_eq!(eps[0].send_burst(&burst), 32);
+            for _ in 0..4 {
+                dp.poll(Instant::now(), 64);
+            }
+        }
+        let (tx, rx) = port_stats(&dp, "p1");
+        let delivered = port_stats(&dp, "p2").1 - rx_before;
+        let full = ring_full(&dp, "p2");
+        assert!(
+            delivered > 0 && full > 0,
+            "{delivered} delivered, {full} dropped"
+        );
+        assert_eq!(delivered + full, 128, "every frame delivered or counted");
+        assert_eq!(tx, 129, "p1's transmit counter ({rx} received)");
+        // (The first decides again: p2 was learned after p1's last decision.)
+        let fast = fast_frames(&dp) - before;
+        assert!(fast >= 127, "{fast} of 128 on the fast case");
+        // The first ones arrived, in order, and the ring works again.
+        let got = receive(&mut dp, &mut eps[1], delivered as usize);
+        assert_eq!(got, sent[..delivered as usize].to_vec());
+        let more: Vec<Vec<u8>> = (0..8u8).map(|k| frame(2, 1, 17, 64, 200 + k)).collect();
+        let burst: Vec<&[u8]> = more.iter().map(Vec::as_slice).collect();
+        assert_eq!(eps[0].send_burst(&burst), 8);
+        assert_eq!(receive(&mut dp, &mut eps[1], 8), more);
+        assert_eq!(ring_full(&dp, "p2"), full);
+    });
+}
+
+/// Frames dropped at port `name` for want of a receive chain.
+fn ring_full(dp: &Datapath, name: &str) -> u64 {
+    let (_, s) = dp.slots().find(|(_, s)| s.name == name).unwrap();
+    s.stats.rx.drops(vnio_switch::stats::DropReason::RingFull)
+}
