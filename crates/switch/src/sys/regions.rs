@@ -86,6 +86,13 @@ impl Regions {
         Some(unsafe { Span::from_raw((h.addr + off as usize) as *mut u8, len) })
     }
 
+    /// The host address of offset `off` of region `i` (as [`Regions::find`]
+    /// gave them), for a prefetch hint.
+    #[inline(always)]
+    pub fn host_at(&self, i: usize, off: u64) -> *const u8 {
+        (self.hosts[i].addr + off as usize) as *const u8
+    }
+
     /// The host address of guest address `addr` (for a prefetch hint).
     #[inline(always)]
     pub fn host(&self, addr: u64) -> Option<*const u8> {

@@ -82,7 +82,10 @@ impl RingMem {
         if off.checked_add(16)? > self.len {
             return None;
         }
-        let p = self.at(off, 8)?;
+        let p = self.base.wrapping_add(off);
+        if p as usize % 8 != 0 {
+            return None;
+        }
         // SAFETY: as in `load_u16`: the 16 bytes at `p` are inside the live
         // mapping (checked above) and `p` is 8-byte aligned (`at`), so both
         // halves are aligned and in bounds.

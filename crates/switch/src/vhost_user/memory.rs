@@ -199,6 +199,36 @@ impl GuestMem {
         self.maps.span(addr, len)
     }
 
+    /// [`GuestMem::contains`] and, when it does and `hint`,
+    /// [`GuestMem::prefetch`] of the same bytes, with one lookup: a popped
+    /// buffer is checked and asked for at once.
+    #[inline(always)]
+    pub fn contains_prefetch(&self, addr: u64, len: u32, hint: bool, write: bool) -> bool {
+        let Some((i, off)) = self.maps.find(addr) else {
+            return false;
+        };
+        if u64::from(len) > self.maps.left(i, off) {
+            return self.contains(addr, len);
+        }
+        if hint {
+            let p = self.maps.host_at(i, off);
+            let last = p.wrapping_add(len.clamp(1, 64) as usize - 1);
+            if write {
+                crate::sys::prefetch::write(p);
+            } else {
+                crate::sys::prefetch::read(p);
+            }
+            if last as usize / 64 != p as usize / 64 {
+                if write {
+                    crate::sys::prefetch::write(last);
+                } else {
+                    crate::sys::prefetch::read(last);
+                }
+            }
+        }
+        true
+    }
+
     /// Hints that the cache lines holding the first `len` bytes (at most
     /// two lines: a frame's headers) at guest address `addr` will be read
     /// (`write`: written) soon: one lookup for both. Nothing happens

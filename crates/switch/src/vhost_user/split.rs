@@ -236,38 +236,45 @@ impl SplitRing {
         let mut used = 0;
         b.at[0] = 0;
         let desc = &self.desc;
+        // The virtio-net header and the Ethernet header after it: read
+        // (or written) first, and often across a line boundary (a driver
+        // that puts the header in the headroom before the frame, as DPDK
+        // does). Asked for as each buffer is checked, with the same
+        // lookup; a lone chain is read right away.
+        let (hint, w) = (n > 1, self.writable);
         for k in 0..n {
-            let Some(room) = b.segs.get_mut(used..used + MAX_SEGS) else {
+            if used + MAX_SEGS > b.segs.len() {
                 break;
-            };
-            let room: &mut [Seg; MAX_SEGS] = room.try_into().map_err(|_| ChainError::TooLong)?;
+            }
             self.next_avail += Wrapping(1);
             let head = b.heads[k];
             let one = (head < self.size)
                 .then(|| desc.descriptor(head))
                 .flatten()
-                .and_then(|d| chain::single(&d, self.writable, |a, l| mem.contains(a, l)));
+                .and_then(|d| chain::single(&d, w, |a, l| mem.contains_prefetch(a, l, hint, w)));
             let (cnt, len) = match one {
                 Some(seg) => {
-                    room[0] = seg;
+                    b.segs[used] = seg;
                     (1, u64::from(seg.len))
                 }
-                None => chain::walk_segs(
-                    room,
-                    |i| desc.descriptor(i),
-                    |addr, len| mem.contains(addr, len),
-                    self.size,
-                    head,
-                    self.writable,
-                )?,
+                None => {
+                    let room = &mut b.segs[used..used + MAX_SEGS];
+                    let room: &mut [Seg; MAX_SEGS] =
+                        room.try_into().map_err(|_| ChainError::TooLong)?;
+                    let walked = chain::walk_segs(
+                        room,
+                        |i| desc.descriptor(i),
+                        |addr, len| mem.contains(addr, len),
+                        self.size,
+                        head,
+                        w,
+                    )?;
+                    if hint {
+                        mem.prefetch(room[0].addr, room[0].len, w);
+                    }
+                    walked
+                }
             };
-            // The virtio-net header and the Ethernet header after it: read
-            // (or written) first, and often across a line boundary (a driver
-            // that puts the header in the headroom before the frame, as DPDK does).
-            let first = b.segs[used];
-            if n > 1 {
-                mem.prefetch(first.addr, first.len, self.writable);
-            }
             used += cnt;
             b.lens[k] = len;
             b.at[k + 1] = used as u16;
