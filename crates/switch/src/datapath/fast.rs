@@ -10,7 +10,8 @@
 //! open, and a receive chain it fits. Such a frame leaves exactly as it
 //! came: its header's first ten bytes carried over, its bytes copied once.
 //! A cross-connected port's plain frame needs no decision: it goes to the
-//! peer (`cross.rs`).
+//! peer (`cross.rs`). A burst's consecutive plain frames go to their
+//! destination as a run ([`Datapath::forward_plain_run`]), looked at once.
 //! Anything else, or any doubt, takes the full path, which decides the
 //! same way for these frames (and refreshes the remembered decision).
 
