@@ -268,15 +268,11 @@ fn switch_anchors_with_the_labs_own_endpoints_is_one_knob_away() {
         assert_eq!(p.status, Status::Ok, "{at}: {:?}", p.error);
         let doc = p.document.as_ref().unwrap();
         assert_ne!(doc.params["endpoints"], "dpdk", "{at}: {}", doc.params);
-        let it = &doc.iterations[doc.chosen];
-        if p.point.workload.name.starts_with("rate") {
-            assert!(it.merged.ops_per_s > 1000.0, "{at}: {:?}", it.merged);
-            // One way: what arrived was sent.
-            assert!(it.merged.ops <= it.merged.sent, "{at}: {:?}", it.merged);
-        } else {
-            let lat = it.merged.latency.as_ref().unwrap();
-            assert!(lat.p50_ns > 0 && lat.p50_ns <= lat.p99_ns, "{at}: {lat:?}");
-        }
+        assert_measured(
+            &at,
+            &p.point.workload.name,
+            &doc.iterations[doc.chosen].merged,
+        );
     }
     let testbeds = &run.scenarios[0].testbeds;
     assert!(testbeds
@@ -330,18 +326,16 @@ fn switch_anchors_on_packed_virtqueues_is_one_knob_away_and_vnio_serves_them() {
         assert_eq!(p.status, Status::Ok, "{at}: {:?}", p.error);
         let doc = p.document.as_ref().unwrap();
         assert_eq!(doc.params["virtqueue"], "packed", "{at}");
-        let it = &doc.iterations[doc.chosen];
-        let m = &it.merged;
+        let m = &doc.iterations[doc.chosen].merged;
+        assert_measured(&at, &p.point.workload.name, m);
         if p.point.workload.name.starts_with("rate") {
-            assert!(m.ops_per_s > 1000.0 && m.ops <= m.sent, "{at}: {m:?}");
             println!("packed {at}: {:.3} Mpps", m.ops_per_s / 1e6);
-        } else {
-            let lat = m.latency.as_ref().unwrap();
-            assert!(lat.p50_ns > 0 && lat.p50_ns <= lat.p99_ns, "{at}: {lat:?}");
+        } else if let Some(lat) = &m.latency {
+            let us = |ns: u64| ns as f64 / 1e3;
             println!(
                 "packed {at}: p50 {:.2} us, p99 {:.2} us",
-                lat.p50_ns as f64 / 1e3,
-                lat.p99_ns as f64 / 1e3
+                us(lat.p50_ns),
+                us(lat.p99_ns)
             );
         }
         // vnio's switch itself says it served both ports packed rings in
@@ -375,6 +369,18 @@ fn switch_anchors_on_packed_virtqueues_is_one_knob_away_and_vnio_serves_them() {
         "the report says the layout"
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Asserts that point `at` (workload `workload`) measured something: a
+/// rate above 1000 frames/s, one way (no more arrived than were sent), or
+/// a round trip with a p50 no longer than its p99.
+fn assert_measured(at: &str, workload: &str, m: &vnio_measure::result::Measured) {
+    if workload.starts_with("rate") {
+        assert!(m.ops_per_s > 1000.0 && m.ops <= m.sent, "{at}: {m:?}");
+    } else {
+        let lat = m.latency.as_ref().unwrap();
+        assert!(lat.p50_ns > 0 && lat.p50_ns <= lat.p99_ns, "{at}: {lat:?}");
+    }
 }
 
 fn shield_cpusets() -> Vec<PathBuf> {

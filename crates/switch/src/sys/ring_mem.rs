@@ -87,7 +87,7 @@ impl RingMem {
             return None;
         }
         // SAFETY: as in `load_u16`: the 16 bytes at `p` are inside the live
-        // mapping (checked above) and `p` is 8-byte aligned (`at`), so both
+        // mapping and `p` is 8-byte aligned (both checked above), so both
         // halves are aligned and in bounds.
         let (lo, hi) = unsafe {
             (

@@ -211,20 +211,7 @@ impl GuestMem {
             return self.contains(addr, len);
         }
         if hint {
-            let p = self.maps.host_at(i, off);
-            let last = p.wrapping_add(len.clamp(1, 64) as usize - 1);
-            if write {
-                crate::sys::prefetch::write(p);
-            } else {
-                crate::sys::prefetch::read(p);
-            }
-            if last as usize / 64 != p as usize / 64 {
-                if write {
-                    crate::sys::prefetch::write(last);
-                } else {
-                    crate::sys::prefetch::read(last);
-                }
-            }
+            hint_lines(self.maps.host_at(i, off), len, write);
         }
         true
     }
@@ -235,24 +222,8 @@ impl GuestMem {
     /// outside guest memory.
     #[inline]
     pub fn prefetch(&self, addr: u64, len: u32, write: bool) {
-        let Some(p) = self.maps.host(addr) else {
-            return;
-        };
-        // The last byte wanted, when its line is not the first's (a hint
-        // never faults, even past the region).
-        let last = p.wrapping_add(len.clamp(1, 64) as usize - 1);
-        let second = (last as usize / 64 != p as usize / 64).then_some(last);
-        // A branch, not a function pointer: the hints inline to one instruction.
-        let hint = |q: *const u8| {
-            if write {
-                crate::sys::prefetch::write(q)
-            } else {
-                crate::sys::prefetch::read(q)
-            }
-        };
-        hint(p);
-        if let Some(q) = second {
-            hint(q);
+        if let Some(p) = self.maps.host(addr) {
+            hint_lines(p, len, write);
         }
     }
 
@@ -292,6 +263,28 @@ fn check_file(r: &MemoryRegion, file: &File) -> Result<usize, MemoryError> {
         });
     }
     Ok(usize::try_from(meta.blksize()).unwrap_or(4096).max(4096))
+}
+
+/// Hints the lines holding the first `len` bytes (at most two: a frame's
+/// headers) at host address `p`, for reading or (`write`) for ownership.
+#[inline(always)]
+fn hint_lines(p: *const u8, len: u32, write: bool) {
+    // The last byte wanted, when its line is not the first's (a hint
+    // never faults, even past the region).
+    let last = p.wrapping_add(len.clamp(1, 64) as usize - 1);
+    let second = (last as usize / 64 != p as usize / 64).then_some(last);
+    // A branch, not a function pointer: the hints inline to one instruction.
+    let hint = |q: *const u8| {
+        if write {
+            crate::sys::prefetch::write(q)
+        } else {
+            crate::sys::prefetch::read(q)
+        }
+    };
+    hint(p);
+    if let Some(q) = second {
+        hint(q);
+    }
 }
 
 #[cfg(test)]

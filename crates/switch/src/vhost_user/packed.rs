@@ -405,7 +405,8 @@ impl PackedRing {
             {
                 return false;
             }
-            let in_memory = |addr, len| mem.contains(addr, len);
+            // Checked and its first lines asked for with one lookup.
+            let in_memory = |addr, len| mem.contains_prefetch(addr, len, true, self.writable);
             let Ok(seg) = chain::check_buffer(d.addr, d.len, d.flags, self.writable, in_memory)
             else {
                 return false;
@@ -439,11 +440,9 @@ impl PackedRing {
         let mut k = 0;
         while k < want {
             if k + 4 <= want && used + 4 <= b.segs.len() && self.pop_four(mem, b, k, used) {
-                // The next line of descriptors, and these chains' buffers.
+                // The next line of descriptors (the buffers were asked for
+                // as they were checked).
                 self.desc.prefetch(usize::from(self.avail.idx) * 16);
-                for seg in &b.segs[used..used + 4] {
-                    mem.prefetch(seg.addr, seg.len, self.writable);
-                }
                 used += 4;
                 k += 4;
                 b.n = k;

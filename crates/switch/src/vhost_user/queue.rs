@@ -266,17 +266,12 @@ impl ActiveQueue {
     /// chains back; [`ActiveQueue::stop`] returns the ones never taken.
     #[inline]
     pub fn take(&mut self, chain: &mut Chain, want: usize) -> Result<bool, ChainError> {
-        let mut r = Ok(());
-        if self.ahead_next == self.ahead.len() {
-            r = self.refill(want.clamp(1, BURST));
-        }
-        let got = r.is_ok() && self.ahead_next < self.ahead.len();
-        if got {
-            let (head, segs, len) = self.ahead.chain(self.ahead_next);
-            chain.set(head, segs, len);
-            self.ahead_next += 1;
-        }
-        r.map(|()| got)
+        let Some(k) = self.next_ahead(want)? else {
+            return Ok(false);
+        };
+        let (head, segs, len) = self.ahead.chain(k);
+        chain.set(head, segs, len);
+        Ok(true)
     }
 
     /// Like [`ActiveQueue::take`], handing out only the chain's head, first
@@ -285,19 +280,28 @@ impl ActiveQueue {
     /// chain is available; [`ActiveQueue::untake`] gives it back.
     #[inline(always)]
     pub fn take_first(&mut self, want: usize) -> Result<Option<(u16, Seg, u64)>, ChainError> {
+        let Some(k) = self.next_ahead(want)? else {
+            return Ok(None);
+        };
+        let (head, segs, len) = self.ahead.chain(k);
+        // A validated chain has a buffer.
+        Ok(segs.first().map(|&first| (head, first, len)))
+    }
+
+    /// The next chain popped ahead, handed out (its index in `ahead`),
+    /// refilling with up to `want` chains when all were handed out; None
+    /// when the ring has none.
+    #[inline(always)]
+    fn next_ahead(&mut self, want: usize) -> Result<Option<usize>, ChainError> {
         if self.ahead_next == self.ahead.len() {
             self.refill(want.clamp(1, BURST))?;
         }
-        if self.ahead_next >= self.ahead.len() {
+        let k = self.ahead_next;
+        if k >= self.ahead.len() {
             return Ok(None);
         }
-        let (head, segs, len) = self.ahead.chain(self.ahead_next);
-        // A validated chain has a buffer.
-        let Some(&first) = segs.first() else {
-            return Ok(None);
-        };
         self.ahead_next += 1;
-        Ok(Some((head, first, len)))
+        Ok(Some(k))
     }
 
     /// Readies the next receive chain while the worker has nothing else to
