@@ -105,9 +105,26 @@ fn release_makes_the_copies_and_lets_the_memories_go() {
     src.mem().write_slice(&[5u8; 8], GuestAddress(0)).unwrap();
     let mut c = Copies::default();
     assert!(c.push(&src, 0, 8, &dst, 0, 0x40, HEAD, 12));
-    assert_eq!(Arc::strong_count(&dst), 2);
+    assert_eq!(Arc::strong_count(dst.maps()), 2);
     c.release();
     assert_eq!(bytes(&dst, 12, 8), [5; 8]);
     assert!(c.is_empty() && !c.holds());
-    assert_eq!((Arc::strong_count(&src), Arc::strong_count(&dst)), (1, 1));
+    assert_eq!(
+        (Arc::strong_count(src.maps()), Arc::strong_count(dst.maps())),
+        (1, 1)
+    );
+}
+
+#[test]
+fn a_queued_copy_outlives_the_memory_it_was_checked_in() {
+    // The port's memory table replaced (or its front-end gone) between
+    // the push and the flush: the batch still holds the mappings its
+    // addresses point into.
+    let (src, dst) = (memory("src4"), memory("dst4"));
+    src.mem().write_slice(&[9u8; 8], GuestAddress(0)).unwrap();
+    let mut c = Copies::default();
+    assert!(c.push(&src, 0, 8, &dst, 0, 0x40, HEAD, 12));
+    drop(src);
+    c.flush();
+    assert_eq!(bytes(&dst, 12, 8), [9; 8]);
 }

@@ -5,6 +5,7 @@
 #![allow(unsafe_code)]
 
 pub mod affinity;
+pub mod copy_batch;
 pub mod eventfd;
 pub mod memfd;
 pub mod packet;

@@ -1,9 +1,11 @@
 //! A front-end's mapped regions as the per-frame path looks them up: a
 //! flat table of guest start, length and host address, scanned first
 //! region first (a table most often has one), so finding the bytes at a
-//! guest address chases no pointer. The table holds the mappings, so a
-//! host address it gives stays mapped while it is borrowed.
+//! guest address is a few compares. The table holds the mappings and their
+//! registrations with the SIGBUS handler, so a host address it gives stays
+//! mapped, and a vanished page under it is caught, while it is held.
 
+use super::sigbus;
 use super::span::Span;
 use std::sync::Arc;
 use vm_memory::{GuestMemoryRegion, GuestRegionMmap};
@@ -22,13 +24,17 @@ struct Host {
 /// The mappings and their lookup table.
 #[derive(Debug)]
 pub struct Regions {
-    mapped: Vec<Arc<GuestRegionMmap>>,
     hosts: Vec<Host>,
+    /// The mappings' registrations: declared before `mapped`, so they are
+    /// dropped first and no address is registered after it is unmapped.
+    guards: Vec<sigbus::Mapping>,
+    mapped: Vec<Arc<GuestRegionMmap>>,
 }
 
 impl Regions {
-    /// The table of `mapped` (sorted by guest address).
-    pub fn new(mapped: Vec<Arc<GuestRegionMmap>>) -> Self {
+    /// The table of `mapped` (sorted by guest address), holding their
+    /// SIGBUS registrations `guards`.
+    pub fn new(mapped: Vec<Arc<GuestRegionMmap>>, guards: Vec<sigbus::Mapping>) -> Self {
         let hosts = mapped
             .iter()
             .map(|r| Host {
@@ -37,7 +43,16 @@ impl Regions {
                 addr: r.as_ptr() as usize,
             })
             .collect();
-        Self { mapped, hosts }
+        Self {
+            hosts,
+            guards,
+            mapped,
+        }
+    }
+
+    /// True once a page of a mapping vanished (its file was truncated).
+    pub fn lost(&self) -> bool {
+        self.guards.iter().any(sigbus::Mapping::lost)
     }
 
     /// The mappings.
@@ -72,25 +87,37 @@ impl Regions {
         self.hosts[i].len - off
     }
 
+    /// The host address of `[addr, addr + len)`, when it lies inside one
+    /// region: the per-frame check, one lookup for the range and its
+    /// address.
+    #[inline(always)]
+    pub fn locate(&self, addr: u64, len: u64) -> Option<*mut u8> {
+        let first = self.hosts.first()?;
+        let off = addr.wrapping_sub(first.start);
+        if off < first.len && len <= first.len - off {
+            return Some((first.addr + off as usize) as *mut u8);
+        }
+        self.locate_other(addr, len)
+    }
+
+    /// [`Regions::locate`] past the first region (regions do not overlap,
+    /// so a range that starts in the first and leaves it is found nowhere).
+    #[inline(never)]
+    fn locate_other(&self, addr: u64, len: u64) -> Option<*mut u8> {
+        self.hosts.iter().skip(1).find_map(|h| {
+            let off = addr.wrapping_sub(h.start);
+            (off < h.len && len <= h.len - off).then(|| (h.addr + off as usize) as *mut u8)
+        })
+    }
+
     /// `[addr, addr + len)` as a span, when it lies inside one region.
     #[inline(always)]
     pub fn span(&self, addr: u64, len: u64) -> Option<Span<'_>> {
-        let (i, off) = self.find(addr)?;
-        let h = &self.hosts[i];
-        if len > h.len - off {
-            return None;
-        }
+        let p = self.locate(addr, len)?;
         let len = usize::try_from(len).ok()?;
-        // SAFETY: `[off, off + len)` lies inside region `i`, mapped at
-        // `h.addr` and held mapped by `self.mapped` while `self` is borrowed.
-        Some(unsafe { Span::from_raw((h.addr + off as usize) as *mut u8, len) })
-    }
-
-    /// The host address of offset `off` of region `i` (as [`Regions::find`]
-    /// gave them), for a prefetch hint.
-    #[inline(always)]
-    pub fn host_at(&self, i: usize, off: u64) -> *const u8 {
-        (self.hosts[i].addr + off as usize) as *const u8
+        // SAFETY: the `len` bytes at `p` lie inside one region (`locate`),
+        // held mapped by `self.mapped` while `self` is borrowed.
+        Some(unsafe { Span::from_raw(p, len) })
     }
 
     /// The host address of guest address `addr` (for a prefetch hint).
@@ -114,7 +141,10 @@ mod tests {
 
     #[test]
     fn addresses_are_found_in_either_region_and_nowhere_else() {
-        let r = Regions::new(vec![region(0x1000, 0x1000), region(0x10000, 0x2000)]);
+        let r = Regions::new(
+            vec![region(0x1000, 0x1000), region(0x10000, 0x2000)],
+            Vec::new(),
+        );
         assert_eq!(r.find(0x1000), Some((0, 0)));
         assert_eq!(r.find(0x1fff), Some((0, 0xfff)));
         assert_eq!(r.find(0x10010), Some((1, 0x10)));
@@ -128,8 +158,36 @@ mod tests {
     }
 
     #[test]
+    fn a_range_is_located_only_inside_one_region() {
+        let r = Regions::new(
+            vec![region(0x1000, 0x1000), region(0x10000, 0x2000)],
+            Vec::new(),
+        );
+        let (a, b) = (
+            r.mapped()[0].as_ptr() as usize,
+            r.mapped()[1].as_ptr() as usize,
+        );
+        assert_eq!(r.locate(0x1000, 0x1000), Some(a as *mut u8));
+        assert_eq!(r.locate(0x1ff0, 0x10), Some((a + 0xff0) as *mut u8));
+        assert_eq!(r.locate(0x11ff0, 0x10), Some((b + 0x1ff0) as *mut u8));
+        for (addr, len) in [
+            (0x1ff0, 0x11),
+            (0x11ff0, 0x11),
+            (0x2000, 1),
+            (0, 0x1001),
+            (0x1000, u64::MAX),
+            (u64::MAX, 2),
+        ] {
+            assert_eq!(r.locate(addr, len), None, "{addr:#x}+{len:#x}");
+        }
+    }
+
+    #[test]
     fn a_span_must_fit_inside_its_region() {
-        let r = Regions::new(vec![region(0x1000, 0x1000), region(0x2000, 0x1000)]);
+        let r = Regions::new(
+            vec![region(0x1000, 0x1000), region(0x2000, 0x1000)],
+            Vec::new(),
+        );
         assert_eq!(r.span(0x1f00, 0x100).map(|s| s.len()), Some(0x100));
         // Across the boundary into the next region: not one span.
         assert!(r.span(0x1f00, 0x101).is_none());

@@ -48,6 +48,12 @@ impl<'a> Span<'a> {
         }
     }
 
+    /// Its first byte's host address.
+    #[inline(always)]
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+
     /// Its length.
     #[inline]
     pub fn len(&self) -> usize {

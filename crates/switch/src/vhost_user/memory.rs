@@ -84,11 +84,10 @@ pub const DEFAULT_MAX_MEMORY: u64 = 1 << 40;
 pub struct GuestMem {
     mem: GuestMemoryMmap,
     regions: Vec<MemoryRegion>,
-    /// The mappings, with the per-frame path's lookup table.
-    maps: Regions,
-    /// The mappings' registrations with the SIGBUS handler; dropped (first
-    /// field to go, see `Drop`) before the memory is unmapped.
-    guards: Vec<sigbus::Mapping>,
+    /// The mappings, with the per-frame path's lookup table and their
+    /// registrations with the SIGBUS handler; shared with a batch of
+    /// copies that holds addresses in them (`sys/copy_batch.rs`).
+    maps: Arc<Regions>,
 }
 
 impl GuestMem {
@@ -130,8 +129,7 @@ impl GuestMem {
         Ok(Self {
             mem,
             regions,
-            maps: Regions::new(mapped),
-            guards,
+            maps: Arc::new(Regions::new(mapped, guards)),
         })
     }
 
@@ -139,7 +137,7 @@ impl GuestMem {
     /// was truncated): the switch now reads zeros there and the port must
     /// be reset.
     pub fn lost(&self) -> bool {
-        self.guards.iter().any(sigbus::Mapping::lost)
+        self.maps.lost()
     }
 
     /// The mapped memory.
@@ -192,6 +190,12 @@ impl GuestMem {
             .ok()
     }
 
+    /// The lookup table, for a batch of copies to hold.
+    #[inline(always)]
+    pub fn maps(&self) -> &Arc<Regions> {
+        &self.maps
+    }
+
     /// `[addr, addr + len)` as a span of one region (the fast case's
     /// copies), when it lies inside one.
     #[inline]
@@ -204,14 +208,12 @@ impl GuestMem {
     /// buffer is checked and asked for at once.
     #[inline(always)]
     pub fn contains_prefetch(&self, addr: u64, len: u32, hint: bool, write: bool) -> bool {
-        let Some((i, off)) = self.maps.find(addr) else {
-            return false;
-        };
-        if u64::from(len) > self.maps.left(i, off) {
+        let Some(p) = self.maps.locate(addr, u64::from(len)) else {
+            // Across regions, or not guest memory: the general check.
             return self.contains(addr, len);
-        }
+        };
         if hint {
-            hint_lines(self.maps.host_at(i, off), len, write);
+            hint_lines(p, len, write);
         }
         true
     }
@@ -230,16 +232,6 @@ impl GuestMem {
     /// The table the front-end sent.
     pub fn regions(&self) -> &[MemoryRegion] {
         &self.regions
-    }
-}
-
-impl Drop for GuestMem {
-    fn drop(&mut self) {
-        // Unregistered before the fields drop, so no address is in the
-        // registry after its memory is unmapped. (A ring that outlives this
-        // holds its region mapped, unregistered, only while its queue is
-        // dropped.)
-        self.guards.clear();
     }
 }
 

@@ -233,6 +233,7 @@ impl SplitRing {
                 self.desc.prefetch_descriptor(h);
             }
         }
+        let start = self.next_avail;
         let mut used = 0;
         b.at[0] = 0;
         let desc = &self.desc;
@@ -242,11 +243,8 @@ impl SplitRing {
         // does). Asked for as each buffer is checked, with the same
         // lookup; a lone chain is read right away.
         let (hint, w) = (n > 1, self.writable);
-        for k in 0..n {
-            if used + MAX_SEGS > b.segs.len() {
-                break;
-            }
-            self.next_avail += Wrapping(1);
+        let mut k = 0;
+        while k < n && used + MAX_SEGS <= b.segs.len() {
             let head = b.heads[k];
             let one = (head < self.size)
                 .then(|| desc.descriptor(head))
@@ -258,6 +256,11 @@ impl SplitRing {
                     (1, u64::from(seg.len))
                 }
                 None => {
+                    // A longer chain, or a bad one. Whatever its walk
+                    // finds, the chains before it stay popped and it is
+                    // taken (the ring's state, in case the walk fails).
+                    self.next_avail = start + Wrapping(k as u16 + 1);
+                    b.n = k;
                     let room = &mut b.segs[used..used + MAX_SEGS];
                     let room: &mut [Seg; MAX_SEGS] =
                         room.try_into().map_err(|_| ChainError::TooLong)?;
@@ -278,8 +281,12 @@ impl SplitRing {
             used += cnt;
             b.lens[k] = len;
             b.at[k + 1] = used as u16;
-            b.n = k + 1;
+            k += 1;
         }
+        // Stored once for the burst: the common chain's loop keeps both in
+        // registers.
+        self.next_avail = start + Wrapping(k as u16);
+        b.n = k;
         Ok(())
     }
 
