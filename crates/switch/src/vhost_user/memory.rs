@@ -259,25 +259,40 @@ fn check_file(r: &MemoryRegion, file: &File) -> Result<usize, MemoryError> {
 
 /// Hints the lines holding the first `len` bytes (at most two: a frame's
 /// headers) at host address `p`, for reading or (`write`) for ownership.
+///
+/// A buffer the switch will write starts with a virtio-net header (at most
+/// [`NET_HDR_MAX`] bytes), which it stores only where it changes
+/// (`Span::write_words_with`). When the header's line holds none of the
+/// frame (a DPDK driver puts the header at the end of a line, the frame at
+/// the next), that line is asked for reading only: taken for ownership, it
+/// would leave the driver's core, which reads it back, for nothing.
 #[inline(always)]
 fn hint_lines(p: *const u8, len: u32, write: bool) {
     // The last byte wanted, when its line is not the first's (a hint
     // never faults, even past the region).
+    let line = |q: *const u8| q as usize / 64;
     let last = p.wrapping_add(len.clamp(1, 64) as usize - 1);
-    let second = (last as usize / 64 != p as usize / 64).then_some(last);
-    // A branch, not a function pointer: the hints inline to one instruction.
-    let hint = |q: *const u8| {
+    let second = (line(last) != line(p)).then_some(last);
+    let header_only = write && line(p.wrapping_add(NET_HDR_MAX)) != line(p);
+    if write && !header_only {
+        crate::sys::prefetch::write(p);
+    } else {
+        crate::sys::prefetch::read(p);
+    }
+    if let Some(q) = second {
+        // A branch, not a function pointer: the hints inline to one
+        // instruction.
         if write {
             crate::sys::prefetch::write(q)
         } else {
             crate::sys::prefetch::read(q)
         }
-    };
-    hint(p);
-    if let Some(q) = second {
-        hint(q);
     }
 }
+
+/// The longest virtio-net header the switch writes (with mergeable
+/// receive buffers, or VIRTIO_F_VERSION_1).
+const NET_HDR_MAX: usize = 12;
 
 #[cfg(test)]
 mod tests {
