@@ -152,22 +152,45 @@ impl<'a> Span<'a> {
     /// and such a load waits until the stores drain, behind every older
     /// store. Those are the previous frames' stores into the guest's
     /// buffers, each waiting for its line to come from the other core.
-    ///
-    /// Unchanged words are not stored, as DPDK's virtio drivers and vhost
-    /// library leave a header field that already holds its value: a DPDK
-    /// driver puts the header at the end of its own line, before the
-    /// frame's, and a buffer's header mostly holds what the next frame's
-    /// will (no offloads, one buffer). That line then stays shared between
-    /// the two cores instead of crossing twice a frame: taken for the
-    /// store, and read back by the driver's receive path.
     #[inline(always)]
     pub fn write_words_with(&self, head: [u64; 2], head_len: usize, body: &Span<'_>) -> bool {
         if !self.fits_words_with(head_len, body) {
             return false;
         }
-        // SAFETY: both ranges are inside mappings borrowed for the spans'
-        // lifetimes (`new`) and fit (checked above); `hi` is local. `copy`
-        // allows the front-ends' ranges to overlap (a hostile chain pair).
+        self.store_header(head, head_len);
+        // SAFETY: the body's range is inside the mapping borrowed for its
+        // lifetime, and after the header it fits this span (checked
+        // above). `copy` allows the front-ends' ranges to overlap (a
+        // hostile chain pair).
+        unsafe { std::ptr::copy(body.ptr, self.ptr.add(head_len), body.len) };
+        true
+    }
+
+    /// Writes the `head_len` (8 to 16) bytes of `head` (little-endian
+    /// words) at the span's start, each word only when it differs from
+    /// what is there; false (nothing written) when they do not fit.
+    #[inline(always)]
+    pub fn write_header(&self, head: [u64; 2], head_len: usize) -> bool {
+        if !(8..=16).contains(&head_len) || head_len > self.len {
+            return false;
+        }
+        self.store_header(head, head_len);
+        true
+    }
+
+    /// The header's words, each stored only when it differs, as DPDK's
+    /// virtio drivers and vhost library leave a header field that holds
+    /// its value already. A DPDK driver puts the header at the end of its
+    /// own line, before the frame's, and a buffer's header mostly holds
+    /// what the next frame's will (no offloads, one buffer): that line then
+    /// stays shared between the two cores instead of crossing twice a
+    /// frame, taken for the store and read back by the driver.
+    #[inline(always)]
+    fn store_header(&self, head: [u64; 2], head_len: usize) {
+        debug_assert!((8..=16).contains(&head_len) && head_len <= self.len);
+        // SAFETY: the callers checked that `head_len` (8 to 16) bytes fit
+        // the span, which lies inside the mapping borrowed for 'a; `hi` is
+        // local.
         unsafe {
             let lo = self.ptr.cast::<u64>();
             if lo.read_unaligned() != head[0].to_le() {
@@ -193,9 +216,7 @@ impl<'a> Span<'a> {
                     std::ptr::copy_nonoverlapping(hi.as_ptr(), rest, n);
                 }
             }
-            std::ptr::copy(body.ptr, self.ptr.add(head_len), body.len);
         }
-        true
     }
 
     /// Whether a header of `head_len` bytes (8 to 16) then all of `body`
