@@ -19,63 +19,11 @@
 //! hugepages back.
 
 use crate::sys::copy_batch::CopyBatch;
-use crate::vhost_user::memory::GuestMem;
 use crate::vhost_user::queue::BURST;
-use std::sync::Arc;
 
 /// Up to a burst of deferred copies between one source and one
-/// destination memory.
-#[derive(Debug, Default)]
-pub(crate) struct Copies(CopyBatch<BURST>);
-
-impl Copies {
-    /// Queues `head` (its first `head_len` bytes, 8 to 16) then the `len`
-    /// bytes at `from` in `src`, for guest address `to` of `dst`, whose
-    /// buffer there holds `room` bytes. False, with nothing queued, when
-    /// they do not fit or are not mapped. A full batch, or one between
-    /// other memories, is made first.
-    #[allow(clippy::too_many_arguments)]
-    #[inline(always)]
-    pub(crate) fn push(
-        &mut self,
-        src: &Arc<GuestMem>,
-        from: u64,
-        len: u64,
-        dst: &Arc<GuestMem>,
-        to: u64,
-        room: u64,
-        head: [u64; 2],
-        head_len: usize,
-    ) -> bool {
-        self.0
-            .push(src.maps(), from, len, dst.maps(), to, room, head, head_len)
-    }
-
-    /// Makes the queued copies.
-    #[inline]
-    pub(crate) fn flush(&mut self) {
-        self.0.flush();
-    }
-
-    /// Makes the queued copies and lets go of the memories: a front-end
-    /// that went away, or replaced its memory table, gets its mappings
-    /// (hugepages, often) back. For idle rounds and port events.
-    pub(crate) fn release(&mut self) {
-        self.0.release();
-    }
-
-    /// The memories held, for tests.
-    #[cfg(test)]
-    pub(crate) fn holds(&self) -> bool {
-        self.0.holds()
-    }
-
-    /// True when no copy waits.
-    #[cfg(test)]
-    pub(crate) fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-}
+/// destination memory (given as their lookup tables, `GuestMem::maps`).
+pub(crate) type Copies = CopyBatch<BURST>;
 
 #[cfg(test)]
 #[path = "copies_tests.rs"]

@@ -1,6 +1,7 @@
 use super::*;
-use crate::vhost_user::memory::DEFAULT_MAX_MEMORY;
+use crate::vhost_user::memory::{GuestMem, DEFAULT_MAX_MEMORY};
 use crate::vhost_user::protocol::MemoryRegion;
+use std::sync::Arc;
 use vm_memory::{Bytes, GuestAddress};
 
 /// A guest memory of 64 KiB at guest address 0.
@@ -31,7 +32,16 @@ fn copies_wait_for_the_flush_and_a_full_batch_makes_room() {
         .unwrap();
     let mut c = Copies::default();
     for k in 0..=BURST as u64 {
-        assert!(c.push(&src, 0x100, 64, &dst, k * 0x100, 0x100, HEAD, 12));
+        assert!(c.push(
+            src.maps(),
+            0x100,
+            64,
+            dst.maps(),
+            k * 0x100,
+            0x100,
+            HEAD,
+            12
+        ));
         if k == 0 {
             assert!(
                 bytes(&dst, 0, 80).iter().all(|&x| x == 0),
@@ -60,15 +70,15 @@ fn a_copy_that_does_not_fit_or_is_not_mapped_is_refused_and_nothing_queued() {
     let (src, dst) = (memory("src2"), memory("dst2"));
     let mut c = Copies::default();
     assert!(
-        !c.push(&src, 0, 64, &dst, 0, 75, HEAD, 12),
+        !c.push(src.maps(), 0, 64, dst.maps(), 0, 75, HEAD, 12),
         "76 bytes in 75"
     );
     assert!(
-        !c.push(&src, 0xfff0, 64, &dst, 0, 0x100, HEAD, 12),
+        !c.push(src.maps(), 0xfff0, 64, dst.maps(), 0, 0x100, HEAD, 12),
         "source past the end"
     );
     assert!(
-        !c.push(&src, 0, 64, &dst, 0xffc0, 0x100, HEAD, 12),
+        !c.push(src.maps(), 0, 64, dst.maps(), 0xffc0, 0x100, HEAD, 12),
         "buffer past the end"
     );
     assert!(c.is_empty());
@@ -77,7 +87,7 @@ fn a_copy_that_does_not_fit_or_is_not_mapped_is_refused_and_nothing_queued() {
         .write_slice(&[0xee; 16], GuestAddress(0x200))
         .unwrap();
     src.mem().write_slice(&[7u8; 4], GuestAddress(0)).unwrap();
-    assert!(c.push(&src, 0, 4, &dst, 0x200, 14, HEAD, 10));
+    assert!(c.push(src.maps(), 0, 4, dst.maps(), 0x200, 14, HEAD, 10));
     c.flush();
     assert_eq!(
         bytes(&dst, 0x200, 15),
@@ -91,8 +101,8 @@ fn copies_between_other_memories_make_the_batch_first() {
     a.mem().write_slice(&[1u8; 8], GuestAddress(0)).unwrap();
     b.mem().write_slice(&[2u8; 8], GuestAddress(0)).unwrap();
     let mut c = Copies::default();
-    assert!(c.push(&a, 0, 8, &d, 0, 0x40, HEAD, 12));
-    assert!(c.push(&b, 0, 8, &d, 0x40, 0x40, HEAD, 12));
+    assert!(c.push(a.maps(), 0, 8, d.maps(), 0, 0x40, HEAD, 12));
+    assert!(c.push(b.maps(), 0, 8, d.maps(), 0x40, 0x40, HEAD, 12));
     assert_eq!(bytes(&d, 12, 8), [1; 8], "a's copy made when b's came");
     assert_eq!(bytes(&d, 0x40 + 12, 8), [0; 8]);
     c.flush();
@@ -104,7 +114,7 @@ fn release_makes_the_copies_and_lets_the_memories_go() {
     let (src, dst) = (memory("src3"), memory("dst3"));
     src.mem().write_slice(&[5u8; 8], GuestAddress(0)).unwrap();
     let mut c = Copies::default();
-    assert!(c.push(&src, 0, 8, &dst, 0, 0x40, HEAD, 12));
+    assert!(c.push(src.maps(), 0, 8, dst.maps(), 0, 0x40, HEAD, 12));
     assert_eq!(Arc::strong_count(dst.maps()), 2);
     c.release();
     assert_eq!(bytes(&dst, 12, 8), [5; 8]);
@@ -123,7 +133,7 @@ fn a_queued_copy_outlives_the_memory_it_was_checked_in() {
     let (src, dst) = (memory("src4"), memory("dst4"));
     src.mem().write_slice(&[9u8; 8], GuestAddress(0)).unwrap();
     let mut c = Copies::default();
-    assert!(c.push(&src, 0, 8, &dst, 0, 0x40, HEAD, 12));
+    assert!(c.push(src.maps(), 0, 8, dst.maps(), 0, 0x40, HEAD, 12));
     drop(src);
     c.flush();
     assert_eq!(bytes(&dst, 12, 8), [9; 8]);

@@ -259,10 +259,8 @@ mod tests {
         /// The first page read-only, as a line the switch must not store to.
         fn protect_first(&self) {
             // SAFETY: the first page of our own mapping.
-            assert_eq!(
-                unsafe { libc::mprotect(self.0.cast(), 4096, libc::PROT_READ) },
-                0
-            );
+            let r = unsafe { libc::mprotect(self.0.cast(), 4096, libc::PROT_READ) };
+            assert_eq!(r, 0);
         }
     }
 

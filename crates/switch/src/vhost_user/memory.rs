@@ -262,7 +262,7 @@ fn check_file(r: &MemoryRegion, file: &File) -> Result<usize, MemoryError> {
 ///
 /// A buffer the switch will write starts with a virtio-net header (at most
 /// [`NET_HDR_MAX`] bytes), which it stores only where it changes
-/// (`Span::write_words_with`). When the header's line holds none of the
+/// (`Span::write_header`). When the header's line holds none of the
 /// frame (a DPDK driver puts the header at the end of a line, the frame at
 /// the next), that line is asked for reading only: taken for ownership, it
 /// would leave the driver's core, which reads it back, for nothing.

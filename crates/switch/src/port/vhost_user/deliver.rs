@@ -386,10 +386,10 @@ fn queue_copy(
     let skip = look.hdr_len() as u64;
     u64::from(s.len) >= skip + frame_len
         && copies.push(
-            smem,
+            smem.maps(),
             s.addr + skip,
             frame_len,
-            mem,
+            mem.maps(),
             d.addr,
             u64::from(d.len),
             words,
