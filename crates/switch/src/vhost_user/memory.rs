@@ -7,6 +7,7 @@ use super::protocol::MemoryRegion;
 use crate::sys::regions::Regions;
 use crate::sys::sigbus;
 use crate::sys::span::Span;
+use crate::wire::virtio_net::HEADER_LEN;
 use std::fs::File;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::sync::Arc;
@@ -261,7 +262,7 @@ fn check_file(r: &MemoryRegion, file: &File) -> Result<usize, MemoryError> {
 /// headers) at host address `p`, for reading or (`write`) for ownership.
 ///
 /// A buffer the switch will write starts with a virtio-net header (at most
-/// [`NET_HDR_MAX`] bytes), which it stores only where it changes
+/// [`HEADER_LEN`] bytes), which it stores only where it changes
 /// (`Span::write_header`). When the header's line holds none of the
 /// frame (a DPDK driver puts the header at the end of a line, the frame at
 /// the next), that line is asked for reading only: taken for ownership, it
@@ -273,7 +274,7 @@ fn hint_lines(p: *const u8, len: u32, write: bool) {
     let line = |q: *const u8| q as usize / 64;
     let last = p.wrapping_add(len.clamp(1, 64) as usize - 1);
     let second = (line(last) != line(p)).then_some(last);
-    let header_only = write && line(p.wrapping_add(NET_HDR_MAX)) != line(p);
+    let header_only = write && line(p.wrapping_add(HEADER_LEN)) != line(p);
     if write && !header_only {
         crate::sys::prefetch::write(p);
     } else {
@@ -289,10 +290,6 @@ fn hint_lines(p: *const u8, len: u32, write: bool) {
         }
     }
 }
-
-/// The longest virtio-net header the switch writes (with mergeable
-/// receive buffers, or VIRTIO_F_VERSION_1).
-const NET_HDR_MAX: usize = 12;
 
 #[cfg(test)]
 mod tests {
