@@ -26,13 +26,21 @@
 //!   still gets its first addresses learned, as long as fewer than
 //!   `capacity / 8 / FIRST_ADDRESSES` ports (256 with the default 8192
 //!   entries) took theirs from the reserve.
-//! - **A keyed hash.** The table hashes with SipHash-1-3 under a random key
-//!   ([`RandomState`]): without the key, a tenant cannot craft addresses
+//! - **A keyed hash.** The table hashes with foldhash under a random seed
+//!   ([`RandomState`]): without the seed, a tenant cannot craft addresses
 //!   that fall in one bucket and make every lookup walk a long probe chain.
+//!   foldhash, not SipHash: a key is one word, which foldhash folds in one
+//!   multiply while SipHash takes about a hundred instructions, and a frame
+//!   whose source moves between ports (a loop, a migrated VM, the anchor
+//!   harness's `lat` echo) hashes twice: learning, then its destination's
+//!   lookup. The seed is the process's and the table's own, as Linux's
+//!   bridge seeds its jhash; what bounds a tenant who would learn it by
+//!   timing is the per-port limit above, not the hash.
 
 use crate::wire::EthernetAddress;
 use crate::PortId;
-use std::collections::hash_map::RandomState;
+use foldhash::fast::RandomState;
+use std::collections::hash_map::Entry::{Occupied, Vacant};
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
@@ -111,7 +119,9 @@ impl serde::Serialize for EthernetAddress {
 /// The table.
 pub struct Fdb {
     map: HashMap<u64, Entry, RandomState>,
-    /// Entries per port (ports with none are absent).
+    /// Entries per port. A port's count stays, at zero too, until the port
+    /// is flushed: an address that moves back and forth between two ports
+    /// (a loop, or an echo) only counts.
     per_port: HashMap<PortId, u32, RandomState>,
     capacity: usize,
     /// Entries beyond which only a port's first addresses are learned.
@@ -130,9 +140,9 @@ impl Fdb {
     /// `aging` after it was last seen; each port may learn
     /// [`DEFAULT_PORT_LIMIT`] addresses unless told otherwise.
     pub fn new(capacity: usize, aging: Duration) -> Self {
-        let mut map = HashMap::with_hasher(RandomState::new());
+        let mut map = HashMap::with_hasher(RandomState::default());
         map.reserve(capacity);
-        let mut per_port = HashMap::with_hasher(RandomState::new());
+        let mut per_port = HashMap::with_hasher(RandomState::default());
         per_port.reserve(PORTS_RESERVED);
         Self {
             map,
@@ -171,46 +181,49 @@ impl Fdb {
         if mac.is_multicast() {
             return Learned::Group;
         }
-        let k = key(vid, mac);
-        // The common case, a known address on its own port, touches only its entry.
-        if let Some(e) = self.map.get_mut(&k) {
-            if e.port == port {
+        let limit = limit.unwrap_or(self.port_limit);
+        let held = |per_port: &HashMap<PortId, u32, RandomState>| {
+            per_port.get(&port).copied().unwrap_or(0)
+        };
+        let len = self.map.len();
+        // One lookup of the address, whether it is known here, moves or is new.
+        match self.map.entry(key(vid, mac)) {
+            // The common case, a known address on its own port, touches only its entry.
+            Occupied(mut o) if o.get().port == port => {
+                o.get_mut().seen = now;
+                Learned::Refreshed
+            }
+            _ if held(&self.per_port) >= limit => Learned::PortLimit,
+            Occupied(mut o) => {
+                // A move: the old port gives the address up.
+                let e = o.get_mut();
+                let old = std::mem::replace(&mut e.port, port);
                 e.seen = now;
-                return Learned::Refreshed;
+                // A VTEP is a place behind one port only.
+                e.remote = None;
+                uncount(&mut self.per_port, old);
+                *self.per_port.entry(port).or_insert(0) += 1;
+                self.generation += 1;
+                Learned::Changed
+            }
+            Vacant(_)
+                if len >= self.capacity
+                    || (len >= self.open && held(&self.per_port) >= FIRST_ADDRESSES) =>
+            {
+                self.full_misses += 1;
+                Learned::Full
+            }
+            Vacant(v) => {
+                v.insert(Entry {
+                    port,
+                    seen: now,
+                    remote: None,
+                });
+                *self.per_port.entry(port).or_insert(0) += 1;
+                self.generation += 1;
+                Learned::Changed
             }
         }
-        let limit = limit.unwrap_or(self.port_limit);
-        let held = self.per_port.get(&port).copied().unwrap_or(0);
-        if held >= limit {
-            return Learned::PortLimit;
-        }
-        if let Some(e) = self.map.get_mut(&k) {
-            // A move: the old port gives the address up.
-            let old = std::mem::replace(&mut e.port, port);
-            e.seen = now;
-            // A VTEP is a place behind one port only.
-            e.remote = None;
-            uncount(&mut self.per_port, old);
-            *self.per_port.entry(port).or_insert(0) += 1;
-            self.generation += 1;
-            return Learned::Changed;
-        }
-        let len = self.map.len();
-        if len >= self.capacity || (len >= self.open && held >= FIRST_ADDRESSES) {
-            self.full_misses += 1;
-            return Learned::Full;
-        }
-        self.map.insert(
-            k,
-            Entry {
-                port,
-                seen: now,
-                remote: None,
-            },
-        );
-        *self.per_port.entry(port).or_insert(0) += 1;
-        self.generation += 1;
-        Learned::Changed
     }
 
     /// Like [`Fdb::learn`], for an address seen behind remote VTEP
@@ -335,13 +348,10 @@ impl Fdb {
     }
 }
 
-/// Takes one entry off `port`'s count, forgetting ports that hold none.
+/// Takes one entry off `port`'s count.
 fn uncount(per_port: &mut HashMap<PortId, u32, RandomState>, port: PortId) {
     if let Some(n) = per_port.get_mut(&port) {
         *n -= 1;
-        if *n == 0 {
-            per_port.remove(&port);
-        }
     }
 }
 
@@ -399,6 +409,33 @@ mod tests {
         assert!(f.generation() > g, "a removal is a change");
         assert!(f.is_empty());
         assert_eq!(f.port_len(PortId(2)), 0, "aging uncounts");
+    }
+
+    #[test]
+    fn an_address_moving_back_and_forth_counts_once_where_it_is() {
+        let now = Instant::now();
+        let mut f = Fdb::new(16, DEFAULT_AGING);
+        for k in 0..10 {
+            let (to, from) = if k % 2 == 0 { (1, 2) } else { (2, 1) };
+            let g = f.generation();
+            assert_eq!(f.learn(1, mac(1), PortId(to), None, now), Learned::Changed);
+            assert!(f.generation() > g, "move {k} is a change");
+            assert_eq!((f.port_len(PortId(to)), f.port_len(PortId(from))), (1, 0));
+        }
+        assert_eq!(f.len(), 1);
+        // A port that may learn nothing takes no move, counted or not.
+        assert_eq!(
+            f.learn(1, mac(1), PortId(1), Some(0), now),
+            Learned::PortLimit
+        );
+        assert_eq!(
+            f.learn(1, mac(1), PortId(7), Some(0), now),
+            Learned::PortLimit
+        );
+        assert_eq!(f.lookup(1, mac(1), now), Some(PortId(2)));
+        // A flushed port's count is gone with its addresses.
+        assert_eq!(f.flush_port(PortId(2)), 1);
+        assert_eq!((f.port_len(PortId(1)), f.port_len(PortId(2))), (0, 0));
     }
 
     #[test]
