@@ -5,7 +5,7 @@
 
 use super::{is_lent, Datapath, FlowMemo, Frame, Fwd, Port, MAX_FRAME};
 use crate::fdb::Learned;
-use crate::forward::{decide, Destination, L2Header};
+use crate::forward::{decide, Decision, Destination, L2Header};
 use crate::offload::{self, Caps, Reject};
 use crate::port::uplink;
 use crate::stats::DropReason;
@@ -114,14 +114,7 @@ impl Datapath {
             }
             return Fwd::Done;
         }
-        let Datapath {
-            slots,
-            fdb,
-            remote,
-            topo_gen,
-            ..
-        } = self;
-        let Some(me) = slots[i].as_ref() else {
+        let Some(me) = self.slots[i].as_ref() else {
             return Fwd::Done;
         };
         let src_id = me.id;
@@ -129,60 +122,23 @@ impl Datapath {
         if let (Some(vtep), Some(vid)) = (self.from_vtep, me.policy.vlan.ingress(l2.tag)) {
             // Before the decision (whose own learning keeps the VTEP): a
             // new VTEP changes the generation, so no memo outlives it.
-            fdb.learn_remote(vid, l2.src, src_id, me.policy.fdb_limit, vtep, now);
+            self.fdb
+                .learn_remote(vid, l2.src, src_id, me.policy.fdb_limit, vtep, now);
         }
-        // A burst from one port is mostly one flow: the last decision holds
-        // while its inputs are the same (addresses, tag, time, FDB, ports).
-        // (Looked at in place: the memo is too large to copy per frame.)
-        let memo = me
-            .rt
-            .flow
-            .as_ref()
-            .filter(|m| m.holds(&l2, now, fdb.generation(), *topo_gen));
-        let (decision, dest_slot) = match memo {
-            Some(m) => (m.decision, m.to.map(|(j, _)| j)),
-            None => {
-                let decision = decide(fdb, src_id, &me.policy, &l2, now, |p, vid| {
-                    match slots.iter().flatten().find(|s| s.id == p) {
-                        Some(s) => s.policy.vlan.egress(vid),
-                        None => remote
-                            .iter()
-                            .find(|r| r.id == p)
-                            .and_then(|r| r.vlan.egress(vid)),
-                    }
-                });
-                let to = match decision.map(|d| (d.dest, d.vid)) {
-                    Ok((Destination::Port(p, tagging), _)) => slots
-                        .iter()
-                        .position(|s| s.as_ref().is_some_and(|s| s.id == p))
-                        .map(|j| (j, tagging)),
-                    Ok((Destination::Flood, vid)) => sole_recipient(slots, remote, src_id, vid),
-                    Err(_) => None,
-                };
-                if let Some(me) = slots[i].as_mut() {
-                    me.rt.flow = Some(FlowMemo {
-                        l2,
-                        until: now + super::MEMO_HOLD,
-                        fdb_gen: fdb.generation(),
-                        topo_gen: *topo_gen,
-                        decision,
-                        to,
-                    });
-                }
-                (decision, to.map(|(j, _)| j))
-            }
+        let Some((decision, dest_slot)) = self.flow_decision(i, &l2, now) else {
+            return Fwd::Done;
         };
         let d = match decision {
             Ok(d) => {
                 if d.learned == Learned::PortLimit {
-                    if let Some(me) = slots[i].as_ref() {
+                    if let Some(me) = self.slots[i].as_ref() {
                         me.stats.tx.drop(DropReason::FdbLimit);
                     }
                 }
                 d
             }
             Err(r) => {
-                if let Some(me) = slots[i].as_ref() {
+                if let Some(me) = self.slots[i].as_ref() {
                     me.stats.tx.drop(r);
                 }
                 return Fwd::Done;
@@ -265,6 +221,66 @@ impl Datapath {
             self.learn_mac(i, l2.src);
         }
         Fwd::Done
+    }
+
+    /// The decision for a frame with header `l2` from slot `i` at `now`,
+    /// and the slot it goes to (for a flood, the one port it reaches, if
+    /// only one): the remembered decision while it holds, else decided anew,
+    /// learning the frame's source, and remembered. None: no port in `i`.
+    pub(super) fn flow_decision(
+        &mut self,
+        i: usize,
+        l2: &L2Header,
+        now: Instant,
+    ) -> Option<(Result<Decision, DropReason>, Option<usize>)> {
+        let Datapath {
+            slots,
+            fdb,
+            remote,
+            topo_gen,
+            ..
+        } = self;
+        let me = slots[i].as_ref()?;
+        let src_id = me.id;
+        // A burst from one port is mostly one flow: the last decision holds
+        // while its inputs are the same (addresses, tag, time, FDB, ports).
+        // (Looked at in place: the memo is too large to copy per frame.)
+        let memo = me
+            .rt
+            .flow
+            .as_ref()
+            .filter(|m| m.holds(l2, now, fdb.generation(), *topo_gen));
+        if let Some(m) = memo {
+            return Some((m.decision, m.to.map(|(j, _)| j)));
+        }
+        let decision = decide(fdb, src_id, &me.policy, l2, now, |p, vid| {
+            match slots.iter().flatten().find(|s| s.id == p) {
+                Some(s) => s.policy.vlan.egress(vid),
+                None => remote
+                    .iter()
+                    .find(|r| r.id == p)
+                    .and_then(|r| r.vlan.egress(vid)),
+            }
+        });
+        let to = match decision.map(|d| (d.dest, d.vid)) {
+            Ok((Destination::Port(p, tagging), _)) => slots
+                .iter()
+                .position(|s| s.as_ref().is_some_and(|s| s.id == p))
+                .map(|j| (j, tagging)),
+            Ok((Destination::Flood, vid)) => sole_recipient(slots, remote, src_id, vid),
+            Err(_) => None,
+        };
+        if let Some(me) = slots[i].as_mut() {
+            me.rt.flow = Some(FlowMemo {
+                l2: *l2,
+                until: now + super::MEMO_HOLD,
+                fdb_gen: fdb.generation(),
+                topo_gen: *topo_gen,
+                decision,
+                to,
+            });
+        }
+        Some((decision, to.map(|(j, _)| j)))
     }
 
     /// Whether a frame of `bytes` from slot `i` to slot `j` must wait: `j`

@@ -4,7 +4,8 @@
 //! (`classify.rs`, `deliver.rs`) applies: no offload metadata in its
 //! virtio-net header (flags and GSO type zero), untagged and leaving
 //! untagged, its flow's forwarding decision remembered from the frame
-//! before (same addresses, time, FDB and ports) and delivering to one
+//! before (same addresses, time, FDB and ports), or else made anew for it
+//! ([`Datapath::forward_decided_anew`]), and delivering to one
 //! port (a unicast, or a flood only one port receives), a destination whose LRO
 //! cannot take it (LRO off, or not a TCP segment) and with no aggregate
 //! open, and a receive chain it fits. Such a frame leaves exactly as it
@@ -17,6 +18,7 @@
 
 use super::{Datapath, Port, Slot, MAX_FRAME};
 use crate::fdb::Learned;
+use crate::forward::L2Header;
 use crate::stats::DropReason;
 use crate::vhost_user::chain::Seg;
 use crate::vhost_user::memory::GuestMem;
@@ -48,12 +50,20 @@ impl MacPair {
         Self(u64::from_le_bytes(lo), u32::from_le_bytes(hi))
     }
 
-    /// The source address.
-    fn src(self) -> EthernetAddress {
+    /// The destination address, then the source address.
+    fn addresses(self) -> (EthernetAddress, EthernetAddress) {
         let mut m = [0u8; 12];
         m[..8].copy_from_slice(&self.0.to_le_bytes());
         m[8..].copy_from_slice(&self.1.to_le_bytes());
-        EthernetAddress::from_bytes(&m[6..])
+        (
+            EthernetAddress::from_bytes(&m[..6]),
+            EthernetAddress::from_bytes(&m[6..]),
+        )
+    }
+
+    /// The source address.
+    fn src(self) -> EthernetAddress {
+        self.addresses().1
     }
 }
 
@@ -310,6 +320,62 @@ impl Datapath {
             *route = self.plain_route(i, now);
         }
         true
+    }
+
+    /// Forwards chain `segs` from slot `i` on the fast case when no
+    /// remembered decision held for its burst (`route` is None): a plain
+    /// frame by its own bytes (no offload, untagged) is decided anew first,
+    /// as the full path decides (its source learned, the decision
+    /// remembered), and takes the fast case if that decision is a plain
+    /// route. The FDB's generation moves with every address learned or
+    /// moved, anywhere on the worker, and a source that moves between two
+    /// ports moves it on every frame (a loop; the anchor harness's round
+    /// trip, whose echo sends each frame back as it came): such frames would
+    /// otherwise all take the full path. Returns false, having forwarded
+    /// nothing, as [`Datapath::forward_plain`].
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn forward_decided_anew(
+        &mut self,
+        i: usize,
+        mem: &Arc<GuestMem>,
+        segs: &[Seg],
+        len: u64,
+        hdr_len: usize,
+        now: Instant,
+        route: &mut Option<PlainRoute>,
+        tally: &mut PlainTally,
+    ) -> bool {
+        if route.is_some()
+            || len.saturating_sub(hdr_len as u64) > MAX_FRAME
+            || !self.slots[i]
+                .as_ref()
+                .is_some_and(|s| s.direct_to.is_none())
+        {
+            return false;
+        }
+        let Some(look) = segs
+            .first()
+            .and_then(|s| Look::read(mem, *s, hdr_len, false))
+        else {
+            return false;
+        };
+        if !look.plain_header() || look.ethertype() == ETH_VLAN {
+            return false;
+        }
+        let (dst, src) = look.macs().addresses();
+        let l2 = L2Header {
+            dst,
+            src,
+            tag: None,
+        };
+        if self.flow_decision(i, &l2, now).is_none() {
+            return false;
+        }
+        *route = self.plain_route(i, now);
+        // A destination with LRO looks further into the frame.
+        let looked = route.as_ref().filter(|r| !r.lro).map(|_| look);
+        self.forward_plain(i, mem, segs, len, hdr_len, now, route, tally, looked)
     }
 
     /// Forwards the plain frames of `burst` from frame `from` on, from slot

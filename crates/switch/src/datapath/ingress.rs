@@ -229,7 +229,9 @@ impl Datapath {
                 let looked = looks[done];
                 let fwd = if self.forward_plain(
                     i, &mem, segs, len, hdr_len, now, &mut route, &mut tally, looked,
-                ) {
+                ) || self
+                    .forward_decided_anew(i, &mem, segs, len, hdr_len, now, &mut route, &mut tally)
+                {
                     Fwd::Done
                 } else {
                     // The full path may reset a port or deliver to one: the
