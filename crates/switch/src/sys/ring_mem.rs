@@ -111,16 +111,6 @@ impl RingMem {
         Some(())
     }
 
-    /// Stores `v` little-endian at `off`.
-    #[inline]
-    pub fn store_u32(&self, off: usize, v: u32, order: Ordering) -> Option<()> {
-        let p = self.at(off, 4)?;
-        // SAFETY: as in `load_u16`, 4-byte aligned.
-        let a = unsafe { AtomicU32::from_ptr(p.cast()) };
-        a.store(v.to_le(), order);
-        Some(())
-    }
-
     /// Stores `a` at `off` and `b` right after it, little-endian, with
     /// one bounds check (a used element: 4-byte aligned, so two stores).
     #[inline]

@@ -53,6 +53,10 @@ const DESC_FLAGS: usize = 14;
 const EVENT_OFF_WRAP: usize = 0;
 const EVENT_FLAGS: usize = 2;
 
+/// Used descriptors a flush stores together (see `PackedRing::shadow`):
+/// two bursts' worth.
+const SHADOW: usize = 2 * BURST;
+
 /// A place in the ring: a slot and the wrap counter that goes with it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Pos {
@@ -152,9 +156,14 @@ pub(super) struct PackedRing {
     /// ring's size need not be a power of two, and a division per chain
     /// cost as much as the rest of its bookkeeping).
     pops: u16,
-    /// The first used descriptor written since the last flush and its
-    /// flags, stored last so the driver sees the batch at once.
-    first: Option<(u16, u16)>,
+    /// The used descriptors returned since the last flush (offset, second
+    /// half: length, id and flags), stored at the flush with the first
+    /// one last, so the driver sees the batch at once. Stored as each chain
+    /// was returned, they took a line of the ring the driver was polling
+    /// (at the batch's first descriptor) once per descriptor in it, not
+    /// once; and the flush comes after the burst's copies anyway. Holds
+    /// [`SHADOW`]: past that, descriptors after the first are stored at once.
+    shadow: Vec<(usize, u64)>,
     /// In-order transmit: where the batch not written yet starts (the
     /// used position at the last flush; open while `used` differs) and
     /// its last id. Two plain fields, not one `Option` of a tuple: that
@@ -207,7 +216,7 @@ impl PackedRing {
             slots: vec![0; usize::from(size)].into_boxed_slice(),
             began: vec![(avail, 0); usize::from(size)].into_boxed_slice(),
             pops: 0,
-            first: None,
+            shadow: Vec::with_capacity(SHADOW),
             batch_from: avail,
             batch_id: 0,
             desc_gpa: addrs.desc.0,
@@ -508,24 +517,21 @@ impl PackedRing {
         self.write_used(at, id, len)
     }
 
-    /// Writes a used descriptor at `at`; its flags wait for the flush when
-    /// it is the first of the batch.
+    /// Returns used descriptor (`id`, `len`) at `at`: noted for the flush
+    /// (see `shadow`), or stored now when the flush has enough to store.
     fn write_used(&mut self, at: Pos, id: u16, len: u32) -> Result<(), ChainError> {
         let off = usize::from(at.idx) * 16;
         let flags = if at.wrap { F_AVAIL | F_USED } else { 0 };
-        if self.first.is_none() {
-            self.desc
-                .store_u32(off + 8, len, Ordering::Relaxed)
-                .and_then(|()| self.desc.store_u16(off + 12, id, Ordering::Relaxed))
-                .ok_or(ChainError::Ring)?;
-            self.first = Some((at.idx, flags));
-            self.log_desc(off + 8, 6);
-            return Ok(());
-        }
         // Length, id and flags in one store: one store-buffer entry for a
         // line the driver's core holds, not three (the descriptor is
         // 16-byte aligned, so its second half is 8-byte aligned).
         let word = u64::from(len) | u64::from(id) << 32 | u64::from(flags) << 48;
+        if self.shadow.len() < SHADOW {
+            self.shadow.push((off, word));
+            return Ok(());
+        }
+        // The driver stops at the first, still unstored: this one waits
+        // behind it all the same.
         self.desc
             .store_u64(off + 8, word, Ordering::Release)
             .ok_or(ChainError::Ring)?;
@@ -540,11 +546,18 @@ impl PackedRing {
             }
             self.batch_from = self.used;
         }
-        if let Some((idx, flags)) = self.first.take() {
-            let off = usize::from(idx) * 16 + DESC_FLAGS;
-            let _ = self.desc.store_u16(off, flags, Ordering::Release);
-            self.log_desc(off, 2);
+        let Some(&(first, word)) = self.shadow.first() else {
+            return;
+        };
+        for &(off, w) in &self.shadow[1..] {
+            let _ = self.desc.store_u64(off + 8, w, Ordering::Relaxed);
+            self.log_desc(off + 8, 8);
         }
+        // Release: the driver that sees the first sees the rest, and the
+        // buffers' bytes.
+        let _ = self.desc.store_u64(first + 8, word, Ordering::Release);
+        self.log_desc(first + 8, 8);
+        self.shadow.clear();
     }
 
     pub(super) fn notified(&mut self) {

@@ -526,6 +526,37 @@ fn in_order_transmit_writes_one_used_descriptor_per_flush() {
 }
 
 #[test]
+fn used_descriptors_are_stored_at_the_flush_the_first_last() {
+    // More than a flush holds (SHADOW): those past it are stored at once,
+    // behind the first, which still waits for the flush.
+    let n = SHADOW as u16 + 8;
+    let (mut q, mut d, _call) = pair(128, PLAIN, true);
+    for k in 0..n {
+        d.offer_one(k, 2048, F_WRITE);
+    }
+    let second_half = |d: &Driver, slot: u16| -> u64 {
+        d.mem
+            .read_obj(GuestAddress(DESC + 16 * u64::from(slot) + 8))
+            .unwrap()
+    };
+    let offered: Vec<u64> = (0..n).map(|k| second_half(&d, k)).collect();
+    for k in 0..n {
+        let c = q.pop().unwrap().unwrap();
+        q.add_used(c.head(), 60 + u32::from(k)).unwrap();
+    }
+    for k in 0..SHADOW as u16 {
+        let v = second_half(&d, k);
+        assert_eq!(v, offered[usize::from(k)], "slot {k} waits for the flush");
+    }
+    assert!(d.reap().is_none(), "the driver stops at the first");
+    q.flush();
+    for k in 0..n {
+        assert_eq!(d.reap(), Some((k, 60 + u32::from(k))));
+    }
+    assert!(d.reap().is_none());
+}
+
+#[test]
 fn event_flags_without_event_idx() {
     let (mut q, mut d, call) = pair(8, PLAIN, false);
     let stats = QueueStats::default();
