@@ -332,7 +332,9 @@ impl Datapath {
     /// ports moves it on every frame (a loop; the anchor harness's round
     /// trip, whose echo sends each frame back as it came): such frames would
     /// otherwise all take the full path. Returns false, having forwarded
-    /// nothing, as [`Datapath::forward_plain`].
+    /// nothing, as [`Datapath::forward_plain`]; a decision it made is
+    /// remembered, and the full path takes it from there (no second
+    /// learning).
     #[inline(never)]
     #[allow(clippy::too_many_arguments)]
     pub(super) fn forward_decided_anew(
