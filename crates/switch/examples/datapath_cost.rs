@@ -5,11 +5,13 @@
 //! the number to watch when changing the per-frame path (the anchor harness
 //! measures the real thing, across cores; see docs/switch.md).
 //!
-//! `cargo run --release -p vnio-switch --example datapath_cost [-- FRAME_LEN [SECONDS [ROUNDS [bounce]]]]`
+//! `cargo run --release -p vnio-switch --example datapath_cost [-- FRAME_LEN [SECONDS [ROUNDS [bounce|swap]]]]`
 //!
 //! With `bounce`, the anchor harness's `lat` topology instead: one frame at
 //! a time, sent back by b unchanged, so a's address moves between the two
-//! ports on every frame (and b's is never learned).
+//! ports on every frame (and b's is never learned). With `swap`, the same
+//! round trip with b answering from its own address (as the lab's
+//! endpoints do): every frame's decision is remembered.
 //!
 //! Prints the median over ROUNDS (default 5) of nanoseconds per frame spent
 //! in the switch's polling rounds, and for the whole loop with the endpoints;
@@ -34,10 +36,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let len: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(64);
     let secs: f64 = args.next().map(|a| a.parse()).transpose()?.unwrap_or(1.0);
     let rounds: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(5);
-    let bounce = match args.next().as_deref() {
-        None => false,
-        Some("bounce") => true,
-        Some(other) => return Err(format!("unknown mode {other:?} (bounce)").into()),
+    let (round_trip, swap) = match args.next().as_deref() {
+        None => (false, false),
+        Some("bounce") => (true, false),
+        Some("swap") => (true, true),
+        Some(other) => return Err(format!("unknown mode {other:?} (bounce, swap)").into()),
     };
     let dir = std::env::temp_dir().join(format!("vnio-dpcost-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
@@ -99,10 +102,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut ba = ab.clone();
     ba[..6].copy_from_slice(&ma.0);
     ba[6..12].copy_from_slice(&mb.0);
-    if !bounce {
+    if !round_trip || swap {
         // b's address is learned: frames go to it, not flooded.
         b.send_frame(&ba)?;
     }
+    let back = if swap { &ba } else { &ab };
     let burst: Vec<&[u8]> = vec![&ab; BURST];
 
     let mut total = Vec::new();
@@ -122,11 +126,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let end = t0 + Duration::from_secs_f64(secs);
         while Instant::now() < end {
             for _ in 0..8 {
-                if bounce {
-                    // A round trip: a's frame to b, back unchanged (two frames).
+                if round_trip {
+                    // A round trip: a's frame to b, and back (two frames).
                     if b.drain(1) == 1 {
                         got += 1;
-                        b.send_frame(&ab)?;
+                        b.send_frame(back)?;
                     }
                     got += a.drain(1) as u64;
                     a.send_frame(&ab)?;

@@ -225,9 +225,35 @@ impl Datapath {
 
     /// The decision for a frame with header `l2` from slot `i` at `now`,
     /// and the slot it goes to (for a flood, the one port it reaches, if
-    /// only one): the remembered decision while it holds, else decided anew,
-    /// learning the frame's source, and remembered. None: no port in `i`.
+    /// only one): the remembered decision while it holds, else decided anew
+    /// ([`Datapath::decide_flow`]). None: no port in `i`.
     pub(super) fn flow_decision(
+        &mut self,
+        i: usize,
+        l2: &L2Header,
+        now: Instant,
+    ) -> Option<(Result<Decision, DropReason>, Option<usize>)> {
+        if let Some(m) = self.remembered(i, l2, now) {
+            return Some((m.decision, m.to.map(|(j, _)| j)));
+        }
+        self.decide_flow(i, l2, now)
+    }
+
+    /// Slot `i`'s remembered decision, when it holds for a frame with
+    /// header `l2` at `now`. A burst from one port is mostly one flow: the
+    /// last decision holds while its inputs are the same (addresses, tag,
+    /// time, FDB, ports). (Looked at in place: the memo is too large to copy
+    /// per frame.)
+    #[inline]
+    pub(super) fn remembered(&self, i: usize, l2: &L2Header, now: Instant) -> Option<&FlowMemo> {
+        let m = self.slots[i].as_ref()?.rt.flow.as_ref()?;
+        m.holds(l2, now, self.fdb.generation(), self.topo_gen)
+            .then_some(m)
+    }
+
+    /// [`Datapath::flow_decision`] made anew: the frame's source learned,
+    /// the decision remembered.
+    pub(super) fn decide_flow(
         &mut self,
         i: usize,
         l2: &L2Header,
@@ -242,17 +268,6 @@ impl Datapath {
         } = self;
         let me = slots[i].as_ref()?;
         let src_id = me.id;
-        // A burst from one port is mostly one flow: the last decision holds
-        // while its inputs are the same (addresses, tag, time, FDB, ports).
-        // (Looked at in place: the memo is too large to copy per frame.)
-        let memo = me
-            .rt
-            .flow
-            .as_ref()
-            .filter(|m| m.holds(l2, now, fdb.generation(), *topo_gen));
-        if let Some(m) = memo {
-            return Some((m.decision, m.to.map(|(j, _)| j)));
-        }
         let decision = decide(fdb, src_id, &me.policy, l2, now, |p, vid| {
             match slots.iter().flatten().find(|s| s.id == p) {
                 Some(s) => s.policy.vlan.egress(vid),

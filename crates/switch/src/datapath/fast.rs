@@ -371,7 +371,10 @@ impl Datapath {
             src,
             tag: None,
         };
-        if self.flow_decision(i, &l2, now).is_none() {
+        // A decision that still holds is one that is not a plain route (a
+        // flood to several ports, an LRO aggregate open, ...): deciding
+        // again changes nothing, and the full path takes it as it is.
+        if self.remembered(i, &l2, now).is_some() || self.decide_flow(i, &l2, now).is_none() {
             return false;
         }
         *route = self.plain_route(i, now);
