@@ -52,6 +52,21 @@ pub enum Event<'a> {
         /// Configuration name.
         configuration: &'a str,
     },
+    /// An interleaved run repeats its whole plan once more, past its
+    /// iterations (`placement_seconds`).
+    Repeating {
+        /// This repetition, from 1.
+        repetition: u32,
+        /// The most it may make.
+        cap: u32,
+        /// Points each repetition runs.
+        points: usize,
+        /// What is still short, in words.
+        why: &'a str,
+    },
+    /// A line worth keeping above the progress (a run that ended short
+    /// of what it asked for).
+    Note(&'a str),
 }
 
 /// The runner reports through this; the CLI draws progress bars with it.
@@ -165,7 +180,7 @@ pub fn run(
     if !crate::is_root() {
         return Err(RunError::NotRoot);
     }
-    if plan.run.interleave && plan.run.iterations > 1 {
+    if plan.run.interleave && plan.run.repetition_cap() > 1 {
         return crate::interleave::run(scenario, plan, opts, stop, observer, sink);
     }
     if !plan.missing.is_empty() {

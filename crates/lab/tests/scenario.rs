@@ -477,6 +477,74 @@ fn sweep_expands_configurations_then_values_then_workloads() {
 }
 
 #[test]
+fn placement_seconds_need_interleaving_and_a_cap_from_the_iterations() {
+    let with_run = |run: &str| MINIMAL.replacen("[[host]]", &format!("[run]\n{run}\n[[host]]"), 1);
+    let s = scenario(&with_run(
+        "iterations = 4\ninterleave = true\nplacement_seconds = 10",
+    ));
+    assert_eq!(s.run.placement_seconds, 10);
+    assert_eq!(s.run.repetition_cap(), 12, "three times the iterations");
+    let s = scenario(&with_run(
+        "iterations = 4\ninterleave = true\nplacement_seconds = 10\nmax_iterations = 6",
+    ));
+    assert_eq!(s.run.repetition_cap(), 6);
+    // Off: the iterations are all there is.
+    let plain = scenario(&with_run("iterations = 4\nmax_iterations = 9"));
+    assert_eq!(plain.run.repetition_cap(), 4);
+
+    assert_eq!(
+        error(&with_run("placement_seconds = 10")),
+        "test.toml: run.placement_seconds: needs interleave = true: the repetitions added must reach every configuration alike"
+    );
+    assert_eq!(
+        error(&with_run(
+            "iterations = 4\ninterleave = true\nplacement_seconds = 1\nmax_iterations = 3"
+        )),
+        "test.toml: run.max_iterations: must be from run.iterations to 100"
+    );
+
+    // For one run: set, turned off by --quick, and explicit over --quick.
+    let caps = Capabilities::current();
+    let o = Overrides {
+        placement_seconds: Some(5),
+        max_iterations: Some(7),
+        ..Default::default()
+    };
+    let plan = Plan::new(&s, &o, &caps).unwrap();
+    assert_eq!(
+        (plan.run.placement_seconds, plan.run.repetition_cap()),
+        (5, 7)
+    );
+    let quick = Overrides {
+        quick: true,
+        ..Default::default()
+    };
+    let plan = Plan::new(&s, &quick, &caps).unwrap();
+    assert_eq!(
+        (plan.run.placement_seconds, plan.run.repetition_cap()),
+        (0, 1)
+    );
+    let plan = Plan::new(
+        &s,
+        &Overrides {
+            quick: true,
+            ..o.clone()
+        },
+        &caps,
+    )
+    .unwrap();
+    assert_eq!(
+        (plan.run.placement_seconds, plan.run.repetition_cap()),
+        (5, 7)
+    );
+    let e = Plan::new(&plain, &o, &caps).unwrap_err();
+    assert!(
+        e.starts_with("placement seconds need interleaved iterations"),
+        "{e}"
+    );
+}
+
+#[test]
 fn contention_sweeps_set_the_count_and_rate() {
     let LabFile::Scenario(s) = scenario::load("cpu-contention").unwrap().file else {
         panic!()

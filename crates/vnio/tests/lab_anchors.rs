@@ -295,6 +295,66 @@ fn switch_anchors_with_the_labs_own_endpoints_is_one_knob_away() {
 }
 
 #[test]
+fn placement_seconds_repeat_the_whole_plan_until_each_placement_has_them() {
+    if !vnio_lab::is_root() {
+        eprintln!("skipped placement seconds: hugepages and namespaces need root");
+        return;
+    }
+    if std::thread::available_parallelism().unwrap().get() < 2 {
+        println!("skip: placement seconds: the line probe needs two CPUs");
+        return;
+    }
+    let _turn = turn();
+    let dir = temp("placed");
+    // --quick measures 1 s per iteration: at most one whole second per
+    // repetition, so 2 seconds at a placement take at least two.
+    let run = run_anchors(
+        &dir,
+        &[
+            "--knob",
+            "endpoints=vnio",
+            "-c",
+            "vnio",
+            "--placement-seconds",
+            "2",
+            "--max-iterations",
+            "3",
+        ],
+    );
+    let points = &run.scenarios[0].points;
+    assert_eq!(points.len(), 3, "vnio x 3 workloads");
+    let reps: Vec<usize> = points
+        .iter()
+        .map(|p| p.document.as_ref().unwrap().iterations.len())
+        .collect();
+    // Every repetition ran the whole plan, the unprobed round trip too.
+    assert!(reps.iter().all(|&n| n == reps[0]), "{reps:?}");
+    let placed: Vec<[usize; 2]> = points
+        .iter()
+        .filter_map(vnio_lab::findings::placement::seconds_placed)
+        .collect();
+    assert_eq!(placed.len(), 2, "both rates carry the probe: {placed:?}");
+    println!("placement seconds: {reps:?} repetitions, placed (near, far) {placed:?}");
+    let reached: Vec<usize> = (0..2)
+        .filter(|&i| placed.iter().any(|c| c[i] > 0))
+        .collect();
+    if reached.is_empty() {
+        // No second placed (the probe's threads did not get to run):
+        // nothing to wait for, nothing repeated.
+        assert_eq!(reps[0], 1, "{placed:?}");
+    } else {
+        assert!((2..=3).contains(&reps[0]), "{reps:?} {placed:?}");
+        let enough = reached.iter().all(|&i| placed.iter().all(|c| c[i] >= 2));
+        assert!(
+            enough || reps[0] == 3,
+            "stopped at {} repetitions short of 2 seconds: {placed:?}",
+            reps[0]
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn switch_anchors_on_packed_virtqueues_is_one_knob_away_and_vnio_serves_them() {
     if !vnio_lab::is_root() {
         eprintln!("skipped packed virtqueues: hugepages and namespaces need root");

@@ -70,6 +70,12 @@ fn seconds_by_placement(o: &PointOutcome, stat: Statistic) -> Option<[Vec<f64>; 
     probed.then_some(by)
 }
 
+/// How many whole seconds of point `o` the probe placed, near then far;
+/// none when no iteration of it carries the probe.
+pub fn seconds_placed(o: &PointOutcome) -> Option<[usize; 2]> {
+    seconds_by_placement(o, Statistic::Rate).map(|by| by.map(|v| v.len()))
+}
+
 /// The ratio of `stat` at each placement, subject over against; empty when
 /// neither point carries the probe's round trips.
 pub fn ratios(

@@ -115,6 +115,12 @@ pub(super) fn describe_overrides(o: &crate::scenario::Overrides) -> String {
     if let Some(i) = o.iterations {
         parts.push(format!("{i} iteration(s)"));
     }
+    if let Some(n) = o.placement_seconds {
+        parts.push(format!("{n} seconds at each placement"));
+    }
+    if let Some(m) = o.max_iterations {
+        parts.push(format!("at most {m} iteration(s)"));
+    }
     if !o.configurations.is_empty() {
         parts.push(format!("configurations {}", o.configurations.join(", ")));
     }

@@ -265,9 +265,18 @@ fn scenario_section(
         escape(s.cannot.as_deref().unwrap_or("(not stated)"))
     );
     let run = &s.run_spec;
+    let until = if run.placement_seconds > 0 {
+        format!(
+            " (then until {} seconds at each placement reached, at most {})",
+            run.placement_seconds,
+            run.repetition_cap()
+        )
+    } else {
+        String::new()
+    };
     let _ = writeln!(
         h,
-        "<p class=\"meta\">scenario <code>{}</code> ({}) · {} iteration(s) of {} after {} warm-up per point, the median iteration by mean reported</p>",
+        "<p class=\"meta\">scenario <code>{}</code> ({}) · {} iteration(s){until} of {} after {} warm-up per point, the median iteration by mean reported</p>",
         escape(&s.name),
         escape(&s.origin),
         run.iterations,

@@ -69,6 +69,35 @@ pub struct RunSpec {
     /// [`crate::interleave`]).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub interleave: bool,
+    /// With `interleave` and the line probe: after `iterations`, repeat
+    /// until every probed point has this many whole seconds at each
+    /// placement any of them reached (0: never repeat), at most
+    /// [`RunSpec::repetition_cap`] repetitions in all. A ratio taken per
+    /// placement from a few seconds moves with the host's state within
+    /// that placement; this gives every side of it the same footing.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub placement_seconds: u32,
+    /// The most repetitions `placement_seconds` may run (default three
+    /// times `iterations`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_iterations: Option<u32>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+impl RunSpec {
+    /// The most repetitions a run makes: `iterations`, or with
+    /// `placement_seconds` the cap (never below `iterations`).
+    pub fn repetition_cap(&self) -> u32 {
+        if self.placement_seconds == 0 {
+            return self.iterations;
+        }
+        self.max_iterations
+            .unwrap_or(3 * self.iterations)
+            .max(self.iterations)
+    }
 }
 
 impl Default for RunSpec {
@@ -78,6 +107,8 @@ impl Default for RunSpec {
             warmup: Duration::from_secs(1),
             iterations: 3,
             interleave: false,
+            placement_seconds: 0,
+            max_iterations: None,
         }
     }
 }

@@ -19,6 +19,13 @@ pub struct Overrides {
     pub warmup: Option<Duration>,
     /// Iterations per point.
     pub iterations: Option<u32>,
+    /// Whole seconds wanted at each placement (`RunSpec::placement_seconds`;
+    /// 0 turns it off). Absent from runs stored before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement_seconds: Option<u32>,
+    /// The most repetitions those may take.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_iterations: Option<u32>,
     /// CI-sized: 1 s, 200 ms warm-up, 1 iteration, and only the first and
     /// last value of a sweep (explicit values above still win).
     pub quick: bool,
@@ -39,6 +46,8 @@ impl Overrides {
             duration: self.duration.or(under.duration),
             warmup: self.warmup.or(under.warmup),
             iterations: self.iterations.or(under.iterations),
+            placement_seconds: self.placement_seconds.or(under.placement_seconds),
+            max_iterations: self.max_iterations.or(under.max_iterations),
             quick: self.quick || under.quick,
             configurations: if self.configurations.is_empty() {
                 under.configurations.clone()
@@ -237,6 +246,7 @@ impl Plan {
             run.duration = Duration::from_secs(1);
             run.warmup = Duration::from_millis(200);
             run.iterations = 1;
+            run.placement_seconds = 0;
         }
         if let Some(d) = o.duration {
             run.duration = d;
@@ -246,6 +256,19 @@ impl Plan {
         }
         if let Some(i) = o.iterations {
             run.iterations = i.max(1);
+        }
+        if let Some(n) = o.placement_seconds {
+            run.placement_seconds = n;
+        }
+        if let Some(m) = o.max_iterations {
+            run.max_iterations = Some(m.max(1));
+        }
+        if run.placement_seconds > 0 && !run.interleave {
+            return Err(
+                "placement seconds need interleaved iterations ([run] interleave = true): \
+                 the repetitions added must reach every configuration alike"
+                    .to_owned(),
+            );
         }
         for name in &o.configurations {
             if !s.configurations.iter().any(|c| &c.name == name) {

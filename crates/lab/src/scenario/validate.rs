@@ -95,6 +95,17 @@ pub(super) fn scenario(origin: &str, s: &Scenario) -> Result<(), ScenarioError> 
     if s.run.iterations == 0 || s.run.iterations > 100 {
         return c.fail("run.iterations", "must be 1 to 100");
     }
+    if s.run.placement_seconds > 0 && !s.run.interleave {
+        return c.fail(
+            "run.placement_seconds",
+            "needs interleave = true: the repetitions added must reach every configuration alike",
+        );
+    }
+    if let Some(m) = s.run.max_iterations {
+        if m < s.run.iterations || m > 100 {
+            return c.fail("run.max_iterations", "must be from run.iterations to 100");
+        }
+    }
 
     // Hosts.
     if s.hosts.len() < 2 {

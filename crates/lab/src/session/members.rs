@@ -163,7 +163,18 @@ pub struct Prepared {
 impl Prepared {
     /// Points in all plans.
     pub fn points(&self) -> usize {
-        self.runs.iter().map(|(_, _, p)| p.points.len()).sum()
+        // An interleaved run finishes every point once per repetition.
+        self.runs
+            .iter()
+            .map(|(_, _, p)| {
+                let reps = if p.run.interleave {
+                    p.run.iterations
+                } else {
+                    1
+                };
+                p.points.len() * reps as usize
+            })
+            .sum()
     }
 }
 

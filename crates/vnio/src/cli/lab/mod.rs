@@ -149,6 +149,13 @@ struct OverrideArgs {
     /// Iterations per point (the median by mean is reported).
     #[arg(long)]
     iterations: Option<u32>,
+    /// With interleaved iterations and the line probe: repeat until every
+    /// probed point has N whole seconds at each placement reached (0: off).
+    #[arg(long, value_name = "N")]
+    placement_seconds: Option<u32>,
+    /// The most iterations --placement-seconds may run.
+    #[arg(long, value_name = "N")]
+    max_iterations: Option<u32>,
     /// CI-sized: 1 s, 200 ms warm-up, 1 iteration, first and last sweep values.
     #[arg(long)]
     quick: bool,
@@ -169,6 +176,8 @@ impl OverrideArgs {
             duration: self.duration,
             warmup: self.warmup,
             iterations: self.iterations,
+            placement_seconds: self.placement_seconds,
+            max_iterations: self.max_iterations,
             quick: self.quick,
             configurations: self.configurations.clone(),
             knobs: KnobOverride::parse_all(&self.knobs)?,

@@ -86,6 +86,18 @@ impl Observer for Bars {
                 self.bar
                     .set_message(format!("{scenario}: tearing down {configuration}"));
             }
+            Event::Repeating {
+                repetition,
+                cap,
+                points,
+                why,
+            } => {
+                self.bar.inc_length(points as u64);
+                self.say(format!(
+                    "vnio lab: {scenario}: repetition {repetition} of at most {cap}: {why}"
+                ));
+            }
+            Event::Note(line) => self.say(format!("vnio lab: {scenario}: {line}")),
         }
     }
 }

@@ -97,6 +97,13 @@ pub fn show(e: &Expanded) -> anyhow::Result<()> {
             scenario::humantime::format(plan.run.duration),
             scenario::humantime::format(plan.run.warmup)
         );
+        if plan.run.placement_seconds > 0 {
+            println!(
+                "then repeated until each placement reached has {} seconds of every probed point, at most {} iterations",
+                plan.run.placement_seconds,
+                plan.run.repetition_cap()
+            );
+        }
         for knob in m.knob_notes() {
             println!("knob {knob}");
         }
