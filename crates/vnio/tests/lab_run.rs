@@ -470,7 +470,11 @@ fn quick_set_builds_runs_stores_reports_and_leaves_nothing() {
     assert!(text.contains("2 common points"), "{text}");
     assert!(std::fs::read_to_string(&cmp).unwrap().contains("<svg"));
 
-    screenshot_shows_the_figures(&report, &dir);
+    let outcomes: HashSet<&str> = verdicts
+        .iter()
+        .map(|v| v["outcome"].as_str().unwrap())
+        .collect();
+    screenshot_shows_the_verdicts_and_figures(&report, &dir, &outcomes);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -623,9 +627,11 @@ fn a_stored_run_yields_its_verdicts_through_vnio_lab_findings() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Headless Chromium opens the report; the first figure's bars are there in
-/// the percentile colours, and the page is not blank.
-fn screenshot_shows_the_figures(report: &Path, dir: &Path) {
+/// Headless Chromium opens the report: the verdict table opens it, with
+/// rows in the colour of every outcome the run's verdicts have; the first
+/// figure's bars are there in the percentile
+/// colours, and the page is not blank.
+fn screenshot_shows_the_verdicts_and_figures(report: &Path, dir: &Path, outcomes: &HashSet<&str>) {
     let Some(chromium) = ["chromium", "chromium-browser"].into_iter().find(|c| {
         Command::new(c)
             .arg("--version")
@@ -669,6 +675,15 @@ fn screenshot_shows_the_figures(report: &Path, dir: &Path) {
     let pixels = buf[..info.buffer_size()].chunks(channels);
     let mut colours = HashSet::new();
     let (mut bars, mut non_white) = (0usize, 0usize);
+    // The verdict rows' backgrounds (the report's CSS): pixels and the
+    // first screen row of each.
+    let verdict_colours: [(&str, [u8; 3]); 3] = [
+        ("reproduced", [0xe5, 0xf5, 0xe0]),
+        ("not-reproduced", [0xfd, 0xe0, 0xdd]),
+        ("inconclusive", [0xf3, 0xf3, 0xf3]),
+    ];
+    let mut verdict_px = [(0usize, usize::MAX); 3];
+    let width = info.width as usize;
     // The percentile colours of the bars (p50 to p99.99).
     let bar_colours: [[u8; 3]; 5] = [
         [158, 202, 225],
@@ -677,7 +692,7 @@ fn screenshot_shows_the_figures(report: &Path, dir: &Path) {
         [8, 81, 156],
         [8, 48, 107],
     ];
-    for px in pixels {
+    for (k, px) in pixels.enumerate() {
         let rgb = [px[0], px[1], px[2]];
         colours.insert(rgb);
         if rgb != [255, 255, 255] {
@@ -686,7 +701,25 @@ fn screenshot_shows_the_figures(report: &Path, dir: &Path) {
         if bar_colours.contains(&rgb) {
             bars += 1;
         }
+        if let Some(i) = verdict_colours.iter().position(|(_, c)| *c == rgb) {
+            verdict_px[i].0 += 1;
+            verdict_px[i].1 = verdict_px[i].1.min(k / width);
+        }
     }
+    for (i, (outcome, _)) in verdict_colours.iter().enumerate() {
+        if outcomes.contains(outcome) {
+            // A table row's background: hundreds of pixels wide, a line high.
+            let n = verdict_px[i].0;
+            assert!(n > 2000, "{n} pixels of the {outcome} rows' colour");
+        }
+    }
+    // The table opens the report: its first row is in the first screen
+    // (a 1000 px window), above the scenarios' tables and figures.
+    let first = verdict_px.iter().map(|&(_, row)| row).min().unwrap();
+    assert!(
+        first < 1000,
+        "the verdict table's first row is at y {first}"
+    );
     let total = (info.width * info.height) as usize;
     assert!(
         colours.len() > 50,
