@@ -70,6 +70,15 @@ fn journal_lines(journal: &Path) -> Vec<String> {
         .collect()
 }
 
+/// True as root; otherwise says which test is skipped, and why.
+fn root_or_skip(what: &str) -> bool {
+    if vnio_lab::is_root() {
+        return true;
+    }
+    eprintln!("skipped {what}: hugepages and namespaces need root");
+    false
+}
+
 /// Runs `vnio lab run switch-anchors --quick` with `args` after it in a
 /// store of its own under `dir`, checking that the hugepages, the
 /// hugetlbfs, DPDK's run-time directories, the lab's DPDK programs and
@@ -138,8 +147,7 @@ fn dpdk_pairs() -> Vec<String> {
 
 #[test]
 fn switch_anchors_drives_every_switch_with_the_dpdk_endpoints_and_gives_everything_back() {
-    if !vnio_lab::is_root() {
-        eprintln!("skipped the anchor switches: hugepages and namespaces need root");
+    if !root_or_skip("the anchor switches") {
         return;
     }
     if let Some(why) = vnio_lab::anchor_switch::missing(vnio_lab::scenario::WireKind::Testpmd)
@@ -242,8 +250,7 @@ fn switch_anchors_drives_every_switch_with_the_dpdk_endpoints_and_gives_everythi
 
 #[test]
 fn switch_anchors_with_the_labs_own_endpoints_is_one_knob_away() {
-    if !vnio_lab::is_root() {
-        eprintln!("skipped the lab's own endpoints: hugepages and namespaces need root");
+    if !root_or_skip("the lab's own endpoints") {
         return;
     }
     if let Some(why) = vnio_lab::anchor_switch::missing(vnio_lab::scenario::WireKind::Testpmd) {
@@ -296,8 +303,7 @@ fn switch_anchors_with_the_labs_own_endpoints_is_one_knob_away() {
 
 #[test]
 fn placement_seconds_repeat_the_whole_plan_until_each_placement_has_them() {
-    if !vnio_lab::is_root() {
-        eprintln!("skipped placement seconds: hugepages and namespaces need root");
+    if !root_or_skip("placement seconds") {
         return;
     }
     if std::thread::available_parallelism().unwrap().get() < 2 {
@@ -356,8 +362,7 @@ fn placement_seconds_repeat_the_whole_plan_until_each_placement_has_them() {
 
 #[test]
 fn switch_anchors_on_packed_virtqueues_is_one_knob_away_and_vnio_serves_them() {
-    if !vnio_lab::is_root() {
-        eprintln!("skipped packed virtqueues: hugepages and namespaces need root");
+    if !root_or_skip("packed virtqueues") {
         return;
     }
     if let Some(why) = vnio_lab::pair::program::missing() {
