@@ -31,16 +31,18 @@
 //!   that fall in one bucket and make every lookup walk a long probe chain.
 //!   foldhash's quality hasher, not its fast one: the fast hasher folds a
 //!   key in one multiply, and under about one process seed in eight its low
-//!   bits (the bucket) collapse for addresses that differ in two bytes (4096
-//!   such addresses in 700 to 2,300 of 16,384 buckets); the second fold mixes
-//!   them back (3,500 or more in 300 seeds). Not SipHash: a key is one word,
+//!   bits (the bucket) collapse for addresses that differ in two bytes
+//!   (4,096 such addresses in as few as 712 of 16,384 buckets, over 300
+//!   processes); the second fold mixes them back (3,555 or more over the
+//!   same 300). Not SipHash: a key is one word,
 //!   which foldhash folds in two multiplies while SipHash takes about a
 //!   hundred instructions. A steady flow hashes only when its remembered
 //!   decision lapses (`datapath/classify.rs`); a frame whose source moves
 //!   between ports (a loop, a migrated VM, the anchor harness's `lat` echo)
-//!   hashes twice: learning, then its destination's lookup. The seed is the process's and the table's own, as Linux's
-//!   bridge seeds its jhash; what bounds a tenant who would learn it by
-//!   timing is the per-port limit above, not the hash.
+//!   hashes twice: learning, then its destination's lookup. The seed is
+//!   the process's and the table's own, as Linux's bridge seeds its jhash;
+//!   what bounds a tenant who would learn it by timing is the per-port
+//!   limit above, not the hash.
 
 use crate::wire::EthernetAddress;
 use crate::PortId;
