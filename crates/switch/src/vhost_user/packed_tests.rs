@@ -454,6 +454,39 @@ fn a_fault_inside_a_line_of_four_ends_the_burst_at_its_chain() {
 }
 
 #[test]
+fn an_id_in_flight_offered_again_in_a_line_of_four_is_refused_and_stays_in_flight() {
+    let (mut q, mut d, _call) = pair(8, PLAIN, false);
+    for id in 0..4 {
+        d.offer_one(id, 64, 0);
+    }
+    let mut b = Burst::new();
+    q.pop_burst(&mut b, 4).unwrap();
+    assert_eq!(heads(&b), vec![0, 1, 2, 3]);
+    // The next line offers id 2 again while it is in flight.
+    for id in [4, 5, 2, 7] {
+        d.offer_one(id, 64, 0);
+    }
+    assert_eq!(
+        q.pop_burst(&mut b, BURST).unwrap_err(),
+        ChainError::IndexJump
+    );
+    assert_eq!(heads(&b), vec![4, 5], "the good chains before it stay");
+    // The refused line marked nothing and unmarked nothing: every chain
+    // popped comes back once, and 7, never popped, does not.
+    for id in [0, 1, 2, 3, 4, 5] {
+        q.add_used(id, 0).unwrap();
+    }
+    assert_eq!(
+        q.add_used(2, 0).unwrap_err(),
+        ChainError::IndexOutOfRange(2)
+    );
+    assert_eq!(
+        q.add_used(7, 0).unwrap_err(),
+        ChainError::IndexOutOfRange(7)
+    );
+}
+
+#[test]
 fn bursts_give_back_and_take_again() {
     let (mut q, mut d, _call) = pair(8, PLAIN, true);
     for id in 0..5 {
