@@ -627,10 +627,25 @@ fn a_stored_run_yields_its_verdicts_through_vnio_lab_findings() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The background of the report's table rows of class `outcome`, from its
+/// CSS rule `tr.OUTCOME td,...{background:#rrggbb}`.
+fn row_background(html: &str, outcome: &str) -> [u8; 3] {
+    let rule = format!("tr.{outcome} td");
+    let at = html
+        .find(&rule)
+        .unwrap_or_else(|| panic!("no CSS rule for {outcome} rows"));
+    let hex = html[at..]
+        .split_once("background:#")
+        .and_then(|(_, rest)| rest.get(..6))
+        .unwrap_or_else(|| panic!("no background for {outcome} rows"));
+    let byte = |i: usize| u8::from_str_radix(&hex[i..i + 2], 16).unwrap();
+    [byte(0), byte(2), byte(4)]
+}
+
 /// Headless Chromium opens the report: the verdict table opens it, with
 /// rows in the colour of every outcome the run's verdicts have; the first
-/// figure's bars are there in the percentile
-/// colours, and the page is not blank.
+/// figure's bars are there in the percentile colours, and the page is not
+/// blank.
 fn screenshot_shows_the_verdicts_and_figures(report: &Path, dir: &Path, outcomes: &HashSet<&str>) {
     let Some(chromium) = ["chromium", "chromium-browser"].into_iter().find(|c| {
         Command::new(c)
@@ -675,13 +690,11 @@ fn screenshot_shows_the_verdicts_and_figures(report: &Path, dir: &Path, outcomes
     let pixels = buf[..info.buffer_size()].chunks(channels);
     let mut colours = HashSet::new();
     let (mut bars, mut non_white) = (0usize, 0usize);
-    // The verdict rows' backgrounds (the report's CSS): pixels and the
-    // first screen row of each.
-    let verdict_colours: [(&str, [u8; 3]); 3] = [
-        ("reproduced", [0xe5, 0xf5, 0xe0]),
-        ("not-reproduced", [0xfd, 0xe0, 0xdd]),
-        ("inconclusive", [0xf3, 0xf3, 0xf3]),
-    ];
+    // The verdict rows' backgrounds, read from the report's own CSS: pixels
+    // and the first screen row of each.
+    let html = std::fs::read_to_string(report).unwrap();
+    let verdict_colours = ["reproduced", "not-reproduced", "inconclusive"]
+        .map(|outcome| (outcome, row_background(&html, outcome)));
     let mut verdict_px = [(0usize, usize::MAX); 3];
     let width = info.width as usize;
     // The percentile colours of the bars (p50 to p99.99).
