@@ -123,8 +123,9 @@ impl Pair {
         n
     }
 
-    /// One burst through the device: popped and returned (transmit), or
-    /// taken one by one and returned with a length (receive).
+    /// One burst through the device: popped and returned together
+    /// (transmit), or taken one by one and returned with a length
+    /// (receive), as the datapath does.
     #[inline(never)]
     fn device(&mut self, b: &mut Burst, c: &mut Chain) {
         if self.writable {
@@ -135,9 +136,8 @@ impl Pair {
         } else {
             self.q.pop_burst(b, BURST).unwrap();
             assert_eq!(b.len(), BURST);
-            for k in 0..b.len() {
-                self.q.add_used(b.chain(k).0, 0).unwrap();
-            }
+            // As the datapath returns a transmit burst.
+            self.q.add_used_burst(b, b.len()).unwrap();
         }
         self.q.flush();
     }

@@ -559,6 +559,59 @@ fn in_order_transmit_writes_one_used_descriptor_per_flush() {
 }
 
 #[test]
+fn in_order_transmit_bursts_return_at_once_and_stop_at_an_id_not_in_flight() {
+    let features = PackedFeatures {
+        in_order: true,
+        ..PLAIN
+    };
+    let (mut q, mut d, _call) = pair(8, features, false);
+    // A chain of two slots among single ones: the batch moves five slots.
+    d.offer_one(0, 64, 0);
+    d.offer(&[(BUFS + 0x1000, 14, 0), (BUFS + 0x2000, 50, 0)], 1);
+    d.offer_one(2, 64, 0);
+    d.offer_one(3, 64, 0);
+    let mut b = Burst::new();
+    q.pop_burst(&mut b, BURST).unwrap();
+    assert_eq!(heads(&b), vec![0, 1, 2, 3]);
+    q.add_used_burst(&b, 4).unwrap();
+    q.flush();
+    assert_eq!(
+        d.reap(),
+        Some((3, 0)),
+        "one used descriptor, naming the last"
+    );
+    assert!(d.in_flight.is_empty(), "the driver released all four");
+    // The next batch begins five slots on and ends across the ring's end.
+    for id in [4, 5, 6, 7] {
+        d.offer_one(id, 64, 0);
+    }
+    q.pop_burst(&mut b, BURST).unwrap();
+    assert_eq!(heads(&b), vec![4, 5, 6, 7]);
+    q.add_used_burst(&b, 4).unwrap();
+    q.flush();
+    assert_eq!(d.reap(), Some((7, 0)));
+    assert!(d.in_flight.is_empty());
+    // An id not in flight stops the burst there: the chains before it are
+    // returned, the ones after it stay in flight.
+    for id in [0, 1, 2] {
+        d.offer_one(id, 64, 0);
+    }
+    q.pop_burst(&mut b, BURST).unwrap();
+    assert_eq!(heads(&b), vec![0, 1, 2]);
+    q.add_used(1, 0).unwrap();
+    assert_eq!(
+        q.add_used_burst(&b, 3).unwrap_err(),
+        ChainError::IndexOutOfRange(1)
+    );
+    assert_eq!(
+        q.add_used(0, 0).unwrap_err(),
+        ChainError::IndexOutOfRange(0),
+        "returned by the burst"
+    );
+    q.add_used(2, 0).unwrap();
+}
+
+#[test]
 fn used_descriptors_are_stored_at_the_flush_the_first_last() {
     // More than a flush holds (SHADOW): those past it are stored at once,
     // behind the first, which still waits for the flush.

@@ -414,12 +414,16 @@ impl ActiveQueue {
             return Ok(());
         }
         self.used_pending = true;
-        ring!(&mut self.ring, r => {
-            for &head in &b.heads[..n.min(b.n)] {
-                r.add_used(head, 0)?;
+        let heads = &b.heads[..n.min(b.n)];
+        match &mut self.ring {
+            Layout::Split(r) => {
+                for &head in heads {
+                    r.add_used(head, 0)?;
+                }
+                Ok(())
             }
-        });
-        Ok(())
+            Layout::Packed(r) => r.add_used_run(heads),
+        }
     }
 
     /// Publishes the used elements added since the last flush.
