@@ -162,8 +162,13 @@ pub(super) struct PackedRing {
     /// was returned, they took a line of the ring the driver was polling
     /// (at the batch's first descriptor) once per descriptor in it, not
     /// once; and the flush comes after the burst's copies anyway. Holds
-    /// [`SHADOW`]: past that, descriptors after the first are stored at once.
-    shadow: Vec<(usize, u64)>,
+    /// [`SHADOW`] (`shadow_len` of them noted): past that, descriptors after
+    /// the first are stored at once.
+    shadow: Box<[(usize, u64); SHADOW]>,
+    shadow_len: usize,
+    /// Returning a chain takes only the common path: no dirty log, and
+    /// each chain gets its own used descriptor (not in-order transmit).
+    plain_return: bool,
     /// In-order transmit: where the batch not written yet starts (the
     /// used position at the last flush; open while `used` differs) and
     /// its last id. Two plain fields, not one `Option` of a tuple: that
@@ -216,7 +221,9 @@ impl PackedRing {
             slots: vec![0; usize::from(size)].into_boxed_slice(),
             began: vec![(avail, 0); usize::from(size)].into_boxed_slice(),
             pops: 0,
-            shadow: Vec::with_capacity(SHADOW),
+            shadow: Box::new([(0, 0); SHADOW]),
+            shadow_len: 0,
+            plain_return: !(features.in_order && !writable),
             batch_from: avail,
             batch_id: 0,
             desc_gpa: addrs.desc.0,
@@ -227,6 +234,7 @@ impl PackedRing {
 
     /// Starts (Some) or stops (None) marking this ring's writes in a dirty log.
     pub(super) fn set_log(&mut self, log: Option<Arc<DirtyLog>>) {
+        self.plain_return = log.is_none() && !(self.features.in_order && !self.writable);
         self.log = log;
     }
 
@@ -535,7 +543,28 @@ impl PackedRing {
         self.avail = self.began[usize::from(self.pops)].0;
     }
 
+    /// Returns chain `id` with `len` bytes written: its used descriptor
+    /// noted for the flush. The common case inline; a dirty log or an
+    /// in-order transmit queue out of line ([`PackedRing::add_used_other`]),
+    /// which kept the call's registers busy for every frame.
+    #[inline]
     pub(super) fn add_used(&mut self, id: u16, len: u32) -> Result<(), ChainError> {
+        if !self.plain_return {
+            return self.add_used_other(id, len);
+        }
+        let slots = match self.slots.get_mut(usize::from(id)) {
+            Some(s) if *s != 0 => std::mem::take(s),
+            _ => return Err(ChainError::IndexOutOfRange(id)),
+        };
+        let at = self.used;
+        self.used.advance(slots, self.size);
+        self.write_used(at, id, len)
+    }
+
+    /// [`PackedRing::add_used`] while a dirty log is on or for an in-order
+    /// transmit queue.
+    #[inline(never)]
+    fn add_used_other(&mut self, id: u16, len: u32) -> Result<(), ChainError> {
         let slots = match self.slots.get_mut(usize::from(id)) {
             Some(s) if *s != 0 => std::mem::take(s),
             _ => return Err(ChainError::IndexOutOfRange(id)),
@@ -589,6 +618,7 @@ impl PackedRing {
 
     /// Returns used descriptor (`id`, `len`) at `at`: noted for the flush
     /// (see `shadow`), or stored now when the flush has enough to store.
+    #[inline]
     fn write_used(&mut self, at: Pos, id: u16, len: u32) -> Result<(), ChainError> {
         let off = usize::from(at.idx) * 16;
         let flags = if at.wrap { F_AVAIL | F_USED } else { 0 };
@@ -596,8 +626,9 @@ impl PackedRing {
         // line the driver's core holds, not three (the descriptor is
         // 16-byte aligned, so its second half is 8-byte aligned).
         let word = u64::from(len) | u64::from(id) << 32 | u64::from(flags) << 48;
-        if self.shadow.len() < SHADOW {
-            self.shadow.push((off, word));
+        if let Some(e) = self.shadow.get_mut(self.shadow_len) {
+            *e = (off, word);
+            self.shadow_len += 1;
             return Ok(());
         }
         // The driver stops at the first, still unstored: this one waits
@@ -616,10 +647,11 @@ impl PackedRing {
             }
             self.batch_from = self.used;
         }
-        let Some(&(first, word)) = self.shadow.first() else {
+        let noted = &self.shadow[..self.shadow_len];
+        let Some(&(first, word)) = noted.first() else {
             return;
         };
-        for &(off, w) in &self.shadow[1..] {
+        for &(off, w) in &noted[1..] {
             let _ = self.desc.store_u64(off + 8, w, Ordering::Relaxed);
             self.log_desc(off + 8, 8);
         }
@@ -627,7 +659,7 @@ impl PackedRing {
         // buffers' bytes.
         let _ = self.desc.store_u64(first + 8, word, Ordering::Release);
         self.log_desc(first + 8, 8);
-        self.shadow.clear();
+        self.shadow_len = 0;
     }
 
     pub(super) fn notified(&mut self) {
