@@ -416,6 +416,15 @@ impl PackedRing {
         };
         // Checked and its first lines asked for with one lookup.
         let in_memory = |addr, len| mem.contains_prefetch(addr, len, true, self.writable);
+        // The burst's four places of each kind, each slice checked once.
+        let (Some(heads), Some(segs), Some(lens), Some(ends)) = (
+            b.heads.get_mut(k..k + 4),
+            b.segs.get_mut(at..at + 4),
+            b.lens.get_mut(k..k + 4),
+            b.at.get_mut(k + 1..k + 5),
+        ) else {
+            return false;
+        };
         let mut ids = [0u16; 4];
         for (j, &(lo, hi)) in line.iter().enumerate() {
             let d = Desc::from_halves(lo, hi);
@@ -430,10 +439,10 @@ impl PackedRing {
             // Written into the burst now, counted only once the four are
             // marked (a refused line leaves `b.n` where it was).
             ids[j] = d.id;
-            b.heads[k + j] = d.id;
-            b.segs[at + j] = seg;
-            b.lens[k + j] = u64::from(seg.len);
-            b.at[k + j + 1] = (at + j + 1) as u16;
+            heads[j] = d.id;
+            segs[j] = seg;
+            lens[j] = u64::from(seg.len);
+            ends[j] = (at + j + 1) as u16;
         }
         if !self.mark_four(&ids) {
             return false;
@@ -441,14 +450,27 @@ impl PackedRing {
         // The four share the wrap counter: they end at the ring's end at
         // the latest.
         let wrap = self.avail.wrap;
-        for (j, &id) in ids.iter().enumerate() {
-            self.note_pop(
-                Pos {
-                    idx: first + j as u16,
-                    wrap,
-                },
-                id,
-            );
+        let pos = |j: u16| Pos {
+            idx: first + j,
+            wrap,
+        };
+        let from = usize::from(self.pops);
+        match self.began.get_mut(from..from + 4) {
+            // The four in the pop log at once, when they do not wrap it.
+            Some(log) => {
+                for (j, (e, &id)) in log.iter_mut().zip(&ids).enumerate() {
+                    *e = (pos(j as u16), id);
+                }
+                self.pops += 4;
+                if self.pops == self.size {
+                    self.pops = 0;
+                }
+            }
+            None => {
+                for (j, &id) in ids.iter().enumerate() {
+                    self.note_pop(pos(j as u16), id);
+                }
+            }
         }
         self.avail.advance(4, self.size);
         true
