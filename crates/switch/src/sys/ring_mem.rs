@@ -134,6 +134,8 @@ impl RingMem {
             return None;
         }
         fence(Ordering::Acquire);
+        // SAFETY: as for the flags, every `at` below is a multiple of 8
+        // under 64.
         let word = |at: usize| unsafe {
             u64::from_le(AtomicU64::from_ptr(p.wrapping_add(at).cast()).load(Ordering::Relaxed))
         };

@@ -233,7 +233,7 @@ impl PackedRing {
             pops: 0,
             shadow: Box::new([(0, 0); SHADOW]),
             shadow_len: 0,
-            plain_return: !(features.in_order && !writable),
+            plain_return: !features.in_order || writable,
             batch_from: avail,
             batch_id: 0,
             desc_gpa: addrs.desc.0,
@@ -244,7 +244,7 @@ impl PackedRing {
 
     /// Starts (Some) or stops (None) marking this ring's writes in a dirty log.
     pub(super) fn set_log(&mut self, log: Option<Arc<DirtyLog>>) {
-        self.plain_return = log.is_none() && !(self.features.in_order && !self.writable);
+        self.plain_return = log.is_none() && (!self.features.in_order || self.writable);
         self.log = log;
     }
 
