@@ -54,6 +54,18 @@ impl RingMem {
         (p as usize % size == 0).then_some(p)
     }
 
+    /// The address of the `n` 16-byte entries from entry `i`, when inside
+    /// the ring and 8-byte aligned (each half of an entry then is).
+    #[inline(always)]
+    fn entries(&self, i: usize, n: usize) -> Option<*mut u8> {
+        let off = i.checked_mul(16)?;
+        if off.checked_add(n.checked_mul(16)?)? > self.len {
+            return None;
+        }
+        let p = self.base.wrapping_add(off);
+        (p as usize % 8 == 0).then_some(p)
+    }
+
     /// Loads the little-endian u16 at `off`.
     #[inline]
     pub fn load_u16(&self, off: usize, order: Ordering) -> Option<u16> {
@@ -78,16 +90,9 @@ impl RingMem {
     /// one bounds check for both halves.
     #[inline]
     pub fn load_u64_pair(&self, i: usize) -> Option<(u64, u64)> {
-        let off = i.checked_mul(16)?;
-        if off.checked_add(16)? > self.len {
-            return None;
-        }
-        let p = self.base.wrapping_add(off);
-        if p as usize % 8 != 0 {
-            return None;
-        }
+        let p = self.entries(i, 1)?;
         // SAFETY: as in `load_u16`: the 16 bytes at `p` are inside the live
-        // mapping and `p` is 8-byte aligned (both checked above), so both
+        // mapping and `p` is 8-byte aligned (both checked by `entries`), so both
         // halves are aligned and in bounds.
         let (lo, hi) = unsafe {
             (
@@ -102,7 +107,7 @@ impl RingMem {
     }
 
     /// The flags (bytes 14-15) of the four 16-byte entries from entry `i`,
-    /// loaded with `order`, and then the entries as
+    /// and then the entries as
     /// [`RingMem::load_u64_pair`] loads one, when `ready` says yes to the
     /// flags: a packed ring's line of descriptors, with one bounds check.
     /// (An Acquire fence between the two: what the driver wrote before the
@@ -113,16 +118,9 @@ impl RingMem {
         i: usize,
         ready: impl FnOnce([u16; 4]) -> bool,
     ) -> Option<[(u64, u64); 4]> {
-        let off = i.checked_mul(16)?;
-        if off.checked_add(64)? > self.len {
-            return None;
-        }
-        let p = self.base.wrapping_add(off);
-        if p as usize % 8 != 0 {
-            return None;
-        }
+        let p = self.entries(i, 4)?;
         // SAFETY: as in `load_u64_pair`: the 64 bytes at `p` are inside the
-        // live mapping and `p` is 8-byte aligned (both checked above), so
+        // live mapping and `p` is 8-byte aligned (both checked by `entries`), so
         // every u16 at an even offset and every u64 at a multiple of 8 is
         // aligned and in bounds.
         let flags = |k: usize| unsafe {
