@@ -14,7 +14,7 @@
 //! Event suppression replaces the split ring's flags and event indexes: two
 //! 4-byte areas (offset and wrap, flags), the driver's telling the device
 //! when to call, the device's telling the driver when to kick; their DESC
-//! mode is EVENT_IDX's. With VIRTIO_F_IN_ORDER the transmit queue (whose
+//! mode is EVENT_IDX's (`packed_event.rs`). With VIRTIO_F_IN_ORDER the transmit queue (whose
 //! used lengths are all zero) writes one used descriptor per flush, naming
 //! the batch's last buffer, as the spec allows.
 //!
@@ -33,8 +33,7 @@ use super::log::DirtyLog;
 use super::memory::GuestMem;
 use super::queue::{Burst, QueueError, RingAddrs, BURST};
 use crate::sys::ring_mem::RingMem;
-use std::num::Wrapping;
-use std::sync::atomic::{fence, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use virtio_bindings::virtio_ring as vr;
 use vm_memory::{Bytes, GuestAddress};
@@ -253,14 +252,6 @@ impl PackedRing {
     fn log_desc(&self, off: usize, len: u64) {
         if let Some(l) = &self.log {
             l.mark(self.desc_gpa + off as u64, len);
-        }
-    }
-
-    /// Marks the device's event area, if logging.
-    #[inline]
-    fn log_device_event(&self) {
-        if let Some(l) = &self.log {
-            l.mark(self.device_event_gpa, 4);
         }
     }
 
@@ -698,70 +689,6 @@ impl PackedRing {
         self.log_desc(first + 8, 8);
         self.shadow_len = 0;
     }
-
-    pub(super) fn notified(&mut self) {
-        self.signalled = self.used;
-    }
-
-    /// The driver's event area: DISABLE never, ENABLE always, DESC (with
-    /// EVENT_IDX) when the used position passed the one it names since
-    /// the last call.
-    pub(super) fn driver_wants_call(&self) -> bool {
-        fence(Ordering::SeqCst);
-        let flags = self
-            .driver_event
-            .load_u16(EVENT_FLAGS, Ordering::Relaxed)
-            .unwrap_or(EVENT_ENABLE);
-        if flags != EVENT_DESC || !self.features.event_idx {
-            return flags != EVENT_DISABLE;
-        }
-        let off_wrap = self
-            .driver_event
-            .load_u16(EVENT_OFF_WRAP, Ordering::Relaxed)
-            .unwrap_or(0);
-        let size = self.size;
-        let new = Wrapping(self.used.idx);
-        let mut old = Wrapping(self.signalled.idx);
-        if new <= old {
-            // The used position wrapped since the last call.
-            old -= Wrapping(size);
-        }
-        let mut event = Wrapping(off_wrap & !WRAP_BIT);
-        if (off_wrap & WRAP_BIT != 0) != self.used.wrap {
-            // The event lies in the previous lap.
-            event -= Wrapping(size);
-        }
-        // vring_need_event: the event lies in [old, new).
-        new - event - Wrapping(1) < new - old
-    }
-
-    pub(super) fn enable_notification(&mut self) -> bool {
-        let r = if self.features.event_idx {
-            self.device_event
-                .store_u16(EVENT_OFF_WRAP, self.avail.encode(), Ordering::Relaxed)
-                .and_then(|()| {
-                    self.device_event
-                        .store_u16(EVENT_FLAGS, EVENT_DESC, Ordering::Release)
-                })
-        } else {
-            self.device_event
-                .store_u16(EVENT_FLAGS, EVENT_ENABLE, Ordering::Relaxed)
-        };
-        self.log_device_event();
-        fence(Ordering::SeqCst);
-        r.is_none() || self.has_available().unwrap_or(true)
-    }
-
-    pub(super) fn set_event_idx(&mut self, on: bool) {
-        self.features.event_idx = on;
-    }
-
-    pub(super) fn disable_notification(&mut self) {
-        let _ = self
-            .device_event
-            .store_u16(EVENT_FLAGS, EVENT_DISABLE, Ordering::Relaxed);
-        self.log_device_event();
-    }
 }
 
 /// Walks the indirect table `d` points at into `segs`: a whole number of
@@ -809,6 +736,9 @@ fn indirect(
     }
     Ok((n, total))
 }
+
+#[path = "packed_event.rs"]
+mod event;
 
 #[cfg(test)]
 #[path = "packed_tests.rs"]
