@@ -580,23 +580,27 @@ impl PackedRing {
         if !self.plain_return {
             return self.add_used_other(id, len);
         }
-        let slots = match self.slots.get_mut(usize::from(id)) {
-            Some(s) if *s != 0 => std::mem::take(s),
-            _ => return Err(ChainError::IndexOutOfRange(id)),
-        };
+        let slots = self.take_in_flight(id)?;
         let at = self.used;
         self.used.advance(slots, self.size);
         self.write_used(at, id, len)
+    }
+
+    /// Takes `id` out of flight: the slots its chain held, or
+    /// `IndexOutOfRange` when it is not in flight.
+    #[inline(always)]
+    fn take_in_flight(&mut self, id: u16) -> Result<u16, ChainError> {
+        match self.slots.get_mut(usize::from(id)) {
+            Some(s) if *s != 0 => Ok(std::mem::take(s)),
+            _ => Err(ChainError::IndexOutOfRange(id)),
+        }
     }
 
     /// [`PackedRing::add_used`] while a dirty log is on or for an in-order
     /// transmit queue.
     #[inline(never)]
     fn add_used_other(&mut self, id: u16, len: u32) -> Result<(), ChainError> {
-        let slots = match self.slots.get_mut(usize::from(id)) {
-            Some(s) if *s != 0 => std::mem::take(s),
-            _ => return Err(ChainError::IndexOutOfRange(id)),
-        };
+        let slots = self.take_in_flight(id)?;
         let at = self.used;
         if let (Some(log), true) = (&self.log, self.writable) {
             self.log_chain(log, at, slots, u64::from(len));
@@ -629,13 +633,13 @@ impl PackedRing {
         let mut slots = 0u16;
         let mut fault = None;
         for &id in heads {
-            match self.slots.get_mut(usize::from(id)) {
-                Some(s) if *s != 0 => {
-                    slots += std::mem::take(s);
+            match self.take_in_flight(id) {
+                Ok(n) => {
+                    slots += n;
                     self.batch_id = id;
                 }
-                _ => {
-                    fault = Some(ChainError::IndexOutOfRange(id));
+                Err(e) => {
+                    fault = Some(e);
                     break;
                 }
             }
