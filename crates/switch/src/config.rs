@@ -4,6 +4,7 @@
 //! A port's specification is in `config_port.rs`, its latency policies in
 //! `config_policies.rs`.
 
+use crate::datapath::ReadAheadMode;
 use crate::vlan::BadVid;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -119,6 +120,16 @@ pub struct SwitchConfig {
     /// Written out only when not 1 (a default file stays as before).
     #[serde(skip_serializing_if = "is_one")]
     pub workers: usize,
+    /// Whether a transmit burst's buffers are prefetched as they are
+    /// popped: "auto" (default: each worker measures both and keeps the
+    /// cheaper, `datapath/read_ahead.rs`), "on" or "off". Written out only
+    /// when not "auto".
+    #[serde(skip_serializing_if = "is_auto")]
+    pub read_ahead: ReadAheadMode,
+}
+
+fn is_auto(m: &ReadAheadMode) -> bool {
+    *m == ReadAheadMode::Auto
 }
 
 fn is_one(n: &usize) -> bool {
@@ -140,6 +151,7 @@ impl Default for SwitchConfig {
             metrics_listen: None,
             max_guest_memory_mib: crate::vhost_user::memory::DEFAULT_MAX_MEMORY >> 20,
             workers: 1,
+            read_ahead: ReadAheadMode::Auto,
         }
     }
 }

@@ -141,9 +141,10 @@ impl Worker {
             std::os::fd::AsRawFd::as_raw_fd(&doorbell.fd),
             EpollEvent::new(EventSet::IN, DOORBELL),
         )?;
-        let dp = Datapath::new(
+        let mut dp = Datapath::new(
             Fdb::new(cfg.fdb_capacity, cfg.aging()).with_port_limit(cfg.fdb_port_limit),
         );
+        dp.set_read_ahead(cfg.read_ahead);
         Ok(Self {
             dp,
             epoll,

@@ -200,6 +200,7 @@ impl Datapath {
         if let Some(s) = self.slots[i].as_mut() {
             s.rt.egress_held = false;
         }
+        burst.set_read_ahead(self.read_ahead.on());
         let mut n = 0;
         while n < budget {
             let want = (budget - n).min(BURST);

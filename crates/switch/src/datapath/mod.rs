@@ -17,6 +17,7 @@ mod ingress;
 mod lending;
 mod lro_delivery;
 mod peers;
+mod read_ahead;
 mod spread;
 mod table;
 
@@ -29,6 +30,8 @@ pub use ingress::QUEUE_TURN;
 use lending::is_lent;
 pub use lending::Lent;
 pub use lro_delivery::{LRO_HOLD, LRO_IDLE};
+use read_ahead::ReadAhead;
+pub use read_ahead::ReadAheadMode;
 
 use crate::coalesce::Coalescer;
 use crate::config::Policies;
@@ -253,6 +256,8 @@ pub struct Datapath {
     /// polling ([`Datapath::perf_resume`]): a round's cost is the time
     /// since, one counter read per round.
     perf_mark: u64,
+    /// Whether transmit bursts are read ahead (measured when `Auto`).
+    read_ahead: ReadAhead,
 }
 
 impl Datapath {
@@ -283,6 +288,7 @@ impl Datapath {
             broken_pairs: Vec::new(),
             pair_inbox: None,
             perf_mark: crate::perf::clock(),
+            read_ahead: ReadAhead::new(ReadAheadMode::Off),
         }
     }
 
@@ -295,7 +301,9 @@ impl Datapath {
             self.copies.release();
         }
         let end = crate::perf::clock();
-        self.perf.round(end.wrapping_sub(self.perf_mark), work);
+        let cycles = end.wrapping_sub(self.perf_mark);
+        self.perf.round(cycles, work);
+        self.read_ahead.round(cycles, work);
         self.perf_mark = end;
         work
     }
@@ -320,6 +328,12 @@ impl Datapath {
                 self.rx_ring_hostile(j, now, &e);
             }
         }
+    }
+
+    /// Transmit bursts read ahead or not (see [`ReadAheadMode`]); a new
+    /// datapath never does.
+    pub fn set_read_ahead(&mut self, mode: ReadAheadMode) {
+        self.read_ahead = ReadAhead::new(mode);
     }
 
     /// The worker is back from waiting for events (asleep, or a look at

@@ -52,16 +52,6 @@ const DESC_FLAGS: usize = 14;
 const EVENT_OFF_WRAP: usize = 0;
 const EVENT_FLAGS: usize = 2;
 
-// TX_HINT: why a transmit buffer is not asked for when it is popped, on
-// either ring layout. The burst's frame headers are read together right
-// after the pop (`Look::read_burst`), which has their lines in flight at
-// once anyway. Asked for at the pop as well, they cost: in the shared
-// harness (64 B, vnio alone, 20 s rounds, builds alternated), paired by
-// round, without the hint split rings forwarded 1.08 near and 1.07-1.11
-// far (one round 0.95), packed rings 0.90 near (one round) and 1.38-1.40
-// far (three rounds: 8 Mpps became 11). A receive buffer is still asked
-// for ahead: it is written by the copy at the end of the burst.
-
 /// Used descriptors a flush stores together (see `PackedRing::shadow`):
 /// two bursts' worth.
 const SHADOW: usize = 2 * BURST;
@@ -416,9 +406,10 @@ impl PackedRing {
             return false;
         };
         // Checked, and a receive buffer's first lines asked for, with one
-        // lookup (see `TX_HINT`).
+        // lookup (a transmit buffer's when the worker reads ahead).
         let w = self.writable;
-        let in_memory = |addr, len| mem.contains_prefetch(addr, len, w, w);
+        let hint = w || b.read_ahead;
+        let in_memory = |addr, len| mem.contains_prefetch(addr, len, hint, w);
         // The burst's four places of each kind, each slice checked once.
         let (Some(heads), Some(segs), Some(lens), Some(ends)) = (
             b.heads.get_mut(k..k + 4),
@@ -536,10 +527,10 @@ impl PackedRing {
                 break;
             };
             // The next chain's descriptors, and this one's first buffer
-            // when it is for receiving (see `TX_HINT`).
+            // when it is for receiving or the worker reads ahead.
             self.desc.prefetch(usize::from(self.avail.idx) * 16);
-            if self.writable {
-                mem.prefetch(b.segs[used].addr, b.segs[used].len, true);
+            if self.writable || b.read_ahead {
+                mem.prefetch(b.segs[used].addr, b.segs[used].len, self.writable);
             }
             b.heads[k] = id;
             used += cnt;

@@ -55,6 +55,9 @@ pub struct Burst {
     /// (packed rings: the chains popped, as their depth is not known
     /// without walking the ring).
     pub(super) pending: u16,
+    /// A transmit burst's buffers are prefetched as they are popped
+    /// (receive buffers always are; `datapath/read_ahead.rs`).
+    pub(super) read_ahead: bool,
 }
 
 impl Default for Burst {
@@ -73,7 +76,14 @@ impl Burst {
             segs: [Seg::default(); BURST_SEGS],
             n: 0,
             pending: 0,
+            read_ahead: false,
         }
+    }
+
+    /// Whether the next pops prefetch transmit buffers.
+    #[inline]
+    pub fn set_read_ahead(&mut self, on: bool) {
+        self.read_ahead = on;
     }
 
     /// Chains in the burst.

@@ -143,28 +143,33 @@ fn bursts_pop_in_order_up_to_the_limit_and_give_back() {
 
 #[test]
 fn a_bad_chain_ends_a_burst_after_the_good_ones() {
-    let (mut q, mut ring, mem, _call) = pair(false, false);
-    ring.stage();
-    for _ in 0..3 {
-        let id = ring.take().unwrap();
-        ring.publish(id, 64, false);
-    }
-    ring.flush();
-    // The third chain's buffer is moved outside guest memory.
-    let third = mem
-        .read_obj::<u16>(GuestAddress(ring.layout.avail + 4 + 2 * 2))
+    // Read ahead or not: a buffer is asked for only once it is known to be
+    // in guest memory.
+    for read_ahead in [false, true] {
+        let (mut q, mut ring, mem, _call) = pair(false, false);
+        ring.stage();
+        for _ in 0..3 {
+            let id = ring.take().unwrap();
+            ring.publish(id, 64, false);
+        }
+        ring.flush();
+        // The third chain's buffer is moved outside guest memory.
+        let third = mem
+            .read_obj::<u16>(GuestAddress(ring.layout.avail + 4 + 2 * 2))
+            .unwrap();
+        mem.write_obj(
+            1u64 << 40,
+            GuestAddress(ring.layout.desc + 16 * u64::from(third)),
+        )
         .unwrap();
-    mem.write_obj(
-        1u64 << 40,
-        GuestAddress(ring.layout.desc + 16 * u64::from(third)),
-    )
-    .unwrap();
-    let mut b = Burst::new();
-    assert!(matches!(
-        q.pop_burst(&mut b, BURST),
-        Err(ChainError::OutOfMemory { .. })
-    ));
-    assert_eq!(b.len(), 2, "the chains before the bad one are kept");
+        let mut b = Burst::new();
+        b.set_read_ahead(read_ahead);
+        assert!(matches!(
+            q.pop_burst(&mut b, BURST),
+            Err(ChainError::OutOfMemory { .. })
+        ));
+        assert_eq!(b.len(), 2, "the chains before the bad one are kept");
+    }
 }
 
 #[test]

@@ -242,11 +242,9 @@ impl SplitRing {
         // driver that puts the header in the headroom before the frame, as
         // DPDK does). Asked for as each buffer is checked, with the same
         // lookup; a lone chain is written right away. A transmit buffer is
-        // not asked for here: the burst's headers are read together
-        // (`Look::read_burst`) right after the pop, and asked for here as
-        // well they cost the harness's 64 B rate a thirteenth (split,
-        // near; `TX_HINT` in `packed.rs`).
-        let (hint, w) = (n > 1 && self.writable, self.writable);
+        // asked for only when the worker found that cheaper
+        // (`Burst::read_ahead`, `datapath/read_ahead.rs`).
+        let (hint, w) = (n > 1 && (self.writable || b.read_ahead), self.writable);
         let mut k = 0;
         while k < n && used + MAX_SEGS <= b.segs.len() {
             let head = b.heads[k];
