@@ -15,6 +15,10 @@ use crate::wire::{checksum, EthernetAddress, Ipv4Address};
 use virtio_queue::desc::split::Descriptor;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
 
+#[path = "fuzzing_packed.rs"]
+mod packed;
+pub use packed::packed_ring;
+
 /// A stream of vhost-user messages (no descriptors attached) applied to a fresh device.
 pub fn vhost_user_messages(mut data: &[u8]) {
     let mut dev = Device::new();
@@ -270,6 +274,20 @@ mod tests {
                 }
             }
             super::descriptor_chain(&buf[..3 + (i % 1021)]);
+        }
+    }
+
+    #[test]
+    fn random_packed_rings_never_panic() {
+        let mut seed = 0x7ac4_ed51_2a61_f00d;
+        let mut buf = vec![0u8; 2048];
+        for i in 0..20_000 {
+            bytes(&mut seed, &mut buf);
+            // Mostly descriptors made likely valid, and a memory image
+            // that leaves room for operations.
+            buf[2] |= u8::from(i % 4 != 0);
+            buf[3] %= 40;
+            super::packed_ring(&buf[..4 + (i % 2044)]);
         }
     }
 
