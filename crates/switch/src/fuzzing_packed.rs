@@ -385,6 +385,8 @@ pub fn packed_ring(data: &[u8]) {
         let arg = op >> 4;
         match op & 15 {
             0 | 1 => {
+                // Op 1 pops as a worker that reads transmit bursts ahead.
+                b.set_read_ahead(op & 1 == 1);
                 let r = q.pop_burst(&mut b, usize::from(arg) * 3);
                 assert!(b.len() <= (usize::from(arg) * 3).min(BURST));
                 for k in 0..b.len() {
