@@ -8,8 +8,9 @@
 //! (docs/switch.md, "The transmit read-ahead"); the host moves the two
 //! between those placements every few seconds to minutes. So the worker
 //! measures: every period it runs a short trial, slices of busy rounds
-//! alternately without and with the read-ahead, compares the frames each
-//! moved per cycle, and keeps the faster setting until the next trial. A
+//! alternately without and with the read-ahead, compares the median frames
+//! per cycle of each setting's slices, and keeps the faster setting until
+//! the next trial. A
 //! trial is a thirty-second of the period, so at most half of that runs the
 //! slower setting.
 //!
@@ -55,8 +56,9 @@ pub struct ReadAhead {
     left: u32,
     /// The trial's slice under way; `TRIAL_SLICES` between trials.
     slice: u32,
-    /// Cycles (all rounds') and frames of the trial so far, without and with.
-    cost: [(u64, u64); 2],
+    /// Each slice's cycles (all rounds') and frames in the trial so far:
+    /// even slices without, odd ones with.
+    cost: [(u64, u64); TRIAL_SLICES as usize],
 }
 
 impl ReadAhead {
@@ -67,7 +69,7 @@ impl ReadAhead {
             on: mode == ReadAheadMode::On,
             left: SLICE,
             slice: 0,
-            cost: [(0, 0); 2],
+            cost: [(0, 0); TRIAL_SLICES as usize],
         }
     }
 
@@ -84,8 +86,7 @@ impl ReadAhead {
         if self.mode != ReadAheadMode::Auto {
             return;
         }
-        if self.slice < TRIAL_SLICES {
-            let c = &mut self.cost[usize::from(self.on)];
+        if let Some(c) = self.cost.get_mut(self.slice as usize) {
             c.0 += cycles;
             c.1 += frames as u64;
         }
@@ -106,19 +107,29 @@ impl ReadAhead {
             self.on = self.slice % 2 == 1;
             self.left = SLICE;
         } else if self.slice + 1 == TRIAL_SLICES {
-            // Cycles per frame (the inverse of the rate) compared without
-            // division: off's c/f against on's, cross-multiplied.
-            let [(c0, f0), (c1, f1)] = self.cost;
-            self.on = f1 > 0 && u128::from(c1) * u128::from(f0) < u128::from(c0) * u128::from(f1);
+            self.on = median_cost(&self.cost, 1) < median_cost(&self.cost, 0);
             self.slice = TRIAL_SLICES;
             self.left = PERIOD;
         } else {
             self.slice = 0;
             self.on = false;
             self.left = SLICE;
-            self.cost = [(0, 0); 2];
+            self.cost = [(0, 0); TRIAL_SLICES as usize];
         }
     }
+}
+
+/// The median cycles per frame (the inverse of the rate) of the trial's
+/// slices `first`, `first + 2`, ...: a median, so that a slice the worker
+/// lost to something else (an interrupt, another thread on its core) does
+/// not decide. A slice without frames counts as the costliest.
+fn median_cost(cost: &[(u64, u64); TRIAL_SLICES as usize], first: usize) -> u64 {
+    let mut per = [0u64; TRIAL_SLICES as usize / 2];
+    for (p, &(c, f)) in per.iter_mut().zip(cost.iter().skip(first).step_by(2)) {
+        *p = c.saturating_mul(256).checked_div(f).unwrap_or(u64::MAX);
+    }
+    per.sort_unstable();
+    per[per.len() / 2]
 }
 
 #[cfg(test)]
@@ -175,6 +186,25 @@ mod tests {
                 if on { 3 * PERIOD } else { 0 }
             );
         }
+    }
+
+    #[test]
+    fn a_slice_lost_to_something_else_does_not_decide() {
+        let mut ra = ReadAhead::new(ReadAheadMode::Auto);
+        let mut slices_with = 0;
+        for _ in 0..SLICE * TRIAL_SLICES {
+            let was = (ra.on(), ra.slice);
+            // One slice with the read-ahead lost most of its time (the
+            // first round after it began waited 1000 times as long).
+            let lost = was.0 && ra.left == SLICE && slices_with == 0;
+            slices_with += u32::from(lost);
+            let per = if was.0 { 80 } else { 100 };
+            ra.round(per * 32, 32);
+            if lost {
+                ra.round(per * 32 * 1000, 0);
+            }
+        }
+        assert!(ra.on(), "7 of 8 slices say it is cheaper");
     }
 
     #[test]
