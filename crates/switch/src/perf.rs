@@ -33,6 +33,7 @@ pub struct WorkerPerf {
     idle_rounds: AtomicU64,
     frames: AtomicU64,
     fast: AtomicU64,
+    read_ahead: AtomicU64,
     bursts: [AtomicU64; BURST_BUCKETS],
     depth: [AtomicU64; DEPTH_BUCKETS],
 }
@@ -47,6 +48,7 @@ impl Default for WorkerPerf {
             idle_rounds: AtomicU64::new(0),
             frames: AtomicU64::new(0),
             fast: AtomicU64::new(0),
+            read_ahead: AtomicU64::new(0),
             bursts: std::array::from_fn(|_| AtomicU64::new(0)),
             depth: std::array::from_fn(|_| AtomicU64::new(0)),
         }
@@ -93,6 +95,13 @@ impl WorkerPerf {
         bump(&self.fast, n);
     }
 
+    /// A busy round that read its transmit bursts ahead
+    /// (`datapath/read_ahead.rs`).
+    #[inline]
+    pub fn read_ahead_round(&self) {
+        bump(&self.read_ahead, 1);
+    }
+
     /// The counters now.
     pub fn snapshot(&self) -> PerfSnapshot {
         let now = tsc::pair();
@@ -107,6 +116,7 @@ impl WorkerPerf {
             idle_rounds: self.idle_rounds.load(Relaxed),
             frames: self.frames.load(Relaxed),
             fast_frames: self.fast.load(Relaxed),
+            read_ahead_rounds: self.read_ahead.load(Relaxed),
             bursts: self.bursts.iter().map(|c| c.load(Relaxed)).collect(),
             depth: self.depth.iter().map(|c| c.load(Relaxed)).collect(),
         }
@@ -138,6 +148,10 @@ pub struct PerfSnapshot {
     /// on the same worker (the rest took the full path).
     #[serde(default)]
     pub fast_frames: u64,
+    /// Busy rounds that read their transmit bursts ahead (what the worker's
+    /// read-ahead setting chose, `[switch] read_ahead`).
+    #[serde(default)]
+    pub read_ahead_rounds: u64,
     /// Bursts from guests' transmit queues by size: index n counts bursts
     /// of n chains (the last, n and more).
     pub bursts: Vec<u64>,
@@ -167,6 +181,9 @@ pub struct PerfFigures {
     pub mean_burst: Option<f64>,
     /// Share of the frames that took the fast case.
     pub fast_share: Option<f64>,
+    /// Share of the busy rounds that read their transmit bursts ahead.
+    #[serde(default)]
+    pub read_ahead_share: Option<f64>,
 }
 
 impl PerfSnapshot {
@@ -189,6 +206,9 @@ impl PerfSnapshot {
             idle_rounds: self.idle_rounds.saturating_sub(earlier.idle_rounds),
             frames: self.frames.saturating_sub(earlier.frames),
             fast_frames: self.fast_frames.saturating_sub(earlier.fast_frames),
+            read_ahead_rounds: self
+                .read_ahead_rounds
+                .saturating_sub(earlier.read_ahead_rounds),
             bursts: sub(&self.bursts, &earlier.bursts),
             depth: sub(&self.depth, &earlier.depth),
         }
@@ -224,6 +244,8 @@ impl PerfSnapshot {
             mean_burst: (n > 0).then(|| chains as f64 / n as f64),
             fast_share: (self.frames > 0)
                 .then(|| (self.fast_frames as f64 / self.frames as f64).min(1.0)),
+            read_ahead_share: (self.busy_rounds > 0)
+                .then(|| (self.read_ahead_rounds as f64 / self.busy_rounds as f64).min(1.0)),
         }
     }
 }
@@ -276,6 +298,12 @@ pub fn prometheus(workers: &[PerfSnapshot]) -> String {
         "Frames that took the fast case (plain, guest to guest on one worker).",
         "counter",
         &|w| w.fast_frames,
+    );
+    family(
+        "read_ahead_rounds_total",
+        "Busy rounds that prefetched their transmit bursts' buffers at the pop.",
+        "counter",
+        &|w| w.read_ahead_rounds,
     );
     family(
         "busy_rounds_total",

@@ -7,6 +7,7 @@ mod common;
 use common::*;
 use std::time::Duration;
 use vnio_switch::control::{Client, Request};
+use vnio_switch::datapath::ReadAheadMode;
 use vnio_switch::perf::PerfSnapshot;
 
 fn perf(c: &mut Client) -> Vec<PerfSnapshot> {
@@ -15,9 +16,15 @@ fn perf(c: &mut Client) -> Vec<PerfSnapshot> {
 
 #[test]
 fn a_worker_accounts_for_the_frames_it_moved_and_its_bursts() {
-    bounded(Duration::from_secs(60), || {
+    for mode in [ReadAheadMode::On, ReadAheadMode::Off] {
+        accounts_under(mode);
+    }
+}
+
+fn accounts_under(mode: ReadAheadMode) {
+    bounded(Duration::from_secs(60), move || {
         let dir = Dir::new("perf");
-        let sw = switch(&dir, 2);
+        let sw = switch_tuned(&dir, 2, |s| s.read_ahead = mode);
         let mut a = endpoint(&dir, 1, 1);
         let mut b = endpoint(&dir, 2, 2);
         let mut c = Client::connect(&dir.sock("control")).unwrap();
@@ -68,6 +75,13 @@ fn a_worker_accounts_for_the_frames_it_moved_and_its_bursts() {
         assert_eq!(d.depth.iter().sum::<u64>(), d.bursts.iter().sum::<u64>());
         let f = d.figures();
         assert!(d.busy_rounds > 0 && d.busy_cycles > 0, "{d:?}");
+        // Every busy round read ahead, or none, as the setting says.
+        let ahead = if mode == ReadAheadMode::On {
+            d.busy_rounds
+        } else {
+            0
+        };
+        assert_eq!(d.read_ahead_rounds, ahead, "{mode:?}: {d:?}");
         let ns = f.ns_per_frame.unwrap();
         // Busy time per frame is positive and below the whole interval per frame.
         assert!(
@@ -79,6 +93,10 @@ fn a_worker_accounts_for_the_frames_it_moved_and_its_bursts() {
         let text = text.as_str().unwrap();
         assert!(
             text.contains("# TYPE vnio_switch_worker_busy_cycles_total counter"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# TYPE vnio_switch_worker_read_ahead_rounds_total counter"),
             "{text}"
         );
         assert!(

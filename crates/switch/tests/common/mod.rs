@@ -58,12 +58,19 @@ pub fn ip(n: u8) -> Ipv4Address {
 
 /// A switch with server-mode vhost-user ports `p1..=pN`.
 pub fn switch(dir: &Dir, ports: usize) -> Switch {
+    switch_tuned(dir, ports, |_| {})
+}
+
+/// As [`switch`], with the switch-wide settings changed by `tune`.
+pub fn switch_tuned(dir: &Dir, ports: usize, tune: impl FnOnce(&mut SwitchConfig)) -> Switch {
+    let mut sw = SwitchConfig {
+        control: dir.sock("control"),
+        idle_polls: 4,
+        ..SwitchConfig::default()
+    };
+    tune(&mut sw);
     let cfg = Config {
-        switch: SwitchConfig {
-            control: dir.sock("control"),
-            idle_polls: 4,
-            ..SwitchConfig::default()
-        },
+        switch: sw,
         ports: (1..=ports)
             .map(|i| {
                 PortSpec::vhost_user(

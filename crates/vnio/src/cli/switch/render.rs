@@ -181,7 +181,7 @@ pub(super) fn render_perf(workers: &[PerfSnapshot]) -> String {
         );
         let _ = writeln!(
             out,
-            "  {} frames ({}% on the fast case), {:.3} Mpps; busy time per frame {} ns, {} cycles ({:.2} per ns); {} busy rounds, {} idle",
+            "  {} frames ({}% on the fast case), {:.3} Mpps; busy time per frame {} ns, {} cycles ({:.2} per ns); {} busy rounds ({}% read ahead), {} idle",
             w.frames,
             opt(f.fast_share.map(|s| 100.0 * s), 1),
             f.frames_per_sec / 1e6,
@@ -189,6 +189,7 @@ pub(super) fn render_perf(workers: &[PerfSnapshot]) -> String {
             opt(f.cycles_per_frame, 0),
             f.ticks_per_ns,
             w.busy_rounds,
+            opt(f.read_ahead_share.map(|s| 100.0 * s), 1),
             w.idle_rounds
         );
         let bursts: u64 = w.bursts.iter().sum();
