@@ -26,7 +26,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         for i in 0..n {
             p.burst(black_box(32), black_box((i & 63) as u16));
             let end = clock();
-            p.round(end.wrapping_sub(mark), black_box(32));
+            p.round(end.wrapping_sub(mark), black_box(32), false);
             mark = end;
         }
         samples.push(t.elapsed().as_nanos() as f64 / n as f64);

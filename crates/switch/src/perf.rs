@@ -69,13 +69,17 @@ pub fn depth_bucket(pending: u16) -> usize {
 }
 
 impl WorkerPerf {
-    /// A polling round of `cycles` that forwarded or dropped `frames`.
+    /// A polling round of `cycles` that forwarded or dropped `frames`,
+    /// its transmit bursts read ahead or not (`datapath/read_ahead.rs`).
     #[inline]
-    pub fn round(&self, cycles: u64, frames: usize) {
+    pub fn round(&self, cycles: u64, frames: usize, read_ahead: bool) {
         if frames > 0 {
             bump(&self.busy_cycles, cycles);
             bump(&self.busy_rounds, 1);
             bump(&self.frames, frames as u64);
+            if read_ahead {
+                bump(&self.read_ahead, 1);
+            }
         } else {
             bump(&self.idle_cycles, cycles);
             bump(&self.idle_rounds, 1);
@@ -93,13 +97,6 @@ impl WorkerPerf {
     #[inline]
     pub fn fast_frames(&self, n: u64) {
         bump(&self.fast, n);
-    }
-
-    /// A busy round that read its transmit bursts ahead
-    /// (`datapath/read_ahead.rs`).
-    #[inline]
-    pub fn read_ahead_round(&self) {
-        bump(&self.read_ahead, 1);
     }
 
     /// The counters now.
@@ -375,8 +372,8 @@ mod tests {
     fn an_interval_gives_shares_costs_and_the_mean_burst() {
         let p = WorkerPerf::default();
         let a = p.snapshot();
-        p.round(3_000, 30);
-        p.round(1_000, 0);
+        p.round(3_000, 30, false);
+        p.round(1_000, 0, false);
         p.burst(32, 40);
         p.burst(28, 28);
         p.burst(0, 0);
@@ -412,7 +409,7 @@ mod tests {
     #[test]
     fn prometheus_has_every_family_and_a_cumulative_histogram() {
         let p = WorkerPerf::default();
-        p.round(500, 10);
+        p.round(500, 10, false);
         p.burst(4, 4);
         p.burst(32, 64);
         let text = prometheus(&[PerfSnapshot {

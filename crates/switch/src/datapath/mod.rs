@@ -302,10 +302,7 @@ impl Datapath {
         }
         let end = crate::perf::clock();
         let cycles = end.wrapping_sub(self.perf_mark);
-        self.perf.round(cycles, work);
-        if work > 0 && self.read_ahead.on() {
-            self.perf.read_ahead_round();
-        }
+        self.perf.round(cycles, work, self.read_ahead.on());
         self.read_ahead.round(cycles, work);
         self.perf_mark = end;
         work

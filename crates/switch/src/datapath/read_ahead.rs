@@ -10,9 +10,8 @@
 //! measures: every period it runs a short trial, slices of busy rounds
 //! alternately without and with the read-ahead, compares the median frames
 //! per cycle of each setting's slices, and keeps the faster setting until
-//! the next trial. A
-//! trial is a thirty-second of the period, so at most half of that runs the
-//! slower setting.
+//! the next trial. A trial is a thirty-second of the period, so at most
+//! half of that runs the slower setting.
 //!
 //! The cycles counted are all of a slice's, idle rounds' too: the rate, not
 //! the switch's own cost per frame. The two differ where it matters: when
