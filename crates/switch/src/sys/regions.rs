@@ -10,8 +10,8 @@ use super::span::Span;
 use std::sync::Arc;
 use vm_memory::{GuestMemoryRegion, GuestRegionMmap};
 
-/// One mapped region.
-#[derive(Debug, Clone, Copy)]
+/// One mapped region (the default: an empty one, holding no address).
+#[derive(Debug, Clone, Copy, Default)]
 struct Host {
     /// Guest address of its first byte.
     start: u64,
@@ -50,13 +50,8 @@ impl Regions {
                 addr: r.as_ptr() as usize,
             })
             .collect();
-        let none = Host {
-            start: 0,
-            len: 0,
-            addr: 0,
-        };
         Self {
-            first: hosts.first().copied().unwrap_or(none),
+            first: hosts.first().copied().unwrap_or_default(),
             hosts,
             guards,
             mapped,
