@@ -178,6 +178,7 @@ fn run(dir: &Path, len: usize, secs: f64, rounds: usize, only: Option<&str>) -> 
         vni: 42,
         local: Ipv4Addr::new(10, 99, 0, 1),
         remotes: vec![Ipv4Addr::new(10, 99, 0, 2)],
+        accept: vec![],
         dstport: 4789,
         ttl: None,
         underlay_mtu: 1500,

@@ -95,6 +95,12 @@ pub struct SwitchConfig {
     pub fdb_port_limit: u32,
     /// FDB aging time in seconds.
     pub aging_secs: u64,
+    /// An address another port is still sending from (seen within this
+    /// many milliseconds) does not move on a frame (see [`crate::fdb`],
+    /// "Moves"); 0: every frame moves its source, as on a Linux bridge.
+    pub mac_move_quiet_ms: u64,
+    /// How long a flapping address stays with its holder, in seconds.
+    pub mac_flap_hold_secs: u64,
     /// Frames taken from one queue per polling round.
     pub budget: usize,
     /// Empty polling rounds before the worker sleeps on kicks (0: sleep at once).
@@ -145,6 +151,8 @@ impl Default for SwitchConfig {
             fdb_capacity: 8192,
             fdb_port_limit: crate::fdb::DEFAULT_PORT_LIMIT,
             aging_secs: 300,
+            mac_move_quiet_ms: 1000,
+            mac_flap_hold_secs: 60,
             budget: 64,
             idle_polls: 64,
             dedicated_rt_priority: None,
@@ -160,6 +168,21 @@ impl SwitchConfig {
     /// The aging time.
     pub fn aging(&self) -> Duration {
         Duration::from_secs(self.aging_secs)
+    }
+
+    /// The FDB's rule for moves between ports.
+    pub fn mobility(&self) -> crate::fdb::Mobility {
+        crate::fdb::Mobility {
+            quiet: Duration::from_millis(self.mac_move_quiet_ms),
+            hold: Duration::from_secs(self.mac_flap_hold_secs),
+        }
+    }
+
+    /// An empty FDB as this switch's workers have.
+    pub fn fdb(&self) -> crate::fdb::Fdb {
+        crate::fdb::Fdb::new(self.fdb_capacity, self.aging())
+            .with_port_limit(self.fdb_port_limit)
+            .with_mobility(self.mobility())
     }
 
     /// The cap on one front-end's mapped guest memory, in bytes.

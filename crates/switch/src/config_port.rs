@@ -145,6 +145,14 @@ pub struct PortSpec {
     /// this less 36 bytes are dropped (`too_big`), never fragmented.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub underlay_mtu: Option<usize>,
+    /// vxlan: further VTEPs (IPv4 prefixes) whose datagrams are accepted
+    /// besides `remotes`; any other sender's are dropped (`unknown_vtep`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub accept: Vec<crate::port::vxlan::Ipv4Net>,
+    /// vxlan: addresses each remote VTEP may have learned (default: the
+    /// port's `fdb_limit` shared among its `remotes`, at least 64).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vtep_fdb_limit: Option<u32>,
 }
 
 /// Validates egress settings (Mbit/s) into a policy (bit/s); 0 Mbit/s
@@ -212,6 +220,8 @@ impl PortSpec {
             dstport: None,
             ttl: None,
             underlay_mtu: None,
+            accept: Vec::new(),
+            vtep_fdb_limit: None,
         }
     }
 
@@ -370,6 +380,7 @@ impl PortSpec {
             direct: self.direct.clone(),
             cross_connect: self.cross_connect.clone(),
             fdb_limit: self.fdb_limit,
+            vtep_fdb_limit: self.vtep_limit(),
         })
     }
 }

@@ -4,6 +4,9 @@
 use super::{PortKind, PortSpec};
 use crate::port::SocketMode;
 
+/// The least default share of a VXLAN port's FDB limit per remote VTEP.
+pub const MIN_VTEP_LIMIT: u32 = 64;
+
 impl PortSpec {
     /// A VXLAN port for `vni` sending from `local` and flooding to `remotes`, with defaults.
     pub fn vxlan(
@@ -28,6 +31,7 @@ impl PortSpec {
             vni: self.vni?,
             local: self.local?,
             remotes: self.remotes.clone(),
+            accept: self.accept.clone(),
             dstport: self.dstport.unwrap_or(crate::wire::vxlan::DEFAULT_PORT),
             ttl: self.ttl,
             underlay_mtu: self
@@ -36,16 +40,30 @@ impl PortSpec {
         })
     }
 
+    /// Addresses each remote VTEP of a VXLAN port may have learned (none
+    /// for other ports): `vtep_fdb_limit`, or the port's limit shared
+    /// among its remotes, at least [`MIN_VTEP_LIMIT`].
+    pub(super) fn vtep_limit(&self) -> Option<u32> {
+        if self.kind != PortKind::Vxlan {
+            return None;
+        }
+        let port = self.fdb_limit.unwrap_or(crate::fdb::DEFAULT_PORT_LIMIT);
+        let share = port / (self.remotes.len() as u32).max(1);
+        Some(self.vtep_fdb_limit.unwrap_or(share.max(MIN_VTEP_LIMIT)))
+    }
+
     pub(super) fn check_vxlan(&self) -> Result<(), String> {
         let any = self.vni.is_some()
             || self.local.is_some()
             || !self.remotes.is_empty()
+            || !self.accept.is_empty()
+            || self.vtep_fdb_limit.is_some()
             || self.dstport.is_some()
             || self.ttl.is_some()
             || self.underlay_mtu.is_some();
         if self.kind != PortKind::Vxlan {
             return match any {
-                true => Err("`vni`, `local`, `remotes`, `dstport`, `ttl` and `underlay_mtu` apply to vxlan ports only".into()),
+                true => Err("`vni`, `local`, `remotes`, `accept`, `vtep_fdb_limit`, `dstport`, `ttl` and `underlay_mtu` apply to vxlan ports only".into()),
                 false => Ok(()),
             };
         }
@@ -79,6 +97,12 @@ impl PortSpec {
             .any(|r| r.is_unspecified() || r.is_multicast() || *r == local)
         {
             return Err("`remotes` must be unicast addresses other than `local`".into());
+        }
+        if self.accept.len() > crate::port::vxlan::MAX_REMOTES {
+            return Err(format!(
+                "at most {} `accept` prefixes",
+                crate::port::vxlan::MAX_REMOTES
+            ));
         }
         if self.dstport == Some(0) {
             return Err("`dstport` cannot be 0".into());

@@ -4,7 +4,7 @@
 //! Pure logic over the FDB and the ports' VLAN and guard policies; the data
 //! path does the copying. Time is an input.
 
-use crate::fdb::{Fdb, Learned};
+use crate::fdb::{Fdb, Learned, Limits, Place};
 use crate::stats::DropReason;
 use crate::vlan::{Tagging, VlanMode};
 use crate::wire::{ethernet, vlan, EtherType, EthernetAddress};
@@ -20,6 +20,18 @@ pub struct L2Header {
     pub src: EthernetAddress,
     /// The 802.1Q VLAN id when the frame is tagged.
     pub tag: Option<u16>,
+    /// An ARP or RARP frame: what a VM sends to announce where it is
+    /// (after a live migration); it may move its source at once (see
+    /// [`crate::fdb`], "Moves").
+    pub announce: bool,
+}
+
+/// RARP's EtherType (QEMU's self-announce after a migration).
+const ETH_RARP: u16 = 0x8035;
+
+/// Whether a frame of this (inner) EtherType announces its source.
+pub fn is_announce(ethertype: EtherType) -> bool {
+    matches!(ethertype, EtherType::Arp | EtherType::Unknown(ETH_RARP))
 }
 
 impl L2Header {
@@ -29,17 +41,18 @@ impl L2Header {
     /// Reads the header from the start of a frame.
     pub fn parse(frame: &[u8]) -> Result<Self, DropReason> {
         let eth = ethernet::EthernetFrame::new_checked(frame).map_err(|_| DropReason::Malformed)?;
-        let tag = if eth.ethertype() == EtherType::Vlan {
+        let (tag, inner) = if eth.ethertype() == EtherType::Vlan {
             let h =
                 vlan::VlanHeader::new_checked(eth.payload()).map_err(|_| DropReason::Malformed)?;
-            Some(h.vid())
+            (Some(h.vid()), h.ethertype())
         } else {
-            None
+            (None, eth.ethertype())
         };
         Ok(Self {
             dst: eth.dst(),
             src: eth.src(),
             tag,
+            announce: is_announce(inner),
         })
     }
 }
@@ -64,6 +77,18 @@ pub struct PortPolicy {
     /// Addresses the port may have learned in its worker's FDB (`None`:
     /// the switch's default, see [`crate::fdb`]).
     pub fdb_limit: Option<u32>,
+    /// A VXLAN port: addresses each remote VTEP may have learned.
+    pub vtep_fdb_limit: Option<u32>,
+}
+
+impl PortPolicy {
+    /// The FDB limits of the port's sources.
+    pub fn fdb_limits(&self) -> Limits {
+        Limits {
+            port: self.fdb_limit,
+            vtep: self.vtep_fdb_limit,
+        }
+    }
 }
 
 /// Where a frame goes.
@@ -86,13 +111,13 @@ pub struct Decision {
     pub learned: Learned,
 }
 
-/// Decides for one frame from `ingress` (with policy `policy`), learning its
-/// source address. `egress_tagging(port, vid)` tells how (and whether) a
+/// Decides for one frame from `from` (a port, with policy `policy`, and the
+/// VTEP it came from behind a VXLAN port), learning its source address. `egress_tagging(port, vid)` tells how (and whether) a
 /// frame of `vid` leaves `port`; flood destinations are expanded by the
 /// caller with the same rule on every other port.
 pub fn decide(
     fdb: &mut Fdb,
-    ingress: PortId,
+    from: Place,
     policy: &PortPolicy,
     l2: &L2Header,
     now: Instant,
@@ -107,7 +132,8 @@ pub fn decide(
         }
     }
     let vid = policy.vlan.ingress(l2.tag).ok_or(DropReason::Vlan)?;
-    let learned = fdb.learn(vid, l2.src, ingress, policy.fdb_limit, now);
+    let ingress = from.port;
+    let learned = fdb.learn_at(vid, l2.src, from, l2.announce, policy.fdb_limits(), now);
     if l2.dst.is_multicast() {
         return Ok(Decision {
             vid,
@@ -153,6 +179,7 @@ mod tests {
             src: mac(src),
             dst,
             tag,
+            announce: false,
         }
     }
 
@@ -203,7 +230,7 @@ mod tests {
             let policies = &self.policies;
             decide(
                 &mut self.fdb,
-                PortId(port),
+                Place::port(PortId(port)),
                 &policies[port as usize],
                 &l2,
                 now,

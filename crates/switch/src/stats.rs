@@ -47,11 +47,14 @@ pub enum DropReason {
     /// VXLAN underlay's MTU once encapsulated (never fragmented), or a
     /// datagram larger than the port's receive slots.
     TooBig,
+    /// VXLAN: a datagram from a VTEP that is neither in the port's
+    /// `remotes` nor in its `accept` ranges.
+    UnknownVtep,
 }
 
 impl DropReason {
     /// Every reason, in counter order.
-    pub const ALL: [DropReason; 10] = [
+    pub const ALL: [DropReason; 11] = [
         DropReason::RingFull,
         DropReason::BadDescriptor,
         DropReason::NoRoute,
@@ -62,6 +65,7 @@ impl DropReason {
         DropReason::FdbLimit,
         DropReason::Vni,
         DropReason::TooBig,
+        DropReason::UnknownVtep,
     ];
 
     /// The label used in JSON and Prometheus output.
@@ -77,6 +81,7 @@ impl DropReason {
             DropReason::FdbLimit => "fdb_limit",
             DropReason::Vni => "vni",
             DropReason::TooBig => "too_big",
+            DropReason::UnknownVtep => "unknown_vtep",
         }
     }
 
@@ -121,6 +126,13 @@ pub struct QueueStats {
     /// the guest's ring for a later round (limit or contended link; not
     /// drops): a frame held over several rounds counts once per round.
     pub egress_waits: AtomicU64,
+    /// Frames forwarded whose source address another port holds and is
+    /// still sending from: the address was not moved to this port (the
+    /// FDB's rule for moves, [`crate::fdb`]).
+    pub mac_kept: AtomicU64,
+    /// Flaps caught: an address this port took was claimed back by its
+    /// previous holder, and is held there.
+    pub mac_flaps: AtomicU64,
     drops: [AtomicU64; DropReason::ALL.len()],
 }
 
@@ -177,6 +189,8 @@ impl QueueStats {
             sw_segmented: self.sw_segmented.load(Ordering::Relaxed),
             lro_merged: self.lro_merged.load(Ordering::Relaxed),
             egress_waits: self.egress_waits.load(Ordering::Relaxed),
+            mac_kept: self.mac_kept.load(Ordering::Relaxed),
+            mac_flaps: self.mac_flaps.load(Ordering::Relaxed),
             drops: DropReason::ALL
                 .iter()
                 .map(|r| (r.name().to_string(), self.drops(*r)))
@@ -294,6 +308,12 @@ pub struct QueueSnapshot {
     /// Holds by an uplink's egress scheduler (once per round a frame waits).
     #[serde(default)]
     pub egress_waits: u64,
+    /// Frames whose source address stayed with the port that holds it.
+    #[serde(default)]
+    pub mac_kept: u64,
+    /// Addresses this port took that went back to their previous holder.
+    #[serde(default)]
+    pub mac_flaps: u64,
     /// Drops by reason name.
     pub drops: std::collections::BTreeMap<String, u64>,
 }

@@ -8,7 +8,7 @@
 
 use crate::config::{PolicyUpdate, PortSpec, SwitchConfig};
 use crate::datapath::{Datapath, Lent, Slot};
-use crate::fdb::{Fdb, FdbEntry};
+use crate::fdb::FdbEntry;
 use crate::mesh::{Doorbell, PeerSetup, RemotePort, WorkerId};
 use crate::port::{Watch, Watched};
 use std::sync::atomic::{fence, Ordering};
@@ -141,9 +141,7 @@ impl Worker {
             std::os::fd::AsRawFd::as_raw_fd(&doorbell.fd),
             EpollEvent::new(EventSet::IN, DOORBELL),
         )?;
-        let mut dp = Datapath::new(
-            Fdb::new(cfg.fdb_capacity, cfg.aging()).with_port_limit(cfg.fdb_port_limit),
-        );
+        let mut dp = Datapath::new(cfg.fdb());
         dp.set_read_ahead(cfg.read_ahead);
         Ok(Self {
             dp,

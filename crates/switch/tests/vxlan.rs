@@ -7,6 +7,7 @@
 
 mod common;
 
+use common::underlay::{ip, ns, skip_reason, tag, veth};
 use common::*;
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream, UdpSocket};
@@ -22,74 +23,6 @@ use vnio_switch::endpoint::Endpoint;
 use vnio_switch::port::SocketMode;
 use vnio_switch::wire::Ipv4Address;
 use vnio_switch::worker::PortInfo;
-
-fn skip_reason() -> Option<String> {
-    if !vnio_lab::is_root() {
-        return Some("not root".into());
-    }
-    if Command::new("ip").arg("-V").output().is_err() {
-        return Some("no ip command".into());
-    }
-    // The kernel's vxlan device is the peer of the second test and a probe
-    // that VXLAN works here at all.
-    let name = format!("vxp{}", std::process::id() % 100_000);
-    let ok = Command::new("ip")
-        .args([
-            "link", "add", &name, "type", "vxlan", "id", "1", "dstport", "4789",
-        ])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    let _ = Command::new("ip").args(["link", "del", &name]).output();
-    (!ok).then(|| "`ip link add type vxlan` fails".into())
-}
-
-fn ip(ns: &Netns, args: &[&str]) {
-    let out = Command::new("ip")
-        .arg("-n")
-        .arg(ns.name())
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "ip -n {} {args:?}: {}",
-        ns.name(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// A short per-process number for names and the underlay's third octet.
-fn tag() -> u8 {
-    (std::process::id() % 200) as u8 + 20
-}
-
-fn ns(name: &str) -> Netns {
-    let _ = Command::new("ip").args(["netns", "del", name]).output();
-    Netns::create(name).unwrap()
-}
-
-/// A veth pair from `a` (in `na`, address `aa`) to `b` (in `nb`, `ab`), /24s.
-fn veth(na: &Netns, a: &str, aa: Ipv4Addr, nb: &Netns, b: &str, ab: Ipv4Addr) {
-    ip(
-        na,
-        &[
-            "link",
-            "add",
-            a,
-            "type",
-            "veth",
-            "peer",
-            "name",
-            b,
-            "netns",
-            nb.name(),
-        ],
-    );
-    ip(na, &["addr", "add", &format!("{aa}/24"), "dev", a]);
-    ip(na, &["link", "set", a, "up"]);
-    ip(nb, &["addr", "add", &format!("{ab}/24"), "dev", b]);
-    ip(nb, &["link", "set", b, "up"]);
-}
 
 fn switch_in(ns: &Netns, dir: &Dir, mut extra: Vec<PortSpec>) -> Switch {
     let mut ports = vec![PortSpec::vhost_user(

@@ -4,7 +4,7 @@
 //! egress admission of an uplink it goes to.
 
 use super::{is_lent, Datapath, FlowMemo, Frame, Fwd, Port, MAX_FRAME};
-use crate::fdb::Learned;
+use crate::fdb::Place;
 use crate::forward::{decide, Decision, Destination, L2Header};
 use crate::offload::{self, Caps, Reject};
 use crate::port::uplink;
@@ -119,22 +119,12 @@ impl Datapath {
         };
         let src_id = me.id;
         let learn = me.needs_mac;
-        if let (Some(vtep), Some(vid)) = (self.from_vtep, me.policy.vlan.ingress(l2.tag)) {
-            // Before the decision (whose own learning keeps the VTEP): a
-            // new VTEP changes the generation, so no memo outlives it.
-            self.fdb
-                .learn_remote(vid, l2.src, src_id, me.policy.fdb_limit, vtep, now);
-        }
         let Some((decision, dest_slot)) = self.flow_decision(i, &l2, now) else {
             return Fwd::Done;
         };
         let d = match decision {
             Ok(d) => {
-                if d.learned == Learned::PortLimit {
-                    if let Some(me) = self.slots[i].as_ref() {
-                        me.stats.tx.drop(DropReason::FdbLimit);
-                    }
-                }
+                self.count_learned(i, &l2, d.learned, now);
                 d
             }
             Err(r) => {
@@ -259,6 +249,7 @@ impl Datapath {
         l2: &L2Header,
         now: Instant,
     ) -> Option<(Result<Decision, DropReason>, Option<usize>)> {
+        let from_vtep = self.from_vtep;
         let Datapath {
             slots,
             fdb,
@@ -268,7 +259,11 @@ impl Datapath {
         } = self;
         let me = slots[i].as_ref()?;
         let src_id = me.id;
-        let decision = decide(fdb, src_id, &me.policy, l2, now, |p, vid| {
+        let from = Place {
+            port: src_id,
+            remote: from_vtep,
+        };
+        let decision = decide(fdb, from, &me.policy, l2, now, |p, vid| {
             match slots.iter().flatten().find(|s| s.id == p) {
                 Some(s) => s.policy.vlan.egress(vid),
                 None => remote

@@ -194,6 +194,9 @@ pub(super) struct PlainRoute {
     learn: bool,
     /// The destination's LRO might merge a TCP segment.
     lro: bool,
+    /// The source's address stays with another port (the FDB's rule for
+    /// moves): each frame is counted.
+    kept: bool,
 }
 
 impl PlainRoute {
@@ -217,6 +220,7 @@ impl PlainRoute {
 pub(super) struct PlainTally {
     frames: u64,
     bytes: u64,
+    kept: u64,
 }
 
 impl Datapath {
@@ -226,9 +230,9 @@ impl Datapath {
     /// with an LRO aggregate open.
     pub(super) fn plain_route(&self, i: usize, now: Instant) -> Option<PlainRoute> {
         let me = self.slots[i].as_ref()?;
-        let (to, macs, learn) = match me.rt.cross {
+        let (to, macs, learn, kept) = match me.rt.cross {
             // Cross-connected: to its peer as it came, nothing learned.
-            Some(j) => (j, None, false),
+            Some(j) => (j, None, false, false),
             None => {
                 let m = me.rt.flow.as_ref()?;
                 if !m.holds_any_untagged(now, self.fdb.generation(), self.topo_gen)
@@ -243,7 +247,13 @@ impl Datapath {
                 if d.learned == Learned::PortLimit || j == i {
                     return None;
                 }
-                (j, Some(MacPair::new(&m.l2.dst, &m.l2.src)), me.needs_mac)
+                let kept = d.learned == Learned::Kept;
+                (
+                    j,
+                    Some(MacPair::new(&m.l2.dst, &m.l2.src)),
+                    me.needs_mac,
+                    kept,
+                )
             }
         };
         let dst = self.slots[to].as_ref()?;
@@ -255,6 +265,7 @@ impl Datapath {
             macs,
             learn,
             lro: dst.policies.effective_lro(),
+            kept,
         })
     }
 
@@ -308,6 +319,7 @@ impl Datapath {
         };
         tally.frames += 1;
         tally.bytes += frame_len;
+        tally.kept += u64::from(r.kept);
         // (A hostile ring resets its port: `reset` makes the copies first.)
         let ok = result.is_ok();
         self.delivered(j, result, now);
@@ -370,6 +382,7 @@ impl Datapath {
             dst,
             src,
             tag: None,
+            announce: crate::forward::is_announce(look.ethertype().into()),
         };
         // A decision that still holds is one that is not a plain route (a
         // flood to several ports, an LRO aggregate open, ...): deciding
@@ -441,6 +454,7 @@ impl Datapath {
         }
         tally.frames += run.taken as u64;
         tally.bytes += run.taken_bytes;
+        tally.kept += u64::from(r.kept) * run.taken as u64;
         if r.learn {
             r.learn = false;
             if let Some(look) = looks[from] {
@@ -463,6 +477,9 @@ impl Datapath {
         }
         if let Some(me) = self.slots[i].as_ref() {
             me.stats.tx.frames(tally.frames, tally.bytes);
+            if tally.kept > 0 {
+                crate::stats::bump(&me.stats.tx.mac_kept, tally.kept);
+            }
         }
         self.perf.fast_frames(tally.frames);
     }

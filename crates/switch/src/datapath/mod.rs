@@ -16,6 +16,7 @@ mod frame;
 mod ingress;
 mod lending;
 mod lro_delivery;
+mod moves;
 mod peers;
 mod read_ahead;
 mod spread;
@@ -258,6 +259,8 @@ pub struct Datapath {
     perf_mark: u64,
     /// Whether transmit bursts are read ahead (measured when `Auto`).
     read_ahead: ReadAhead,
+    /// When a flap was last said in the log (`moves.rs`).
+    flap_said: Option<Instant>,
 }
 
 impl Datapath {
@@ -289,6 +292,7 @@ impl Datapath {
             pair_inbox: None,
             perf_mark: crate::perf::clock(),
             read_ahead: ReadAhead::new(ReadAheadMode::Off),
+            flap_said: None,
         }
     }
 

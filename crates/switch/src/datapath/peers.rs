@@ -112,14 +112,13 @@ impl Datapath {
         if bytes.len() < 14 + usize::from(r.src_tag_len) {
             return;
         }
-        // The port's limit was applied where it lives: learn what was
-        // learned there (no limit of its own here, only the table's rules).
+        // The port's limit and the rule for moves were applied where it
+        // lives: learn what was learned there (only the table's capacity here).
         if r.learn {
-            self.fdb.learn(
+            self.fdb.learn_told(
                 r.vid,
                 crate::wire::EthernetAddress::from_bytes(&bytes[6..12]),
                 r.src,
-                Some(u32::MAX),
                 now,
             );
         }

@@ -35,10 +35,13 @@ use std::os::fd::{AsRawFd, OwnedFd};
 
 #[path = "vxlan_flow.rs"]
 mod flow;
+#[path = "vxlan_peers.rs"]
+mod peers;
 #[path = "vxlan_rx.rs"]
 mod rx;
 
 pub use flow::flow_port;
+pub use peers::{Ipv4Net, Peers};
 pub use rx::{RxFrame, VxlanRx};
 
 /// Most remote VTEPs in a port's flood list (a flood of one frame must fit
@@ -67,6 +70,8 @@ pub struct VxlanOptions {
     pub local: Ipv4Addr,
     /// The flood list: VTEPs that get broadcast, multicast and unknown unicast.
     pub remotes: Vec<Ipv4Addr>,
+    /// Further VTEPs whose datagrams are accepted (see [`Peers`]).
+    pub accept: Vec<Ipv4Net>,
     /// UDP destination port (and the port received on).
     pub dstport: u16,
     /// Outer TTL (default: the kernel's).
@@ -93,7 +98,8 @@ pub enum VxlanError {
 }
 
 /// Counters of one remote VTEP (a flood-list member, or `0.0.0.0` for
-/// every VTEP not on the list: learned ones, strangers).
+/// every accepted VTEP not on the list; strangers' datagrams are dropped
+/// and counted with the port's drops, `unknown_vtep`).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, Default)]
 pub struct VtepSnapshot {
     /// The VTEP's address.
@@ -195,7 +201,10 @@ impl VxlanPort {
                 next: 0,
                 vni: opts.vni,
                 counts: vec![Count::default(); n].into_boxed_slice(),
-                remotes: opts.remotes.clone().into_boxed_slice(),
+                peers: Peers {
+                    remotes: opts.remotes.clone().into_boxed_slice(),
+                    accept: opts.accept.clone().into_boxed_slice(),
+                },
             })),
             sock,
             raw,

@@ -3,7 +3,7 @@
 //! virtio-net header. Separate from the port because the data path takes
 //! it out of the port while it forwards the frames it holds.
 
-use super::{vtep_index, Count, RX_BATCH, RX_OFF};
+use super::{Count, Peers, RX_BATCH, RX_OFF};
 use crate::stats::DropReason;
 use crate::sys::udp::Incoming;
 use crate::wire::virtio_net;
@@ -34,7 +34,7 @@ pub struct VxlanRx {
     pub(super) vni: u32,
     /// Per VTEP (same order as the port's remotes, then "other").
     pub(super) counts: Box<[Count]>,
-    pub(super) remotes: Box<[Ipv4Addr]>,
+    pub(super) peers: Peers,
 }
 
 impl VxlanRx {
@@ -50,6 +50,11 @@ impl VxlanRx {
         if m.truncated {
             return Some(Err(DropReason::TooBig));
         }
+        let from = *m.from.ip();
+        // A stranger's datagram is not looked into.
+        let Some(v) = self.peers.row(from) else {
+            return Some(Err(DropReason::UnknownVtep));
+        };
         let d = &slot[RX_OFF..RX_OFF + m.len];
         let Ok(p) = VxlanPacket::new_checked(d) else {
             return Some(Err(DropReason::Malformed));
@@ -60,8 +65,6 @@ impl VxlanRx {
         }
         let inner = m.len - vxlan::HEADER_LEN;
         slot[..virtio_net::HEADER_LEN].fill(0);
-        let from = *m.from.ip();
-        let v = vtep_index(&self.remotes, from);
         self.counts[v].packets += 1;
         self.counts[v].bytes += inner as u64;
         Some(Ok(RxFrame {

@@ -12,6 +12,7 @@ fn port_on_loopback(remotes: Vec<Ipv4Addr>) -> Option<VxlanPort> {
         vni: 42,
         local: Ipv4Addr::LOCALHOST,
         remotes,
+        accept: vec![],
         dstport: 0,
         ttl: None,
         underlay_mtu: 1500,
@@ -25,6 +26,7 @@ fn refuses_what_cannot_work() {
         vni: vxlan::MAX_VNI + 1,
         local: Ipv4Addr::LOCALHOST,
         remotes: vec![],
+        accept: vec![],
         dstport: 0,
         ttl: None,
         underlay_mtu: 1500,
@@ -63,6 +65,7 @@ fn floods_replicate_and_unicast_goes_to_one_vtep() {
         vni: 7,
         local: Ipv4Addr::new(127, 0, 0, 2),
         remotes: vec![Ipv4Addr::new(127, 0, 0, 1), Ipv4Addr::new(127, 0, 0, 3)],
+        accept: vec![],
         dstport: port,
         ttl: None,
         underlay_mtu: 1500,
@@ -111,6 +114,7 @@ fn encapsulates_and_decapsulates_over_loopback() {
         vni: 42,
         local: Ipv4Addr::new(127, 0, 0, 2),
         remotes: vec![Ipv4Addr::LOCALHOST],
+        accept: vec![],
         dstport: pa.port(),
         ttl: Some(7),
         underlay_mtu: 1500,
@@ -170,4 +174,59 @@ fn encapsulates_and_decapsulates_over_loopback() {
     );
     let v = p.vteps();
     assert_eq!(v[0].packets_in, 1);
+}
+
+/// Datagrams from a VTEP neither in `remotes` nor in `accept` are dropped
+/// (`unknown_vtep`) and counted nowhere else; an accepted range's VTEP is
+/// heard and counted on the "other" row.
+#[test]
+fn strangers_are_dropped_and_accepted_ranges_heard() {
+    let listed = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let port = listed.local_addr().unwrap().port();
+    let (Ok(stranger), Ok(ranged)) = (
+        UdpSocket::bind("127.0.0.5:0"),
+        UdpSocket::bind("127.0.1.9:0"),
+    ) else {
+        return;
+    };
+    let Ok(mut p) = VxlanPort::open(VxlanOptions {
+        vni: 42,
+        local: Ipv4Addr::new(127, 0, 0, 2),
+        remotes: vec![Ipv4Addr::LOCALHOST],
+        accept: vec!["127.0.1.0/24".parse().unwrap()],
+        dstport: port,
+        ttl: None,
+        underlay_mtu: 1500,
+    }) else {
+        return;
+    };
+    let frame = Tcp::default().build(false);
+    let mut dgram = vec![0u8; 8 + frame.len()];
+    VxlanRepr { vni: 42 }.emit(&mut dgram).unwrap();
+    dgram[8..].copy_from_slice(&frame);
+    let to = SocketAddrV4::new(Ipv4Addr::new(127, 0, 0, 2), port);
+    for s in [&stranger, &listed, &ranged] {
+        s.send_to(&dgram, to).unwrap();
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let mut results = Vec::new();
+    while results.len() < 3 && std::time::Instant::now() < deadline {
+        p.on_readable();
+        let mut rx = p.take_rx(RX_BATCH).unwrap();
+        while let Some(r) = rx.next_frame() {
+            results.push(r.map(|f| f.from));
+        }
+        p.put_rx(rx);
+    }
+    assert_eq!(
+        results,
+        [
+            Err(DropReason::UnknownVtep),
+            Ok(Ipv4Addr::LOCALHOST),
+            Ok(Ipv4Addr::new(127, 0, 1, 9))
+        ]
+    );
+    let v = p.vteps();
+    assert_eq!(v.len(), 2, "the listed VTEP and the accepted row");
+    assert_eq!((v[0].packets_in, v[1].packets_in), (1, 1));
 }

@@ -79,6 +79,18 @@ pub fn prometheus(ports: &[(String, PortStatsSnapshot)]) -> String {
         &mut dirs(|q| q.egress_waits).into_iter(),
     );
     family(
+        "mac_kept_total",
+        "Frames whose source address another port holds and is still sending from: not moved (FDB rule for moves).",
+        "counter",
+        &mut dirs(|q| q.mac_kept).into_iter(),
+    );
+    family(
+        "mac_flaps_total",
+        "Addresses the port took that their previous holder claimed back: held there.",
+        "counter",
+        &mut dirs(|q| q.mac_flaps).into_iter(),
+    );
+    family(
         "sw_segmented_total",
         "GSO frames the switch segmented in software for a destination without TSO.",
         "counter",

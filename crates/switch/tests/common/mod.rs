@@ -7,6 +7,7 @@ pub mod attacks;
 pub mod packed;
 pub mod raw;
 pub mod testpmd;
+pub mod underlay;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -15,7 +16,6 @@ use vnio_switch::config::{Config, PortSpec, SwitchConfig};
 use vnio_switch::daemon::Switch;
 use vnio_switch::datapath::{Datapath, Port};
 use vnio_switch::endpoint::{Endpoint, EndpointConfig};
-use vnio_switch::fdb::Fdb;
 use vnio_switch::port::vhost_user::VhostUserPort;
 use vnio_switch::port::SocketMode;
 use vnio_switch::port::Watch;
@@ -106,7 +106,7 @@ pub fn driven_with(
     set: impl Fn(&mut EndpointConfig) + Send + 'static,
 ) -> (Datapath, Vec<Endpoint>) {
     let sw = SwitchConfig::default();
-    let mut dp = Datapath::new(Fdb::new(sw.fdb_capacity, sw.aging()));
+    let mut dp = Datapath::new(sw.fdb());
     for i in 1..=ports {
         let name = format!("p{i}");
         let spec = PortSpec::vhost_user(&name, dir.sock(&name), SocketMode::Server);

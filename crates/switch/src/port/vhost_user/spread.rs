@@ -237,6 +237,8 @@ fn add(a: &mut QueueSnapshot, b: &QueueSnapshot) {
     a.sw_segmented += b.sw_segmented;
     a.lro_merged += b.lro_merged;
     a.egress_waits += b.egress_waits;
+    a.mac_kept += b.mac_kept;
+    a.mac_flaps += b.mac_flaps;
     for (r, n) in &b.drops {
         *a.drops.entry(r.clone()).or_default() += n;
     }

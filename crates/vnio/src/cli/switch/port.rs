@@ -50,6 +50,19 @@ pub(super) enum PortCmd {
         /// vxlan: the underlay MTU [default: 1500]; longer frames are dropped, not fragmented.
         #[arg(long, value_name = "BYTES", requires = "vxlan")]
         underlay_mtu: Option<usize>,
+        /// vxlan: further VTEPs to hear besides --remote, as IPv4 prefixes,
+        /// comma-separated; any other sender's datagrams are dropped (unknown_vtep).
+        #[arg(
+            long,
+            value_name = "PREFIX[,PREFIX]",
+            value_delimiter = ',',
+            requires = "vxlan"
+        )]
+        accept: Vec<vnio_switch::port::vxlan::Ipv4Net>,
+        /// vxlan: addresses each remote VTEP may have learned [default: the
+        /// port's FDB limit shared among its remotes, at least 64].
+        #[arg(long, value_name = "N", requires = "vxlan")]
+        vtep_fdb_limit: Option<u32>,
         /// An uplink port on this host interface (AF_PACKET).
         #[arg(long, value_name = "IFNAME", conflicts_with = "tap")]
         uplink: Option<String>,
@@ -229,6 +242,8 @@ pub(super) fn run(client: &mut Client, command: PortCmd, json: bool) -> anyhow::
             dstport,
             ttl,
             underlay_mtu,
+            accept,
+            vtep_fdb_limit,
         } => {
             // The switch takes socket paths as absolute (it has its own
             // working directory): a relative one is the caller's.
@@ -281,6 +296,8 @@ pub(super) fn run(client: &mut Client, command: PortCmd, json: bool) -> anyhow::
                 dstport,
                 ttl,
                 underlay_mtu,
+                accept,
+                vtep_fdb_limit,
             };
             let v = client.request(&Request::PortAdd { port: spec })?;
             if json {
