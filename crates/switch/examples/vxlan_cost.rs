@@ -182,6 +182,7 @@ fn run(dir: &Path, len: usize, secs: f64, rounds: usize, only: Option<&str>) -> 
         dstport: 4789,
         ttl: None,
         underlay_mtu: 1500,
+        capacity_bps: None,
     })?;
     if !vx.per_flow_ports() {
         println!("note: no raw socket, the vxlan port sends through its UDP socket");

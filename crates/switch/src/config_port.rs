@@ -106,8 +106,9 @@ pub struct PortSpec {
     /// vNIC: rate guaranteed toward the uplinks, in Mbit/s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reserve_mbps: Option<u64>,
-    /// uplink: the egress capacity shares divide, in Mbit/s (default: the
-    /// interface's link speed when the kernel knows it).
+    /// uplink or vxlan: the egress capacity shares divide, in Mbit/s
+    /// (default: an uplink interface's link speed when the kernel knows
+    /// it; for a vxlan port none, so only limits and reservations apply).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity_mbps: Option<u64>,
     /// vhost-user: direct mode, bound 1:1 to a receive queue of this uplink
@@ -315,8 +316,11 @@ impl PortSpec {
                 "`share`, `limit_mbps` and `reserve_mbps` apply to vhost-user and tap ports",
             ));
         }
-        if self.capacity_mbps.is_some() && self.kind != PortKind::Uplink {
-            return Err(err("`capacity_mbps` applies to uplink ports only"));
+        if self.capacity_mbps.is_some() && !matches!(self.kind, PortKind::Uplink | PortKind::Vxlan)
+        {
+            return Err(err(
+                "`capacity_mbps` applies to uplink and vxlan ports only",
+            ));
         }
         let egress = egress_policy(self.share, self.limit_mbps, self.reserve_mbps).map_err(&err)?;
         if self.direct.is_some() {

@@ -37,6 +37,7 @@ impl PortSpec {
             underlay_mtu: self
                 .underlay_mtu
                 .unwrap_or(crate::port::vxlan::DEFAULT_UNDERLAY_MTU),
+            capacity_bps: self.capacity_mbps.map(|m| m.saturating_mul(1_000_000)),
         })
     }
 

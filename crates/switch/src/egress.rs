@@ -348,6 +348,25 @@ impl Scheduler {
         Some(now + wait)
     }
 
+    /// Charges a flood of `bytes` (all its copies: a VXLAN port's head-end
+    /// replication sends one per VTEP) from `port`. A flood cannot wait for
+    /// one destination, so only the port's limit refuses it (`false`: it
+    /// does not go to this port); the link is charged as by
+    /// [`Scheduler::charge`].
+    pub fn charge_flood(&mut self, port: PortId, bytes: usize) -> bool {
+        if let Some(f) = self.flows.iter_mut().find(|f| f.port == port) {
+            if let Some(b) = &mut f.limit {
+                if !b.has() {
+                    return false;
+                }
+                b.tokens -= bytes as f64;
+            }
+            f.sent += bytes as u64;
+        }
+        self.charge(bytes);
+        true
+    }
+
     /// Charges a frame that leaves whatever the verdict (from a port that
     /// cannot wait: tap, another uplink, a flood).
     pub fn charge(&mut self, bytes: usize) {

@@ -386,3 +386,37 @@ fn jumbo_frames_pass_small_buckets() {
     s.begin_round(t0 + Duration::from_millis(100));
     assert!(s.admit(A, 65_000).is_ok(), "tokens came back");
 }
+
+/// A flood toward a VXLAN port's VTEPs is charged for every copy against
+/// the sender's limit: a port limited to 10 Mbit/s flooding 1514-byte
+/// frames to 8 VTEPs gets about 10 Mbit/s of datagrams out, not 80; past
+/// its limit the flood is refused (it cannot wait), and a port without a
+/// limit is never refused.
+#[test]
+fn floods_are_charged_per_copy_against_the_senders_limit() {
+    let mut s = Scheduler::new(None);
+    let limited = EgressPolicy {
+        limit_bps: Some(10_000_000),
+        ..EgressPolicy::default()
+    };
+    s.set_policy(A, limited);
+    s.set_policy(B, EgressPolicy::default());
+    let t0 = Instant::now();
+    let copies = 8;
+    let (mut out_a, mut out_b) = (0u64, 0u64);
+    let rounds = (2.0 / ROUND.as_secs_f64()) as u32;
+    for r in 0..rounds {
+        s.begin_round(t0 + ROUND * r);
+        // One flood frame per port per round: 75 Mbit/s of frames, x8 copies.
+        if s.charge_flood(A, FRAME * copies) {
+            out_a += (FRAME * copies) as u64;
+        }
+        if s.charge_flood(B, FRAME * copies) {
+            out_b += (FRAME * copies) as u64;
+        }
+    }
+    let bps = |bytes: u64| bytes as f64 * 8.0 / 2.0;
+    assert!(within(bps(out_a), 10e6, 0.1), "{} bit/s", bps(out_a));
+    assert_eq!(out_b, u64::from(rounds) * (FRAME * copies) as u64);
+    assert_eq!(s.sent(A), out_a, "what left is counted as sent");
+}

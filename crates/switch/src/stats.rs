@@ -50,11 +50,15 @@ pub enum DropReason {
     /// VXLAN: a datagram from a VTEP that is neither in the port's
     /// `remotes` nor in its `accept` ranges.
     UnknownVtep,
+    /// A flood from a vNIC past its egress limit toward a port that
+    /// leaves the host (a VXLAN port's VTEPs): a flood cannot wait for one
+    /// destination, so it does not go there.
+    Egress,
 }
 
 impl DropReason {
     /// Every reason, in counter order.
-    pub const ALL: [DropReason; 11] = [
+    pub const ALL: [DropReason; 12] = [
         DropReason::RingFull,
         DropReason::BadDescriptor,
         DropReason::NoRoute,
@@ -66,6 +70,7 @@ impl DropReason {
         DropReason::Vni,
         DropReason::TooBig,
         DropReason::UnknownVtep,
+        DropReason::Egress,
     ];
 
     /// The label used in JSON and Prometheus output.
@@ -82,6 +87,7 @@ impl DropReason {
             DropReason::Vni => "vni",
             DropReason::TooBig => "too_big",
             DropReason::UnknownVtep => "unknown_vtep",
+            DropReason::Egress => "egress",
         }
     }
 

@@ -5,7 +5,8 @@
 //! local ports' among them, while the local ports talk to each other and
 //! to the kernel behind the VTEP; the listed VTEP itself forges the local
 //! ports' addresses. Nothing moves, nobody's traffic stops, and the
-//! counters say what was dropped and why.
+//! counters say what was dropped and why. And a tenant cannot use the
+//! overlay's head-end replication to send past its egress limit.
 
 mod common;
 
@@ -201,7 +202,7 @@ fn a_stranger_and_a_forging_vtep_move_nothing_and_stop_nobody() {
         let (mut to_b, mut to_kernel) = (Answers::default(), Answers::default());
         let mut k = 1u32;
         let mut after = None;
-        while after.is_none_or(|t: Instant| t.elapsed() < Duration::from_millis(500)) {
+        while after.map_or(true, |t: Instant| t.elapsed() < Duration::from_millis(500)) {
             if after.is_none() && !attacking.load(Ordering::SeqCst) {
                 after = Some(Instant::now());
             }
@@ -226,7 +227,7 @@ fn a_stranger_and_a_forging_vtep_move_nothing_and_stop_nobody() {
         assert_eq!(on(mac(1)), Some(id("p1")), "a's address stays on p1");
         assert_eq!(on(mac(2)), Some(id("p2")), "b's address stays on p2");
         assert!(
-            fdb.iter().all(|e| e.remote.is_none_or(|r| r == uk)),
+            fdb.iter().all(|e| e.remote.map_or(true, |r| r == uk)),
             "nothing learned behind the stranger: {fdb:?}"
         );
         assert!(fdb.len() <= 4, "only the neighbours are known: {fdb:?}");
@@ -264,5 +265,76 @@ fn a_stranger_and_a_forging_vtep_move_nothing_and_stop_nobody() {
             0
         );
         drop(sw);
+    });
+}
+
+/// A vNIC limited to 10 Mbit/s floods broadcast frames toward a VXLAN
+/// port with 8 remote VTEPs: each flood costs it 8 datagrams' bytes, so
+/// about 10 Mbit/s of datagrams leave (not 80), and the floods past its
+/// limit are counted as `egress` drops on the VXLAN port.
+#[test]
+fn floods_to_vteps_are_charged_to_the_senders_limit() {
+    use vnio_switch::datapath::Port;
+    use vnio_switch::port::vxlan::{VxlanOptions, VxlanPort};
+    bounded(Duration::from_secs(60), || {
+        let dir = Dir::new("vxt-egress");
+        let (mut dp, mut eps) = driven(&dir, 1);
+        let limit = vnio_switch::egress::EgressPolicy {
+            limit_bps: Some(10_000_000),
+            ..Default::default()
+        };
+        dp.set_egress(0, limit);
+        let remotes: Vec<Ipv4Addr> = (3..=10).map(|k| Ipv4Addr::new(127, 0, 0, k)).collect();
+        let dstport = 40_000 + (std::process::id() % 20_000) as u16;
+        let Ok(vx) = VxlanPort::open(VxlanOptions {
+            vni: 42,
+            local: Ipv4Addr::new(127, 0, 0, 2),
+            remotes: remotes.clone(),
+            accept: vec![],
+            dstport,
+            ttl: None,
+            underlay_mtu: 1500,
+            capacity_bps: None,
+        }) else {
+            println!("skip: no UDP socket on 127.0.0.2:{dstport}");
+            return;
+        };
+        let sw = SwitchConfig::default();
+        let spec = PortSpec::vxlan("vx", 42, Ipv4Addr::new(127, 0, 0, 2), &remotes);
+        dp.add(
+            vnio_switch::PortId(2),
+            "vx".into(),
+            spec.policy().unwrap(),
+            spec.policies(&sw),
+            Port::Vxlan(vx),
+        );
+        let mut f = vec![0u8; 1000];
+        f[..6].copy_from_slice(&[0xff; 6]);
+        f[6..12].copy_from_slice(&mac(1).0);
+        f[12..14].copy_from_slice(&[0x88, 0xb5]);
+        let burst: Vec<&[u8]> = vec![&f[..]; 16];
+        let (start, secs) = (Instant::now(), 1.0);
+        let mut floods = 0u64;
+        while start.elapsed().as_secs_f64() < secs {
+            floods += eps[0].send_burst(&burst) as u64;
+            dp.poll(Instant::now(), 64);
+        }
+        dp.poll(Instant::now(), 64);
+        let (_, slot) = dp.slots().find(|(_, s)| s.name == "vx").unwrap();
+        let Port::Vxlan(v) = &slot.port else {
+            unreachable!()
+        };
+        let out: u64 = v.vteps().iter().map(|r| r.bytes_out).sum();
+        let datagrams: u64 = v.vteps().iter().map(|r| r.packets_out).sum();
+        let dropped = slot.stats.snapshot().rx.drops["egress"];
+        let bps = out as f64 * 8.0 / start.elapsed().as_secs_f64();
+        println!(
+            "{floods} floods offered; {datagrams} datagrams, {:.1} Mbit/s of inner frames to 8 VTEPs; {dropped} floods past the limit",
+            bps / 1e6
+        );
+        assert!(bps < 10e6 * 1.5, "{bps} bit/s: the copies were not charged");
+        assert!(bps > 10e6 * 0.3, "{bps} bit/s: the limit starved the port");
+        assert_eq!(datagrams % 8, 0, "each flood goes to all 8 or none");
+        assert!(dropped > 0 && dropped + datagrams / 8 <= floods);
     });
 }

@@ -161,10 +161,12 @@ impl Datapath {
                         }
                         return Fwd::Done;
                     }
-                    if self.egress_wait(i, j, frame_len as usize) {
+                    let to_vtep = self.vtep_of(j, d.vid, l2.dst, now);
+                    let copies = self.copies_to(j, to_vtep);
+                    if self.egress_wait(i, j, frame_len as usize, copies) {
                         return Fwd::Wait;
                     }
-                    self.to_vtep = self.vtep_of(j, d.vid, l2.dst, now);
+                    self.to_vtep = to_vtep;
                     self.deliver_to(j, &frame, tagging, now);
                     self.to_vtep = None;
                 } else if let Some(w) = self.remote.iter().find(|r| r.id == p).map(|r| r.worker) {
@@ -183,9 +185,8 @@ impl Datapath {
                         continue;
                     }
                     if let Some(tagging) = s.policy.vlan.egress(d.vid) {
-                        // A flood does not wait for one destination; it counts against the link.
-                        if let Some(Port::Uplink(u)) = self.slots[j].as_mut().map(|s| &mut s.port) {
-                            u.sched.charge(frame_len as usize);
+                        if !self.charge_flood(i, j, frame_len as usize) {
+                            continue;
                         }
                         self.deliver_to(j, &frame, tagging, now);
                         sent = true;
@@ -293,27 +294,74 @@ impl Datapath {
         Some((decision, to.map(|(j, _)| j)))
     }
 
-    /// Whether a frame of `bytes` from slot `i` to slot `j` must wait: `j`
-    /// is an uplink whose egress scheduler or full ring holds it back, and
-    /// `i` a guest whose ring can keep it. Otherwise the frame is charged
-    /// to the link. A waiting frame is taken back from `i`'s counters.
+    /// How many copies of a frame slot `j` sends: a VXLAN port's flood to
+    /// its VTEPs (`to_vtep` unknown) one per VTEP, otherwise one.
+    fn copies_to(&self, j: usize, to_vtep: Option<std::net::Ipv4Addr>) -> usize {
+        match self.slots[j].as_ref().map(|s| &s.port) {
+            Some(Port::Vxlan(v)) if to_vtep.is_none() => v.fanout().max(1),
+            _ => 1,
+        }
+    }
+
+    /// Charges a flood from slot `i` of `bytes` to slot `j`'s egress
+    /// scheduler (an uplink's link; a VXLAN port's copies, to a vNIC's
+    /// limit too); false: the vNIC is past its limit and the flood does
+    /// not go to `j` (counted there).
+    fn charge_flood(&mut self, i: usize, j: usize, bytes: usize) -> bool {
+        let Some(src) = self.slots[i].as_ref() else {
+            return true;
+        };
+        let (id, guest) = (src.id, matches!(src.port, Port::VhostUser(_)));
+        let copies = self.copies_to(j, None);
+        let Some(dst) = self.slots[j].as_mut() else {
+            return true;
+        };
+        match &mut dst.port {
+            // As before: a flood counts against the wire, not the sender.
+            Port::Uplink(u) => u.sched.charge(bytes),
+            Port::Vxlan(v) => {
+                let all = bytes * copies;
+                if !guest {
+                    v.sched.charge(all);
+                } else if !v.sched.charge_flood(id, all) {
+                    dst.stats.rx.drop(DropReason::Egress);
+                    return false;
+                }
+            }
+            _ => {}
+        }
+        true
+    }
+
+    /// Whether a frame of `bytes` from slot `i` to slot `j`, sent as
+    /// `copies` datagrams or frames, must wait: `j` is an uplink or a VXLAN
+    /// port whose egress scheduler (or full ring) holds it back, and `i` a
+    /// guest whose ring can keep it. Otherwise the frame is charged to the
+    /// link. A waiting frame is taken back from `i`'s counters.
     #[inline]
-    pub(super) fn egress_wait(&mut self, i: usize, j: usize, bytes: usize) -> bool {
+    pub(super) fn egress_wait(&mut self, i: usize, j: usize, bytes: usize, copies: usize) -> bool {
         let Some(src) = self.slots[i].as_ref() else {
             return false;
         };
         let (id, guest) = (src.id, matches!(src.port, Port::VhostUser(_)));
-        let Some(Port::Uplink(u)) = self.slots[j].as_mut().map(|s| &mut s.port) else {
+        let Some(dst) = self.slots[j].as_mut().map(|s| &mut s.port) else {
+            return false;
+        };
+        let ready = match dst {
+            Port::Uplink(u) => u.tx_ready(uplink::HDR_LEN + bytes + 4),
+            _ => true,
+        };
+        let Some(sched) = dst.sched_mut() else {
             return false;
         };
         if !guest {
-            u.sched.charge(bytes);
+            sched.charge(bytes * copies);
             return false;
         }
-        if !u.tx_ready(uplink::HDR_LEN + bytes + 4) {
+        if !ready {
             // The ring is full: no verdict, but the port holds frames.
-            u.sched.ring_full(id);
-        } else if u.sched.admit(id, bytes).is_ok() {
+            sched.ring_full(id);
+        } else if sched.admit(id, bytes * copies).is_ok() {
             return false;
         }
         if let Some(s) = &self.slots[i] {

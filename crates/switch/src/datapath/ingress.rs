@@ -300,8 +300,8 @@ impl Datapath {
             // backlogged toward the uplinks it sends to.
             let id = self.slots[i].as_ref().map(|s| s.id);
             for s in self.slots.iter_mut().flatten() {
-                if let (Port::Uplink(u), Some(id)) = (&mut s.port, id) {
-                    u.sched.backlogged(id);
+                if let (Some(sched), Some(id)) = (s.port.sched_mut(), id) {
+                    sched.backlogged(id);
                 }
             }
         }

@@ -213,8 +213,9 @@ impl Datapath {
         }
     }
 
-    /// A new vNIC joins every uplink's queue table; a new uplink takes in
-    /// every vNIC, in the order they were added.
+    /// A new vNIC joins every uplink's queue table and every egress
+    /// scheduler; a new uplink or VXLAN port takes in every vNIC, in the
+    /// order they were added.
     pub(super) fn join_queues(&mut self, idx: usize) {
         let Some(new) = self.slots[idx].as_ref() else {
             return;
@@ -231,6 +232,14 @@ impl Datapath {
         };
         let only = (!new.is_vnic()).then_some(idx);
         for (j, s) in self.slots.iter_mut().enumerate() {
+            if let Some(Port::Vxlan(v)) = s.as_mut().map(|s| &mut s.port) {
+                if only.map_or(true, |o| o == j) {
+                    for &(id, _, _, egress) in &members {
+                        v.sched.set_policy(id, egress);
+                    }
+                }
+                continue;
+            }
             let Some(Slot {
                 port: Port::Uplink(u),
                 name,

@@ -353,8 +353,8 @@ impl Datapath {
 
     fn poll_round(&mut self, now: Instant, budget: usize) -> usize {
         for s in self.slots.iter_mut().flatten() {
-            if let Port::Uplink(u) = &mut s.port {
-                u.sched.begin_round(now);
+            if let Some(sched) = s.port.sched_mut() {
+                sched.begin_round(now);
             }
         }
         let mut work = self.poll_peers(now, budget);
@@ -416,7 +416,12 @@ impl Datapath {
                     }
                 }
                 // The round's datagrams leave in one sendmmsg.
-                Port::Vxlan(v) => v.flush(&s.stats.rx),
+                Port::Vxlan(v) => {
+                    v.flush(&s.stats.rx);
+                    if let Some(t) = v.sched.wake_at(now) {
+                        next = Some(next.map_or(t, |n| n.min(t)));
+                    }
+                }
                 Port::Tap(_) => {}
             }
         }

@@ -15,6 +15,25 @@ use std::sync::Arc;
 use std::time::Instant;
 
 impl Port {
+    /// The egress scheduler of a port whose frames leave the host (an
+    /// uplink, a VXLAN port): the vNICs' shares, limits and reservations
+    /// apply to what they send to it.
+    pub(super) fn sched_mut(&mut self) -> Option<&mut crate::egress::Scheduler> {
+        match self {
+            Port::Uplink(u) => Some(&mut u.sched),
+            Port::Vxlan(v) => Some(&mut v.sched),
+            _ => None,
+        }
+    }
+
+    pub(super) fn sched(&self) -> Option<&crate::egress::Scheduler> {
+        match self {
+            Port::Uplink(u) => Some(&u.sched),
+            Port::Vxlan(v) => Some(&v.sched),
+            _ => None,
+        }
+    }
+
     /// The offloads the port takes as a destination.
     pub(super) fn rx_caps(&self) -> Caps {
         match self {
@@ -150,9 +169,11 @@ impl Datapath {
         let s = self.slots.get_mut(idx)?.take()?;
         self.fdb.flush_port(s.id);
         for u in self.slots.iter_mut().flatten() {
+            if let Some(sched) = u.port.sched_mut() {
+                sched.remove(s.id);
+            }
             if let Port::Uplink(u) = &mut u.port {
                 u.update_queues(|t| t.leave(s.id));
-                u.sched.remove(s.id);
                 for q in 0..u.queue_count() {
                     if let Some(rx) = u.queue_mut(q).filter(|rx| rx.direct == Some(s.id)) {
                         rx.direct = None;
@@ -202,11 +223,11 @@ impl Datapath {
             .filter_map(|s| s.policy.egress.reserve_bps)
             .sum();
         for s in self.slots.iter().flatten() {
-            if let Port::Uplink(u) = &s.port {
-                if let Some(cap) = u.sched.capacity_bps() {
+            if let Some(sched) = s.port.sched() {
+                if let Some(cap) = sched.capacity_bps() {
                     if reserved + extra_bps > cap {
                         return Err(format!(
-                            "uplink {}: reservations would total {} Mbit/s, over its capacity of {} Mbit/s",
+                            "port {}: reservations would total {} Mbit/s, over its capacity of {} Mbit/s",
                             s.name,
                             (reserved + extra_bps) / 1_000_000,
                             cap / 1_000_000
@@ -218,15 +239,16 @@ impl Datapath {
         Ok(())
     }
 
-    /// Changes a vNIC's egress policy (share, limit, reservation) on every uplink.
+    /// Changes a vNIC's egress policy (share, limit, reservation) on every
+    /// uplink and VXLAN port.
     pub fn set_egress(&mut self, idx: usize, e: crate::egress::EgressPolicy) {
         self.topo_gen += 1;
         let Some(s) = self.slot_mut(idx) else { return };
         s.policy.egress = e;
         let id = s.id;
         for s in self.slots.iter_mut().flatten() {
-            if let Port::Uplink(u) = &mut s.port {
-                u.sched.set_policy(id, e);
+            if let Some(sched) = s.port.sched_mut() {
+                sched.set_policy(id, e);
             }
         }
     }

@@ -78,6 +78,9 @@ pub struct VxlanOptions {
     pub ttl: Option<u8>,
     /// The underlay's MTU: largest outer IPv4 packet.
     pub underlay_mtu: usize,
+    /// What the underlay carries for this port, in bit/s, shared by the
+    /// vNICs' egress shares (None: only their limits and reservations).
+    pub capacity_bps: Option<u64>,
 }
 
 /// Why a VXLAN port could not be opened.
@@ -147,6 +150,9 @@ pub struct VxlanPort {
     out_vtep: [(u16, u32); MAX_BATCH],
     nout: usize,
     counts_out: Box<[Count]>,
+    /// The vNICs' shares, limits and reservations toward the underlay;
+    /// a flood is charged for every VTEP it goes to.
+    pub sched: crate::egress::Scheduler,
 }
 
 impl VxlanPort {
@@ -220,6 +226,7 @@ impl VxlanPort {
             out_vtep: [(0, 0); MAX_BATCH],
             nout: 0,
             counts_out: vec![Count::default(); n].into_boxed_slice(),
+            sched: crate::egress::Scheduler::new(opts.capacity_bps),
             opts,
         })
     }

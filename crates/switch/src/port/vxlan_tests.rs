@@ -16,6 +16,7 @@ fn port_on_loopback(remotes: Vec<Ipv4Addr>) -> Option<VxlanPort> {
         dstport: 0,
         ttl: None,
         underlay_mtu: 1500,
+        capacity_bps: None,
     })
     .ok()
 }
@@ -30,6 +31,7 @@ fn refuses_what_cannot_work() {
         dstport: 0,
         ttl: None,
         underlay_mtu: 1500,
+        capacity_bps: None,
     };
     assert!(VxlanPort::open(o.clone()).is_err());
     let o = VxlanOptions {
@@ -69,6 +71,7 @@ fn floods_replicate_and_unicast_goes_to_one_vtep() {
         dstport: port,
         ttl: None,
         underlay_mtu: 1500,
+        capacity_bps: None,
     }) else {
         return;
     };
@@ -118,6 +121,7 @@ fn encapsulates_and_decapsulates_over_loopback() {
         dstport: pa.port(),
         ttl: Some(7),
         underlay_mtu: 1500,
+        capacity_bps: None,
     }) else {
         return;
     };
@@ -197,6 +201,7 @@ fn strangers_are_dropped_and_accepted_ranges_heard() {
         dstport: port,
         ttl: None,
         underlay_mtu: 1500,
+        capacity_bps: None,
     }) else {
         return;
     };

@@ -97,8 +97,9 @@ pub(super) enum PortCmd {
         /// vhost-user: queue pairs offered to the guest (a multiqueue vNIC, 1-8).
         #[arg(long, conflicts_with_all = ["tap", "vxlan"])]
         queues: Option<usize>,
-        /// Uplink: egress capacity the shares divide, Mbit/s (default: the link speed).
-        #[arg(long, requires = "uplink", value_name = "MBPS")]
+        /// Uplink or vxlan: egress capacity the shares divide, Mbit/s (default:
+        /// an uplink's link speed; none for vxlan).
+        #[arg(long, value_name = "MBPS")]
         capacity_mbps: Option<u64>,
         /// vhost-user: direct mode, bound 1:1 to a receive queue of this uplink port, no switching (needs --mac).
         #[arg(long, value_name = "UPLINK_PORT", requires = "socket")]
