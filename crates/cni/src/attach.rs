@@ -67,12 +67,19 @@ pub fn add(env: &Env, conf: &NetConf, stdin: &[u8]) -> Result<CniResult, CniErro
 
 /// The pod's socket directory: one per pod (its CNI_CONTAINERID), under `socketDir`.
 fn pod_dir(conf: &NetConf, env: &Env) -> Result<PathBuf, CniError> {
-    let id: String = env
+    let clean: String = env
         .container_id
         .chars()
         .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-        .take(12)
         .collect();
+    // Short, for sun_path: a long ID keeps its first 12 characters and a
+    // hash of the whole (distinct pods whose IDs share a prefix stay apart).
+    let id = if clean.len() <= 24 {
+        clean
+    } else {
+        let h = port_name("", &env.container_id, "");
+        format!("{}-{}", &clean[..12], &h[h.len() - 8..])
+    };
     if id.is_empty() || id.starts_with('.') {
         return Err(CniError::new(
             crate::error::INVALID_ENV,
