@@ -124,7 +124,7 @@ fn build(env: &Env, conf: &NetConf, rec: &Record) -> Result<CniResult, CniError>
     spec.vlan = conf.vlan;
     spec.mac = mac.map(mac_text);
     switch::call(&conf.control, &Request::PortAdd { port: spec.clone() })?;
-    let ipam = match Ipam::from_conf(conf.ipam.as_ref(), &env.path)? {
+    let ipam = match Ipam::from_conf(conf.ipam.as_ref(), &env.path, &conf.data_dir())? {
         Some(i) => i
             .exec(
                 "ADD",
@@ -217,7 +217,7 @@ fn teardown(rec: &Record, records: &Records) -> Result<(), CniError> {
     })?;
     switch::del(&conf.control, &rec.port)?;
     netns::remove_tap(&rec.netns, &rec.ifname)?;
-    if let Some(ipam) = Ipam::from_conf(conf.ipam.as_ref(), &rec.cni_path)? {
+    if let Some(ipam) = Ipam::from_conf(conf.ipam.as_ref(), &rec.cni_path, &conf.data_dir())? {
         let env = [
             ("CNI_CONTAINERID", rec.container_id.as_str()),
             ("CNI_IFNAME", rec.ifname.as_str()),
@@ -277,7 +277,7 @@ pub fn check(env: &Env, conf: &NetConf, stdin: &[u8]) -> Result<(), CniError> {
             }
         }
     }
-    if let Some(ipam) = Ipam::from_conf(conf.ipam.as_ref(), &env.path)? {
+    if let Some(ipam) = Ipam::from_conf(conf.ipam.as_ref(), &env.path, &conf.data_dir())? {
         ipam.exec("CHECK", &[], stdin)?;
     }
     Ok(())

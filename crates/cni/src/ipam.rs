@@ -15,6 +15,9 @@ pub struct Ipam<'a> {
     pub plugin: String,
     /// CNI_PATH.
     pub path: &'a str,
+    /// A file whose presence says the plugin speaks 1.0.0 but not 1.1.0
+    /// (learned once, so that later calls do not pay a refused try).
+    pub memo: Option<PathBuf>,
 }
 
 impl<'a> Ipam<'a> {
@@ -22,6 +25,7 @@ impl<'a> Ipam<'a> {
     pub fn from_conf(
         ipam: Option<&serde_json::Value>,
         path: &'a str,
+        data_dir: &std::path::Path,
     ) -> Result<Option<Self>, CniError> {
         let Some(ipam) = ipam else { return Ok(None) };
         let plugin = ipam
@@ -37,6 +41,7 @@ impl<'a> Ipam<'a> {
         Ok(Some(Self {
             plugin: plugin.to_string(),
             path,
+            memo: Some(data_dir.join(format!(".ipam-{plugin}-speaks-1.0.0"))),
         }))
     }
 
@@ -71,18 +76,29 @@ impl<'a> Ipam<'a> {
         env: &[(&str, &str)],
         stdin: &[u8],
     ) -> Result<Option<CniResult>, CniError> {
+        let older = || -> Option<Vec<u8>> {
+            let mut conf: serde_json::Value = serde_json::from_slice(stdin).ok()?;
+            (conf["cniVersion"] == "1.1.0").then(|| {
+                conf["cniVersion"] = "1.0.0".into();
+                serde_json::to_vec(&conf).unwrap_or_default()
+            })
+        };
+        let as_older = |conf: Vec<u8>| {
+            let mut r = self.exec_as_is(command, env, &conf)?;
+            if let Some(r) = &mut r {
+                r.cni_version = "1.1.0".into();
+            }
+            Ok(r)
+        };
+        if let (Some(conf), true) = (older(), self.memo.as_ref().is_some_and(|m| m.exists())) {
+            return as_older(conf);
+        }
         match self.exec_as_is(command, env, stdin) {
             Err(e) if e.code == crate::error::INCOMPATIBLE_VERSION => {
-                let mut conf: serde_json::Value =
-                    serde_json::from_slice(stdin).map_err(|_| e.clone())?;
-                if conf["cniVersion"] != "1.1.0" {
-                    return Err(e);
-                }
-                conf["cniVersion"] = "1.0.0".into();
-                let mut r =
-                    self.exec_as_is(command, env, &serde_json::to_vec(&conf).unwrap_or_default())?;
-                if let Some(r) = &mut r {
-                    r.cni_version = "1.1.0".into();
+                let conf = older().ok_or(e)?;
+                let r = as_older(conf)?;
+                if let Some(m) = &self.memo {
+                    let _ = std::fs::write(m, b"");
                 }
                 Ok(r)
             }

@@ -105,7 +105,7 @@ fn tap_pods_ping_and_move_tcp_data_then_leave_nothing() {
     w.ok("del", &net, &a, None);
     assert_eq!(w.ports().len(), 0);
     assert_eq!(w.leases(), Vec::<String>::new());
-    assert_eq!(w.files("data"), Vec::<String>::new());
+    assert_eq!(w.records(), Vec::<String>::new());
     for ns in [&a, &b] {
         let name = ns.rsplit('/').next().unwrap();
         let links = Command::new("ip")
@@ -198,7 +198,7 @@ fn gc_removes_what_is_not_valid_and_status_tells_whether_the_switch_answers() {
     // The plugin itself with one valid attachment: b's (cnitool names the
     // container after the namespace's path; the record says which).
     let recs: Vec<serde_json::Value> = w
-        .files("data")
+        .records()
         .iter()
         .map(|f| serde_json::from_slice(&std::fs::read(f).unwrap()).unwrap())
         .collect();
@@ -244,7 +244,7 @@ fn gc_removes_what_is_not_valid_and_status_tells_whether_the_switch_answers() {
     w.ok("gc", &net, &a, None);
     assert_eq!(w.ports().len(), 0);
     assert_eq!(w.leases(), Vec::<String>::new());
-    assert_eq!(w.files("data"), Vec::<String>::new());
+    assert_eq!(w.records(), Vec::<String>::new());
 }
 
 #[test]
@@ -342,7 +342,7 @@ fn a_hundred_pods_come_and_go_concurrently() {
     println!("100 DELs in {:.1} s", t0.elapsed().as_secs_f64());
     assert_eq!(w.ports().len(), 0);
     assert_eq!(w.leases(), Vec::<String>::new());
-    assert_eq!(w.files("data"), Vec::<String>::new());
+    assert_eq!(w.records(), Vec::<String>::new());
     let state = std::fs::read_to_string(w.dir.join("ctl.state")).unwrap();
     assert!(!state.contains("cni-"), "no state record left: {state}");
     for p in &pods {

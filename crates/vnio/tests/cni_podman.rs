@@ -182,5 +182,5 @@ fn two_podman_containers_talk_through_vnio() {
     p.ok(&["rm", "-f", "agent"]);
     assert_eq!(w.ports().len(), 0);
     assert_eq!(w.leases(), Vec::<String>::new());
-    assert_eq!(w.files("data"), Vec::<String>::new());
+    assert_eq!(w.records(), Vec::<String>::new());
 }

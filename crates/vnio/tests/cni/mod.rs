@@ -233,6 +233,14 @@ impl World {
         out
     }
 
+    /// The plugin's attachment records.
+    pub fn records(&self) -> Vec<String> {
+        self.files("data")
+            .into_iter()
+            .filter(|f| f.ends_with(".json"))
+            .collect()
+    }
+
     /// IPAM leases held (host-local's files named by address).
     pub fn leases(&self) -> Vec<String> {
         self.files("ipam")
