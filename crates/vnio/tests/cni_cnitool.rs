@@ -100,21 +100,31 @@ fn tap_pods_ping_and_move_tcp_data_then_leave_nothing() {
     drop(s);
 
     w.ok("del", &net, &a, None);
+    // b's namespace is gone before its DEL (the runtime removed it first).
+    let b_name = b.rsplit('/').next().unwrap();
+    assert!(Command::new("ip")
+        .args(["netns", "del", b_name])
+        .status()
+        .unwrap()
+        .success());
     w.ok("del", &net, &b, None);
     // DEL again, of something gone: fine.
     w.ok("del", &net, &a, None);
+    w.ok("del", &net, &b, None);
     assert_eq!(w.ports().len(), 0);
     assert_eq!(w.leases(), Vec::<String>::new());
     assert_eq!(w.records(), Vec::<String>::new());
-    for ns in [&a, &b] {
-        let name = ns.rsplit('/').next().unwrap();
-        let links = Command::new("ip")
-            .args(["-n", name, "-br", "link"])
-            .output()
-            .unwrap();
-        let links = String::from_utf8_lossy(&links.stdout);
-        assert!(!links.contains("eth0"), "the tap is gone: {links}");
-    }
+    let tap = Command::new("ip").args(["-br", "link"]).output().unwrap();
+    assert!(
+        !String::from_utf8_lossy(&tap.stdout).contains("eth0@"),
+        "no tap moved back to the host"
+    );
+    let links = Command::new("ip")
+        .args(["-n", a.rsplit('/').next().unwrap(), "-br", "link"])
+        .output()
+        .unwrap();
+    let links = String::from_utf8_lossy(&links.stdout);
+    assert!(!links.contains("eth0"), "the tap is gone: {links}");
 }
 
 #[test]
