@@ -12,7 +12,11 @@ pub const PLUGIN_NAME: &str = "vnio-cni";
 pub fn run() -> anyhow::Result<i32> {
     let env = vnio_cni::conf::Env::from_vars(|k| std::env::var(k).ok());
     let mut stdin = Vec::new();
-    std::io::stdin().read_to_end(&mut stdin)?;
+    // Without CNI_COMMAND this is not a runtime calling: say so at once
+    // rather than wait for a configuration on a terminal.
+    if std::env::var_os("CNI_COMMAND").is_some() {
+        std::io::stdin().read_to_end(&mut stdin)?;
+    }
     let out = vnio_cni::run(env, &stdin);
     let mut o = std::io::stdout().lock();
     o.write_all(out.stdout.as_bytes())?;
