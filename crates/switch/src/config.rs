@@ -88,6 +88,11 @@ pub struct SwitchConfig {
     /// file's own ports may be anywhere.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub socket_dir: Option<PathBuf>,
+    /// Where the ports added or changed over the control socket are
+    /// recorded, to be restored when the switch starts again (default: the
+    /// control socket's path with the extension `.state`, see [`crate::state`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state: Option<PathBuf>,
     /// FDB capacity.
     pub fdb_capacity: usize,
     /// Addresses a port may have learned in its worker's FDB unless the
@@ -148,6 +153,7 @@ impl Default for SwitchConfig {
             control: PathBuf::from("/run/vnio/switch.sock"),
             control_group: None,
             socket_dir: None,
+            state: None,
             fdb_capacity: 8192,
             fdb_port_limit: crate::fdb::DEFAULT_PORT_LIMIT,
             aging_secs: 300,
@@ -188,6 +194,13 @@ impl SwitchConfig {
     /// The cap on one front-end's mapped guest memory, in bytes.
     pub fn max_guest_memory(&self) -> u64 {
         self.max_guest_memory_mib.saturating_mul(1 << 20)
+    }
+
+    /// Where the control socket's ports are recorded.
+    pub fn state_path(&self) -> PathBuf {
+        self.state
+            .clone()
+            .unwrap_or_else(|| self.control.with_extension("state"))
     }
 
     /// Where control-socket clients may put ports' sockets.

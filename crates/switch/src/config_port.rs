@@ -46,6 +46,13 @@ pub struct PortSpec {
     /// tap: interface name (default: the port name); uplink: the host interface.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ifname: Option<String>,
+    /// tap: the network namespace (a file such as /run/netns/NAME or
+    /// /proc/PID/ns/net) the tap is created in, as `ifname` there, instead
+    /// of the switch's own. Such a tap is persistent: it keeps its
+    /// addresses and routes while the switch restarts (the restarted
+    /// switch takes it over), and goes only with `port del` or its namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub netns: Option<PathBuf>,
     /// Access VLAN (default 1) when `trunk` is empty.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vlan: Option<u16>,
@@ -194,6 +201,7 @@ impl PortSpec {
             socket: Some(socket.into()),
             mode,
             ifname: None,
+            netns: None,
             vlan: None,
             trunk: Vec::new(),
             native_vlan: None,
@@ -277,6 +285,9 @@ impl PortSpec {
             return Err(err(
                 "a tap port takes `ifname` (at most 15 characters), not `socket`",
             ));
+        }
+        if self.netns.is_some() && self.kind != PortKind::Tap {
+            return Err(err("`netns` applies to tap ports only"));
         }
         let vlan = VlanConfig {
             vlan: self.vlan,

@@ -8,6 +8,7 @@ use crate::config::{Config, PortSpec};
 use crate::control::{Request, Response};
 use crate::serve::{self, ClientLimits, Clients, LineError};
 use crate::sockpath;
+use crate::state::PortState;
 use crate::stats;
 use crate::worker::PortInfo;
 use crate::workers::Workers;
@@ -126,12 +127,14 @@ impl Switch {
             control_path: path.clone(),
         };
         // The operator's own ports: their sockets may be anywhere.
+        let config_ports: Vec<String> = config.ports.iter().map(|p| p.name.clone()).collect();
         for p in config.ports {
             let name = p.name.clone();
             sw.handle
                 .add_port(p)
                 .map_err(|e| StartError::Port(name, e))?;
         }
+        let state = restore(&sw.handle, &config.switch.state_path(), &config_ports);
         if let Some(dir) = path.parent() {
             let _ = std::fs::create_dir_all(dir);
         }
@@ -146,6 +149,8 @@ impl Switch {
             access,
             socket_dir: config.switch.socket_dir(),
             limits,
+            state: Mutex::new(state),
+            config_ports,
         });
         let control = std::thread::Builder::new()
             .name("vnio-switch-control".into())
@@ -210,6 +215,44 @@ struct ControlServer {
     /// Where clients' ports may have their sockets.
     socket_dir: PathBuf,
     limits: ClientLimits,
+    /// The ports added over the control socket, recorded for a restart.
+    state: Mutex<PortState>,
+    /// The config file's ports (never recorded: they are the config's).
+    config_ports: Vec<String>,
+}
+
+/// Adds back the ports recorded by an earlier run of the switch (see
+/// [`crate::state`]); one that cannot be (its namespace or socket
+/// directory gone, its name now the config's) is logged and forgotten.
+fn restore(handle: &WorkerHandle, path: &Path, config_ports: &[String]) -> PortState {
+    let (mut state, err) = PortState::load(path);
+    if let Some(e) = err {
+        log::error!("{}", crate::error_chain(&e));
+    }
+    let mut kept = Vec::new();
+    for p in state.ports() {
+        if config_ports.contains(&p.name) {
+            log::warn!(
+                "port {}: recorded in {} but now in the config file: the config's is kept",
+                p.name,
+                path.display()
+            );
+            continue;
+        }
+        match handle.add_port(p.clone()) {
+            Ok(_) => {
+                log::info!("port {} restored", p.name);
+                kept.push(p.clone());
+            }
+            Err(e) => log::warn!("port {}: not restored, forgotten: {e}", p.name),
+        }
+    }
+    if kept.len() != state.ports().len() {
+        if let Err(e) = state.replace(kept) {
+            log::error!("cannot write the port state {}: {e}", path.display());
+        }
+    }
+    state
 }
 
 fn serve_control(listener: UnixListener, server: Arc<ControlServer>) {
@@ -375,7 +418,54 @@ fn request(server: &ControlServer, line: &[u8]) -> Response {
                     Err(e) => return Response::err(crate::error_chain(&e)),
                 }
             }
-            answer(&server.handle, Request::PortAdd { port })
+            let mut state = server.state.lock().unwrap_or_else(|p| p.into_inner());
+            let r = answer(&server.handle, Request::PortAdd { port: port.clone() });
+            if r.ok && !server.config_ports.contains(&port.name) {
+                let name = port.name.clone();
+                if let Err(e) = state.add(port) {
+                    log::error!(
+                        "port {name}: cannot record it in {} (it will not be restored after a restart): {e}",
+                        state.path().display()
+                    );
+                }
+            }
+            r
+        }
+        Ok(Request::PortDel { name }) => {
+            let mut state = server.state.lock().unwrap_or_else(|p| p.into_inner());
+            let r = answer(&server.handle, Request::PortDel { name: name.clone() });
+            // Forgotten whether or not the port was there: a record whose
+            // port could not be restored goes too.
+            match state.remove(&name) {
+                Ok(true) if !r.ok => Response::ok(serde_json::Value::Null),
+                Ok(_) => r,
+                Err(e) => {
+                    log::error!(
+                        "port {name}: cannot forget it in {}: {e}",
+                        state.path().display()
+                    );
+                    r
+                }
+            }
+        }
+        Ok(Request::PortSet { name, set }) => {
+            let mut state = server.state.lock().unwrap_or_else(|p| p.into_inner());
+            let r = answer(
+                &server.handle,
+                Request::PortSet {
+                    name: name.clone(),
+                    set: set.clone(),
+                },
+            );
+            if r.ok {
+                if let Err(e) = state.set(&name, &set) {
+                    log::error!(
+                        "port {name}: cannot record the change in {}: {e}",
+                        state.path().display()
+                    );
+                }
+            }
+            r
         }
         Ok(req) => answer(&server.handle, req),
         Err(e) => Response::err(format!("bad request: {e}")),

@@ -64,5 +64,6 @@ pub mod endpoint;
 pub mod logging;
 pub mod serve;
 pub mod sockpath;
+pub mod state;
 pub mod worker;
 pub mod workers;

@@ -44,9 +44,13 @@ impl Worker {
             }
             PortKind::Tap => {
                 let ifname = spec.ifname.as_deref().unwrap_or(&spec.name);
+                let offloads = spec.offloads.unwrap_or(true);
                 Port::Tap(
-                    TapPort::with_offloads(ifname, spec.offloads.unwrap_or(true))
-                        .map_err(|x| e(&x))?,
+                    match &spec.netns {
+                        Some(ns) => TapPort::in_netns(ifname, ns, offloads),
+                        None => TapPort::with_offloads(ifname, offloads),
+                    }
+                    .map_err(|x| e(&x))?,
                 )
             }
             PortKind::Uplink => {
@@ -87,7 +91,9 @@ impl Worker {
     }
 
     pub(super) fn del(&mut self, name: &str) -> Result<(), String> {
-        self.detach(name)?;
+        if let Port::Tap(t) = &self.detach(name)?.port {
+            t.release();
+        }
         log::info!("port {name} removed");
         Ok(())
     }

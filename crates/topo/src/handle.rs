@@ -18,6 +18,9 @@ pub(crate) enum Place {
     Root,
     /// A namespace under `/run/netns`.
     Named(String),
+    /// A namespace by its file (e.g. a CNI runtime's `CNI_NETNS`, or
+    /// /proc/PID/ns/net).
+    File(std::path::PathBuf),
 }
 
 impl Place {
@@ -25,6 +28,7 @@ impl Place {
         match self {
             Place::Root => File::open("/proc/self/ns/net").map(OwnedFd::from),
             Place::Named(name) => netns::open_named(name),
+            Place::File(path) => File::open(path).map(OwnedFd::from),
         }
     }
 }
@@ -34,6 +38,7 @@ impl fmt::Display for Place {
         match self {
             Place::Root => f.write_str("root netns"),
             Place::Named(name) => write!(f, "netns {name}"),
+            Place::File(path) => write!(f, "netns {}", path.display()),
         }
     }
 }
@@ -82,6 +87,12 @@ impl Handle {
             place,
             journal: None,
         })
+    }
+
+    /// A handle inside the namespace whose file is `path` (a namespace
+    /// this process does not own, e.g. a container runtime's).
+    pub fn in_netns_file(path: &std::path::Path) -> Result<Handle> {
+        Handle::open(Place::File(path.to_owned()))
     }
 
     pub(crate) fn open(place: Place) -> Result<Handle> {

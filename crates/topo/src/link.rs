@@ -34,6 +34,8 @@ pub struct LinkState {
     pub kind: Option<String>,
     /// Index of the bridge (or other controller) this link is enslaved to.
     pub controller: Option<u32>,
+    /// Its Ethernet address (IFLA_ADDRESS), when it has a 6-byte one.
+    pub mac: Option<[u8; 6]>,
 }
 
 /// macvlan modes (how macvlans on one parent reach each other).
@@ -417,6 +419,18 @@ impl Handle {
         self.set_link(self.what(&format!("setting mtu {mtu} on"), name), message)
     }
 
+    /// Set the Ethernet address of `name`.
+    pub fn set_mac(&mut self, name: &str, mac: [u8; 6]) -> Result<()> {
+        let index = self.index(name)?;
+        let mut message = LinkMessage::default();
+        message.header.index = index;
+        message
+            .attributes
+            .push(LinkAttribute::Address(mac.to_vec()));
+        let m = mac.map(|b| format!("{b:02x}")).join(":");
+        self.set_link(self.what(&format!("setting address {m} on"), name), message)
+    }
+
     /// Enslave `name` to the bridge `bridge` (both in this namespace).
     pub fn set_controller(&mut self, name: &str, bridge: &str) -> Result<()> {
         let bridge_index = self.index(bridge)?;
@@ -496,11 +510,17 @@ fn link_state(message: RouteNetlinkMessage) -> Option<LinkState> {
         mtu: 0,
         kind: None,
         controller: None,
+        mac: None,
     };
     for attribute in link.attributes {
         match attribute {
             LinkAttribute::IfName(name) => state.name = name,
             LinkAttribute::Mtu(mtu) => state.mtu = mtu,
+            LinkAttribute::Address(a) if a.len() == 6 => {
+                let mut m = [0u8; 6];
+                m.copy_from_slice(&a);
+                state.mac = Some(m);
+            }
             LinkAttribute::Controller(index) if index != 0 => state.controller = Some(index),
             LinkAttribute::LinkInfo(infos) => {
                 for info in infos {

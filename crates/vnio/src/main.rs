@@ -40,9 +40,19 @@ enum Command {
     Lab(cli::lab::Args),
     /// Guests: build the image, launch and manage QEMU VMs.
     Vm(cli::vm::Args),
+    /// The CNI plugin (spec 1.1.0): run by a container runtime with CNI_*
+    /// variables and the network configuration on stdin; also what `vnio`
+    /// does when installed as `vnio-cni` (docs/cluster.md).
+    Cni,
 }
 
 fn main() {
+    // Installed in a CNI bin directory under the plugin's name, the binary
+    // is the plugin: runtimes run it with no arguments.
+    let argv0 = std::env::args_os().next().unwrap_or_default();
+    if std::path::Path::new(&argv0).file_name() == Some(cli::cni::PLUGIN_NAME.as_ref()) {
+        finish(cli::cni::run());
+    }
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Agent(args) => cli::measure::agent(args),
@@ -54,7 +64,12 @@ fn main() {
         Command::Endpoint(args) => cli::endpoint::run(args),
         Command::Lab(args) => cli::lab::run(args),
         Command::Vm(args) => cli::vm::run(args),
+        Command::Cni => cli::cni::run(),
     };
+    finish(result)
+}
+
+fn finish(result: anyhow::Result<i32>) -> ! {
     match result {
         Ok(code) => std::process::exit(code),
         Err(e) => {

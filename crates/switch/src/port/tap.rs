@@ -31,6 +31,8 @@ pub struct TapPort {
     ifname: String,
     readable: bool,
     out: Box<[u8]>,
+    /// In another namespace, made persistent (see [`TapPort::in_netns`]).
+    persistent: bool,
 }
 
 impl TapPort {
@@ -54,7 +56,41 @@ impl TapPort {
             ifname,
             readable: true,
             out: vec![0u8; BUF_LEN].into_boxed_slice(),
+            persistent: false,
         })
+    }
+
+    /// Opens (or creates) tap interface `name` inside the network namespace
+    /// whose file is `netns`, and makes it persistent: the interface, with
+    /// the addresses and routes its namespace gave it, outlives the switch
+    /// process, and a restarted switch takes it over by the same call. It
+    /// goes with [`TapPort::release`] (`port del`) or with its namespace.
+    pub fn in_netns(name: &str, netns: &std::path::Path, offloads: bool) -> Result<Self, TapError> {
+        let err = |source| TapError {
+            name: format!("{name} in {}", netns.display()),
+            source,
+        };
+        let (file, ifname) =
+            tun::open_tap_in(netns, name, virtio_net::HEADER_LEN as i32, offloads).map_err(err)?;
+        tun::set_persist(&file, true).map_err(err)?;
+        Ok(Self {
+            file,
+            ifname,
+            readable: true,
+            out: vec![0u8; BUF_LEN].into_boxed_slice(),
+            persistent: true,
+        })
+    }
+
+    /// The port is deleted: a persistent tap is made to go with its file.
+    /// (Not on drop: a switch that stops keeps its namespaces' taps for
+    /// the next run.)
+    pub fn release(&self) {
+        if self.persistent {
+            if let Err(e) = tun::set_persist(&self.file, false) {
+                log::warn!("tap {}: cannot remove it: {e}", self.ifname);
+            }
+        }
     }
 
     /// The interface name.

@@ -11,6 +11,7 @@ use std::os::unix::fs::OpenOptionsExt;
 const TUNSETIFF: libc::Ioctl = 0x4004_54ca;
 const TUNSETVNETHDRSZ: libc::Ioctl = 0x4004_54d8;
 const TUNSETOFFLOAD: libc::Ioctl = 0x4004_54d0;
+const TUNSETPERSIST: libc::Ioctl = 0x4004_54cb;
 const TUN_F_CSUM: libc::c_uint = 0x01;
 const TUN_F_TSO4: libc::c_uint = 0x02;
 const TUN_F_TSO6: libc::c_uint = 0x04;
@@ -78,4 +79,40 @@ pub fn open_tap(name: &str, vnet_hdr_len: i32, offloads: bool) -> io::Result<(Fi
         .position(|b| *b == 0)
         .unwrap_or(libc::IFNAMSIZ);
     Ok((file, String::from_utf8_lossy(&req.name[..end]).into_owned()))
+}
+
+/// [`open_tap`] inside the network namespace whose file is `netns` (e.g.
+/// /run/netns/NAME): a helper thread joins it (setns changes only the
+/// calling thread) and opens /dev/net/tun there. The tap device is created
+/// in, or found in, that namespace, and the returned file reaches it from
+/// any thread.
+pub fn open_tap_in(
+    netns: &std::path::Path,
+    name: &str,
+    vnet_hdr_len: i32,
+    offloads: bool,
+) -> io::Result<(File, String)> {
+    let ns = File::open(netns)?;
+    let name = name.to_owned();
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            // SAFETY: setns takes a namespace fd (valid: `ns` lives across
+            // the call) and a namespace type; it affects this thread only.
+            if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            open_tap(&name, vnet_hdr_len, offloads)
+        })
+        .join()
+        .unwrap_or_else(|_| Err(io::Error::other("the tap thread panicked")))
+    })
+}
+
+/// Makes the tap device outlive its file (`on`), or go with it.
+pub fn set_persist(file: &File, on: bool) -> io::Result<()> {
+    // SAFETY: TUNSETPERSIST takes its argument by value; no memory is passed.
+    if unsafe { libc::ioctl(file.as_raw_fd(), TUNSETPERSIST, on as libc::c_ulong) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }

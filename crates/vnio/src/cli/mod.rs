@@ -1,5 +1,6 @@
 //! One module per part: each owns its clap arguments and its rendering.
 
+pub mod cni;
 pub mod endpoint;
 pub mod lab;
 pub mod measure;

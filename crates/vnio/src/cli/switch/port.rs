@@ -72,6 +72,10 @@ pub(super) enum PortCmd {
         /// tap interface name.
         #[arg(long, requires = "tap")]
         ifname: Option<String>,
+        /// tap: create it inside this network namespace (e.g.
+        /// /run/netns/NAME), persistent across switch restarts.
+        #[arg(long, value_name = "PATH", requires = "tap")]
+        netns: Option<PathBuf>,
         /// server: the switch listens; client: the switch connects (and reconnects).
         #[arg(long, default_value = "server", value_parser = parse_mode)]
         mode: SocketMode,
@@ -223,6 +227,7 @@ pub(super) fn run(client: &mut Client, command: PortCmd, json: bool) -> anyhow::
             tap,
             uplink,
             ifname,
+            netns,
             mode,
             vlan,
             trunk,
@@ -270,6 +275,7 @@ pub(super) fn run(client: &mut Client, command: PortCmd, json: bool) -> anyhow::
                 socket,
                 mode,
                 ifname: uplink.or(ifname),
+                netns,
                 vlan,
                 trunk,
                 native_vlan,
