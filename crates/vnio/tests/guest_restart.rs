@@ -6,23 +6,15 @@
 //! sender's md5 and neither guest rebooted (same QEMU process, same boot id).
 //! Needs root, QEMU and the guests' static vnio (else one "skip:" line).
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+mod support;
 
-const VNIO: &str = env!("CARGO_BIN_EXE_vnio");
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+use support::*;
+
 /// What guest A sends to guest B.
 const KIB: u64 = 24 * 1024;
-
-/// Kills and reaps a child when the test ends, however it ends.
-struct Reaped(Child);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// The test's directory, its VMs stopped and the directory removed on drop.
 struct Work {
@@ -64,17 +56,6 @@ fn guest_sh(dir: &Path, name: &str, cmd: &str, timeout: &str) -> String {
         text(&out.stderr)
     );
     text(&out.stdout)
-}
-
-fn start_switch(cfg: &Path) -> Reaped {
-    Reaped(
-        Command::new(VNIO)
-            .args(["switch", "--config"])
-            .arg(cfg)
-            .stderr(log_file(cfg))
-            .spawn()
-            .unwrap(),
-    )
 }
 
 /// The switches' log, both processes in turn: it tells a reader of a
@@ -171,7 +152,7 @@ fn a_tcp_stream_between_guests_survives_a_switch_restart() {
         ),
     )
     .unwrap();
-    let mut switch = start_switch(&cfg);
+    let mut switch = start_switch_logged(&cfg, log_file(&cfg));
     let t = Instant::now();
     while !dir.join("a.sock").exists() {
         assert!(
@@ -257,7 +238,7 @@ fn a_tcp_stream_between_guests_survives_a_switch_restart() {
     println!("switch killed");
     let killed = Instant::now();
     std::thread::sleep(Duration::from_secs(1));
-    let _switch = start_switch(&cfg);
+    let _switch = start_switch_logged(&cfg, log_file(&cfg));
     // Both QEMUs back on the restarted switch, and the stream flowing
     // through it again (a MiB crossed port b).
     let ctl = dir.join("ctl.sock");

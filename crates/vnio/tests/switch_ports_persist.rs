@@ -5,38 +5,15 @@
 //! across the restart. A corrupt state file is kept aside and the switch
 //! starts with its config's ports.
 
+mod support;
+
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
+use support::*;
 use vnio_switch::config::{PolicyUpdate, PortSpec};
 use vnio_switch::control::{Client, Request};
 use vnio_switch::port::SocketMode;
-
-const VNIO: &str = env!("CARGO_BIN_EXE_vnio");
-
-struct Reaped(Child);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-struct Tmp(PathBuf);
-
-impl Drop for Tmp {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn tmp(tag: &str) -> Tmp {
-    let d = std::env::temp_dir().join(format!("vnio-persist-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    Tmp(d)
-}
 
 fn config(dir: &Path) -> PathBuf {
     let d = dir.display();
@@ -55,14 +32,7 @@ fn config(dir: &Path) -> PathBuf {
 /// Starts the switch and waits for its control socket to answer.
 fn start(cfg: &Path, ctl: &Path) -> (Reaped, Client) {
     let _ = std::fs::remove_file(ctl);
-    let child = Reaped(
-        Command::new(VNIO)
-            .args(["switch", "--config"])
-            .arg(cfg)
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let child = start_switch(cfg);
     let until = Instant::now() + Duration::from_secs(10);
     loop {
         if let Ok(mut c) = Client::connect(ctl) {
@@ -96,7 +66,7 @@ fn is_root() -> bool {
 
 #[test]
 fn ports_added_at_run_time_come_back_after_a_kill() {
-    let t = tmp("kill");
+    let t = Tmp::new("persist-kill");
     let dir = t.0.clone();
     let (cfg, ctl) = (config(&dir), dir.join("ctl.sock"));
     let (sw, mut c) = start(&cfg, &ctl);
@@ -148,7 +118,7 @@ fn ports_added_at_run_time_come_back_after_a_kill() {
 
 #[test]
 fn a_corrupt_state_file_is_kept_aside() {
-    let t = tmp("bad");
+    let t = Tmp::new("persist-bad");
     let dir = t.0.clone();
     let (cfg, ctl) = (config(&dir), dir.join("ctl.sock"));
     std::fs::write(dir.join("ctl.state"), "{\"version\": 1, \"ports\": [tru").unwrap();
@@ -182,7 +152,7 @@ fn a_tap_in_a_namespace_survives_the_switch() {
         println!("skip: needs root (network namespaces)");
         return;
     }
-    let t = tmp("netns");
+    let t = Tmp::new("persist-netns");
     let dir = t.0.clone();
     let ns = format!("vnio-persist-{}", std::process::id());
     struct Ns(String);

@@ -5,46 +5,17 @@
 //! frame at most once and in order, frames queued while the switch was down
 //! delivered after the restart, the ring indexes continuing. No root needed.
 
+mod support;
+
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use support::*;
 use vnio_switch::endpoint::{Endpoint, EndpointConfig};
 use vnio_switch::wire::{EthernetAddress, Ipv4Address};
 
-const VNIO: &str = env!("CARGO_BIN_EXE_vnio");
 /// An ethertype for local experiments (IEEE 802): the frames carry a sequence number.
 const ETHERTYPE: [u8; 2] = [0x88, 0xb5];
-
-/// Kills and reaps the switch when the test ends, however it ends.
-struct Reaped(Child);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// The test's directory, removed when the test ends, however it ends.
-struct Tmp(PathBuf);
-
-impl Drop for Tmp {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn start_switch(cfg: &Path) -> Reaped {
-    Reaped(
-        Command::new(VNIO)
-            .args(["switch", "--config"])
-            .arg(cfg)
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    )
-}
 
 fn mac(n: u8) -> EthernetAddress {
     EthernetAddress([2, 0, 0, 0, 0, n])

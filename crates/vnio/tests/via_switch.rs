@@ -2,21 +2,12 @@
 //! client's UDP path, against a real `vnio switch` whose tap port carries
 //! the host stack, where a real `vnio agent` answers. Needs root (tap).
 
+mod support;
+
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-const VNIO: &str = env!("CARGO_BIN_EXE_vnio");
-
-/// Kills and reaps a child when the test ends, however it ends.
-struct Reaped(Child);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use support::*;
 
 /// The result document of a run that must have succeeded.
 fn doc_of(out: std::process::Output) -> serde_json::Value {

@@ -21,6 +21,30 @@ fn port_on_loopback(remotes: Vec<Ipv4Addr>) -> Option<VxlanPort> {
     .ok()
 }
 
+/// What the port made of up to `n` datagrams received within 5 s: the
+/// sending VTEP of each frame (whose bytes `check` looks at), or why it
+/// was dropped.
+fn receive(
+    p: &mut VxlanPort,
+    n: usize,
+    check: impl Fn(&[u8]),
+) -> Vec<Result<Ipv4Addr, DropReason>> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let mut results = Vec::new();
+    while results.len() < n && std::time::Instant::now() < deadline {
+        p.on_readable();
+        let mut rx = p.take_rx(RX_BATCH).unwrap();
+        while let Some(r) = rx.next_frame() {
+            results.push(r.map(|f| {
+                check(rx.frame(&f));
+                f.from
+            }));
+        }
+        p.put_rx(rx);
+    }
+    results
+}
+
 #[test]
 fn refuses_what_cannot_work() {
     let o = VxlanOptions {
@@ -153,21 +177,10 @@ fn encapsulates_and_decapsulates_over_loopback() {
         dgram[8..].copy_from_slice(&frame);
         peer.send_to(&dgram, to).unwrap();
     }
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
-    let mut results = Vec::new();
-    while results.len() < 3 && std::time::Instant::now() < deadline {
-        p.on_readable();
-        let mut rx = p.take_rx(RX_BATCH).unwrap();
-        while let Some(r) = rx.next_frame() {
-            results.push(r.map(|f| {
-                let b = rx.frame(&f);
-                assert_eq!(&b[..12], &[0; 12], "an empty virtio-net header");
-                assert_eq!(&b[12..], &frame[..]);
-                f.from
-            }));
-        }
-        p.put_rx(rx);
-    }
+    let results = receive(&mut p, 3, |b| {
+        assert_eq!(&b[..12], &[0; 12], "an empty virtio-net header");
+        assert_eq!(&b[12..], &frame[..]);
+    });
     assert_eq!(
         results,
         [
@@ -213,16 +226,7 @@ fn strangers_are_dropped_and_accepted_ranges_heard() {
     for s in [&stranger, &listed, &ranged] {
         s.send_to(&dgram, to).unwrap();
     }
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    let mut results = Vec::new();
-    while results.len() < 3 && std::time::Instant::now() < deadline {
-        p.on_readable();
-        let mut rx = p.take_rx(RX_BATCH).unwrap();
-        while let Some(r) = rx.next_frame() {
-            results.push(r.map(|f| f.from));
-        }
-        p.put_rx(rx);
-    }
+    let results = receive(&mut p, 3, |_| {});
     assert_eq!(
         results,
         [
