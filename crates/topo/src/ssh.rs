@@ -112,11 +112,26 @@ impl Ssh {
 
     /// Copy `from` to `to` there so that `to` appears whole or not at all:
     /// to `TO.part` first, then renamed (a half-copied file is never run).
+    /// The copy keeps the owner's permission bits of `from` (an
+    /// executable stays one) and gives none to group or others.
     pub fn install(&self, from: &Path, to: &str, what: &str) -> Result<(), String> {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(from)
+            .map_err(|e| format!("reading {}: {e}", from.display()))?
+            .permissions()
+            .mode()
+            & 0o700;
         let part = format!("{to}.part");
         self.copy(from, &part)?;
-        self.run(&format!("mv {} {}", quote(&part), quote(to)), what)
-            .map(|_| ())
+        self.run(
+            &format!(
+                "chmod {mode:o} {p} && mv -f {p} {t}",
+                p = quote(&part),
+                t = quote(to)
+            ),
+            what,
+        )
+        .map(|_| ())
     }
 
     /// End the connection master, if one runs.
