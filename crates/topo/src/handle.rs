@@ -18,6 +18,8 @@ pub(crate) enum Place {
     Root,
     /// A namespace under `/run/netns`.
     Named(String),
+    /// The namespace of the thread that opened the handle.
+    Here,
 }
 
 impl Place {
@@ -25,6 +27,7 @@ impl Place {
         match self {
             Place::Root => File::open("/proc/self/ns/net").map(OwnedFd::from),
             Place::Named(name) => netns::open_named(name),
+            Place::Here => File::open("/proc/thread-self/ns/net").map(OwnedFd::from),
         }
     }
 }
@@ -34,6 +37,7 @@ impl fmt::Display for Place {
         match self {
             Place::Root => f.write_str("root netns"),
             Place::Named(name) => write!(f, "netns {name}"),
+            Place::Here => f.write_str("this thread's netns"),
         }
     }
 }
@@ -70,6 +74,19 @@ impl Handle {
         let mut handle = Handle::open(Place::Root)?;
         handle.journal = Some(journal.clone());
         Ok(handle)
+    }
+
+    /// A handle in the calling thread's namespace (which may not be the
+    /// process's: see `Netns::run`), for looking, not journaling.
+    pub fn here() -> Result<Handle> {
+        let place = Place::Here;
+        let rtnl = Rtnl::open(None)
+            .map_err(|e| Error::os(format!("opening netlink socket in {place}"), e))?;
+        Ok(Handle {
+            rtnl,
+            place,
+            journal: None,
+        })
     }
 
     /// A handle inside `netns`.

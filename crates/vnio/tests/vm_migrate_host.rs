@@ -337,6 +337,51 @@ fn a_guest_migrates_to_another_machine_under_ping_and_tcp() {
     );
 }
 
+/// From a namespace whose only way to the guests' network is a default
+/// route to somewhere else (as on a host whose guests are only on
+/// vhost-user ports), `vnio vm wait-agent` finds guest A's agent through
+/// its command channel at once, and says so, instead of asking whatever
+/// answers through that route.
+fn agent_without_a_route(kit: &Kit, a: &VmDir, a_ip: &str, n: u8) {
+    struct Ns(String);
+    impl Drop for Ns {
+        fn drop(&mut self) {
+            let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+        }
+    }
+    let ns = Ns(format!("vnio-vmf{n}"));
+    let (x, y) = (format!("vmf{n}"), format!("vmg{n}"));
+    let _ = Command::new("ip").args(["netns", "del", &ns.0]).output();
+    for cmd in [
+        format!("netns add {}", ns.0),
+        format!("-n {} link add {x} type veth peer name {y}", ns.0),
+        format!("-n {} link set {x} up", ns.0),
+        format!("-n {} link set {y} up", ns.0),
+        format!("-n {} addr add 192.0.2.1/24 dev {x}", ns.0),
+        format!("-n {} route add default via 192.0.2.254", ns.0),
+    ] {
+        let out = Command::new("ip").args(cmd.split(' ')).output().unwrap();
+        assert!(out.status.success(), "ip {cmd}: {}", text(&out.stderr));
+    }
+    let t = Instant::now();
+    let out = Command::new("ip")
+        .args(["netns", "exec", &ns.0, VNIO, "vm", "--state-dir"])
+        .arg(&kit.root.0)
+        .args(["wait-agent", &a.name(), "--timeout", "60s"])
+        .output()
+        .unwrap();
+    let said = text(&out.stdout);
+    println!("wait-agent without a route, {:?}: {}", t.elapsed(), said.trim());
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(said.contains(&format!("agent {a_ip}:")), "{said}");
+    assert!(
+        said.contains("reached through the guest's command channel (this host's route to")
+            && said.contains("leads via 192.0.2.254 on vmf"),
+        "{said}"
+    );
+    assert!(t.elapsed() < Duration::from_secs(30), "{:?}", t.elapsed());
+}
+
 fn to_m1(kit: Kit) {
     let n = run_id();
     let work = Dir::new("tohost");
@@ -379,6 +424,7 @@ fn to_m1(kit: Kit) {
     wait_booted(&[&la, &lb]);
     let (a, b) = (la.dir.clone(), lb.dir.clone());
     let name = b.name();
+    agent_without_a_route(&kit, &a, &a_ip, n);
     // The VXLAN path carries inner frames up to the underlay's MTU less 50.
     for g in [&a, &b] {
         run(g, "ip link set dev eth0 mtu 1450");

@@ -253,10 +253,11 @@ pub(super) fn print_ready(name: &str, r: &vnio_vm::agent::Ready) {
         .map(|u| format!(", guest init ready at {u:.2} s of guest uptime"))
         .unwrap_or_default();
     println!(
-        "vnio vm: {name}: agent {} answered {} after launch (waited {}){guest}",
+        "vnio vm: {name}: agent {} answered {} after launch (waited {}){guest}; reached through {}",
         r.addr,
         humantime(r.since_launch),
-        humantime(r.waited)
+        humantime(r.waited),
+        r.path
     );
 }
 
