@@ -51,7 +51,12 @@ impl Handle {
         let replies = self
             .rtnl
             .request(RouteNetlinkMessage::GetRoute(message), 0)
-            .map_err(|e| Error::os(format!("looking up the route to {addr} in {}", self.place), e))?;
+            .map_err(|e| {
+                Error::os(
+                    format!("looking up the route to {addr} in {}", self.place),
+                    e,
+                )
+            })?;
         let reply = replies
             .into_iter()
             .find_map(|r| match r {

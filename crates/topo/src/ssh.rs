@@ -231,7 +231,10 @@ mod tests {
             assert_eq!(m.uid(), nix::unistd::geteuid().as_raw());
             assert!(std::fs::read_dir(d).unwrap().next().is_none(), "empty");
             let name = d.file_name().unwrap().to_string_lossy().into_owned();
-            assert!(name.starts_with("vnio-ctl-test-") && name.len() == 20, "{name}");
+            assert!(
+                name.starts_with("vnio-ctl-test-") && name.len() == 20,
+                "{name}"
+            );
         }
         std::fs::remove_dir_all(&a).unwrap();
         std::fs::remove_dir_all(&b).unwrap();

@@ -125,7 +125,10 @@ mod tests {
             "the guest's command channel (this host's route to 10.7.0.2 leads via 192.168.1.1 on eth0 out of the guest's network)"
         );
         // The host's own address, or no route at all.
-        assert!(matches!(decide(a, route(true, None, Some("lo")), &own), Path::Channel(_)));
+        assert!(matches!(
+            decide(a, route(true, None, Some("lo")), &own),
+            Path::Channel(_)
+        ));
         assert!(matches!(
             decide(a, Err("Network is unreachable".into()), &own),
             Path::Channel(_)

@@ -303,7 +303,14 @@ fn ssh_options_that_run_commands_need_trust() {
     let run = |trust: bool| {
         let mut c = lab(&dir.join("journal"));
         c.arg("run").arg(&file);
-        c.args(["--duration", "300ms", "--warmup", "100ms", "--iterations", "1"]);
+        c.args([
+            "--duration",
+            "300ms",
+            "--warmup",
+            "100ms",
+            "--iterations",
+            "1",
+        ]);
         c.arg("--db").arg(dir.join("lab.db"));
         if trust {
             c.arg("--trust-scenario");
@@ -315,7 +322,10 @@ fn ssh_options_that_run_commands_need_trust() {
     println!("untrusted: {}", err.trim());
     assert!(!out.status.success());
     assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
-    assert!(err.contains("machine `m1`: ssh_options \"proxycommand=touch"), "{err}");
+    assert!(
+        err.contains("machine `m1`: ssh_options \"proxycommand=touch"),
+        "{err}"
+    );
     assert!(err.contains("--trust-scenario"), "{err}");
     assert!(!mark.exists(), "the ProxyCommand ran");
     // Trusted, it runs (the machine's points then fail: the proxy

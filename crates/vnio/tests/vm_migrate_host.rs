@@ -278,7 +278,8 @@ impl Capture {
         let said = self.rest.join().unwrap();
         println!("tcpdump: {}", said.trim().replace('\n', "; "));
         assert!(
-            said.lines().any(|l| l.trim() == "0 packets dropped by kernel"),
+            said.lines()
+                .any(|l| l.trim() == "0 packets dropped by kernel"),
             "tcpdump lost frames: {said}"
         );
         std::fs::read(&self.file).unwrap()
@@ -371,7 +372,11 @@ fn agent_without_a_route(kit: &Kit, a: &VmDir, a_ip: &str, n: u8) {
         .output()
         .unwrap();
     let said = text(&out.stdout);
-    println!("wait-agent without a route, {:?}: {}", t.elapsed(), said.trim());
+    println!(
+        "wait-agent without a route, {:?}: {}",
+        t.elapsed(),
+        said.trim()
+    );
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(said.contains(&format!("agent {a_ip}:")), "{said}");
     assert!(
@@ -439,14 +444,21 @@ fn to_m1(kit: Kit) {
     cmd.arg("--tls-dir").arg(&p.tls);
     let out = finished(cmd);
     let err = text(&out.stderr);
-    println!("no certificates, refused in {:?}: {}", t.elapsed(), err.trim());
+    println!(
+        "no certificates, refused in {:?}: {}",
+        t.elapsed(),
+        err.trim()
+    );
     assert!(!out.status.success());
     assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
     assert!(
         err.contains("has no ca-cert.pem, client-cert.pem, client-key.pem"),
         "{err}"
     );
-    assert!(err.contains(&format!("vnio vm tls init {}", p.tls.display())), "the fix: {err}");
+    assert!(
+        err.contains(&format!("vnio vm tls init {}", p.tls.display())),
+        "the fix: {err}"
+    );
     assert!(err.contains("--insecure"), "{err}");
     assert!(alive(old_pid));
     assert!(!p.bin.exists(), "nothing was tried on m1");
@@ -467,7 +479,10 @@ fn to_m1(kit: Kit) {
     assert!(!out.status.success());
     assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
     assert!(err.contains("m1: ") && err.contains("mode 0777"), "{err}");
-    assert!(std::fs::read_dir(&p.bin).unwrap().next().is_none(), "nothing copied");
+    assert!(
+        std::fs::read_dir(&p.bin).unwrap().next().is_none(),
+        "nothing copied"
+    );
     assert!(alive(old_pid));
     // Private now, but a binary is planted under the copy's name: it is
     // replaced by the next migration, and never runs.
@@ -485,7 +500,12 @@ fn to_m1(kit: Kit) {
     // Refused: m1 has no switch at that control socket. The guest runs on
     // here, nothing is made on m1.
     let t = Instant::now();
-    let out = finished(tls_cmd(&kit.root.0, &name, &remote_root, &m1.join("none.sock")));
+    let out = finished(tls_cmd(
+        &kit.root.0,
+        &name,
+        &remote_root,
+        &m1.join("none.sock"),
+    ));
     let err = text(&out.stderr);
     println!("refused in {:?}: {}", t.elapsed(), err.trim());
     assert!(!out.status.success());
@@ -664,13 +684,17 @@ fn to_m1(kit: Kit) {
     let pcap = capture.stop();
     assert!(out.status.success(), "--insecure: {}", text(&out.stderr));
     assert!(
-        text(&out.stderr).contains("--insecure: the guest's memory crosses the network in plain text"),
+        text(&out.stderr)
+            .contains("--insecure: the guest's memory crosses the network in plain text"),
         "says so: {}",
         text(&out.stderr)
     );
     let seen = occurrences(&pcap, marker_a.as_bytes());
     println!("--insecure: A's marker {seen} times in the capture");
-    assert!(seen > 0, "A's memory was not seen in clear: the capture proves nothing");
+    assert!(
+        seen > 0,
+        "A's memory was not seen in clear: the capture proves nothing"
+    );
     let stop = on_m1(&["vm", "--state-dir", &root, "stop", &a_name]);
     assert!(stop.status.success(), "{}", text(&stop.stderr));
     assert_eq!(ports(&m1_control), ["vx"], "m1's port is gone");

@@ -28,7 +28,11 @@ fn gen(e: rcgen::Error) -> Error {
 
 /// The leaf certificates' key usage: QEMU (gnutls) wants a signature key
 /// that may also encipher when the extension is present.
-fn leaf(names: Vec<String>, cn: &str, purpose: ExtendedKeyUsagePurpose) -> Result<CertificateParams> {
+fn leaf(
+    names: Vec<String>,
+    cn: &str,
+    purpose: ExtendedKeyUsagePurpose,
+) -> Result<CertificateParams> {
     let mut p = CertificateParams::new(names).map_err(gen)?;
     p.distinguished_name.push(DnType::CommonName, cn);
     p.key_usages = vec![
@@ -84,13 +88,21 @@ pub fn init(dir: &Path, hosts: &[String]) -> Result<Vec<PathBuf>> {
     ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
     let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate().map_err(gen)?).map_err(gen)?;
     let server_key = KeyPair::generate().map_err(gen)?;
-    let server = leaf(hosts.to_vec(), &hosts[0], ExtendedKeyUsagePurpose::ServerAuth)?
-        .signed_by(&server_key, &ca)
-        .map_err(gen)?;
+    let server = leaf(
+        hosts.to_vec(),
+        &hosts[0],
+        ExtendedKeyUsagePurpose::ServerAuth,
+    )?
+    .signed_by(&server_key, &ca)
+    .map_err(gen)?;
     let client_key = KeyPair::generate().map_err(gen)?;
-    let client = leaf(Vec::new(), "vnio migration source", ExtendedKeyUsagePurpose::ClientAuth)?
-        .signed_by(&client_key, &ca)
-        .map_err(gen)?;
+    let client = leaf(
+        Vec::new(),
+        "vnio migration source",
+        ExtendedKeyUsagePurpose::ClientAuth,
+    )?
+    .signed_by(&client_key, &ca)
+    .map_err(gen)?;
     if !dir.exists() {
         std::fs::create_dir_all(dir).ctx(|| format!("creating {}", dir.display()))?;
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
@@ -151,7 +163,11 @@ mod tests {
                     .current_dir(&dir)
                     .output()
                     .unwrap();
-                assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+                assert!(
+                    out.status.success(),
+                    "{}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
                 String::from_utf8_lossy(&out.stdout).into_owned()
             };
             for (cert, purpose) in [(SERVER[0], "sslserver"), (CLIENT[0], "sslclient")] {

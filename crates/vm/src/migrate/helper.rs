@@ -98,7 +98,11 @@ pub struct Survey {
 /// Reads the survey script's output.
 pub fn parse_survey(out: &str) -> std::result::Result<Survey, String> {
     let bad = || format!("unexpected answer to the survey of the helper's directory: {out:?}");
-    let mut lines: Vec<&str> = out.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    let mut lines: Vec<&str> = out
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
     if lines.len() < 2 {
         return Err(bad());
     }

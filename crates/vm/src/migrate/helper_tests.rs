@@ -85,7 +85,10 @@ fn a_directory_others_can_write_is_refused() {
     assert!(err.contains("mode 0777"), "{err}");
     assert!(err.contains("chmod 0700"), "says the fix: {err}");
     chmod(&dir, 0o750);
-    assert!(judge(&d, &survey(&dir, HASH), HASH).is_err(), "group may enter");
+    assert!(
+        judge(&d, &survey(&dir, HASH), HASH).is_err(),
+        "group may enter"
+    );
 }
 
 #[test]

@@ -37,7 +37,6 @@ use crate::qmp::Qmp;
 use crate::spec::Backend;
 use crate::state::{Owned, Phase, State, VmDir};
 
-
 /// What the destination host is told (one JSON line on its input).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Incoming {

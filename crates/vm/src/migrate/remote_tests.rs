@@ -240,7 +240,10 @@ fn the_probe_reads_the_server_address_and_the_helpers_directory() {
         run.ends_with("exec '/v/vnio-x' vm --state-dir '/tmp/r d' incoming"),
         "{run}"
     );
-    assert!(run.contains(&format!("[ \"$h\" = {hash} ]")), "hashed first: {run}");
+    assert!(
+        run.contains(&format!("[ \"$h\" = {hash} ]")),
+        "hashed first: {run}"
+    );
     assert!(incoming_script("/v/vnio-x", &hash, None).ends_with("exec '/v/vnio-x' vm incoming"));
 }
 

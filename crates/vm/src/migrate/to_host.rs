@@ -58,7 +58,7 @@ pub enum Where {
     /// A new QEMU on this host.
     Local,
     /// A QEMU on another machine.
-    Host(Target),
+    Host(Box<Target>),
 }
 
 /// Another machine, reached with `ssh`.

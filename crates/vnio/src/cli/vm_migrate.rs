@@ -73,7 +73,7 @@ pub fn run(a: MigrateArgs, root: &Path) -> anyhow::Result<i32> {
                     dir,
                 }
             };
-            Where::Host(Target {
+            Where::Host(Box::new(Target {
                 dest,
                 ssh_config: a.ssh_config,
                 ssh_options: a.ssh_option,
@@ -82,7 +82,7 @@ pub fn run(a: MigrateArgs, root: &Path) -> anyhow::Result<i32> {
                 cache: a.remote_cache,
                 bin_dir: a.remote_bin_dir,
                 transport,
-            })
+            }))
         }
     };
     let m = to_host::migrate(root, &a.name, &to)?;
@@ -162,4 +162,3 @@ pub fn tls(c: TlsCmd) -> anyhow::Result<i32> {
         }
     }
 }
-
