@@ -25,6 +25,10 @@
 #[path = "../../vm/tests/common/mod.rs"]
 mod common;
 mod machines;
+#[path = "vm_migrate_host/no_route.rs"]
+mod no_route;
+#[path = "vm_migrate_host/underlay.rs"]
+mod underlay;
 
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
@@ -32,6 +36,8 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use machines::{ready_or_skip, Machines, MACHINES};
+use no_route::agent_without_a_route;
+use underlay::{occurrences, plant_marker, Capture};
 use vnio_switch::config::{Config, PortSpec, SwitchConfig};
 use vnio_switch::control::{Client, Request};
 use vnio_switch::daemon::Switch;
@@ -235,73 +241,6 @@ fn paths(remote_root: &Path) -> Paths {
     }
 }
 
-/// tcpdump on the underlay (this host's side of the machines' network),
-/// every frame whole, into a file.
-struct Capture {
-    child: Reaped,
-    file: std::path::PathBuf,
-    rest: std::thread::JoinHandle<String>,
-}
-
-impl Capture {
-    fn start(file: std::path::PathBuf) -> Capture {
-        let mut child = Command::new("tcpdump")
-            .args(["-i", "vniom0", "-n", "-s", "0", "-B", "131072", "-U", "-w"])
-            .arg(&file)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("tcpdump");
-        // It says "listening on" once the socket is bound.
-        let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
-        let mut line = String::new();
-        std::io::BufRead::read_line(&mut err, &mut line).unwrap();
-        assert!(line.contains("listening on"), "tcpdump: {line}");
-        let rest = std::thread::spawn(move || {
-            let mut s = String::new();
-            let _ = std::io::Read::read_to_string(&mut err, &mut s);
-            s
-        });
-        Capture {
-            child: Reaped(child),
-            file,
-            rest,
-        }
-    }
-
-    /// Stops it; the captured bytes. Every frame was kept (else the
-    /// capture's silence would prove little).
-    fn stop(mut self) -> Vec<u8> {
-        let pid = nix::unistd::Pid::from_raw(self.child.0.id() as i32);
-        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
-        let _ = self.child.0.wait();
-        let said = self.rest.join().unwrap();
-        println!("tcpdump: {}", said.trim().replace('\n', "; "));
-        assert!(
-            said.lines()
-                .any(|l| l.trim() == "0 packets dropped by kernel"),
-            "tcpdump lost frames: {said}"
-        );
-        std::fs::read(&self.file).unwrap()
-    }
-}
-
-/// How often `needle` occurs in `hay`.
-fn occurrences(hay: &[u8], needle: &[u8]) -> usize {
-    hay.windows(needle.len()).filter(|w| *w == needle).count()
-}
-
-/// Fills a file in the guest's memory (its root is a RAM file system)
-/// with `marker`, 2^14 lines of it (hundreds of pages).
-fn plant_marker(g: &VmDir, marker: &str) {
-    run(
-        g,
-        &format!(
-            "printf '%s\\n' {marker} > /tmp/marker; for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14; do cat /tmp/marker /tmp/marker > /tmp/m2; mv /tmp/m2 /tmp/marker; done; wc -c < /tmp/marker"
-        ),
-    );
-}
-
 /// The pid of the destination QEMU of a migration into `remote_root`, once it runs.
 fn destination_qemu(remote_root: &Path, within: Duration) -> Option<u32> {
     let end = Instant::now() + within;
@@ -336,55 +275,6 @@ fn a_guest_migrates_to_another_machine_under_ping_and_tcp() {
         "migration to m1: {:.0} s in all",
         started.elapsed().as_secs_f64()
     );
-}
-
-/// From a namespace whose only way to the guests' network is a default
-/// route to somewhere else (as on a host whose guests are only on
-/// vhost-user ports), `vnio vm wait-agent` finds guest A's agent through
-/// its command channel at once, and says so, instead of asking whatever
-/// answers through that route.
-fn agent_without_a_route(kit: &Kit, a: &VmDir, a_ip: &str, n: u8) {
-    struct Ns(String);
-    impl Drop for Ns {
-        fn drop(&mut self) {
-            let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
-        }
-    }
-    let ns = Ns(format!("vnio-vmf{n}"));
-    let (x, y) = (format!("vmf{n}"), format!("vmg{n}"));
-    let _ = Command::new("ip").args(["netns", "del", &ns.0]).output();
-    for cmd in [
-        format!("netns add {}", ns.0),
-        format!("-n {} link add {x} type veth peer name {y}", ns.0),
-        format!("-n {} link set {x} up", ns.0),
-        format!("-n {} link set {y} up", ns.0),
-        format!("-n {} addr add 192.0.2.1/24 dev {x}", ns.0),
-        format!("-n {} route add default via 192.0.2.254", ns.0),
-    ] {
-        let out = Command::new("ip").args(cmd.split(' ')).output().unwrap();
-        assert!(out.status.success(), "ip {cmd}: {}", text(&out.stderr));
-    }
-    let t = Instant::now();
-    let out = Command::new("ip")
-        .args(["netns", "exec", &ns.0, VNIO, "vm", "--state-dir"])
-        .arg(&kit.root.0)
-        .args(["wait-agent", &a.name(), "--timeout", "60s"])
-        .output()
-        .unwrap();
-    let said = text(&out.stdout);
-    println!(
-        "wait-agent without a route, {:?}: {}",
-        t.elapsed(),
-        said.trim()
-    );
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    assert!(said.contains(&format!("agent {a_ip}:")), "{said}");
-    assert!(
-        said.contains("reached through the guest's command channel (this host's route to")
-            && said.contains("leads via 192.0.2.254 on vmf"),
-        "{said}"
-    );
-    assert!(t.elapsed() < Duration::from_secs(30), "{:?}", t.elapsed());
 }
 
 fn to_m1(kit: Kit) {
