@@ -425,6 +425,53 @@ fn to_m1(kit: Kit) {
     assert!(err.contains("m1: probing"), "{err}");
     assert!(alive(old_pid));
 
+    // Certificates of another CA, on either end: the handshake fails, in
+    // one line; the guest runs on here, nothing is left on m1. First m1
+    // shows a server certificate this host's CA did not sign; then this
+    // host (trusting both CAs) shows a client certificate m1's CA did not
+    // sign: m1 checks the source too (verify-peer).
+    let other = m1.join("tls-other");
+    let mixed = m1.join("tls-mixed");
+    let init = Command::new(VNIO)
+        .args(["vm", "tls", "init"])
+        .arg(&other)
+        .args(["--host", "m1", "--host", M1])
+        .output()
+        .unwrap();
+    assert!(init.status.success(), "{}", text(&init.stderr));
+    std::fs::create_dir(&mixed).unwrap();
+    let both = [p.tls.join("ca-cert.pem"), other.join("ca-cert.pem")]
+        .iter()
+        .map(|f| std::fs::read_to_string(f).unwrap())
+        .collect::<String>();
+    std::fs::write(mixed.join("ca-cert.pem"), both).unwrap();
+    for f in ["client-cert.pem", "client-key.pem"] {
+        std::fs::copy(other.join(f), mixed.join(f)).unwrap();
+    }
+    for (here, there, what) in [
+        (&p.tls, &other, "m1's certificate of another CA"),
+        (&mixed, &p.tls, "a client certificate of another CA"),
+    ] {
+        let mut cmd = migrate_cmd(&kit.root.0, &name, &remote_root, &m1_control);
+        cmd.arg("--tls-dir")
+            .arg(here)
+            .arg("--remote-tls-dir")
+            .arg(there);
+        let t = Instant::now();
+        let out = finished(cmd);
+        let err = text(&out.stderr);
+        println!("{what}: refused in {:?}: {}", t.elapsed(), err.trim());
+        assert!(!out.status.success(), "{what}: {}", text(&out.stdout));
+        assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+        assert!(err.contains("m1"), "names the host: {err}");
+        assert!(!err.contains("object-add"), "the credentials loaded: {err}");
+        assert!(alive(old_pid), "the guest runs on here");
+        assert_eq!(State::load(&b).unwrap().pid, Some(old_pid));
+        assert!(!remote_root.join(&name).exists(), "no state left on m1");
+        assert_eq!(ports(&m1_control), ["vx"], "no port left on m1");
+    }
+    run(&a, &format!("ping -c 2 -W 5 {b_ip}"));
+
     // The destination QEMU dies mid-way: refused in one line, the guest
     // runs on here, nothing is left on m1. m1 gets its own image cache
     // (this file system is shared, so the same paths would do): the image

@@ -232,8 +232,25 @@ impl Session {
 
     /// An error naming HOST and the far side's last line of error output.
     fn failed(&mut self, what: &str) -> Error {
-        // The far side's error line arrives as the session ends.
-        let deadline = Instant::now() + Duration::from_secs(5);
+        match self.far_line(Duration::from_secs(5)) {
+            Some(l) => Error::Guest(format!("{}: {l}", self.dest)),
+            None => Error::Guest(format!("{}: the destination {what}", self.dest)),
+        }
+    }
+
+    /// An error this host's QEMU saw (`local`), with the far side's last
+    /// line of error output if it wrote one.
+    fn failed_here(&mut self, local: &str) -> Error {
+        match self.far_line(Duration::from_secs(2)) {
+            Some(l) => Error::Guest(format!("{}: {l} (here: {local})", self.dest)),
+            None => Error::Guest(format!("{}: {local} (seen by this host's QEMU)", self.dest)),
+        }
+    }
+
+    /// The far side's last line of error output, waiting up to `limit`
+    /// for it (it arrives as the session ends).
+    fn far_line(&mut self, limit: Duration) -> Option<String> {
+        let deadline = Instant::now() + limit;
         while self.child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
             if !self.stderr.lock().map(|s| s.is_empty()).unwrap_or(true) {
                 break;
@@ -242,14 +259,8 @@ impl Session {
         }
         std::thread::sleep(Duration::from_millis(50));
         let err = self.stderr.lock().map(|s| s.clone()).unwrap_or_default();
-        match err.lines().rev().find(|l| !l.trim().is_empty()) {
-            Some(l) => {
-                let l = l.trim();
-                let l = l.strip_prefix("vnio: error: ").unwrap_or(l);
-                Error::Guest(format!("{}: {l}", self.dest))
-            }
-            None => Error::Guest(format!("{}: the destination {what}", self.dest)),
-        }
+        let l = err.lines().rev().find(|l| !l.trim().is_empty())?.trim();
+        Some(l.strip_prefix("vnio: error: ").unwrap_or(l).to_string())
     }
 
     /// Whether the far side reported its own failure (`vnio: error: ...`
@@ -435,11 +446,17 @@ fn switch_over(
         other => return Err(session.failed(&format!("said {:?} before ready", other.render()))),
     };
     let mut src = Qmp::connect(&dir.qmp())?;
-    let sent = (|| {
-        if let Some(t) = tls_dir {
-            // The destination's certificate must name the address sent to.
-            tls::enable(&mut src, t, End::Client, Some(&addr.to_string()))?;
+    if let Some(t) = tls_dir {
+        // The destination's certificate must name the address sent to.
+        if let Err(e) = tls::enable(&mut src, t, End::Client, Some(&addr.to_string())) {
+            tls::disable(&mut src);
+            return Err(Error::Invalid(format!(
+                "this host's QEMU refused the TLS credentials in {}: {e}",
+                t.display()
+            )));
         }
+    }
+    let sent = (|| {
         src.execute(
             "migrate",
             Some(json!({ "uri": send_uri(addr, ready.port) })),
@@ -453,7 +470,7 @@ fn switch_over(
             if tls_dir.is_some() {
                 tls::disable(&mut src);
             }
-            return Err(session.failed(&e.to_string()));
+            return Err(session.failed_here(&e.to_string()));
         }
     };
     let e = match session.next(DONE_TIMEOUT, "done line") {
