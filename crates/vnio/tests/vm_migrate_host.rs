@@ -15,9 +15,12 @@
 //! Before that, each refused in one line, the guest running on here and
 //! nothing left on m1: a migration without certificates (and without
 //! `--insecure`), into a helper directory others can write, to an m1 whose
-//! switch control socket is missing, to an unreachable m1, and one whose
-//! destination QEMU is killed while the guest's memory arrives; a binary
-//! planted under the copy's name is replaced, never run.
+//! switch control socket is missing, to an unreachable m1, with
+//! certificates of another CA on either end, and one whose destination
+//! QEMU is killed while the guest's memory arrives; a binary planted under
+//! the copy's name is replaced, never run. `vnio vm wait-agent` from a
+//! namespace with no route of its own to the guests uses the command
+//! channel at once.
 //!
 //! Needs root, sshd and ssh, tcpdump, QEMU and the guests' static vnio
 //! (else one `skip:` line).
