@@ -105,3 +105,43 @@ fn bad_machines_fail_in_one_line() {
         assert!(!e.contains('\n'), "one line: {e}");
     }
 }
+
+#[test]
+fn ssh_options_that_run_commands_need_a_trusted_scenario() {
+    use vnio_lab::machine::spec::{check_trust, needs_trust};
+    let parse = |opts: &str| {
+        let text = ACROSS.replace(
+            "ssh_options = [\"Port=2222\"]",
+            &format!("ssh_options = [{opts}]"),
+        );
+        let LabFile::Scenario(s) = scenario::parse("test.toml", &text).unwrap() else {
+            panic!("a set")
+        };
+        *s
+    };
+    assert_eq!(needs_trust(&parse("\"Port=2222\", \"User=root\"")), None);
+    for o in [
+        "ProxyCommand=nc %h %p",
+        "proxycommand=touch /tmp/x",
+        "LocalCommand=id",
+        "PermitLocalCommand=yes",
+        "KnownHostsCommand=/bin/true",
+        "ProxyJump=jump",
+        "Match=exec true",
+        "Include=/tmp/cfg",
+        "PKCS11Provider=/tmp/lib.so",
+        "RemoteForward=9999 /run/vnio/control.sock",
+        "ForwardAgent=yes",
+    ] {
+        let s = parse(&format!("\"Port=2222\", {o:?}"));
+        assert_eq!(needs_trust(&s), Some(("m1".into(), o.into())));
+        let e = check_trust("test.toml", &s, false).unwrap_err();
+        assert_eq!(e.lines().count(), 1);
+        assert!(
+            e.starts_with(&format!("test.toml: machine `m1`: ssh_options {o:?}")),
+            "{e}"
+        );
+        assert!(e.contains("--trust-scenario"), "{e}");
+        assert_eq!(check_trust("test.toml", &s, true), Ok(()));
+    }
+}

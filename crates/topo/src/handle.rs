@@ -21,6 +21,8 @@ pub(crate) enum Place {
     /// A namespace by its file (e.g. a CNI runtime's `CNI_NETNS`, or
     /// /proc/PID/ns/net).
     File(std::path::PathBuf),
+    /// The namespace of the thread that opened the handle.
+    Here,
 }
 
 impl Place {
@@ -29,6 +31,7 @@ impl Place {
             Place::Root => File::open("/proc/self/ns/net").map(OwnedFd::from),
             Place::Named(name) => netns::open_named(name),
             Place::File(path) => File::open(path).map(OwnedFd::from),
+            Place::Here => File::open("/proc/thread-self/ns/net").map(OwnedFd::from),
         }
     }
 }
@@ -39,6 +42,7 @@ impl fmt::Display for Place {
             Place::Root => f.write_str("root netns"),
             Place::Named(name) => write!(f, "netns {name}"),
             Place::File(path) => write!(f, "netns {}", path.display()),
+            Place::Here => f.write_str("this thread's netns"),
         }
     }
 }
@@ -75,6 +79,19 @@ impl Handle {
         let mut handle = Handle::open(Place::Root)?;
         handle.journal = Some(journal.clone());
         Ok(handle)
+    }
+
+    /// A handle in the calling thread's namespace (which may not be the
+    /// process's: see `Netns::run`), for looking, not journaling.
+    pub fn here() -> Result<Handle> {
+        let place = Place::Here;
+        let rtnl = Rtnl::open(None)
+            .map_err(|e| Error::os(format!("opening netlink socket in {place}"), e))?;
+        Ok(Handle {
+            rtnl,
+            place,
+            journal: None,
+        })
     }
 
     /// A handle inside `netns`.

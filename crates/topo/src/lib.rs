@@ -79,7 +79,7 @@ pub use netns::{exists as netns_exists, Netns, NETNS_RUN_DIR};
 pub use owner::Owner;
 pub use pair::{Host, Pair, PAIR_PREFIX};
 pub use process::Process;
-pub use route::RouteState;
+pub use route::{RouteState, RouteTo};
 pub use shield::{Shield, CPUSET_ROOT};
 pub use tc::{Netem, QdiscState, RateLimit};
 

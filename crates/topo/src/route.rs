@@ -23,7 +23,71 @@ pub struct RouteState {
     pub oif: Option<u32>,
 }
 
+/// The route the kernel picks for one address (`ip route get ADDR`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouteTo {
+    /// The address is one of this namespace's own (a `local` route).
+    pub local: bool,
+    /// The next hop, if the address is not on the link.
+    pub via: Option<IpAddr>,
+    /// The outgoing interface's name.
+    pub dev: Option<String>,
+}
+
 impl Handle {
+    /// The route the kernel would use to reach `addr`; an error when it has
+    /// none (e.g. "Network is unreachable").
+    pub fn route_to(&mut self, addr: IpAddr) -> Result<RouteTo> {
+        let mut message = RouteMessage::default();
+        message.header.address_family = if addr.is_ipv4() {
+            AddressFamily::Inet
+        } else {
+            AddressFamily::Inet6
+        };
+        message.header.destination_prefix_length = if addr.is_ipv4() { 32 } else { 128 };
+        message
+            .attributes
+            .push(RouteAttribute::Destination(RouteAddress::from(addr)));
+        let replies = self
+            .rtnl
+            .request(RouteNetlinkMessage::GetRoute(message), 0)
+            .map_err(|e| {
+                Error::os(
+                    format!("looking up the route to {addr} in {}", self.place),
+                    e,
+                )
+            })?;
+        let reply = replies
+            .into_iter()
+            .find_map(|r| match r {
+                RouteNetlinkMessage::NewRoute(m) => Some(m),
+                _ => None,
+            })
+            .ok_or_else(|| {
+                Error::os(
+                    format!("looking up the route to {addr} in {}", self.place),
+                    std::io::Error::other("the kernel sent no route"),
+                )
+            })?;
+        let mut out = RouteTo {
+            local: reply.header.kind == RouteType::Local,
+            via: None,
+            dev: None,
+        };
+        for a in &reply.attributes {
+            match a {
+                RouteAttribute::Gateway(g) => out.via = ip_of(g),
+                RouteAttribute::Oif(i) => {
+                    out.dev = nix::net::if_::if_indextoname(*i)
+                        .ok()
+                        .map(|n| n.to_string_lossy().into_owned());
+                }
+                _ => {}
+            }
+        }
+        Ok(out)
+    }
+
     fn route_message(
         &mut self,
         dest: Cidr,

@@ -1,4 +1,4 @@
-//! OpenSSH command lines for one machine: `ssh` and `scp` as installed,
+//! OpenSSH command lines for one machine: `ssh` as installed (files travel on its input),
 //! the user's keys and SSH configuration, never prompting (`BatchMode`),
 //! one connection master per machine (`ControlMaster`/`ControlPersist`: a
 //! run's many commands pay the handshake once), and timeouts so a dead
@@ -50,7 +50,7 @@ impl Ssh {
         }
     }
 
-    /// Options common to `ssh` and `scp`. The caller's come first: for
+    /// Options of every `ssh` command. The caller's come first: for
     /// each option OpenSSH keeps the first value it is given.
     fn options(&self, cmd: &mut Command) {
         if let Some(f) = &self.config {
@@ -95,26 +95,43 @@ impl Ssh {
         checked(out, &self.dest, what)
     }
 
-    /// Copy local `from` to `to` on the machine.
+    /// Copy local `from` to `to` on the machine, readable by its owner
+    /// only. The file travels on `ssh`'s input into `cat`, and `to` is
+    /// quoted for the remote shell ([`quote`]): unlike `scp HOST:PATH`,
+    /// no remote path is ever read by a shell as anything but one word.
     pub fn copy(&self, from: &Path, to: &str) -> Result<(), String> {
-        let mut cmd = Command::new("scp");
-        cmd.arg("-q");
-        self.options(&mut cmd);
-        cmd.arg(from).arg(format!("{}:{to}", self.dest));
+        let file =
+            std::fs::File::open(from).map_err(|e| format!("reading {}: {e}", from.display()))?;
+        let mut cmd = self.command(&format!("umask 077 && cat > {}", quote(to)));
         let out = cmd
-            .stdin(Stdio::null())
+            .stdin(file)
             .output()
-            .map_err(|e| format!("{}: running scp: {e}", self.dest))?;
+            .map_err(|e| format!("{}: running ssh: {e}", self.dest))?;
         checked(out, &self.dest, &format!("copying {}", from.display())).map(|_| ())
     }
 
     /// Copy `from` to `to` there so that `to` appears whole or not at all:
     /// to `TO.part` first, then renamed (a half-copied file is never run).
+    /// The copy keeps the owner's permission bits of `from` (an
+    /// executable stays one) and gives none to group or others.
     pub fn install(&self, from: &Path, to: &str, what: &str) -> Result<(), String> {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(from)
+            .map_err(|e| format!("reading {}: {e}", from.display()))?
+            .permissions()
+            .mode()
+            & 0o700;
         let part = format!("{to}.part");
         self.copy(from, &part)?;
-        self.run(&format!("mv {} {}", quote(&part), quote(to)), what)
-            .map(|_| ())
+        self.run(
+            &format!(
+                "chmod {mode:o} {p} && mv -f {p} {t}",
+                p = quote(&part),
+                t = quote(to)
+            ),
+            what,
+        )
+        .map(|_| ())
     }
 
     /// End the connection master, if one runs.
@@ -144,9 +161,21 @@ fn checked(out: Output, dest: &str, what: &str) -> Result<String, String> {
     Err(format!("{dest}: {what}: {} ({})", last.trim(), out.status))
 }
 
-/// `word` quoted for a POSIX shell.
+/// `word` quoted for a POSIX shell: one word whatever it holds (spaces,
+/// quotes, `$`, `;`, newlines), since nothing inside single quotes is
+/// special and a single quote is closed, escaped and reopened.
 pub fn quote(word: &str) -> String {
     format!("'{}'", word.replace('\'', r"'\''"))
+}
+
+/// A new directory for connection masters' sockets, made by `mkdtemp(3)`
+/// under the system's temporary directory: a fresh name with random
+/// characters, created mode 0700 by this call or not at all (a directory
+/// someone made beforehand under a predictable name is never used).
+pub fn control_dir(prefix: &str) -> Result<PathBuf, String> {
+    let template = std::env::temp_dir().join(format!("{prefix}XXXXXX"));
+    nix::unistd::mkdtemp(&template)
+        .map_err(|e| format!("creating a directory {}: {e}", template.display()))
 }
 
 #[cfg(test)]
@@ -157,6 +186,58 @@ mod tests {
     fn quoting_survives_quotes() {
         assert_eq!(quote("a b"), "'a b'");
         assert_eq!(quote("it's"), r"'it'\''s'");
+    }
+
+    /// Each word, quoted, reaches a real shell's `printf` as one argument,
+    /// unchanged, and runs nothing (the `;`/`$(...)` would create a file).
+    #[test]
+    fn quoted_words_reach_the_shell_whole() {
+        let dir = control_dir("vnio-quote-test-").unwrap();
+        let canary = dir.join("ran");
+        let c = canary.display();
+        let words = [
+            "plain".to_owned(),
+            "/var/lib/vnio bin/with space".to_owned(),
+            "it's \"quoted\"".to_owned(),
+            "$HOME and ${PATH} and `id`".to_owned(),
+            format!("x; touch {c}"),
+            format!("$(touch {c})"),
+            format!("'; touch {c}; echo '"),
+            "new\nline\tand \\ backslash".to_owned(),
+            String::new(),
+        ];
+        for w in &words {
+            let out = Command::new("sh")
+                .arg("-c")
+                .arg(format!("printf '%s|' {}", quote(w)))
+                .output()
+                .unwrap();
+            assert!(out.status.success());
+            assert_eq!(String::from_utf8_lossy(&out.stdout), format!("{w}|"));
+        }
+        assert!(!canary.exists(), "a quoted word ran a command");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn control_dirs_are_fresh_and_private() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let a = control_dir("vnio-ctl-test-").unwrap();
+        let b = control_dir("vnio-ctl-test-").unwrap();
+        assert_ne!(a, b);
+        for d in [&a, &b] {
+            let m = std::fs::metadata(d).unwrap();
+            assert_eq!(m.permissions().mode() & 0o7777, 0o700, "{}", d.display());
+            assert_eq!(m.uid(), nix::unistd::geteuid().as_raw());
+            assert!(std::fs::read_dir(d).unwrap().next().is_none(), "empty");
+            let name = d.file_name().unwrap().to_string_lossy().into_owned();
+            assert!(
+                name.starts_with("vnio-ctl-test-") && name.len() == 20,
+                "{name}"
+            );
+        }
+        std::fs::remove_dir_all(&a).unwrap();
+        std::fs::remove_dir_all(&b).unwrap();
     }
 
     #[test]

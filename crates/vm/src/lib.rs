@@ -46,6 +46,7 @@ pub mod modules;
 pub mod passthrough;
 pub mod plan;
 pub mod qmp;
+pub mod reach;
 pub mod spec;
 pub mod state;
 pub mod switchport;

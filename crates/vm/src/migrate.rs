@@ -38,11 +38,14 @@ use crate::spec::Backend;
 use crate::state::{self, Owned, Phase, State, VmDir};
 use crate::switchport;
 
+pub mod certs;
 mod destination;
+pub mod helper;
 pub mod incoming;
 pub mod remote_image;
 #[cfg(test)]
 mod remote_tests;
+pub mod tls;
 pub mod to_host;
 
 /// How long the whole migration may take before it is cancelled.

@@ -1,6 +1,6 @@
 //! `vnio lab` across machines, end to end through the real SSH path: the
 //! machine is a network namespace running its own sshd (scripts/lab-machines),
-//! reached with the system's `ssh` and `scp`. A two-machine run of the shipped
+//! reached with the system's `ssh`. A two-machine run of the shipped
 //! `across-machines` scenario (plain wire, VXLAN overlay, poll-mode endpoints
 //! on the overlay) stores and reports like a local run and leaves nothing on
 //! either machine; a SIGKILLed run leaves its parts on both, and `vnio lab
@@ -273,5 +273,70 @@ fn a_run_across_machines_stores_reports_and_leaves_nothing_also_when_killed() {
     assert!(stdout.contains("removed machine m1"), "{stdout}");
     let left = settled_leftovers(pid, &journal);
     assert!(left.is_empty(), "after clean: {left:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A scenario is code: its `ssh_options` that run commands are refused in
+/// one line naming the option unless the run says `--trust-scenario`, and
+/// then they run (a ProxyCommand that leaves a mark, then fails).
+#[test]
+fn ssh_options_that_run_commands_need_trust() {
+    if !ready_or_skip() {
+        return;
+    }
+    let dir = temp("trust");
+    let mark = dir.join("proxy-command-ran");
+    let text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios/across-machines.toml"),
+    )
+    .unwrap()
+    .replace(
+        "ssh_config = \"/run/vnio/machines/ssh_config\"",
+        // No SSH configuration file: the ProxyCommand runs before any
+        // connection, so no machine needs to be up.
+        &format!(
+            "ssh_options = [\"Port=22\", \"proxycommand=touch {} && false\"]",
+            mark.display()
+        ),
+    );
+    assert!(text.contains("proxycommand="), "the machine entry moved");
+    let file = dir.join("planted.toml");
+    std::fs::write(&file, text).unwrap();
+    let run = |trust: bool| {
+        let mut c = lab(&dir.join("journal"));
+        c.arg("run").arg(&file);
+        c.args([
+            "--duration",
+            "300ms",
+            "--warmup",
+            "100ms",
+            "--iterations",
+            "1",
+        ]);
+        c.arg("--db").arg(dir.join("lab.db"));
+        if trust {
+            c.arg("--trust-scenario");
+        }
+        c.stdin(Stdio::null()).output().unwrap()
+    };
+    let out = run(false);
+    let err = String::from_utf8_lossy(&out.stderr);
+    println!("untrusted: {}", err.trim());
+    assert!(!out.status.success());
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    assert!(
+        err.contains("machine `m1`: ssh_options \"proxycommand=touch"),
+        "{err}"
+    );
+    assert!(err.contains("--trust-scenario"), "{err}");
+    assert!(!mark.exists(), "the ProxyCommand ran");
+    // Trusted, it runs (the machine's points then fail: the proxy
+    // connects nothing).
+    let out = run(true);
+    assert!(
+        mark.exists(),
+        "--trust-scenario lets the ProxyCommand run: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

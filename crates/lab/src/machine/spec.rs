@@ -40,6 +40,65 @@ impl MachineSpec {
     }
 }
 
+/// `ssh -o` options a scenario may carry only when the run trusts it
+/// (`vnio lab run --trust-scenario`), since `vnio lab run` runs as root:
+/// - they run a command on this machine through the shell: ProxyCommand,
+///   ProxyJump (OpenSSH turns it into a proxy command line),
+///   LocalCommand/PermitLocalCommand, KnownHostsCommand, Match (`exec`),
+///   Include (a file that may hold any of these);
+/// - they load code into ssh: PKCS11Provider, SecurityKeyProvider;
+/// - they replace the command run there: RemoteCommand;
+/// - they open a path between the machines beyond the session, or hand the
+///   machine this one's credentials: LocalForward, RemoteForward,
+///   DynamicForward, Tunnel, TunnelDevice, ForwardAgent, ForwardX11,
+///   ForwardX11Trusted.
+pub const TRUSTED_ONLY: &[&str] = &[
+    "ProxyCommand",
+    "ProxyJump",
+    "LocalCommand",
+    "PermitLocalCommand",
+    "KnownHostsCommand",
+    "Match",
+    "Include",
+    "PKCS11Provider",
+    "SecurityKeyProvider",
+    "RemoteCommand",
+    "LocalForward",
+    "RemoteForward",
+    "DynamicForward",
+    "Tunnel",
+    "TunnelDevice",
+    "ForwardAgent",
+    "ForwardX11",
+    "ForwardX11Trusted",
+];
+
+/// The first of `s`'s machines' `ssh_options` that needs a trusted
+/// scenario ([`TRUSTED_ONLY`], keys compared as OpenSSH does, ignoring
+/// case): `(machine, option)`.
+pub fn needs_trust(s: &Scenario) -> Option<(String, String)> {
+    s.machines.iter().find_map(|m| {
+        m.ssh_options.iter().find_map(|o| {
+            let key = o.split_once('=').map_or(o.as_str(), |(k, _)| k).trim();
+            TRUSTED_ONLY
+                .iter()
+                .any(|t| t.eq_ignore_ascii_case(key))
+                .then(|| (m.name.clone(), o.clone()))
+        })
+    })
+}
+
+/// Refuses, in one line naming the option, a scenario whose machines'
+/// `ssh_options` need trust when the run does not give it.
+pub fn check_trust(name: &str, s: &Scenario, trusted: bool) -> Result<(), String> {
+    match needs_trust(s) {
+        Some((machine, option)) if !trusted => Err(format!(
+            "{name}: machine `{machine}`: ssh_options {option:?} runs commands or opens paths as root on this machine; a scenario file is code: run it with --trust-scenario only if you trust its author (docs/lab.md, \"Scenario files are code\")"
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// Check the machines and the hosts placed on them; `(field, message)`.
 pub fn check(
     s: &Scenario,

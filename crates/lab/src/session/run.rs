@@ -37,6 +37,9 @@ pub struct RunSettings {
     pub report: Option<PathBuf>,
     /// The crash journal.
     pub journal: vnio_topo::Journal,
+    /// The scenarios may carry `ssh_options` that run commands
+    /// (`--trust-scenario`; [`crate::machine::spec::TRUSTED_ONLY`]).
+    pub trust_scenario: bool,
 }
 
 /// How a run ended.
@@ -73,6 +76,10 @@ impl Lab {
     ) -> Result<Finished, LabError> {
         if !crate::is_root() {
             return Err(LabError::NotRoot);
+        }
+        for (src, s, _) in &prepared.runs {
+            crate::machine::spec::check_trust(&src.name, s, settings.trust_scenario)
+                .map_err(LabError::Plan)?;
         }
         for n in &prepared.notes {
             progress.note(n);

@@ -8,9 +8,11 @@
 //! socket), makes a port on this host's switch for each NIC (named and
 //! placed as the local migration names them, beside the control socket),
 //! starts QEMU with `-incoming defer` and its files in this host's state
-//! directory of the VM, has it listen with `migrate-incoming
-//! tcp:0.0.0.0:0` (QEMU picks the port; `query-migrate` tells it), and
-//! says [`Ready`]. Once the guest runs here it writes the VM's state (so
+//! directory of the VM, gives it the TLS credentials of
+//! [`Incoming::tls`] ([`super::tls`]; none with `--insecure`), has it
+//! listen with `migrate-incoming tcp:ADDR:0` on the one address the source
+//! sends to (QEMU picks the port; `query-migrate` tells it), and says
+//! [`Ready`]. Once the guest runs here it writes the VM's state (so
 //! `vnio vm list`, `exec` and `stop` work here) and says [`Done`].
 //!
 //! If anything fails, or its input ends before the guest runs (the source
@@ -35,9 +37,6 @@ use crate::qmp::Qmp;
 use crate::spec::Backend;
 use crate::state::{Owned, Phase, State, VmDir};
 
-/// Where the destination QEMU listens: every address, a port QEMU picks.
-pub const LISTEN_URI: &str = "tcp:0.0.0.0:0";
-
 /// What the destination host is told (one JSON line on its input).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Incoming {
@@ -56,6 +55,11 @@ pub struct Incoming {
     pub nics: Vec<IncomingNic>,
     /// The source's state, recorded here once the guest runs.
     pub state: State,
+    /// The address the source sends the stream to: QEMU listens on it only.
+    pub listen: IpAddr,
+    /// The TLS certificates' directory on this host; `None`: a plain-text
+    /// stream (`--insecure`).
+    pub tls: Option<PathBuf>,
 }
 
 /// A NIC to put on this host's switch.
@@ -130,6 +134,11 @@ impl Line {
             Line::Other(s) => s.clone(),
         }
     }
+}
+
+/// The URI the destination QEMU listens on: `addr`, a port QEMU picks.
+pub fn listen_uri(addr: IpAddr) -> String {
+    send_uri(addr, 0)
 }
 
 /// The URI the source's QEMU sends to: `tcp:ADDR:PORT` (IPv6 in brackets).
@@ -290,6 +299,9 @@ pub fn serve(
             )));
         }
     }
+    if let Some(t) = &d.tls {
+        super::tls::check_destination(t)?;
+    }
     if !d.control.exists() {
         return Err(Error::Missing(format!(
             "no switch control socket at {} on this host (is vnio's switch running here?)",
@@ -349,8 +361,14 @@ fn run(
     let with_log = |e: Error| with_qemu_log(e, &log_path);
     let child = made.child.as_mut().expect("spawned");
     let mut qmp = wait_qmp(&dir.qmp(), child, Duration::from_secs(60)).map_err(with_log)?;
-    qmp.execute("migrate-incoming", Some(json!({ "uri": LISTEN_URI })))
-        .map_err(with_log)?;
+    if let Some(t) = &d.tls {
+        super::tls::enable(&mut qmp, t, super::tls::End::Server, None).map_err(with_log)?;
+    }
+    qmp.execute(
+        "migrate-incoming",
+        Some(json!({ "uri": listen_uri(d.listen) })),
+    )
+    .map_err(with_log)?;
     let status = qmp.execute("query-migrate", None).map_err(with_log)?;
     let port = listening_port(&status).ok_or_else(|| {
         Error::Qmp(format!(

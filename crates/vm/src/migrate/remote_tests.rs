@@ -85,6 +85,8 @@ fn description(control: &Path) -> Incoming {
             launched_ns: 1,
             notes: Vec::new(),
         },
+        listen: "10.99.0.2".parse().unwrap(),
+        tls: None,
     }
 }
 
@@ -160,7 +162,9 @@ fn uris_and_the_listening_port() {
     let v6: IpAddr = "fd00::2".parse().unwrap();
     assert_eq!(incoming::send_uri(v4, 4444), "tcp:10.99.0.2:4444");
     assert_eq!(incoming::send_uri(v6, 4444), "tcp:[fd00::2]:4444");
-    assert_eq!(incoming::LISTEN_URI, "tcp:0.0.0.0:0");
+    // The destination listens on the address the source sends to only.
+    assert_eq!(incoming::listen_uri(v4), "tcp:10.99.0.2:0");
+    assert_eq!(incoming::listen_uri(v6), "tcp:[fd00::2]:0");
     // QEMU 7.2's answer while listening (the port is a string).
     let q = json!({"socket-address": [{"port": "36983", "ipv4": true, "host": "0.0.0.0", "type": "inet"}]});
     assert_eq!(incoming::listening_port(&q), Some(36983));
@@ -214,29 +218,33 @@ fn ready_and_done_lines_round_trip() {
 }
 
 #[test]
-fn the_probe_reads_the_server_address_and_the_binary() {
-    let out = "10.99.0.1 52144 10.99.0.2 22\nx86_64\n1234 5678\nno-copy\n";
-    let p = parse_probe(out, "1234 5678").unwrap();
+fn the_probe_reads_the_server_address_and_the_helpers_directory() {
+    let out = "10.99.0.1 52144 10.99.0.2 22\nx86_64\n0\n0 700 directory\n0 755 directory\nnone\n";
+    let p = parse_probe(out).unwrap();
     assert_eq!(p.addr, "10.99.0.2".parse::<IpAddr>().unwrap());
     assert_eq!(p.arch, "x86_64");
-    assert!(p.same_path && !p.copy);
-    let p = parse_probe("a 1 fd00::2 22\nx86_64\nnone\ncopy\n", "1234 5678").unwrap();
-    assert!(!p.same_path && p.copy);
+    assert_eq!(p.survey.chain.len(), 2);
+    assert_eq!(p.survey.file, None);
+    let p = parse_probe("a 1 fd00::2 22\nx86_64\n0\nmissing\n").unwrap();
     assert_eq!(p.addr, "fd00::2".parse::<IpAddr>().unwrap());
-    assert!(parse_probe("\nx86_64\nnone\ncopy\n", "1 2")
+    assert!(p.survey.chain.is_empty());
+    assert!(parse_probe("\nx86_64\n0\nnone\n")
         .unwrap_err()
         .contains("SSH_CONNECTION"));
-    assert!(parse_probe("x", "1 2").is_err());
-    let script = probe_script(Path::new("/opt/it's/vnio"), "/var/tmp/vnio-bin/ab/vnio");
-    assert!(script.contains(r"'/opt/it'\''s/vnio'"), "{script}");
-    assert_eq!(
-        incoming_script("/v/vnio", Some(Path::new("/tmp/r d"))),
-        "exec '/v/vnio' vm --state-dir '/tmp/r d' incoming"
+    assert!(parse_probe("x").is_err());
+    let script = probe_script("/opt/it's/bin", "/opt/it's/bin/vnio-ab");
+    assert!(script.contains(r"'/opt/it'\''s/bin'"), "{script}");
+    let hash = "ab".repeat(32);
+    let run = incoming_script("/v/vnio-x", &hash, Some(Path::new("/tmp/r d")));
+    assert!(
+        run.ends_with("exec '/v/vnio-x' vm --state-dir '/tmp/r d' incoming"),
+        "{run}"
     );
-    assert_eq!(
-        incoming_script("/v/vnio", None),
-        "exec '/v/vnio' vm incoming"
+    assert!(
+        run.contains(&format!("[ \"$h\" = {hash} ]")),
+        "hashed first: {run}"
     );
+    assert!(incoming_script("/v/vnio-x", &hash, None).ends_with("exec '/v/vnio-x' vm incoming"));
 }
 
 /// A private directory, removed on drop.
@@ -282,6 +290,19 @@ fn the_destination_refuses_what_it_cannot_run_and_leaves_nothing() {
         std::fs::write(&p, b"x").unwrap();
         d.argv[2 + 2 * i] = p.display().to_string();
     }
+    // TLS, and this host has no server certificate: refused, with the fix.
+    d.tls = Some(t.0.join("tls"));
+    std::fs::create_dir_all(t.0.join("tls")).unwrap();
+    std::fs::write(t.0.join("tls/ca-cert.pem"), b"x").unwrap();
+    let e = serve(&root, &d);
+    assert!(
+        e.starts_with("no TLS certificates for the migration stream here: "),
+        "{e}"
+    );
+    assert!(e.contains("server-cert.pem, server-key.pem"), "{e}");
+    assert!(e.contains("vnio vm tls init"), "{e}");
+    assert!(!root.exists(), "nothing made");
+    d.tls = None;
     let e = serve(&root, &d);
     assert!(e.starts_with("no switch control socket at "), "{e}");
     assert!(!root.exists(), "nothing made");

@@ -4,16 +4,20 @@
 //! (`vnio_topo::ssh`: the user's keys and configuration, no prompts) and
 //! a TCP transport.
 //!
+//! 0. Unless `--insecure`, check that this host has the TLS client
+//!    certificates ([`super::tls`]): refused before anything else if not.
 //! 1. Probe HOST over SSH: the address it is reached at (the server
 //!    address of `$SSH_CONNECTION`, so SSH aliases work), its
-//!    architecture, and whether it has this `vnio` (the same path with the
-//!    same size and modification time, as on a shared file system, or a
-//!    copy under [`REMOTE_BIN`]); copy it there if not.
-//! 2. Start `vnio vm incoming` there and send it the [`Incoming`]
-//!    description; it answers `ready` with its QEMU's listening port.
-//! 3. QMP `migrate tcp:ADDR:PORT` here, `query-migrate` until it
-//!    completes, then wait for `done` (the guest runs there and its state
-//!    is saved).
+//!    architecture, and its directory for vnio's copy with the copy there
+//!    ([`super::helper`]: a private directory, the copy named and checked
+//!    by this `vnio`'s SHA-256); copy it there unless it is there already.
+//! 2. Start `vnio vm incoming` there (the copy, hashed once more just
+//!    before it runs) and send it the [`Incoming`] description; it answers
+//!    `ready` with its QEMU's listening port (on ADDR only, TLS unless
+//!    `--insecure`).
+//! 3. QMP `migrate tcp:ADDR:PORT` here (with the TLS client credentials),
+//!    `query-migrate` until it completes, then wait for `done` (the guest
+//!    runs there and its state is saved).
 //! 4. Retire the source as the local migration does: its switch ports
 //!    removed, QEMU quit, and its state directory removed (the VM lives on
 //!    HOST now).
@@ -26,7 +30,6 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::IpAddr;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Stdio};
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
@@ -34,18 +37,16 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
 use vnio_topo::ssh::{quote, Ssh};
 
+use super::helper::{self, Survey, Verdict};
 use super::incoming::{send_uri, Done, Incoming, IncomingNic, Line, Ready};
+use super::tls::{self, End};
 use super::{del_port, running_pid, source_argv, switch_nics, wait_gone, wait_migrated, Migration};
 use crate::error::{Context, Error, Result};
 use crate::qmp::Qmp;
 use crate::state::{Owned, State, VmDir};
 
-/// Where copies of `vnio` go on a host that has none (one per build,
-/// kept for the next migration).
-pub const REMOTE_BIN: &str = "/var/tmp/vnio-bin";
 /// How long the destination may take to listen (QEMU's start included).
 const READY_TIMEOUT: Duration = Duration::from_secs(120);
 /// How long the destination may take to save the state once the guest ran.
@@ -57,7 +58,7 @@ pub enum Where {
     /// A new QEMU on this host.
     Local,
     /// A QEMU on another machine.
-    Host(Target),
+    Host(Box<Target>),
 }
 
 /// Another machine, reached with `ssh`.
@@ -76,6 +77,24 @@ pub struct Target {
     /// Its image cache, where the guest's image is copied if missing
     /// ([`super::remote_image`]) [default: the image at the same paths].
     pub cache: Option<PathBuf>,
+    /// The directory for vnio's copy there [default: [`helper::BIN_DIR`]].
+    pub bin_dir: Option<PathBuf>,
+    /// How the stream travels.
+    pub transport: Transport,
+}
+
+/// How the migration stream travels.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Transport {
+    /// TLS with the certificates in `dir` here and `remote_dir` on HOST.
+    Tls {
+        /// This host's directory (client certificate).
+        dir: PathBuf,
+        /// HOST's directory (server certificate).
+        remote_dir: PathBuf,
+    },
+    /// Plain TCP, unauthenticated (`--insecure`).
+    Insecure,
 }
 
 /// Live-migrates VM `name` under `root` to `to`.
@@ -93,68 +112,43 @@ pub struct Probe {
     pub addr: IpAddr,
     /// Its architecture (`uname -m`).
     pub arch: String,
-    /// It has this `vnio` at the same path.
-    pub same_path: bool,
-    /// It has the copy under [`REMOTE_BIN`].
-    pub copy: bool,
+    /// Its directory for vnio's copy, and the copy.
+    pub survey: Survey,
 }
 
-/// The probe's shell script: `$SSH_CONNECTION`, `uname -m`, the size and
-/// modification time of `exe` there, whether `copy` is there.
-pub fn probe_script(exe: &Path, copy: &str) -> String {
-    let e = quote(&exe.display().to_string());
+/// The probe's shell script: `$SSH_CONNECTION`, `uname -m`, then the
+/// survey of `dir` and the copy `file` there ([`helper::survey_script`]).
+pub fn probe_script(dir: &str, file: &str) -> String {
     format!(
-        "echo $SSH_CONNECTION; uname -m; stat -L -c '%s %Y' {e} 2>/dev/null || echo none; test -x {} && echo copy || echo no-copy",
-        quote(copy)
+        "echo $SSH_CONNECTION; uname -m; {}",
+        helper::survey_script(dir, file)
     )
 }
 
-/// Reads the probe's answer; `identity` is this `vnio`'s "SIZE MTIME".
-pub fn parse_probe(out: &str, identity: &str) -> std::result::Result<Probe, String> {
-    let lines: Vec<&str> = out.lines().map(str::trim).collect();
-    if lines.len() < 4 {
+/// Reads the probe's answer.
+pub fn parse_probe(out: &str) -> std::result::Result<Probe, String> {
+    let mut lines = out.splitn(3, '\n');
+    let (Some(conn), Some(arch), Some(rest)) = (lines.next(), lines.next(), lines.next()) else {
         return Err(format!("unexpected answer to the probe: {out:?}"));
-    }
-    let addr = lines[0]
+    };
+    let addr = conn
         .split_whitespace()
         .nth(2)
         .and_then(|a| a.parse().ok())
-        .ok_or_else(|| {
-            format!(
-                "no $SSH_CONNECTION in the remote shell (got {:?})",
-                lines[0]
-            )
-        })?;
+        .ok_or_else(|| format!("no $SSH_CONNECTION in the remote shell (got {conn:?})"))?;
     Ok(Probe {
         addr,
-        arch: lines[1].to_string(),
-        same_path: lines[2] == identity,
-        copy: lines[3] == "copy",
+        arch: arch.trim().to_string(),
+        survey: helper::parse_survey(rest)?,
     })
 }
 
-/// This `vnio`'s identity ("SIZE MTIME") and the name of its copy under
-/// [`REMOTE_BIN`] (hashed from its path and identity).
-fn identity(exe: &Path) -> Result<(String, String)> {
-    let m = std::fs::metadata(exe).ctx(|| format!("reading {}", exe.display()))?;
-    let id = format!("{} {}", m.size(), m.mtime());
-    let mut h = Sha256::new();
-    h.update(exe.as_os_str().as_encoded_bytes());
-    h.update(id.as_bytes());
-    h.update(m.mtime_nsec().to_le_bytes());
-    let key: String = h.finalize()[..8]
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    Ok((id, format!("{REMOTE_BIN}/{key}/vnio")))
-}
-
-/// The command run on HOST.
-pub fn incoming_script(vnio: &str, state_dir: Option<&Path>) -> String {
+/// The command run on HOST: the copy `vnio` (if it still hashes to `hash`).
+pub fn incoming_script(vnio: &str, hash: &str, state_dir: Option<&Path>) -> String {
     let dir = state_dir
-        .map(|d| format!(" --state-dir {}", quote(&d.display().to_string())))
+        .map(|d| format!("--state-dir {} ", quote(&d.display().to_string())))
         .unwrap_or_default();
-    format!("exec {} vm{dir} incoming", quote(vnio))
+    helper::verified_exec(vnio, hash, &format!("vm {dir}incoming"))
 }
 
 /// The SSH session running `vnio vm incoming` on HOST.
@@ -238,8 +232,25 @@ impl Session {
 
     /// An error naming HOST and the far side's last line of error output.
     fn failed(&mut self, what: &str) -> Error {
-        // The far side's error line arrives as the session ends.
-        let deadline = Instant::now() + Duration::from_secs(5);
+        match self.far_line(Duration::from_secs(5)) {
+            Some(l) => Error::Guest(format!("{}: {l}", self.dest)),
+            None => Error::Guest(format!("{}: the destination {what}", self.dest)),
+        }
+    }
+
+    /// An error this host's QEMU saw (`local`), with the far side's last
+    /// line of error output if it wrote one.
+    fn failed_here(&mut self, local: &str) -> Error {
+        match self.far_line(Duration::from_secs(2)) {
+            Some(l) => Error::Guest(format!("{}: {l} (here: {local})", self.dest)),
+            None => Error::Guest(format!("{}: {local} (seen by this host's QEMU)", self.dest)),
+        }
+    }
+
+    /// The far side's last line of error output, waiting up to `limit`
+    /// for it (it arrives as the session ends).
+    fn far_line(&mut self, limit: Duration) -> Option<String> {
+        let deadline = Instant::now() + limit;
         while self.child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
             if !self.stderr.lock().map(|s| s.is_empty()).unwrap_or(true) {
                 break;
@@ -248,14 +259,8 @@ impl Session {
         }
         std::thread::sleep(Duration::from_millis(50));
         let err = self.stderr.lock().map(|s| s.clone()).unwrap_or_default();
-        match err.lines().rev().find(|l| !l.trim().is_empty()) {
-            Some(l) => {
-                let l = l.trim();
-                let l = l.strip_prefix("vnio: error: ").unwrap_or(l);
-                Error::Guest(format!("{}: {l}", self.dest))
-            }
-            None => Error::Guest(format!("{}: the destination {what}", self.dest)),
-        }
+        let l = err.lines().rev().find(|l| !l.trim().is_empty())?.trim();
+        Some(l.strip_prefix("vnio: error: ").unwrap_or(l).to_string())
     }
 
     /// Whether the far side reported its own failure (`vnio: error: ...`
@@ -314,9 +319,17 @@ fn to_host(root: &Path, name: &str, t: &Target) -> Result<Migration> {
             )))
         }
     };
-    // Outside the VM's directory, which goes before the master ends.
-    let control_dir = std::env::temp_dir().join(format!("vnio-migrate-{}", std::process::id()));
-    std::fs::create_dir_all(&control_dir).ctx(|| format!("creating {}", control_dir.display()))?;
+    let tls_dirs = match &t.transport {
+        Transport::Tls { dir, remote_dir } => {
+            tls::check_source(dir)?;
+            Some((dir.clone(), remote_dir.clone()))
+        }
+        Transport::Insecure => None,
+    };
+    // Outside the VM's directory, which goes before the master ends; a
+    // fresh private directory (mkdtemp), never one found in place.
+    let control_dir = vnio_topo::ssh::control_dir(&format!("vnio-migrate-{}-", std::process::id()))
+        .map_err(Error::Guest)?;
     let ssh = Control {
         ssh: Ssh::new(
             &t.dest,
@@ -327,10 +340,16 @@ fn to_host(root: &Path, name: &str, t: &Target) -> Result<Migration> {
     };
     let ssh = &ssh.ssh;
     let exe = std::env::current_exe().ctx(|| "finding this vnio".into())?;
-    let (id, copy) = identity(&exe)?;
+    let hash = helper::sha256_file(&exe)?;
+    let bin_dir = t
+        .bin_dir
+        .as_ref()
+        .map(|d| d.display().to_string())
+        .unwrap_or_else(|| helper::BIN_DIR.to_string());
+    let copy = helper::copy_path(&bin_dir, &hash);
     let probe = ssh
-        .run(&probe_script(&exe, &copy), "probing")
-        .and_then(|out| parse_probe(&out, &id).map_err(|e| format!("{}: {e}", t.dest)))
+        .run(&probe_script(&bin_dir, &copy), "probing")
+        .and_then(|out| parse_probe(&out).map_err(|e| format!("{}: {e}", t.dest)))
         .map_err(Error::Guest)?;
     if probe.arch != std::env::consts::ARCH {
         return Err(Error::Invalid(format!(
@@ -341,19 +360,13 @@ fn to_host(root: &Path, name: &str, t: &Target) -> Result<Migration> {
         )));
     }
     let mut copied = Vec::new();
-    let vnio = if probe.same_path {
-        exe.display().to_string()
-    } else {
-        if !probe.copy {
-            let d = quote(copy.trim_end_matches("/vnio"));
-            ssh.run(&format!("mkdir -p {d}"), "making the copy's directory")
-                .map_err(Error::Guest)?;
-            ssh.install(&exe, &copy, "installing vnio")
-                .map_err(Error::Guest)?;
-            copied.push(copy.clone());
-        }
-        copy
-    };
+    let verdict = helper::judge(&bin_dir, &probe.survey, &hash)
+        .map_err(|e| Error::Invalid(format!("{}: {e}", t.dest)))?;
+    if verdict == Verdict::Install {
+        ssh.install(&exe, &copy, "installing vnio")
+            .map_err(Error::Guest)?;
+        copied.push(copy.clone());
+    }
     let mut argv = source_argv(old_pid)?;
     if let Some(cache) = &t.cache {
         let (rebased, carried) = super::remote_image::carry(ssh, &argv, cache)?;
@@ -383,10 +396,14 @@ fn to_host(root: &Path, name: &str, t: &Target) -> Result<Migration> {
             })
             .collect(),
         state: st.clone(),
+        listen: probe.addr,
+        tls: tls_dirs.as_ref().map(|(_, remote)| remote.clone()),
     };
-    let script = incoming_script(&vnio, t.state_dir.as_deref());
+    let script = incoming_script(&copy, &hash, t.state_dir.as_deref());
     let mut session = Session::start(ssh, &script, &description)?;
-    let (ready, stats, mut src, done) = match switch_over(&mut session, &dir, probe.addr) {
+    let local_tls = tls_dirs.as_ref().map(|(here, _)| here.as_path());
+    let (ready, stats, mut src, done) = match switch_over(&mut session, &dir, probe.addr, local_tls)
+    {
         Ok(r) => r,
         Err(e) => {
             session.end();
@@ -422,18 +439,40 @@ fn switch_over(
     session: &mut Session,
     dir: &VmDir,
     addr: IpAddr,
+    tls_dir: Option<&Path>,
 ) -> Result<(Ready, Value, Qmp, Done)> {
     let ready = match session.next(READY_TIMEOUT, "ready line")? {
         Line::Ready(r) => r,
         other => return Err(session.failed(&format!("said {:?} before ready", other.render()))),
     };
     let mut src = Qmp::connect(&dir.qmp())?;
-    src.execute(
-        "migrate",
-        Some(json!({ "uri": send_uri(addr, ready.port) })),
-    )?;
-    let stats = wait_migrated(&mut src, super::MIGRATION_TIMEOUT)
-        .map_err(|e| session.failed(&e.to_string()))?;
+    if let Some(t) = tls_dir {
+        // The destination's certificate must name the address sent to.
+        if let Err(e) = tls::enable(&mut src, t, End::Client, Some(&addr.to_string())) {
+            tls::disable(&mut src);
+            return Err(Error::Invalid(format!(
+                "this host's QEMU refused the TLS credentials in {}: {e}",
+                t.display()
+            )));
+        }
+    }
+    let sent = (|| {
+        src.execute(
+            "migrate",
+            Some(json!({ "uri": send_uri(addr, ready.port) })),
+        )?;
+        wait_migrated(&mut src, super::MIGRATION_TIMEOUT)
+    })();
+    let stats = match sent {
+        Ok(s) => s,
+        Err(e) => {
+            // The guest runs on here: no TLS left for a later migration.
+            if tls_dir.is_some() {
+                tls::disable(&mut src);
+            }
+            return Err(session.failed_here(&e.to_string()));
+        }
+    };
     let e = match session.next(DONE_TIMEOUT, "done line") {
         Ok(Line::Done(d)) => return Ok((ready, stats, src, d)),
         Ok(other) => session.failed(&format!("said {:?} instead of done", other.render())),
@@ -445,6 +484,9 @@ fn switch_over(
     // it here too would run it twice.
     if session.far_side_failed() {
         let _ = src.execute("cont", None);
+        if tls_dir.is_some() {
+            tls::disable(&mut src);
+        }
         return Err(e);
     }
     Err(Error::Guest(format!(

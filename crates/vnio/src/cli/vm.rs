@@ -86,6 +86,9 @@ enum Cmd {
     },
     /// Live-migrate a running VM to a new QEMU process, here or on another machine (`--to HOST`); its NICs move to new switch ports.
     Migrate(super::vm_migrate::MigrateArgs),
+    /// Certificates for migrating over TLS between hosts (docs/vm.md, "--to HOST").
+    #[command(subcommand)]
+    Tls(super::vm_migrate::TlsCmd),
     /// On a migration's destination host: its steps (run over SSH by `vnio vm migrate --to`).
     #[command(hide = true)]
     Incoming,
@@ -178,6 +181,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         }
         Cmd::Migrate(a) => super::vm_migrate::run(a, &root),
         Cmd::Incoming => super::vm_migrate::incoming(&root),
+        Cmd::Tls(c) => super::vm_migrate::tls(c),
         Cmd::GuestServe => {
             vnio_vm::exec::serve()?;
             Ok(0)
@@ -249,10 +253,11 @@ pub(super) fn print_ready(name: &str, r: &vnio_vm::agent::Ready) {
         .map(|u| format!(", guest init ready at {u:.2} s of guest uptime"))
         .unwrap_or_default();
     println!(
-        "vnio vm: {name}: agent {} answered {} after launch (waited {}){guest}",
+        "vnio vm: {name}: agent {} answered {} after launch (waited {}){guest}; reached through {}",
         r.addr,
         humantime(r.since_launch),
-        humantime(r.waited)
+        humantime(r.waited),
+        r.path
     );
 }
 

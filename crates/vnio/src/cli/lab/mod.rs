@@ -61,6 +61,9 @@ enum Cmd {
         /// Where to write the HTML report [default: next to the store, lab-run-ID.html].
         #[arg(long)]
         report: Option<PathBuf>,
+        /// Allow the scenario's ssh_options that run commands or open paths (ProxyCommand, LocalCommand, forwarding...): a scenario file is code (docs/lab.md).
+        #[arg(long)]
+        trust_scenario: bool,
         #[command(flatten)]
         overrides: OverrideArgs,
     },
@@ -213,8 +216,15 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             scenario,
             db,
             report,
+            trust_scenario,
             overrides,
-        } => run_scenario(&scenario, Lab::new(db.db), report, &overrides.overrides()?),
+        } => run_scenario(
+            &scenario,
+            Lab::new(db.db),
+            report,
+            trust_scenario,
+            &overrides.overrides()?,
+        ),
         Cmd::Report { run, db, out } => {
             let path = Lab::new(db.db).report(&run, out)?;
             println!("report: {}", path.display());
@@ -272,6 +282,7 @@ fn run_scenario(
     name: &str,
     lab: Lab,
     report: Option<PathBuf>,
+    trust_scenario: bool,
     cli: &Overrides,
 ) -> anyhow::Result<i32> {
     let prepared = session::prepare(name, cli)?;
@@ -289,6 +300,7 @@ fn run_scenario(
         vnio: std::env::current_exe().context("locating the vnio binary")?,
         report,
         journal: vnio_lab::Journal::default(),
+        trust_scenario,
     };
     let done = lab.run(&prepared, &settings, &stop, &bars);
     bars.bar.finish_and_clear();
