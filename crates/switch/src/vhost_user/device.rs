@@ -97,7 +97,8 @@ pub struct Device {
     log_fd: Option<File>,
     /// The MAC a SEND_RARP announced, until the switch takes it.
     announce: Option<[u8; 6]>,
-    /// Most bytes of guest memory the front-end may have mapped.
+    /// Most bytes of guest memory (with the dirty log's mapping) the
+    /// front-end may have mapped.
     max_memory: u64,
     /// Kick eventfds replaced or dropped since the worker last looked:
     /// kept open until the worker removed them from its epoll set, so no
