@@ -95,6 +95,7 @@ impl Popped {
     /// were it not, the first one recorded under its head is taken (and
     /// none when it was popped before logging started, which the queue
     /// rules out by giving back what it popped ahead).
+    #[inline(never)]
     pub(super) fn used(&mut self, head: u16, len: u64) {
         let mut seg = self.seg_from;
         let mut found = None;
