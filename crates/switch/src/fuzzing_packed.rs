@@ -8,7 +8,7 @@
 
 use crate::stats::QueueStats;
 use crate::vhost_user::chain::{ChainError, Seg, MAX_SEGS};
-use crate::vhost_user::log::{DirtyLog, QueueLog};
+use crate::vhost_user::log::{DirtyLog, LogBounds, QueueLog};
 use crate::vhost_user::memory::GuestMem;
 use crate::vhost_user::protocol::MemoryRegion;
 use crate::vhost_user::queue::{ActiveQueue, Burst, PackedFeatures, QueueError, RingAddrs, BURST};
@@ -369,7 +369,18 @@ pub fn packed_ring(data: &[u8]) {
     };
     let log = crate::sys::memfd::create("fuzz-packed-log", 8)
         .ok()
-        .and_then(|f| DirtyLog::map(f, 8, 0, MEM_END, 1 << 30).ok())
+        .and_then(|f| {
+            DirtyLog::map(
+                f,
+                8,
+                0,
+                LogBounds {
+                    mem_end: MEM_END,
+                    left: 1 << 30,
+                },
+            )
+            .ok()
+        })
         .map(Arc::new);
     let log_on = |q: &mut ActiveQueue, on: bool| {
         q.set_log(log.as_ref().filter(|_| on).map(|l| QueueLog {

@@ -2,7 +2,9 @@
 //! VIRTIO_NET_F_GUEST_ANNOUNCE: the switch broadcasts the RARP request from
 //! the guest's MAC on its segment and points its own forwarding table at the
 //! guest's new port at once, so frames to the guest go there, not to where
-//! the guest was.
+//! the guest was. Only from a front-end that negotiated
+//! VHOST_USER_PROTOCOL_F_RARP: from any other the request resets the port
+//! and announces nothing.
 
 mod common;
 
@@ -75,5 +77,29 @@ fn send_rarp_announces_the_guest_and_moves_its_address_at_once() {
             assert_ne!(&buf[..6], &mac(3).0[..], "not the old port ({n} bytes)");
         }
         assert_eq!(port(sw.handle(), "p1").stats.resets, 0);
+    });
+}
+
+#[test]
+fn send_rarp_without_the_protocol_feature_is_refused() {
+    bounded(Duration::from_secs(60), || {
+        let dir = Dir::new("announce-unasked");
+        let sw = switch(&dir, 2);
+        let mut peer = endpoint(&dir, 2, 2);
+        let mut g = RawFrontend::connect(&dir.sock("p1"));
+        g.handshake_with(Order::Standard, 0, 0);
+        wait_for("p1 running", || port(sw.handle(), "p1").running);
+        // A MAC that is p2's neighbour's: announced, it would move there.
+        let mut body = [0u8; 8];
+        body[..6].copy_from_slice(&mac(3).0);
+        g.send(code::SEND_RARP, 0, &body, &[]).unwrap();
+        wait_for("p1 reset", || port(sw.handle(), "p1").stats.resets > 0);
+        assert!(g.closed(T), "connection closed");
+        std::thread::sleep(Duration::from_millis(200));
+        let mut buf = [0u8; 2048];
+        while let Some(n) = peer.poll_recv(&mut buf) {
+            assert_ne!(buf[12..14], ETHERTYPE_RARP, "announced ({n} bytes)");
+        }
+        assert_eq!(port(sw.handle(), "p2").stats.resets, 0);
     });
 }

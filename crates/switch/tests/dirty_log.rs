@@ -3,12 +3,17 @@
 //! with a memfd, answered; VHOST_F_LOG_ALL; the rings' addresses again with
 //! the log flag), frames are delivered into the guest's receive queue, and
 //! exactly the pages the switch wrote are marked. Hostile logs reset only
-//! their own port.
+//! their own port: a log that does not fit the memory table or its file,
+//! one over the port's guest memory cap, one whose file is truncated
+//! under the switch; a sparse log at a huge offset maps only its own
+//! pages. A packed ring's descriptor rewritten after the switch popped it
+//! does not move the marks away from the pages the switch wrote.
 
 mod common;
 
 use common::attacks::frame;
-use common::raw::{Order, RawFrontend, QSIZE};
+use common::packed::{F_AVAIL, F_WRITE};
+use common::raw::{Order, RawFrontend, BUF, QSIZE};
 use common::*;
 use std::collections::BTreeSet;
 use std::fs::File;
@@ -223,6 +228,13 @@ fn a_bad_log_resets_only_its_own_port() {
             ("larger than its file", log_file(4096), 8192, 0),
             ("huge", log_file(4096), 1 << 40, 0),
             ("offset past everything", log_file(4096), 64, u64::MAX - 8),
+            ("offset past its file", log_file(4096), need, 1 << 40),
+            (
+                "larger than guest memory needs",
+                log_file(need + 8192),
+                need + 8192,
+                0,
+            ),
         ];
         for (what, file, size, offset) in cases {
             let mut g = RawFrontend::connect(&dir.sock("p1"));
@@ -255,4 +267,184 @@ fn a_bad_log_resets_only_its_own_port() {
         let log = log_file(size);
         assert_eq!(start_logging(&g, &log, size, 0), (code::SET_LOG_BASE, 0));
     });
+}
+
+/// A sparse memfd of `len` bytes (tmpfs takes sizes far beyond a disk
+/// file system's).
+fn sparse_memfd(len: u64) -> File {
+    // SAFETY: a NUL-terminated name; the descriptor is fresh and owned here.
+    let f = unsafe {
+        let fd = libc::memfd_create(c"vnio-test-log".as_ptr(), libc::MFD_CLOEXEC);
+        assert!(fd >= 0, "memfd_create: {}", std::io::Error::last_os_error());
+        <File as std::os::fd::FromRawFd>::from_raw_fd(fd)
+    };
+    f.set_len(len).unwrap();
+    f
+}
+
+/// This process's address space, in bytes (VmSize).
+fn vm_size() -> u64 {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = s.lines().find(|l| l.starts_with("VmSize:")).unwrap();
+    let kb: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    kb << 10
+}
+
+/// The neighbour on p2 still forwards.
+fn neighbour_forwards(sw: &WorkerHandle, peer: &mut RawFrontend, what: &str) {
+    let before = port(sw, "p2").stats.tx.packets;
+    peer.send_frame(&frame(2));
+    wait_for(&format!("{what}: neighbour forwards"), || {
+        port(sw, "p2").stats.tx.packets > before
+    });
+    assert_eq!(port(sw, "p2").stats.resets, 0);
+}
+
+/// A log 64 TiB into a sparse file: the switch maps its few pages, not
+/// the 64 TiB below them (it once did, and a few dozen such ports used
+/// up the address space), and marks them as any log.
+#[test]
+fn a_sparse_log_at_a_huge_offset_maps_only_its_pages() {
+    bounded(Duration::from_secs(60), || {
+        let dir = Dir::new("dirty-log-sparse");
+        let sw = switch(&dir, 2);
+        let mut g = RawFrontend::connect(&dir.sock("p1"));
+        started(sw.handle(), "p1", &mut g, 0, LOG_SHMFD);
+        let mut peer = RawFrontend::connect(&dir.sock("p2"));
+        started(sw.handle(), "p2", &mut peer, 0, 0);
+        let size = bytes_for(mem_size(&g)).div_ceil(8) * 8;
+        let offset = (64u64 << 40) + 24;
+        let log = sparse_memfd(offset + size);
+        let before = vm_size();
+        assert_eq!(
+            start_logging(&g, &log, size, offset),
+            (code::SET_LOG_BASE, 0)
+        );
+        let grown = vm_size().saturating_sub(before);
+        // Other tests of this binary map memory meanwhile: megabytes, not
+        // the 64 TiB an unbounded mapping takes.
+        assert!(grown < 1 << 40, "address space grew by {grown} bytes");
+        let want = deliver(&mut g, &mut peer, 5);
+        wait_for("the written pages marked at the offset", || {
+            marked(&log, offset, size).is_superset(&want)
+        });
+        neighbour_forwards(sw.handle(), &mut peer, "sparse log");
+        assert_eq!(port(sw.handle(), "p1").stats.resets, 0);
+    });
+}
+
+/// The log's mapping counts against the port's guest memory cap: with a
+/// cap its memory table fills, a log is refused and the port reset.
+#[test]
+fn a_log_over_the_memory_cap_is_refused() {
+    bounded(Duration::from_secs(60), || {
+        let dir = Dir::new("dirty-log-cap");
+        let sw = switch_tuned(&dir, 2, |s| s.max_guest_memory_mib = 2);
+        let mut g = RawFrontend::connect(&dir.sock("p1"));
+        started(sw.handle(), "p1", &mut g, 0, LOG_SHMFD);
+        assert_eq!(mem_size(&g), 2 << 20, "the table fills the cap");
+        let mut peer = RawFrontend::connect(&dir.sock("p2"));
+        started(sw.handle(), "p2", &mut peer, 0, 0);
+        let size = bytes_for(mem_size(&g));
+        let log = log_file(size);
+        g.send(
+            code::SET_LOG_BASE,
+            0,
+            &log_body(size, 0),
+            &[log.as_raw_fd()],
+        )
+        .unwrap();
+        wait_for("over the cap: reset", || {
+            port(sw.handle(), "p1").stats.resets > 0
+        });
+        assert!(g.closed(T), "connection closed");
+        neighbour_forwards(sw.handle(), &mut peer, "log over the cap");
+    });
+}
+
+/// A log whose file is truncated while the switch marks it: the switch
+/// survives the fault, resets that port, and its neighbour goes on.
+#[test]
+fn a_truncated_log_resets_only_its_port() {
+    bounded(Duration::from_secs(60), || {
+        let dir = Dir::new("dirty-log-trunc");
+        let sw = switch(&dir, 2);
+        let mut g = RawFrontend::connect(&dir.sock("p1"));
+        started(sw.handle(), "p1", &mut g, 0, LOG_SHMFD);
+        let mut peer = RawFrontend::connect(&dir.sock("p2"));
+        started(sw.handle(), "p2", &mut peer, 0, 0);
+        let size = bytes_for(mem_size(&g));
+        let log = sparse_memfd(size);
+        assert_eq!(start_logging(&g, &log, size, 0), (code::SET_LOG_BASE, 0));
+        log.set_len(0).unwrap();
+        // Frames into p1 make the switch mark the vanished log.
+        peer.send_frame(&frame(2));
+        wait_for("truncated log: reset", || {
+            port(sw.handle(), "p1").stats.resets > 0
+        });
+        neighbour_forwards(sw.handle(), &mut peer, "truncated log");
+    });
+}
+
+/// A receive ring whose driver rewrites a descriptor after the switch
+/// popped its chain (here: points it at a transmit buffer, which the
+/// switch never writes): the switch wrote into the chain as popped, and
+/// those pages are marked, not the ones the ring names by then. Packed
+/// (the issue as found) and split rings alike.
+fn rewritten_after_the_pop(packed: bool) {
+    let dir = Dir::new(if packed {
+        "dirty-log-packed"
+    } else {
+        "dirty-log-rewrite"
+    });
+    let sw = switch(&dir, 2);
+    let mut g = if packed {
+        RawFrontend::connect_packed(&dir.sock("p1"), false)
+    } else {
+        RawFrontend::connect(&dir.sock("p1"))
+    };
+    started(sw.handle(), "p1", &mut g, 0, LOG_SHMFD);
+    let mut peer = RawFrontend::connect(&dir.sock("p2"));
+    started(sw.handle(), "p2", &mut peer, 0, 0);
+    let size = bytes_for(mem_size(&g)).div_ceil(8) * 8;
+    let log = log_file(size);
+    assert_eq!(start_logging(&g, &log, size, 0), (code::SET_LOG_BASE, 0));
+    // Buffer 0 takes a first frame; idle, the switch then pops the next
+    // chain ahead (buffer 1: descriptor 1, or packed ring slot 1).
+    peer.send_frame(&frame(2));
+    assert!(g.recv_frame(T).is_some(), "first frame delivered");
+    std::thread::sleep(Duration::from_millis(500));
+    let (rx, elsewhere) = (g.rx.layout, g.tx.layout.buffer(5).0);
+    match g.packed.as_ref() {
+        Some([ring, _]) => ring.put(&g.mem, 1, elsewhere, BUF, 1, F_WRITE | F_AVAIL),
+        None => g.rx_desc(1, elsewhere, BUF, F_WRITE, 0),
+    }
+    // Cleared, as QEMU does as it copies: the first frame's marks (on
+    // buffer 1's page too) are gone.
+    log.write_all_at(&vec![0u8; size as usize], 0).unwrap();
+    let mut f = frame(2);
+    f[20..24].copy_from_slice(b"mark");
+    peer.send_frame(&f);
+    let got = g.recv_frame(T).expect("second frame delivered");
+    assert_eq!(got, f, "written into buffer 1, popped before the rewrite");
+    let written: BTreeSet<u64> = pages(rx.buffer(1).0, 12 + f.len() as u64).collect();
+    wait_for("the pages written marked", || {
+        marked(&log, 0, size).is_superset(&written)
+    });
+    let got = marked(&log, 0, size);
+    assert!(
+        !got.contains(&(elsewhere / 4096)),
+        "the rewritten descriptor's page marked: {got:?}"
+    );
+    assert_eq!(port(sw.handle(), "p1").stats.resets, 0);
+}
+
+#[test]
+fn a_packed_descriptor_rewritten_after_the_pop_leaves_the_marks_on_the_pages_written() {
+    bounded(Duration::from_secs(60), || rewritten_after_the_pop(true));
+}
+
+#[test]
+fn a_split_descriptor_rewritten_after_the_pop_leaves_the_marks_on_the_pages_written() {
+    bounded(Duration::from_secs(60), || rewritten_after_the_pop(false));
 }

@@ -3,9 +3,11 @@
 //! switch port offering two queue pairs (`--nic vhost-user:SOCK,queues=2`).
 //! The guest's init turns both pairs on (ETHTOOL_SCHANNELS): its sysfs
 //! shows two receive queues, it pings the host through the switch's tap
-//! port and moves 256 KiB over TCP to it intact; UDP flows from the host
-//! whose flow hash lands on each pair reach the guest on both receive
-//! queues (the switch's per pair counters). Without root, QEMU or the
+//! port and moves 256 KiB over TCP to it intact; 64 UDP flows from the
+//! host reach the guest spread over both receive queues (the switch's per
+//! pair counters; the flow hash is keyed per port, so which flow lands
+//! where is not known in advance, and all 64 on one pair has odds of
+//! 2^-63). Without root, QEMU or the
 //! guests' static vnio the test prints one "skip:" line and passes.
 
 mod common;
@@ -17,27 +19,12 @@ use std::time::Duration;
 use common::*;
 use vnio_switch::config::{Config, PortSpec, SwitchConfig};
 use vnio_switch::daemon::Switch;
-use vnio_switch::port::vhost_user::{flow_hash, pick_pair};
 use vnio_switch::port::SocketMode;
 use vnio_vm::agent::wait_agent;
 use vnio_vm::exec::exec;
 
 fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
-}
-
-/// The pair (of two) the switch steers UDP from `src`:`sport` to
-/// `dst`:`dport` to: the headers the flow hash reads, built here.
-fn pair_of(src: [u8; 4], sport: u16, dst: [u8; 4], dport: u16) -> usize {
-    let mut f = [0u8; 14 + 20 + 8];
-    f[12..14].copy_from_slice(&[0x08, 0x00]);
-    f[14] = 0x45;
-    f[23] = 17;
-    f[26..30].copy_from_slice(&src);
-    f[30..34].copy_from_slice(&dst);
-    f[34..36].copy_from_slice(&sport.to_be_bytes());
-    f[36..38].copy_from_slice(&dport.to_be_bytes());
-    pick_pair(flow_hash(&f), 0b11)
 }
 
 #[test]
@@ -65,7 +52,6 @@ fn a_guest_with_two_queue_pairs_uses_both() {
             ports: vec![vm, PortSpec::tap("host", &tap)],
         })
         .expect("switch");
-        let (host_ip, guest_ip) = ([10, 237, n, 1], [10, 237, n, 2]);
         let mut root = vnio_topo::Handle::root().unwrap();
         root.add_address(&tap, ip(&format!("10.237.{n}.1")), 24)
             .unwrap();
@@ -129,27 +115,30 @@ fn a_guest_with_two_queue_pairs_uses_both() {
             out.stdout
         );
         tcp_to_listener(&g.dir, listener, 256, "256 KiB guest -> host, two pairs");
-        // UDP toward the guest from source ports the flow hash puts on each pair.
+        // UDP toward the guest from 64 source ports: 64 flows, spread over
+        // both pairs by the port's keyed flow hash.
         let before = vm_port().stats.queue_pairs;
-        let mut sent = [0u64; 2];
+        let sent = 64 * 4;
         for sport in 40000..40064u16 {
-            let pair = pair_of(host_ip, sport, guest_ip, 9);
             let s = UdpSocket::bind(format!("10.237.{n}.1:{sport}")).unwrap();
             for _ in 0..4 {
                 s.send_to(b"to one pair", format!("10.237.{n}.2:9"))
                     .unwrap();
             }
-            sent[pair] += 4;
         }
-        assert!(sent[0] > 0 && sent[1] > 0, "flows for both pairs: {sent:?}");
         std::thread::sleep(Duration::from_secs(2));
         let after = vm_port().stats.queue_pairs;
-        println!("two-pair guest: per pair counters before the UDP flows {before:?}, after {after:?}; UDP frames sent per pair {sent:?}");
-        for k in 0..2 {
-            assert!(
-                after[k].rx_packets - before[k].rx_packets >= sent[k],
-                "pair {k} received its flows: {after:?}"
-            );
+        println!("two-pair guest: per pair counters before the UDP flows {before:?}, after {after:?}; UDP frames sent {sent}");
+        let got: Vec<u64> = (0..2)
+            .map(|k| after[k].rx_packets - before[k].rx_packets)
+            .collect();
+        assert!(
+            got.iter().sum::<u64>() >= sent,
+            "every frame arrived: {after:?}"
+        );
+        for (k, g) in got.iter().enumerate() {
+            // A flow's four frames at least.
+            assert!(*g >= 4, "pair {k} received flows: {after:?}");
         }
         let s = vm_port().stats;
         assert!(s.tx.bytes >= 256 * 1024, "{s:?}");

@@ -377,7 +377,7 @@ impl Datapath {
                 self.reset(
                     i,
                     now,
-                    &"guest memory vanished under the switch (its file was truncated); the switch read zeros there",
+                    &"guest memory or the dirty log vanished under the switch (a file was truncated); the switch read zeros there",
                 );
             } else if let Some((q, e)) = p.device.take_call_failure() {
                 self.reset(

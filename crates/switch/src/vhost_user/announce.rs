@@ -3,7 +3,9 @@
 //! when the front-end asks with VHOST_USER_SEND_RARP. It is the frame
 //! QEMU's own announce sends: a broadcast reverse-ARP request from the
 //! guest's MAC, so every learning switch on the way points the MAC at the
-//! guest's new place.
+//! guest's new place. The request is accepted only from a front-end that
+//! negotiated VHOST_USER_PROTOCOL_F_RARP (as QEMU sends it); from any
+//! other it is a protocol error and the port is reset.
 
 use crate::wire::virtio_net::HEADER_LEN;
 
@@ -64,6 +66,19 @@ mod tests {
             size: 8,
         };
         let mut d = Device::new();
+        // Without VHOST_USER_PROTOCOL_F_RARP: refused, nothing to announce.
+        let req = parse_request(&h, &body, vec![]).unwrap();
+        let e = d.handle(req).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "SEND_RARP without VHOST_USER_PROTOCOL_F_RARP negotiated"
+        );
+        assert_eq!(d.take_announce(), None);
+        let rarp = crate::vhost_user::device::protocol_feature::RARP;
+        d.handle(crate::vhost_user::protocol::Request::SetProtocolFeatures(
+            rarp,
+        ))
+        .unwrap();
         let req = parse_request(&h, &body, vec![]).unwrap();
         assert_eq!(d.handle(req).unwrap(), Reply::Ack);
         assert_eq!(d.take_announce(), Some([2, 0, 0, 0, 0, 9]));

@@ -26,7 +26,7 @@
 //! the avail one, as DPDK's vhost does, since front-ends differ on the
 //! upper half and nothing is in flight across a restart).
 
-use super::log::{DirtyLog, QueueLog};
+use super::log::{DirtyLog, LogBounds, QueueLog};
 use super::memory::GuestMem;
 use super::protocol::{Request, VringAddr};
 use super::queue::{ActiveQueue, PackedFeatures, QueueError, RingAddrs, MAX_QUEUE_SIZE};
@@ -97,7 +97,8 @@ pub struct Device {
     log_fd: Option<File>,
     /// The MAC a SEND_RARP announced, until the switch takes it.
     announce: Option<[u8; 6]>,
-    /// Most bytes of guest memory the front-end may have mapped.
+    /// Most bytes of guest memory (with the dirty log's mapping) the
+    /// front-end may have mapped.
     max_memory: u64,
     /// Kick eventfds replaced or dropped since the worker last looked:
     /// kept open until the worker removed them from its epoll set, so no
@@ -206,7 +207,16 @@ impl Device {
     /// True when the front-end's memory vanished under the switch (the
     /// port must be reset).
     pub fn memory_lost(&self) -> bool {
-        self.mem.as_ref().is_some_and(|m| m.lost())
+        self.mem.as_ref().is_some_and(|m| m.lost()) || self.log.as_ref().is_some_and(|l| l.lost())
+    }
+
+    /// Bytes of guest memory mapped (the memory table's regions).
+    fn mem_total(&self) -> u64 {
+        self.mem.as_ref().map_or(0, |m| {
+            m.regions()
+                .iter()
+                .fold(0u64, |t, r| t.saturating_add(r.memory_size))
+        })
     }
 
     /// Why a queue's last call could not be signalled, if it could not.
@@ -239,6 +249,12 @@ impl Device {
             }
             Request::SetOwner => Reply::Ack,
             Request::SendRarp(mac) => {
+                if self.acked_protocol & protocol_feature::RARP == 0 {
+                    return Err(DeviceError::NotNegotiated {
+                        request: "SEND_RARP",
+                        feature: "VHOST_USER_PROTOCOL_F_RARP",
+                    });
+                }
                 self.announce = Some(mac);
                 Reply::Ack
             }
@@ -250,7 +266,14 @@ impl Device {
                         .max()
                         .unwrap_or(0)
                 });
-                let log = DirtyLog::map(fd, size, offset, mem_end, self.max_memory)?;
+                // The log replaces the one mapped: only guest memory counts
+                // against the cap beside it.
+                let bounds = LogBounds {
+                    mem_end,
+                    left: self.max_memory.saturating_sub(self.mem_total()),
+                };
+                self.log = None;
+                let log = DirtyLog::map(fd, size, offset, bounds)?;
                 self.log = Some(Arc::new(log));
                 self.apply_log();
                 // QEMU waits for a reply to SET_LOG_BASE, asked or not.
@@ -267,7 +290,10 @@ impl Device {
                 Reply::Ack
             }
             Request::SetMemTable(table) => {
-                let mem = Arc::new(GuestMem::from_table(table, self.max_memory)?);
+                // The dirty log's mapping counts against the same cap.
+                let logged = self.log.as_ref().map_or(0, |l| l.mapped());
+                let cap = self.max_memory.saturating_sub(logged);
+                let mem = Arc::new(GuestMem::from_table(table, cap)?);
                 self.mem = Some(mem);
                 // Running queues continue on the new memory from where they are.
                 for i in 0..self.num_queues() {

@@ -12,6 +12,7 @@ pub mod log;
 pub mod memory;
 mod outcome;
 mod packed;
+mod popped;
 pub mod protocol;
 pub mod queue;
 mod split;

@@ -31,6 +31,14 @@ pub enum DeviceError {
         /// "kick" or "call".
         what: &'static str,
     },
+    /// A request whose protocol feature the front-end did not negotiate.
+    #[error("{request} without {feature} negotiated")]
+    NotNegotiated {
+        /// The request.
+        request: &'static str,
+        /// The protocol feature it needs.
+        feature: &'static str,
+    },
     /// The dirty log (SET_LOG_BASE) is unusable.
     #[error("dirty log rejected")]
     Log(#[from] LogError),

@@ -25,11 +25,11 @@
 //! itself through [`RingMem`].
 //!
 //! While a migration logs ([`PackedRing::set_log`]), every write the device
-//! makes is marked after it is made: a returned chain's writable buffers
-//! for the bytes written (read from its descriptors before its used
-//! descriptor overwrites the first: chains are used in the order they were
-//! popped, so a chain begins at the used position), the used descriptors
-//! and their flags, and the device's event area.
+//! makes to the ring is marked after it is made: the used descriptors and
+//! their flags, and the device's event area. The buffers a returned chain
+//! was written into are marked by the queue from the chain as it was
+//! popped (`popped.rs`), never from the ring again: the driver may have
+//! rewritten the descriptors since.
 
 use super::chain::ChainError;
 use super::log::DirtyLog;
@@ -43,7 +43,6 @@ use vm_memory::GuestAddress;
 
 const F_NEXT: u16 = vr::VRING_DESC_F_NEXT as u16;
 const F_INDIRECT: u16 = vr::VRING_DESC_F_INDIRECT as u16;
-const F_WRITE: u16 = vr::VRING_DESC_F_WRITE as u16;
 const F_AVAIL: u16 = 1 << vr::VRING_PACKED_DESC_F_AVAIL;
 const F_USED: u16 = 1 << vr::VRING_PACKED_DESC_F_USED;
 const EVENT_ENABLE: u16 = vr::VRING_PACKED_EVENT_FLAG_ENABLE as u16;
@@ -248,25 +247,6 @@ impl PackedRing {
         }
     }
 
-    /// Marks the writable buffers of the `slots` descriptors from `at` for
-    /// the first `left` bytes: the chain being returned there.
-    fn log_chain(&self, log: &DirtyLog, mut at: Pos, slots: u16, mut left: u64) {
-        for _ in 0..slots {
-            if left == 0 {
-                return;
-            }
-            let Ok(d) = self.descriptor(at.idx) else {
-                return;
-            };
-            if d.flags & F_WRITE != 0 {
-                let n = u64::from(d.len).min(left);
-                log.mark(d.addr, n);
-                left -= n;
-            }
-            at.advance(1, self.size);
-        }
-    }
-
     /// The avail position and wrap counter (GET_VRING_BASE's low half).
     pub(super) fn next_avail(&self) -> u16 {
         self.avail.encode()
@@ -332,9 +312,6 @@ impl PackedRing {
     fn add_used_other(&mut self, id: u16, len: u32) -> Result<(), ChainError> {
         let slots = self.take_in_flight(id)?;
         let at = self.used;
-        if let (Some(log), true) = (&self.log, self.writable) {
-            self.log_chain(log, at, slots, u64::from(len));
-        }
         self.used.advance(slots, self.size);
         if self.features.in_order && !self.writable {
             // One used descriptor for the batch (from `batch_from`),

@@ -2,7 +2,7 @@
 //! one and in bursts (lines of four), indirect tables, hostile chains and
 //! giving chains back; driven through `ActiveQueue` by the
 //! driver of `packed_tests.rs`.
-use super::tests::{heads, pair, BUFS, MEM, PLAIN};
+use super::tests::{heads, pair, BUFS, F_WRITE, MEM, PLAIN};
 use super::*;
 use crate::vhost_user::chain::Chain;
 use crate::vhost_user::queue::{Burst, BURST};

@@ -446,7 +446,7 @@ fn logging_marks_the_buffers_descriptors_and_event_area_written() {
     use crate::vhost_user::log::{DirtyLog, QueueLog};
     let (mut q, mut d, _call) = pair(8, PLAIN, true);
     let f = crate::sys::memfd::create("packed-log", 64).unwrap();
-    let log = Arc::new(DirtyLog::map(f, 64, 0, MEM, 1 << 30).unwrap());
+    let log = Arc::new(DirtyLog::map(f, 64, 0, log_bounds()).unwrap());
     let marked = || {
         (0..MEM / 4096)
             .filter(|&p| log.is_marked(p))
@@ -479,4 +479,63 @@ fn logging_marks_the_buffers_descriptors_and_event_area_written() {
     assert_eq!(marked(), vec![0, 259, 261]);
     assert_eq!(d.reap(), Some((0, 64)));
     assert_eq!(d.reap(), Some((1, 150)));
+}
+
+fn log_bounds() -> crate::vhost_user::log::LogBounds {
+    crate::vhost_user::log::LogBounds {
+        mem_end: MEM,
+        left: 1 << 30,
+    }
+}
+
+/// The driver rewrites a receive chain's descriptor after the device
+/// popped it (here: points it at another buffer, as a buggy or hostile
+/// driver may): the device wrote where the chain pointed when popped, and
+/// those pages are marked, not the ones the ring names now. Chains popped
+/// ahead (`take`) before logging started are given back and recorded when
+/// popped again.
+#[test]
+fn logging_marks_the_buffers_popped_not_the_descriptors_rewritten() {
+    use crate::vhost_user::chain::Chain;
+    use crate::vhost_user::log::{DirtyLog, QueueLog};
+    let (mut q, mut d, _call) = pair(8, PLAIN, true);
+    let f = crate::sys::memfd::create("packed-log", 64).unwrap();
+    let log = Arc::new(DirtyLog::map(f, 64, 0, log_bounds()).unwrap());
+    let marked = || {
+        (0..MEM / 4096)
+            .filter(|&p| log.is_marked(p))
+            .collect::<Vec<_>>()
+    };
+    // Two chains, on pages 259 and 260, popped ahead before logging starts.
+    d.offer(&[(BUFS + 0x3000, 4096, F_WRITE)], 0);
+    d.offer(&[(BUFS + 0x4000, 4096, F_WRITE)], 1);
+    let mut c = Chain::new();
+    assert!(q.take(&mut c, 2).unwrap());
+    q.untake(1);
+    q.set_log(Some(QueueLog {
+        log: Arc::clone(&log),
+        used: 0,
+    }));
+    for (slot, id) in [(0u16, 0u16), (1, 1)] {
+        assert!(q.take(&mut c, 2).unwrap());
+        assert_eq!(c.head(), id);
+        // After the pop, the driver points the slot at page 264 + slot.
+        d.put(
+            slot,
+            BUFS + 0x8000 + 0x1000 * u64::from(slot),
+            4096,
+            id,
+            F_WRITE | F_AVAIL,
+        );
+        // The device writes into the chain as popped, then uses it.
+        let at = GuestAddress(c.segs()[0].addr);
+        q.mem().mem().write_slice(&[7u8; 100], at).unwrap();
+        q.add_used(c.head(), 100).unwrap();
+    }
+    q.flush();
+    let m = marked();
+    assert!(m.contains(&259) && m.contains(&260), "{m:?}");
+    assert!(!m.contains(&264) && !m.contains(&265), "{m:?}");
+    assert_eq!(d.reap(), Some((0, 100)));
+    assert_eq!(d.reap(), Some((1, 100)));
 }

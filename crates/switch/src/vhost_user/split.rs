@@ -5,7 +5,7 @@
 //! rest of the data path. EVENT_IDX and the ring flags decide notifications.
 
 use super::chain::{self, Chain, ChainError, Seg, MAX_SEGS};
-use super::log::{log_chain, QueueLog};
+use super::log::QueueLog;
 use super::memory::GuestMem;
 use super::queue::{Burst, QueueError, RingAddrs, BURST};
 use crate::sys::ring_mem::RingMem;
@@ -312,18 +312,10 @@ impl SplitRing {
         }
         let slot = 4 + 8 * u64::from(self.next_used.0 & (self.size - 1));
         self.used.write_used(slot, u32::from(head), len)?;
+        // The buffers written are marked by the queue, from what it popped
+        // (`popped.rs`); the used element here.
         if let Some(l) = &self.log {
             l.log.mark(l.used.wrapping_add(slot), 8);
-            if self.writable {
-                let desc = &self.desc;
-                log_chain(
-                    &l.log,
-                    |i| desc.descriptor(i),
-                    self.size,
-                    head,
-                    u64::from(len),
-                );
-            }
         }
         self.next_used += Wrapping(1);
         self.num_added += Wrapping(1);

@@ -74,11 +74,11 @@ impl VhostUserPort {
             return self.deliver_on(RX_QUEUE, f, tagging, plan, chain, hint);
         }
         let ready = self.device.ready_rx_pairs();
-        let mut pair = super::steer::pair_for(f, ready | self.lent_mask());
+        let mut pair = super::steer::pair_for(&self.steer, f, ready | self.lent_mask());
         if ready & 1 << pair == 0 {
             // Steered to a pair another worker serves (a flood, or a frame
             // that came through another worker): among the pairs here.
-            pair = super::steer::pair_for(f, ready);
+            pair = super::steer::pair_for(&self.steer, f, ready);
         }
         let r = self.deliver_on(rx_queue(pair), f, tagging, plan, chain, hint);
         if let Ok(bytes) = r {

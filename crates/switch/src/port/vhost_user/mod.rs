@@ -10,7 +10,7 @@ mod spread;
 mod steer;
 pub(crate) use deliver::RxPlan;
 pub use spread::{LentPair, Returned, Spread, WorkerHandle, LEND_QUIET};
-pub use steer::{flow_hash, pick_pair};
+pub use steer::{flow_hash, pick_pair, SteerKey};
 
 use super::{SocketMode, Watch, Watched};
 use crate::vhost_user::conn::{ConnError, Connection};
@@ -94,6 +94,9 @@ pub struct VhostUserPort {
     spread: Option<Box<spread::Spread>>,
     /// This port is a pair another worker's port lent to this worker.
     lent: Option<Box<spread::LentTo>>,
+    /// The key of its multiqueue flow hash (`steer.rs`): drawn when the
+    /// port is created, the same for its lent pairs.
+    steer: SteerKey,
 }
 
 impl VhostUserPort {
@@ -135,6 +138,7 @@ impl VhostUserPort {
             retired_conns: Vec::new(),
             spread: None,
             lent: None,
+            steer: SteerKey::random(),
         })
     }
 
@@ -154,6 +158,7 @@ impl VhostUserPort {
             retired_conns: Vec::new(),
             spread: None,
             lent: None,
+            steer: SteerKey::random(),
         }
     }
 

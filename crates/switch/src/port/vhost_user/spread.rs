@@ -351,6 +351,7 @@ impl VhostUserPort {
                     map,
                 },
                 self.pairs,
+                self.steer.clone(),
             );
             let lp = LentPair {
                 id: s.id,
@@ -409,10 +410,17 @@ impl VhostUserPort {
     }
 
     /// The holder's side: a one-pair port serving pair `lent.pair` of the
-    /// port at `path`.
-    fn lent_pair_port(path: &std::path::Path, device: Device, lent: LentTo, pairs: usize) -> Self {
+    /// port at `path`, steering with the port's key.
+    fn lent_pair_port(
+        path: &std::path::Path,
+        device: Device,
+        lent: LentTo,
+        pairs: usize,
+        steer: super::SteerKey,
+    ) -> Self {
         let mut p = Self::bare(path);
         p.device = device;
+        p.steer = steer;
         // Not a single-pair port: the fast case leaves it to the full path,
         // which steers.
         p.pairs = pairs;
@@ -429,13 +437,13 @@ impl VhostUserPort {
             if lent == 0 {
                 return None;
             }
-            let k = super::steer::pair_for(f, self.device.ready_rx_pairs() | lent);
+            let k = super::steer::pair_for(&self.steer, f, self.device.ready_rx_pairs() | lent);
             return (lent & 1 << k != 0)
                 .then(|| s.holders[k].as_ref().map(|h| h.worker))
                 .flatten();
         }
         let l = self.lent.as_ref()?;
-        let k = super::steer::pair_for(f, l.mask);
+        let k = super::steer::pair_for(&self.steer, f, l.mask);
         (k != l.pair).then_some(l.map[k])
     }
 

@@ -8,16 +8,69 @@
 //! must not be reordered against each other); frames that are not IP go to
 //! the first enabled pair (pair 0 in practice: front-ends never disable it).
 //! A single-pair port never gets here (see [`super::VhostUserPort::deliver`]).
+//!
+//! The hash is keyed per port ([`SteerKey`], drawn from the operating
+//! system's randomness when the port is created, kept across reconnects
+//! and given to the workers serving its lent pairs): with an unkeyed hash
+//! anyone who can send to the guest could compute which flows share a
+//! victim flow's queue and crowd it (its ring overflows, its vCPU's
+//! interrupts go to the sender's frames). Keyed, the same crafted flows
+//! land on unrelated queues of another port, and which flows share a queue
+//! on this one cannot be computed without the key. The keyed function is
+//! foldhash (already a dependency of the switch), its quality variant:
+//! two or three folded 64x64-bit multiplies for an IPv4 flow, where keyed
+//! SipHash-1-3 runs a round of 14 operations per 8 bytes of input and 3
+//! more to finish, and a software Toeplitz hash a step per bit. (The
+//! fast variant, one multiply fewer, left the queue pick uneven, as it
+//! reads the hash's top bits: with one key, 4000 consecutive source ports
+//! put none on one queue of four.) Foldhash is not a
+//! cryptographic MAC: a sender who could watch which queue each of many
+//! probe flows reached might learn enough to aim again; the receive queue a
+//! frame took is visible only inside the guest, and a port's key lives as
+//! long as the port.
 
 use crate::datapath::Frame;
+use std::hash::{BuildHasher, Hasher};
 
 /// Bytes of a frame the hash may look at: a tagged Ethernet header, an
 /// IPv4 header with its longest options, and the ports.
 const HASH_PEEK: usize = 18 + 60 + 4;
 
-/// The flow hash of a frame whose bytes (from the destination MAC on) are
-/// `l2`; `None` for a frame that is not IPv4 or IPv6 (or is truncated).
-pub fn flow_hash(l2: &[u8]) -> Option<u32> {
+/// A port's key for the flow hash.
+#[derive(Clone)]
+pub struct SteerKey {
+    seed: u64,
+    shared: foldhash::SharedSeed,
+}
+
+impl std::fmt::Debug for SteerKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The key stays out of logs and debug output.
+        f.write_str("SteerKey(..)")
+    }
+}
+
+impl SteerKey {
+    /// A fresh random key: 128 bits from std's `RandomState`, whose
+    /// SipHash keys come from the operating system's random source.
+    pub fn random() -> Self {
+        let r = std::collections::hash_map::RandomState::new();
+        Self::from_seeds(r.hash_one(1u64), r.hash_one(2u64))
+    }
+
+    /// The key made of two 64-bit seeds (tests, and a key known in advance).
+    pub fn from_seeds(seed: u64, shared: u64) -> Self {
+        Self {
+            seed,
+            shared: foldhash::SharedSeed::from_u64(shared),
+        }
+    }
+}
+
+/// The flow hash under `key` of a frame whose bytes (from the destination
+/// MAC on) are `l2`; `None` for a frame that is not IPv4 or IPv6 (or is
+/// truncated).
+pub fn flow_hash(key: &SteerKey, l2: &[u8]) -> Option<u32> {
     let be16 = |at: usize| l2.get(at..at + 2).map(|b| u16::from_be_bytes([b[0], b[1]]));
     let mut l3 = 14;
     let mut ethertype = be16(12)?;
@@ -39,27 +92,21 @@ pub fn flow_hash(l2: &[u8]) -> Option<u32> {
         0x86dd => (*l2.get(l3 + 6)?, l2.get(l3 + 8..l3 + 40)?, Some(l3 + 40)),
         _ => return None,
     };
-    let mut h = mix(0, u64::from(proto));
+    let mut h = foldhash::quality::FoldHasher::with_seed(key.seed, &key.shared);
+    h.write_u8(proto);
     for w in addrs.chunks(8) {
         let mut b = [0u8; 8];
         b[..w.len()].copy_from_slice(w);
-        h = mix(h, u64::from_ne_bytes(b));
+        h.write_u64(u64::from_ne_bytes(b));
     }
     // TCP, UDP, SCTP: the ports, when the frame carries them.
     if let (Some(at), 6 | 17 | 132) = (l4, proto) {
         if let Some(p) = l2.get(at..at + 4) {
-            h = mix(h, u64::from(u32::from_ne_bytes([p[0], p[1], p[2], p[3]])));
+            h.write_u32(u32::from_ne_bytes([p[0], p[1], p[2], p[3]]));
         }
     }
-    Some((h >> 32) as u32 ^ h as u32)
-}
-
-/// One step of a multiply-rotate hash (good enough spread for picking one
-/// of a few queues; not meant to resist chosen inputs: a guest choosing its
-/// flows can at worst put them all on one of its own queues).
-#[inline]
-fn mix(h: u64, w: u64) -> u64 {
-    (h ^ w).wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(29)
+    let x = h.finish();
+    Some((x >> 32) as u32 ^ x as u32)
 }
 
 /// The pair a frame with flow hash `hash` goes to, among the pairs whose
@@ -79,19 +126,19 @@ pub fn pick_pair(hash: Option<u32>, ready: u32) -> usize {
     m.trailing_zeros() as usize
 }
 
-/// The pair frame `f` goes to among `ready`: its headers are read once
-/// (from what forwarding already read when that is enough).
-pub(super) fn pair_for(f: &Frame<'_>, ready: u32) -> usize {
+/// The pair frame `f` goes to among `ready`, under `key`: its headers are
+/// read once (from what forwarding already read when that is enough).
+pub(super) fn pair_for(key: &SteerKey, f: &Frame<'_>, ready: u32) -> usize {
     if ready.count_ones() <= 1 {
         return pick_pair(None, ready);
     }
     let want = (f.frame_len as usize).min(HASH_PEEK);
     let hash = if f.head.len() >= want {
-        flow_hash(f.head)
+        flow_hash(key, f.head)
     } else {
         let mut b = [0u8; HASH_PEEK];
         let n = f.src.read(f.hdr_len as u64, &mut b[..want]);
-        flow_hash(&b[..n])
+        flow_hash(key, &b[..n])
     };
     pick_pair(hash, ready)
 }
@@ -99,6 +146,10 @@ pub(super) fn pair_for(f: &Frame<'_>, ready: u32) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn key() -> SteerKey {
+        SteerKey::from_seeds(1, 2)
+    }
 
     /// An Ethernet + IPv4 + UDP header of a flow, with `frag` in the
     /// fragment field.
@@ -118,26 +169,29 @@ mod tests {
     #[test]
     fn one_flow_one_queue_many_flows_every_queue() {
         let ready = 0b1111;
-        let mut per_pair = [0u32; 4];
-        for sport in 0..4000u16 {
-            let f = udp4([10, 0, 0, 1], 1024 + sport, 7, 0);
-            let h = flow_hash(&f);
-            assert!(h.is_some());
-            let p = pick_pair(h, ready);
-            // The same flow again (and again): the same pair.
-            assert_eq!(pick_pair(flow_hash(&f), ready), p);
-            per_pair[p] += 1;
-        }
-        // 4000 flows over 4 pairs: each gets its share, roughly.
-        for n in per_pair {
-            assert!((700..1300).contains(&n), "{per_pair:?}");
+        // A fixed key and random ones: every key spreads flows evenly.
+        for k in std::iter::once(key()).chain((0..20).map(|_| SteerKey::random())) {
+            let mut per_pair = [0u32; 4];
+            for sport in 0..4000u16 {
+                let f = udp4([10, 0, 0, 1], 1024 + sport, 7, 0);
+                let h = flow_hash(&k, &f);
+                assert!(h.is_some());
+                let p = pick_pair(h, ready);
+                // The same flow again (and again): the same pair.
+                assert_eq!(pick_pair(flow_hash(&k, &f), ready), p);
+                per_pair[p] += 1;
+            }
+            // 4000 flows over 4 pairs: each gets its share, roughly.
+            for n in per_pair {
+                assert!((700..1300).contains(&n), "{per_pair:?}");
+            }
         }
     }
 
     #[test]
     fn only_ready_pairs_are_picked() {
         for sport in 0..500u16 {
-            let h = flow_hash(&udp4([10, 0, 0, 1], sport, 7, 0));
+            let h = flow_hash(&key(), &udp4([10, 0, 0, 1], sport, 7, 0));
             assert!(matches!(pick_pair(h, 0b1010), 1 | 3));
             assert_eq!(pick_pair(h, 0b0100), 2);
         }
@@ -148,21 +202,54 @@ mod tests {
     fn non_ip_goes_to_the_first_pair_and_fragments_ignore_ports() {
         let mut arp = vec![0u8; 60];
         arp[12..14].copy_from_slice(&[0x08, 0x06]);
-        assert_eq!(flow_hash(&arp), None);
+        assert_eq!(flow_hash(&key(), &arp), None);
         assert_eq!(pick_pair(None, 0b1111), 0);
         assert_eq!(pick_pair(None, 0b1100), 2);
         // A datagram's fragments: the same hash whatever the ports say.
-        let first = flow_hash(&udp4([10, 0, 0, 1], 5, 6, 0x2000));
-        let later = flow_hash(&udp4([10, 0, 0, 1], 0, 0, 0x00b9));
+        let first = flow_hash(&key(), &udp4([10, 0, 0, 1], 5, 6, 0x2000));
+        let later = flow_hash(&key(), &udp4([10, 0, 0, 1], 0, 0, 0x00b9));
         assert_eq!(first, later);
-        assert_ne!(first, flow_hash(&udp4([10, 0, 0, 1], 5, 6, 0)));
+        assert_ne!(first, flow_hash(&key(), &udp4([10, 0, 0, 1], 5, 6, 0)));
         // A VLAN tag in front changes nothing of the flow.
         let plain = udp4([10, 0, 0, 1], 5, 6, 0);
         let mut tagged = plain[..12].to_vec();
         tagged.extend_from_slice(&[0x81, 0x00, 0x00, 0x05]);
         tagged.extend_from_slice(&plain[12..]);
-        assert_eq!(flow_hash(&tagged), flow_hash(&plain));
+        assert_eq!(flow_hash(&key(), &tagged), flow_hash(&key(), &plain));
         // Truncated headers are not IP as far as steering goes.
-        assert_eq!(flow_hash(&plain[..20]), None);
+        assert_eq!(flow_hash(&key(), &plain[..20]), None);
+    }
+
+    /// Flows a sender crafts to share a victim flow's queue on one port
+    /// (key A) spread over every queue of a port with another key, as
+    /// unrelated flows do; on one port, a flow's queue never changes, and
+    /// a copy of the key (a lent pair's) steers alike.
+    #[test]
+    fn crafted_flows_collide_under_one_key_only() {
+        let ready = 0b1111;
+        let (a, b) = (SteerKey::random(), SteerKey::random());
+        let victim = udp4([10, 0, 0, 9], 443, 5000, 0);
+        let target = pick_pair(flow_hash(&a, &victim), ready);
+        let crafted: Vec<Vec<u8>> = (0..8000u16)
+            .map(|sport| udp4([10, 0, 0, 1], 1024 + sport, 5000, 0))
+            .filter(|f| pick_pair(flow_hash(&a, f), ready) == target)
+            .collect();
+        // About a quarter of the flows collide under A.
+        assert!((1500..2500).contains(&crafted.len()), "{}", crafted.len());
+        let mut per_pair = [0u32; 4];
+        for f in &crafted {
+            per_pair[pick_pair(flow_hash(&b, f), ready)] += 1;
+        }
+        let n = crafted.len() as u32;
+        for c in per_pair {
+            assert!(c > n / 8 && c < n * 3 / 8, "under key B: {per_pair:?}");
+        }
+        // Stable per port, and for a copy of its key.
+        let lent = a.clone();
+        for f in crafted.iter().take(500) {
+            assert_eq!(pick_pair(flow_hash(&a, f), ready), target);
+            assert_eq!(pick_pair(flow_hash(&lent, f), ready), target);
+        }
+        assert_eq!(format!("{a:?}"), "SteerKey(..)");
     }
 }
