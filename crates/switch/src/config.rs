@@ -122,8 +122,8 @@ pub struct SwitchConfig {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub metrics_listen: Option<std::net::SocketAddr>,
     /// Most guest memory one vhost-user front-end may have the switch map,
-    /// in MiB (default 1 TiB): a memory table above it is refused and the
-    /// port reset.
+    /// in MiB (default 1 TiB), its dirty log included: a memory table or a
+    /// log above it is refused and the port reset.
     pub max_guest_memory_mib: u64,
     /// Shared workers (1-8, default 1). Ports live on the first; with more
     /// than one, a multiqueue vhost-user port on it serves its queue pair k
