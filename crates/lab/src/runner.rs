@@ -117,7 +117,7 @@ pub struct PointOutcome {
     pub status: Status,
     /// Why it failed or was skipped, or errors during measurement.
     pub error: Option<String>,
-    /// The measurement engine's result (`vnio.result/1`).
+    /// The measurement engine's result (`vnio.result/2`).
     pub document: Option<Document>,
     /// What the contention achieved.
     pub contention: Option<ContentionReport>,

@@ -1,7 +1,7 @@
 //! The results store: one SQLite file (default `results/lab.db`) holding
 //! every run: the scenario texts, the revision of vnio that ran them, the
 //! environment, the testbeds as built, and per point the statistics and the
-//! full `vnio.result/1` document with its histograms. Reports and
+//! full `vnio.result/2` document with its histograms. Reports and
 //! comparisons are rendered from here only, so a run can be re-rendered at
 //! any time, on any machine, from the file alone.
 //!

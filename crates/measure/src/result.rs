@@ -9,8 +9,10 @@ use crate::env::{Environment, Placement};
 use crate::placement::LineRoundTrips;
 use crate::stats::{median_by_mean, Encoded, Latency, Summary};
 
-/// Names the layout of [`Document`]; bumped on incompatible changes.
-pub const SCHEMA: &str = "vnio.result/1";
+/// Names the layout of [`Document`]; bumped on incompatible changes. /2
+/// added each percentile's confidence interval (`latency.ci`); a /1
+/// document still reads, with empty intervals.
+pub const SCHEMA: &str = "vnio.result/2";
 
 /// One point of the per-second series.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]

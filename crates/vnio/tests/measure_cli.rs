@@ -74,7 +74,7 @@ fn rr_json_document_is_complete() {
         String::from_utf8_lossy(&out.stderr)
     );
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(doc["schema"], "vnio.result/1");
+    assert_eq!(doc["schema"], "vnio.result/2");
     assert_eq!(doc["workload"], "rr");
     assert_eq!(doc["params"]["rr"]["burst"], 2);
     let it = &doc["iterations"][0];
@@ -87,6 +87,28 @@ fn rr_json_document_is_complete() {
             > 10
     );
     assert!(it["merged"]["latency"]["p9999_ns"].as_u64().unwrap() > 0);
+    // Every percentile has its interval next to it: bounds around the
+    // estimate where the samples allow, "too few samples" where not.
+    let lat = &it["merged"]["latency"];
+    let n = lat["count"].as_u64().unwrap();
+    let p50 = lat["p50_ns"].as_u64().unwrap();
+    let ci = &lat["ci"]["p50"];
+    assert_eq!(ci["confidence"], 0.95, "{lat}");
+    assert!(ci["lo_ns"].as_u64().unwrap() <= p50, "{lat}");
+    assert!(ci["hi_ns"].as_u64().unwrap() >= p50, "{lat}");
+    let [j, k] = [&ci["ranks"][0], &ci["ranks"][1]].map(|r| r.as_u64().unwrap());
+    assert!(j < n / 2 + 1 && k > n / 2, "{ci} of {n}");
+    if n < 36_887 {
+        let tail = &lat["ci"]["p9999"];
+        assert!(tail["lo_ns"].is_null(), "{tail}");
+        assert!(
+            tail["too_few"]
+                .as_str()
+                .unwrap()
+                .starts_with("too few samples"),
+            "{tail}"
+        );
+    }
     assert!(doc["environment"]["clocksource"].is_string());
     // Placement asked for and obtained, for both sides.
     let placement = it["placement"].as_array().unwrap();
@@ -191,7 +213,9 @@ fn ctrl_c_prints_and_saves_what_was_measured() {
     assert_eq!(out.status.code(), Some(130));
     let table = String::from_utf8_lossy(&out.stdout);
     assert!(
-        table.contains("INTERRUPTED") && table.contains("p99.99"),
+        table.contains("INTERRUPTED")
+            && table.contains("p99.99")
+            && table.contains("95% ci all: p50 "),
         "{table}"
     );
     let doc: serde_json::Value =
