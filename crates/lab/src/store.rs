@@ -95,7 +95,21 @@ CREATE TABLE IF NOT EXISTS points (
 /// - `points.line_rtt_ns`: the reported iteration's median cache-line
 ///   round trip between the switch's and the client's CPUs (knob
 ///   `placement_probe`); its seconds are in the document.
-const ADDED_COLUMNS: &[(&str, &str, &str)] = &[("points", "line_rtt_ns", "REAL")];
+/// - `points.p50_lo_ns` .. `points.p9999_hi_ns`: the bounds of each
+///   percentile's 95% confidence interval (null: too few samples).
+const ADDED_COLUMNS: &[(&str, &str, &str)] = &[
+    ("points", "line_rtt_ns", "REAL"),
+    ("points", "p50_lo_ns", "INTEGER"),
+    ("points", "p50_hi_ns", "INTEGER"),
+    ("points", "p90_lo_ns", "INTEGER"),
+    ("points", "p90_hi_ns", "INTEGER"),
+    ("points", "p99_lo_ns", "INTEGER"),
+    ("points", "p99_hi_ns", "INTEGER"),
+    ("points", "p999_lo_ns", "INTEGER"),
+    ("points", "p999_hi_ns", "INTEGER"),
+    ("points", "p9999_lo_ns", "INTEGER"),
+    ("points", "p9999_hi_ns", "INTEGER"),
+];
 
 /// Why the store failed. One line.
 #[derive(Debug, thiserror::Error)]

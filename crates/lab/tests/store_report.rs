@@ -134,6 +134,23 @@ fn a_run_round_trips_through_the_store() {
         let h = a.document.as_ref().unwrap().merged_latency().unwrap();
         assert_eq!(h.count(), 30_000);
     }
+    // The stored points carry each percentile's interval: 10,000 samples
+    // give p99's, and too few for p99.99's (which needs 36,887).
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    let (p99, lo, hi, tail): (i64, Option<i64>, Option<i64>, Option<i64>) = conn
+        .query_row(
+            "SELECT p99_ns, p99_lo_ns, p99_hi_ns, p9999_lo_ns FROM points
+             WHERE run_id = ?1 AND status = 'ok' LIMIT 1",
+            rusqlite::params![id],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+        )
+        .unwrap();
+    assert!(
+        lo.unwrap() <= p99 && p99 <= hi.unwrap(),
+        "{lo:?} {p99} {hi:?}"
+    );
+    assert_eq!(tail, None);
+    drop(conn);
     assert_eq!(store.resolve("last").unwrap(), id);
     assert!(store.resolve("last-1").is_err());
     assert!(store
@@ -201,6 +218,16 @@ fn the_report_renders_from_a_stored_run() {
     assert!(html.matches("<rect").count() > 20);
     // Contention achieved is in the table.
     assert!(html.contains("8 loads: 39200/40000 req/s, 160% of a core"));
+    // Each percentile's interval is in the table, p99.99's too few.
+    assert!(html.contains("<span class=\"ci\">too few</span>"));
+    assert!(html.matches("<span class=\"ci\">").count() > html.matches("too few").count());
+    // Whiskers on the bars: three strokes (the line and its caps) per
+    // percentile with an interval, four of five here, on every bar group.
+    let bars = html
+        .split("percentiles at the ends of the sweep")
+        .nth(1)
+        .unwrap();
+    assert!(bars.matches("<polyline").count() >= 12, "whiskers");
     // The scenario text is escaped into the page.
     assert!(html.contains("[contention.loads]"));
     let _ = std::fs::remove_dir_all(db.parent().unwrap().parent().unwrap());
