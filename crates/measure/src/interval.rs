@@ -187,17 +187,23 @@ pub fn of_histogram(hist: &Histogram<u64>, q: f64, confidence: f64) -> Ci {
             )),
             ..Default::default()
         },
-        Ok((j, k)) => {
-            let lo = value_at_rank(hist, j).map(|v| hist.lowest_equivalent(v));
-            let hi = value_at_rank(hist, k).map(|v| hist.highest_equivalent(v));
-            Ci {
-                confidence,
-                lo_ns: lo,
-                hi_ns: hi,
-                ranks: Some([j, k]),
-                too_few: None,
-            }
-        }
+        Ok((j, k)) => at_ranks(hist, j, k, confidence),
+    }
+}
+
+/// The interval between the `j`-th and the `k`-th smallest samples of
+/// `hist` (ranks from [`ranks`]): the lowest value of the j-th's bucket to
+/// the highest of the k-th's.
+pub fn at_ranks(hist: &Histogram<u64>, j: u64, k: u64, confidence: f64) -> Ci {
+    let [lo, hi] = values_at_ranks(hist, [j, k]);
+    let lo = lo.map(|v| hist.lowest_equivalent(v));
+    let hi = hi.map(|v| hist.highest_equivalent(v));
+    Ci {
+        confidence,
+        lo_ns: lo,
+        hi_ns: hi,
+        ranks: Some([j, k]),
+        too_few: None,
     }
 }
 
@@ -207,16 +213,25 @@ fn pct(f: f64) -> String {
     s.trim_end_matches('0').trim_end_matches('.').to_string()
 }
 
-/// The value (as the histogram's bucket) of the `rank`-th smallest sample.
-pub fn value_at_rank(hist: &Histogram<u64>, rank: u64) -> Option<u64> {
+/// The values (as the histogram's buckets) of the samples of the given
+/// 1-based ranks, in one pass over the histogram; none beyond its count.
+pub fn values_at_ranks<const N: usize>(hist: &Histogram<u64>, ranks: [u64; N]) -> [Option<u64>; N] {
+    let mut out = [None; N];
+    let mut order: [usize; N] = std::array::from_fn(|i| i);
+    order.sort_by_key(|&i| ranks[i]);
+    let mut next = 0;
     let mut seen = 0u64;
     for v in hist.iter_recorded() {
         seen += v.count_at_value();
-        if seen >= rank {
-            return Some(v.value_iterated_to());
+        while next < N && ranks[order[next]] <= seen {
+            out[order[next]] = Some(v.value_iterated_to());
+            next += 1;
+        }
+        if next == N {
+            break;
         }
     }
-    None
+    out
 }
 
 #[cfg(test)]

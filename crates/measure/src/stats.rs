@@ -71,6 +71,17 @@ impl Latency {
         let _ = self.hist.record(v);
     }
 
+    /// Records `count` round trips of `ns` each at once (for rebuilding a
+    /// distribution from counts, e.g. in tests of the statistics).
+    pub fn record_n(&mut self, ns: u64, count: u64) {
+        let v = ns.clamp(1, HIGHEST_NS);
+        self.clamped += if ns > HIGHEST_NS { count } else { 0 };
+        self.over_1ms += if v > ONE_MS { count } else { 0 };
+        self.over_5ms += if v > FIVE_MS { count } else { 0 };
+        // Cannot fail: v is within the bounds the histogram was created with.
+        let _ = self.hist.record_n(v, count);
+    }
+
     /// Adds every value of `other` to this recorder.
     pub fn merge(&mut self, other: &Latency) {
         // Same value range on both sides, so the add cannot fail; a coarse
