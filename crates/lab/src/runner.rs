@@ -406,6 +406,7 @@ fn workload(
         agent_cpus: knobs.agent_cpus.clone().unwrap_or_default(),
         busy_poll_us: knobs.busy_poll_us,
         plain_echo: echo && w.kind == WorkloadKind::Rr,
+        ci_goal: w.ci_goal(),
     };
     let stop = stop.clone();
     // The client's threads run in its namespace: threads started from a
@@ -462,6 +463,7 @@ fn workload(
                 iterations: run.iterations,
                 cpus: knobs.client_cpus.clone().unwrap_or_default(),
                 rx_timestamp: knobs.rx_timestamp.unwrap_or(false),
+                ci_goal: w.ci_goal(),
             };
             client
                 .run(|| vnio_measure::ping::run(&params, stop, &progress))

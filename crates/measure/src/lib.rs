@@ -10,6 +10,7 @@ pub mod clock;
 pub mod cookie;
 pub mod cpu;
 pub mod env;
+pub mod goal;
 pub mod interval;
 pub mod pace;
 pub mod path;

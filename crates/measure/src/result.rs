@@ -120,6 +120,10 @@ pub struct Document {
     pub spread: Spread,
     pub interrupted: bool,
     pub errors: Vec<String>,
+    /// A run with `--ci`: whether the percentile's interval came within
+    /// the width asked for, over all rounds (its iterations) merged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ci_goal: Option<crate::goal::GoalOutcome>,
 }
 
 impl Document {

@@ -126,6 +126,59 @@ fn rr_json_document_is_complete() {
     assert_eq!(agent_side["requested_cpu"], 0);
 }
 
+/// `--ci` measures in rounds until the percentile's interval is narrow
+/// enough, or until `--max-duration`, and says which.
+#[test]
+fn ci_goal_rounds_until_met_or_max_duration() {
+    let agent = AgentProc::start();
+    let run = |ci: &str, max: &str| -> serde_json::Value {
+        let out = Command::new(VNIO)
+            .args([
+                "rr",
+                "-t",
+                &agent.target(),
+                "-d",
+                "300ms",
+                "--warmup",
+                "50ms",
+            ])
+            .args(["--ci", ci, "--max-duration", max, "--json"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    // The median within ±50% over loopback: the first round does it.
+    let doc = run("50:50%", "3s");
+    let g = &doc["ci_goal"];
+    assert_eq!(g["verdict"], "met", "{g}");
+    assert_eq!(g["rounds"], 1, "{g}");
+    assert_eq!(doc["iterations"].as_array().unwrap().len(), 1);
+    assert!(g["relative_half_width"].as_f64().unwrap() <= 0.5, "{g}");
+    // p99.99 within ±0.01% is out of reach: three rounds of 300 ms fill
+    // the 900 ms, and the result says the goal was not met.
+    let doc = run("99.99:0.01%", "900ms");
+    let g = &doc["ci_goal"];
+    assert_eq!(g["verdict"], "not met at max duration", "{g}");
+    assert_eq!(g["met"], false);
+    assert_eq!(g["rounds"], 3, "{g}");
+    let seconds = g["seconds"].as_f64().unwrap();
+    assert!((0.8..=0.95).contains(&seconds), "{g}");
+    // A malformed goal is one line, before anything runs.
+    let out = Command::new(VNIO)
+        .args(["rr", "-t", &agent.target(), "--ci", "99"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("expected PERCENTILE:WIDTH"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+}
+
 #[test]
 fn unreachable_agent_says_one_line_and_fails() {
     let port = std::net::TcpListener::bind("127.0.0.1:0")

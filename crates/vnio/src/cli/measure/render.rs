@@ -2,6 +2,7 @@
 //! (one row per target and the merge, latency in µs) and CSV. Separate
 //! from the commands because it only formats a finished document.
 
+use vnio_measure::goal::GoalOutcome;
 use vnio_measure::interval;
 use vnio_measure::result::{Document, Measured};
 use vnio_measure::stats::Summary;
@@ -30,6 +31,9 @@ pub(super) fn table(doc: &Document) -> String {
             ""
         }
     );
+    if let Some(g) = &doc.ci_goal {
+        let _ = writeln!(s, "{}", goal_line(g));
+    }
     let rows: Vec<&Measured> = if it.per_target.len() > 1 {
         it.per_target
             .iter()
@@ -184,6 +188,29 @@ fn intervals_line(target: &str, l: &Summary) -> String {
         })
         .collect();
     format!("{:.0}% ci {target}: {}", conf * 100.0, parts.join(" | "))
+}
+
+/// How a `--ci` run ended, with the percentile over all its rounds.
+fn goal_line(g: &GoalOutcome) -> String {
+    let interval = match (g.ci.bounds(), g.relative_half_width) {
+        (Some((lo, hi)), Some(w)) => format!(
+            "95% ci {:.2}-{:.2} (±{:.1}%)",
+            lo as f64 / 1e3,
+            hi as f64 / 1e3,
+            w * 100.0
+        ),
+        _ => g.ci.too_few.clone().unwrap_or_else(|| "no interval".into()),
+    };
+    format!(
+        "--ci p{} within ±{}%: {} after {} round(s), {:.1} s measured; over all of them p{} {:.2} us, {interval}",
+        g.percentile,
+        g.width * 100.0,
+        g.verdict.to_uppercase(),
+        g.rounds,
+        g.seconds,
+        g.percentile,
+        g.estimate_ns as f64 / 1e3
+    )
 }
 
 /// A bound for CSV: empty when there is no interval.
