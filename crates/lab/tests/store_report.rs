@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use vnio_lab::contention::{ContentionReport, LoadsOutcome};
+use vnio_lab::findings::{significance, Statistic};
 use vnio_lab::report;
 use vnio_lab::runner::{PointOutcome, Status};
 use vnio_lab::scenario::{self, Capabilities, LabFile, Overrides, Plan};
@@ -265,7 +266,33 @@ fn two_runs_compare_point_by_point() {
     let html = report::compare(&ra, &rb);
     assert!(html.contains(&format!("run {a} vs run {b}")));
     assert!(html.contains("<svg"));
-    assert!(html.contains("+0%"), "identical runs differ by 0%");
+    // Identical runs: B / A is 1 within its interval at every point.
+    assert!(html.contains("+0.0% ["), "identical runs differ by 0%");
+    assert!(html.contains("no significant change"));
+    assert!(!html.contains("significant at 95%"));
+    for p in &pairs {
+        for c in p.change.iter().flatten() {
+            assert_eq!(c.verdict, significance::Verdict::NoChange, "{}", c.words());
+        }
+    }
+    // A point twice as slow in B is a significant slowdown, and back.
+    let pa = ra.scenarios[0]
+        .points
+        .iter()
+        .find(|o| o.document.is_some())
+        .unwrap();
+    let mut slow = pa.clone();
+    slow.document = Some(document(80, 3));
+    let mut fast = pa.clone();
+    fast.document = Some(document(40, 3));
+    let c = significance::of_points(&fast, &slow, Statistic::P50).unwrap();
+    assert_eq!(c.verdict, significance::Verdict::Slower, "{}", c.words());
+    assert!(c.band.unwrap().lo > 1.0 && c.words().contains("slower, significant at 95%"));
+    let c = significance::of_points(&slow, &fast, Statistic::P99).unwrap();
+    assert_eq!(c.verdict, significance::Verdict::Faster, "{}", c.words());
+    // p99.99 of 30,000 round trips: too few to tell.
+    let c = significance::of_points(&slow, &fast, Statistic::P9999).unwrap();
+    assert_eq!(c.verdict, significance::Verdict::TooFew, "{}", c.words());
     let _ = std::fs::remove_dir_all(db.parent().unwrap().parent().unwrap());
 }
 
