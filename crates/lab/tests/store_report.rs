@@ -495,3 +495,35 @@ fn machines_and_their_clocks_are_stored_and_reported() {
     );
     let _ = std::fs::remove_dir_all(db.parent().unwrap().parent().unwrap());
 }
+
+#[test]
+fn failed_sample_checks_are_warnings_on_the_report() {
+    let db = temp_db("checks");
+    let (store, id, _) = stored_run(&db, "cpu-contention");
+    let mut run = store.load(id).unwrap();
+    // Every second slower than the last: neither independent nor stationary.
+    for o in run.scenarios[0].points.iter_mut() {
+        if let Some(d) = o.document.as_mut() {
+            for it in d.iterations.iter_mut() {
+                it.seconds = 20.0;
+                it.intervals = (0..20)
+                    .map(|t| vnio_measure::result::IntervalPoint {
+                        t_s: t,
+                        ops: 1000,
+                        mean_ns: 20_000.0 + 500.0 * t as f64,
+                        ..Default::default()
+                    })
+                    .collect();
+            }
+            d.conclude();
+            assert!(d.checks.iter().all(|c| !c.passed), "{:?}", d.checks);
+        }
+    }
+    let html = report::render(&run);
+    assert!(
+        html.contains("warning: the run is not stationary"),
+        "stationarity"
+    );
+    assert!(html.contains("are not independent"), "independence");
+    let _ = std::fs::remove_dir_all(db.parent().unwrap().parent().unwrap());
+}

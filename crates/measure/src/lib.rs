@@ -5,6 +5,7 @@
 
 pub mod agent;
 pub mod budget;
+pub mod checks;
 pub mod client;
 pub mod clock;
 pub mod cookie;

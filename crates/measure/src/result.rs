@@ -124,6 +124,10 @@ pub struct Document {
     /// the width asked for, over all rounds (its iterations) merged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ci_goal: Option<crate::goal::GoalOutcome>,
+    /// Whether the reported iteration's samples are independent and
+    /// stationary ([`crate::checks`]); a failed one carries a warning.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub checks: Vec<crate::checks::SampleCheck>,
 }
 
 impl Document {
@@ -157,6 +161,7 @@ impl Document {
             })
             .collect();
         self.chosen = median_by_mean(&keys).unwrap_or(0);
+        self.checks = crate::checks::of_document(self);
         let its = &self.iterations;
         if its.is_empty() {
             return;

@@ -55,6 +55,9 @@ pub struct Row {
     pub iterations: (usize, usize),
     /// Contention in one line.
     pub contention: Option<String>,
+    /// The sample checks that failed (independence, stationarity), each
+    /// its warning.
+    pub checks: Vec<String>,
 }
 
 impl Row {
@@ -116,6 +119,15 @@ impl Row {
             loss_pct: m.map_or(0.0, |m| m.loss_pct),
             iterations: doc.map_or((0, 0), |d| (d.iterations.len(), d.chosen + 1)),
             contention: contention.filter(|c| !c.is_empty()),
+            checks: doc
+                .map(|d| {
+                    d.checks
+                        .iter()
+                        .filter(|c| !c.passed)
+                        .map(|c| format!("warning: {}", c.warning))
+                        .collect()
+                })
+                .unwrap_or_default(),
         }
     }
 
@@ -601,7 +613,13 @@ fn table(h: &mut String, rows: &[&Row]) {
         } else {
             h.push_str(&"<td></td>".repeat(10));
         }
-        let notes: Vec<String> = r.contention.iter().chain(r.error.iter()).cloned().collect();
+        let notes: Vec<String> = r
+            .contention
+            .iter()
+            .chain(r.error.iter())
+            .chain(r.checks.iter())
+            .cloned()
+            .collect();
         let _ = writeln!(
             h,
             "<td>{}</td><td class=\"l\">{}</td></tr>",

@@ -272,6 +272,9 @@ pub fn emit(doc: &Document, out: &OutputArgs) -> anyhow::Result<i32> {
     for w in &doc.environment.warnings {
         eprintln!("vnio: warning: {w}");
     }
+    for c in doc.checks.iter().filter(|c| !c.passed) {
+        eprintln!("vnio: warning: {}", c.warning);
+    }
     Ok(if doc.interrupted {
         130
     } else if doc.errors.is_empty() {
