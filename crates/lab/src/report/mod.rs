@@ -43,6 +43,9 @@ pub struct Row {
     /// microseconds; none where the samples were too few (or a document
     /// stored before intervals).
     pub ci_us: [Option<(f64, f64)>; 5],
+    /// Which of them had too few samples for an interval (false also for
+    /// a document stored before intervals, which shows none).
+    pub ci_too_few: [bool; 5],
     /// % of round trips above 1 ms.
     pub over_1ms_pct: Option<f64>,
     /// Transactions (or packets) per second.
@@ -86,6 +89,10 @@ impl Row {
                 })
             })
             .unwrap_or_default();
+        let ci_too_few = m
+            .and_then(|m| m.latency.as_ref())
+            .map(|l| l.ci.by_percentile().map(|(_, c)| c.too_few.is_some()))
+            .unwrap_or_default();
         let contention = o.contention.as_ref().map(|c| {
             let mut parts = Vec::new();
             if let Some(l) = &c.loads {
@@ -113,6 +120,7 @@ impl Row {
             error: o.error.clone(),
             latency_us,
             ci_us,
+            ci_too_few,
             over_1ms_pct: m.and_then(|m| m.latency.as_ref()).map(|l| l.over_1ms_pct),
             ops_per_s: m.map_or(0.0, |m| m.ops_per_s),
             gbps: m.map_or(0.0, |m| m.gbps),
@@ -591,16 +599,17 @@ fn table(h: &mut String, rows: &[&Row]) {
             for (i, v) in l.into_iter().enumerate() {
                 // Percentiles (columns 1 to 5) show their 95% interval
                 // under the value, or that the samples were too few.
-                let ci = match i.checked_sub(1).and_then(|c| r.ci_us.get(c)) {
-                    Some(Some((lo, hi))) => {
+                let c = i.checked_sub(1).filter(|c| *c < 5);
+                let ci = match c.map(|c| (r.ci_us[c], r.ci_too_few[c])) {
+                    Some((Some((lo, hi)), _)) => {
                         format!(
                             "<br><span class=\"ci\">{}–{}</span>",
-                            fmt_us(*lo),
-                            fmt_us(*hi)
+                            fmt_us(lo),
+                            fmt_us(hi)
                         )
                     }
-                    Some(None) => "<br><span class=\"ci\">too few</span>".to_owned(),
-                    None => String::new(),
+                    Some((None, true)) => "<br><span class=\"ci\">too few</span>".to_owned(),
+                    _ => String::new(),
                 };
                 let _ = write!(h, "<td>{}{ci}</td>", fmt_us(v));
             }
