@@ -308,6 +308,12 @@ fn a_single_iteration_is_judged_on_its_seconds_or_not_at_all() {
     let (o, why) = outcome(&f, "switch-adds-latency");
     assert_eq!(o, Outcome::Inconclusive, "{why}");
     assert!(why.contains("too few round trips"), "{why}");
+    let v = f
+        .verdicts
+        .iter()
+        .find(|v| v.id == "switch-adds-latency")
+        .unwrap();
+    assert!(findings::measured(v).contains("too few samples for an interval"));
     // Spikes over 1 ms have no per-second series: one iteration of them
     // is a single sample, and a single sample decides nothing.
     let spikes = SCENARIO

@@ -41,6 +41,12 @@ pub fn measured(v: &Verdict) -> String {
             number(b.lo, &v.unit, signed),
             number(b.hi, &v.unit, signed)
         ),
+        (Some(x), None) if v.subject.source == Some(SampleSource::OrderStatistics) => {
+            format!(
+                "{} (too few samples for an interval)",
+                number(x, &v.unit, signed)
+            )
+        }
         (Some(x), None) => format!("{} (no spread)", number(x, &v.unit, signed)),
         _ => "—".into(),
     }
