@@ -285,6 +285,10 @@ fn a_workload_may_measure_until_its_percentile_is_known() {
     let goal = plan.points[0].workload.ci_goal().unwrap();
     assert_eq!((goal.percentile, goal.width), (99.9, 0.05));
     assert_eq!(goal.max_duration, Duration::from_secs(120));
+    assert!(plan.points[0]
+        .workload
+        .describe()
+        .ends_with(" until ci 99.9:5%"));
     // Without max_duration: a minute.
     let s = scenario(&MINIMAL.replace("kind = \"rr\"", "kind = \"rr\"\nci = \"99:2%\""));
     let plan = Plan::new(&s, &Overrides::default(), &Capabilities::current()).unwrap();

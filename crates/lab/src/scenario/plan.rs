@@ -187,7 +187,7 @@ impl Resolved {
             Protocol::Tcp => "tcp",
             Protocol::Udp => "udp",
         };
-        match self.kind {
+        let mut s = match self.kind {
             WorkloadKind::Ping => format!(
                 "ping {} B every {} x {} session(s)",
                 self.size,
@@ -216,7 +216,11 @@ impl Resolved {
                 }
                 s
             }
+        };
+        if let Some(ci) = &self.ci {
+            s.push_str(&format!(" until ci {ci}"));
         }
+        s
     }
 }
 

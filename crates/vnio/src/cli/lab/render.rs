@@ -248,7 +248,7 @@ pub fn findings_table(f: &RunFindings) -> String {
         let _ = writeln!(
             s,
             "{:<21} {:<27} {:<15} {:<22} {:<40} claim",
-            "scenario", "finding", "verdict", "study", "this run [spread]"
+            "scenario", "finding", "verdict", "study", "this run [spread or ci]"
         );
     }
     for v in &f.verdicts {
