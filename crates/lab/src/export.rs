@@ -89,6 +89,16 @@ pub const CSV_COLUMNS: &[&str] = &[
     "contention",
     "error",
     "hlog",
+    "p50_lo_ns",
+    "p50_hi_ns",
+    "p90_lo_ns",
+    "p90_hi_ns",
+    "p99_lo_ns",
+    "p99_hi_ns",
+    "p999_lo_ns",
+    "p999_hi_ns",
+    "p9999_lo_ns",
+    "p9999_hi_ns",
 ];
 
 /// The `.hlog` file name of a point: `SCENARIO.CONFIGURATION.WORKLOAD`
@@ -258,7 +268,7 @@ fn csv_row(run: i64, scenario: &str, o: &PointOutcome) -> Vec<String> {
     let l = m.and_then(|m| m.latency.as_ref());
     let opt = |v: Option<String>| v.unwrap_or_default();
     let lat = |f: fn(&vnio_measure::stats::Summary) -> String| opt(l.map(f));
-    vec![
+    let mut row = vec![
         run.to_string(),
         scenario.to_owned(),
         o.point.seq.to_string(),
@@ -292,5 +302,12 @@ fn csv_row(run: i64, scenario: &str, o: &PointOutcome) -> Vec<String> {
         } else {
             String::new()
         },
-    ]
+    ];
+    // Each percentile's 95% interval, empty where the samples were too few.
+    for (_, c) in l.map(|l| l.ci.by_percentile()).into_iter().flatten() {
+        row.push(opt(c.lo_ns.map(|v| v.to_string())));
+        row.push(opt(c.hi_ns.map(|v| v.to_string())));
+    }
+    row.resize(CSV_COLUMNS.len(), String::new());
+    row
 }

@@ -24,7 +24,7 @@
 //! lab's DPDK program instead (`pair/dpdk.rs`): the same shapes, with
 //! DPDK's memory pattern, as the anchor harness drives its switches.
 //!
-//! All yield a `vnio.result/1` document, stored and judged like any other.
+//! All yield a `vnio.result/2` document, stored and judged like any other.
 
 use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -117,7 +117,7 @@ pub struct PointOutcome {
     pub status: Status,
     /// Why it failed or was skipped, or errors during measurement.
     pub error: Option<String>,
-    /// The measurement engine's result (`vnio.result/1`).
+    /// The measurement engine's result (`vnio.result/2`).
     pub document: Option<Document>,
     /// What the contention achieved.
     pub contention: Option<ContentionReport>,
@@ -406,6 +406,7 @@ fn workload(
         agent_cpus: knobs.agent_cpus.clone().unwrap_or_default(),
         busy_poll_us: knobs.busy_poll_us,
         plain_echo: echo && w.kind == WorkloadKind::Rr,
+        ci_goal: w.ci_goal(),
     };
     let stop = stop.clone();
     // The client's threads run in its namespace: threads started from a
@@ -462,6 +463,7 @@ fn workload(
                 iterations: run.iterations,
                 cpus: knobs.client_cpus.clone().unwrap_or_default(),
                 rx_timestamp: knobs.rx_timestamp.unwrap_or(false),
+                ci_goal: w.ci_goal(),
             };
             client
                 .run(|| vnio_measure::ping::run(&params, stop, &progress))

@@ -1,7 +1,7 @@
 //! The results store: one SQLite file (default `results/lab.db`) holding
 //! every run: the scenario texts, the revision of vnio that ran them, the
 //! environment, the testbeds as built, and per point the statistics and the
-//! full `vnio.result/1` document with its histograms. Reports and
+//! full `vnio.result/2` document with its histograms. Reports and
 //! comparisons are rendered from here only, so a run can be re-rendered at
 //! any time, on any machine, from the file alone.
 //!
@@ -95,7 +95,21 @@ CREATE TABLE IF NOT EXISTS points (
 /// - `points.line_rtt_ns`: the reported iteration's median cache-line
 ///   round trip between the switch's and the client's CPUs (knob
 ///   `placement_probe`); its seconds are in the document.
-const ADDED_COLUMNS: &[(&str, &str, &str)] = &[("points", "line_rtt_ns", "REAL")];
+/// - `points.p50_lo_ns` .. `points.p9999_hi_ns`: the bounds of each
+///   percentile's 95% confidence interval (null: too few samples).
+const ADDED_COLUMNS: &[(&str, &str, &str)] = &[
+    ("points", "line_rtt_ns", "REAL"),
+    ("points", "p50_lo_ns", "INTEGER"),
+    ("points", "p50_hi_ns", "INTEGER"),
+    ("points", "p90_lo_ns", "INTEGER"),
+    ("points", "p90_hi_ns", "INTEGER"),
+    ("points", "p99_lo_ns", "INTEGER"),
+    ("points", "p99_hi_ns", "INTEGER"),
+    ("points", "p999_lo_ns", "INTEGER"),
+    ("points", "p999_hi_ns", "INTEGER"),
+    ("points", "p9999_lo_ns", "INTEGER"),
+    ("points", "p9999_hi_ns", "INTEGER"),
+];
 
 /// Why the store failed. One line.
 #[derive(Debug, thiserror::Error)]

@@ -7,7 +7,7 @@
 //! Each iteration runs the tool's client for the warm-up and then for the
 //! measured duration (sockperf also warms up on its own), against its
 //! server started in the target's namespace for the point; the result is a
-//! `vnio.result/1` document like the instrument's: sockperf's round-trip
+//! `vnio.result/2` document like the instrument's: sockperf's round-trip
 //! percentiles (`--full-rtt`; no histogram), the raw loop's every round
 //! trip (recorded into the instrument's histogram after the loop, so the
 //! loop itself does nothing but send, receive and read the clock),

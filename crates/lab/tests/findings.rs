@@ -200,6 +200,10 @@ fn temp_db(tag: &str) -> std::path::PathBuf {
     dir.join("lab.db")
 }
 
+fn why_of(f: &findings::RunFindings, id: &str) -> String {
+    outcome(f, id).1
+}
+
 fn outcome(f: &findings::RunFindings, id: &str) -> (Outcome, String) {
     let v = f.verdicts.iter().find(|v| v.id == id).unwrap();
     (v.outcome, v.why.clone())
@@ -209,11 +213,10 @@ fn outcome(f: &findings::RunFindings, id: &str) -> (Outcome, String) {
 fn verdicts_follow_the_spread_of_the_stored_run() {
     let db = temp_db("judge");
     let store = Store::open(&db).unwrap();
-    // native 20-23 µs, switch 60-63 µs: far apart. The bridge overlaps
-    // native: its iterations start at 19-23 µs.
+    // native 20-23 µs, switch 60-63 µs: far apart. The bridge is native
+    // again: the interval of their p50s' difference straddles 0.
     let id = store_run(&store, SCENARIO, &[], |cfg| match cfg {
-        "native" => vec![20, 21, 23],
-        "bridge" => vec![19, 22, 23],
+        "native" | "bridge" => vec![20, 21, 23],
         _ => vec![60, 61, 63],
     });
     let run = store.load(id).unwrap();
@@ -231,16 +234,27 @@ fn verdicts_follow_the_spread_of_the_stored_run() {
     let (o, why) = outcome(&f, "tail-within-2x");
     assert_eq!(o, Outcome::Reproduced, "{why}");
 
-    // The numbers behind a verdict: the reported (median) iterations'
-    // medians, the band over all three, the study's mark where the
-    // subject would be (native's median plus 15 and 20 µs).
+    // The numbers behind a verdict: the p50s over all three iterations'
+    // round trips, the band from their order-statistic intervals, the
+    // study's mark where the subject would be (native's median plus 15
+    // and 20 µs).
     let v = f
         .verdicts
         .iter()
         .find(|v| v.id == "switch-adds-latency")
         .unwrap();
-    assert_eq!(v.subject.samples, 3);
-    assert_eq!(v.subject.source, Some(SampleSource::Iterations));
+    assert_eq!(v.subject.samples, 30_000);
+    assert_eq!(v.subject.source, Some(SampleSource::OrderStatistics));
+    assert!(why_of(&f, "switch-adds-latency").contains("95% confidence interval"));
+    let side = v.subject.band.unwrap();
+    assert!(side.lo <= v.subject.value.unwrap() && v.subject.value.unwrap() <= side.hi);
+    // The tail ratio is no percentile: judged on the iterations' spread.
+    let t = f
+        .verdicts
+        .iter()
+        .find(|v| v.id == "tail-within-2x")
+        .unwrap();
+    assert_eq!(t.subject.source, Some(SampleSource::Iterations));
     let (sv, nv) = (
         v.subject.value.unwrap(),
         v.against.as_ref().unwrap().value.unwrap(),
@@ -274,14 +288,32 @@ fn a_single_iteration_is_judged_on_its_seconds_or_not_at_all() {
         _ => vec![60],
     });
     let f = findings::judge_run(&store.load(id).unwrap());
-    // Two seconds each: the per-second medians give the spread.
+    // A percentile needs no second iteration: its interval comes from the
+    // order statistics of the one iteration's 10,000 round trips.
     let v = f
         .verdicts
         .iter()
         .find(|v| v.id == "switch-adds-latency")
         .unwrap();
-    assert_eq!(v.subject.source, Some(SampleSource::Seconds));
+    assert_eq!(v.subject.source, Some(SampleSource::OrderStatistics));
     assert_eq!(v.outcome, Outcome::Reproduced, "{}", v.why);
+    // Except where the samples are too few for one: p99.99 of 10,000.
+    let tail = one.replace("statistic = \"p50\"", "statistic = \"p99.99\"");
+    let id = store_run(&store, &tail, &[], |cfg| match cfg {
+        "native" => vec![20],
+        "bridge" => vec![21],
+        _ => vec![60],
+    });
+    let f = findings::judge_run(&store.load(id).unwrap());
+    let (o, why) = outcome(&f, "switch-adds-latency");
+    assert_eq!(o, Outcome::Inconclusive, "{why}");
+    assert!(why.contains("too few round trips"), "{why}");
+    let v = f
+        .verdicts
+        .iter()
+        .find(|v| v.id == "switch-adds-latency")
+        .unwrap();
+    assert!(findings::measured(v).contains("too few samples for an interval"));
     // Spikes over 1 ms have no per-second series: one iteration of them
     // is a single sample, and a single sample decides nothing.
     let spikes = SCENARIO

@@ -271,6 +271,29 @@ fn minimal_scenario_gets_the_studies_defaults() {
     );
     assert!(w.nodelay && w.dirty);
     assert!(plan.points[0].contention.is_idle());
+    assert_eq!(w.ci_goal(), None);
+}
+
+#[test]
+fn a_workload_may_measure_until_its_percentile_is_known() {
+    let text = MINIMAL.replace(
+        "kind = \"rr\"",
+        "kind = \"rr\"\nci = \"99.9:5%\"\nmax_duration = \"2m\"",
+    );
+    let s = scenario(&text);
+    let plan = Plan::new(&s, &Overrides::default(), &Capabilities::current()).unwrap();
+    let goal = plan.points[0].workload.ci_goal().unwrap();
+    assert_eq!((goal.percentile, goal.width), (99.9, 0.05));
+    assert_eq!(goal.max_duration, Duration::from_secs(120));
+    assert!(plan.points[0]
+        .workload
+        .describe()
+        .ends_with(" until ci 99.9:5%"));
+    // Without max_duration: a minute.
+    let s = scenario(&MINIMAL.replace("kind = \"rr\"", "kind = \"rr\"\nci = \"99:2%\""));
+    let plan = Plan::new(&s, &Overrides::default(), &Capabilities::current()).unwrap();
+    let goal = plan.points[0].workload.ci_goal().unwrap();
+    assert_eq!(goal.max_duration, Duration::from_secs(60));
 }
 
 #[test]
@@ -331,6 +354,21 @@ fn validation_errors_name_the_field() {
             "kind = \"rr\"",
             "kind = \"stream\"\nrate = 1000",
             "workload `rr`: rate: paces UDP streams only",
+        ),
+        (
+            "kind = \"rr\"",
+            "kind = \"stream\"\nci = \"99:5%\"",
+            "workload `rr`: ci: does not apply to stream workloads",
+        ),
+        (
+            "kind = \"rr\"",
+            "kind = \"rr\"\nci = \"99\"",
+            "workload `rr`: ci: \"99\": expected PERCENTILE:WIDTH",
+        ),
+        (
+            "kind = \"rr\"",
+            "kind = \"rr\"\nmax_duration = \"30s\"",
+            "workload `rr`: max_duration: applies with ci only",
         ),
     ];
     for (from, to, want) in cases {

@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use vnio_lab::contention::{ContentionReport, LoadsOutcome};
+use vnio_lab::findings::{significance, Statistic};
 use vnio_lab::report;
 use vnio_lab::runner::{PointOutcome, Status};
 use vnio_lab::scenario::{self, Capabilities, LabFile, Overrides, Plan};
@@ -134,6 +135,23 @@ fn a_run_round_trips_through_the_store() {
         let h = a.document.as_ref().unwrap().merged_latency().unwrap();
         assert_eq!(h.count(), 30_000);
     }
+    // The stored points carry each percentile's interval: 10,000 samples
+    // give p99's, and too few for p99.99's (which needs 36,887).
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    let (p99, lo, hi, tail): (i64, Option<i64>, Option<i64>, Option<i64>) = conn
+        .query_row(
+            "SELECT p99_ns, p99_lo_ns, p99_hi_ns, p9999_lo_ns FROM points
+             WHERE run_id = ?1 AND status = 'ok' LIMIT 1",
+            rusqlite::params![id],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+        )
+        .unwrap();
+    assert!(
+        lo.unwrap() <= p99 && p99 <= hi.unwrap(),
+        "{lo:?} {p99} {hi:?}"
+    );
+    assert_eq!(tail, None);
+    drop(conn);
     assert_eq!(store.resolve("last").unwrap(), id);
     assert!(store.resolve("last-1").is_err());
     assert!(store
@@ -201,6 +219,16 @@ fn the_report_renders_from_a_stored_run() {
     assert!(html.matches("<rect").count() > 20);
     // Contention achieved is in the table.
     assert!(html.contains("8 loads: 39200/40000 req/s, 160% of a core"));
+    // Each percentile's interval is in the table, p99.99's too few.
+    assert!(html.contains("<span class=\"ci\">too few</span>"));
+    assert!(html.matches("<span class=\"ci\">").count() > html.matches("too few").count());
+    // Whiskers on the bars: three strokes (the line and its caps) per
+    // percentile with an interval, four of five here, on every bar group.
+    let bars = html
+        .split("percentiles at the ends of the sweep")
+        .nth(1)
+        .unwrap();
+    assert!(bars.matches("<polyline").count() >= 12, "whiskers");
     // The scenario text is escaped into the page.
     assert!(html.contains("[contention.loads]"));
     let _ = std::fs::remove_dir_all(db.parent().unwrap().parent().unwrap());
@@ -238,7 +266,33 @@ fn two_runs_compare_point_by_point() {
     let html = report::compare(&ra, &rb);
     assert!(html.contains(&format!("run {a} vs run {b}")));
     assert!(html.contains("<svg"));
-    assert!(html.contains("+0%"), "identical runs differ by 0%");
+    // Identical runs: B / A is 1 within its interval at every point.
+    assert!(html.contains("+0.0% ["), "identical runs differ by 0%");
+    assert!(html.contains("no significant change"));
+    assert!(!html.contains("significant at 95%"));
+    for p in &pairs {
+        for c in p.change.iter().flatten() {
+            assert_eq!(c.verdict, significance::Verdict::NoChange, "{}", c.words());
+        }
+    }
+    // A point twice as slow in B is a significant slowdown, and back.
+    let pa = ra.scenarios[0]
+        .points
+        .iter()
+        .find(|o| o.document.is_some())
+        .unwrap();
+    let mut slow = pa.clone();
+    slow.document = Some(document(80, 3));
+    let mut fast = pa.clone();
+    fast.document = Some(document(40, 3));
+    let c = significance::of_points(&fast, &slow, Statistic::P50).unwrap();
+    assert_eq!(c.verdict, significance::Verdict::Slower, "{}", c.words());
+    assert!(c.band.unwrap().lo > 1.0 && c.words().contains("slower, significant at 95%"));
+    let c = significance::of_points(&slow, &fast, Statistic::P99).unwrap();
+    assert_eq!(c.verdict, significance::Verdict::Faster, "{}", c.words());
+    // p99.99 of 30,000 round trips: too few to tell.
+    let c = significance::of_points(&slow, &fast, Statistic::P9999).unwrap();
+    assert_eq!(c.verdict, significance::Verdict::TooFew, "{}", c.words());
     let _ = std::fs::remove_dir_all(db.parent().unwrap().parent().unwrap());
 }
 
@@ -439,5 +493,50 @@ fn machines_and_their_clocks_are_stored_and_reported() {
         html.contains("server (namespace, 10.77.1.2, on machine m1)"),
         "the host"
     );
+    let _ = std::fs::remove_dir_all(db.parent().unwrap().parent().unwrap());
+}
+
+#[test]
+fn failed_sample_checks_are_warnings_on_the_report() {
+    let db = temp_db("checks");
+    let (store, id, _) = stored_run(&db, "cpu-contention");
+    let mut run = store.load(id).unwrap();
+    // Every second slower than the last: neither independent nor stationary.
+    for o in run.scenarios[0].points.iter_mut() {
+        if let Some(d) = o.document.as_mut() {
+            for it in d.iterations.iter_mut() {
+                it.seconds = 20.0;
+                it.intervals = (0..20)
+                    .map(|t| vnio_measure::result::IntervalPoint {
+                        t_s: t,
+                        ops: 1000,
+                        mean_ns: 20_000.0 + 500.0 * t as f64,
+                        ..Default::default()
+                    })
+                    .collect();
+            }
+            d.conclude();
+            assert!(d.checks.iter().all(|c| !c.passed), "{:?}", d.checks);
+        }
+    }
+    let html = report::render(&run);
+    assert!(
+        html.contains("warning: the run is not stationary"),
+        "stationarity"
+    );
+    assert!(html.contains("are not independent"), "independence");
+    // A document stored before intervals (vnio.result/1) shows none, and
+    // does not claim its samples were too few.
+    for o in run.scenarios[0].points.iter_mut() {
+        if let Some(d) = o.document.as_mut() {
+            for it in d.iterations.iter_mut() {
+                if let Some(l) = it.merged.latency.as_mut() {
+                    l.ci = Default::default();
+                }
+            }
+        }
+    }
+    let html = report::render(&run);
+    assert!(!html.contains("<span class=\"ci\">"), "no intervals");
     let _ = std::fs::remove_dir_all(db.parent().unwrap().parent().unwrap());
 }

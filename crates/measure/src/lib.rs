@@ -5,11 +5,14 @@
 
 pub mod agent;
 pub mod budget;
+pub mod checks;
 pub mod client;
 pub mod clock;
 pub mod cookie;
 pub mod cpu;
 pub mod env;
+pub mod goal;
+pub mod interval;
 pub mod pace;
 pub mod path;
 pub mod pin;

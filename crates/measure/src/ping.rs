@@ -35,6 +35,10 @@ pub struct PingParams {
     pub iterations: u32,
     pub cpus: Vec<usize>,
     pub rx_timestamp: bool,
+    /// Measure in rounds of `duration` until this percentile is known
+    /// ([`crate::goal`]); `iterations` is then the least number of rounds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ci_goal: Option<crate::goal::CiGoal>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -182,9 +186,14 @@ pub fn run(
     drop(open_socket()?);
     let params = serde_json::to_value(p).unwrap_or_default();
     let mut doc = Document::new("ping", params, p.targets.clone(), Environment::capture(250));
-    for i in 0..p.iterations.max(1) {
-        progress(&format!("iteration {}/{}", i + 1, p.iterations.max(1)));
-        let it = iteration(i as usize, p, &targets, stop.clone());
+    let wanted = p.iterations.max(1) as usize;
+    for i in 0.. {
+        let more = p.ci_goal.is_some_and(|g| g.another_round(&doc, p.duration));
+        if i >= wanted && !more {
+            break;
+        }
+        progress(&crate::run::round_name(i, wanted, p.ci_goal.is_some()));
+        let it = iteration(i, p, &targets, stop.clone());
         doc.errors.extend(it.errors.iter().cloned());
         let failed = !it.errors.is_empty();
         doc.iterations.push(it);
@@ -201,6 +210,9 @@ pub fn run(
         doc.environment.placement = last.placement.clone();
     }
     doc.conclude();
+    if let Some(g) = &p.ci_goal {
+        g.conclude(&mut doc);
+    }
     Ok(doc)
 }
 

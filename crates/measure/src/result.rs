@@ -9,8 +9,10 @@ use crate::env::{Environment, Placement};
 use crate::placement::LineRoundTrips;
 use crate::stats::{median_by_mean, Encoded, Latency, Summary};
 
-/// Names the layout of [`Document`]; bumped on incompatible changes.
-pub const SCHEMA: &str = "vnio.result/1";
+/// Names the layout of [`Document`]; bumped on incompatible changes. /2
+/// added each percentile's confidence interval (`latency.ci`); a /1
+/// document still reads, with empty intervals.
+pub const SCHEMA: &str = "vnio.result/2";
 
 /// One point of the per-second series.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
@@ -118,6 +120,14 @@ pub struct Document {
     pub spread: Spread,
     pub interrupted: bool,
     pub errors: Vec<String>,
+    /// A run with `--ci`: whether the percentile's interval came within
+    /// the width asked for, over all rounds (its iterations) merged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ci_goal: Option<crate::goal::GoalOutcome>,
+    /// Whether the reported iteration's samples are independent and
+    /// stationary ([`crate::checks`]); a failed one carries a warning.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub checks: Vec<crate::checks::SampleCheck>,
 }
 
 impl Document {
@@ -151,6 +161,7 @@ impl Document {
             })
             .collect();
         self.chosen = median_by_mean(&keys).unwrap_or(0);
+        self.checks = crate::checks::of_document(self);
         let its = &self.iterations;
         if its.is_empty() {
             return;

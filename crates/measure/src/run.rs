@@ -38,6 +38,10 @@ pub struct Common {
     /// back as it went), not agents: no control connection, no agent report.
     #[serde(default)]
     pub plain_echo: bool,
+    /// Measure in rounds of `duration` until this percentile is known
+    /// ([`crate::goal`]); `iterations` is then the least number of rounds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ci_goal: Option<crate::goal::CiGoal>,
 }
 
 /// Everything a session thread needs.
@@ -146,9 +150,16 @@ pub fn run(
         .collect::<Result<_, _>>()?;
     let env = Environment::capture(250);
     let mut doc = Document::new(job.name, job.params.clone(), common.targets.clone(), env);
-    for i in 0..common.iterations.max(1) {
-        progress(&format!("iteration {}/{}", i + 1, common.iterations.max(1)));
-        match iteration(i as usize, common, job, &addrs, stop.clone()) {
+    let wanted = common.iterations.max(1) as usize;
+    for i in 0.. {
+        let more = common
+            .ci_goal
+            .is_some_and(|g| g.another_round(&doc, common.duration));
+        if i >= wanted && !more {
+            break;
+        }
+        progress(&round_name(i, wanted, common.ci_goal.is_some()));
+        match iteration(i, common, job, &addrs, stop.clone()) {
             Ok(it) => {
                 let failed = !it.errors.is_empty();
                 doc.errors.extend(it.errors.iter().cloned());
@@ -175,7 +186,19 @@ pub fn run(
         doc.environment.placement = last.placement.clone();
     }
     doc.conclude();
+    if let Some(g) = &common.ci_goal {
+        g.conclude(&mut doc);
+    }
     Ok(doc)
+}
+
+/// "iteration 2/3", or "round 4 (until the interval is narrow)".
+pub(crate) fn round_name(i: usize, wanted: usize, goal: bool) -> String {
+    if goal && i >= wanted {
+        format!("round {} (until the interval is narrow enough)", i + 1)
+    } else {
+        format!("iteration {}/{}", i + 1, wanted)
+    }
 }
 
 fn iteration(

@@ -66,14 +66,17 @@ impl Intervals {
         v.iter()
             .enumerate()
             .map(|(i, h)| {
-                let s = h.summary();
+                // The few figures of a point, without the summary's
+                // confidence intervals (a second's are not reported).
+                let hist = h.histogram();
+                let empty = hist.is_empty();
                 crate::result::IntervalPoint {
                     t_s: i as u64,
-                    ops: s.count,
-                    mean_ns: s.mean_ns,
-                    p50_ns: s.p50_ns,
-                    p99_ns: s.p99_ns,
-                    max_ns: s.max_ns,
+                    ops: h.count(),
+                    mean_ns: if empty { 0.0 } else { hist.mean() },
+                    p50_ns: if empty { 0 } else { h.quantile(0.5) },
+                    p99_ns: if empty { 0 } else { h.quantile(0.99) },
+                    max_ns: if empty { 0 } else { hist.max() },
                 }
             })
             .collect()

@@ -6,6 +6,8 @@ use hdrhistogram::serialization::{Deserializer, Serializer, V2DeflateSerializer}
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
+use crate::interval::{of_histogram, Ci, DEFAULT_CONFIDENCE};
+
 /// Highest value a histogram tracks: 100 s. Larger values are clamped and counted.
 pub const HIGHEST_NS: u64 = 100_000_000_000;
 /// Significant digits kept: every value is within 0.1% of what was recorded.
@@ -69,6 +71,17 @@ impl Latency {
         let _ = self.hist.record(v);
     }
 
+    /// Records `count` round trips of `ns` each at once (for rebuilding a
+    /// distribution from counts, e.g. in tests of the statistics).
+    pub fn record_n(&mut self, ns: u64, count: u64) {
+        let v = ns.clamp(1, HIGHEST_NS);
+        self.clamped += if ns > HIGHEST_NS { count } else { 0 };
+        self.over_1ms += if v > ONE_MS { count } else { 0 };
+        self.over_5ms += if v > FIVE_MS { count } else { 0 };
+        // Cannot fail: v is within the bounds the histogram was created with.
+        let _ = self.hist.record_n(v, count);
+    }
+
     /// Adds every value of `other` to this recorder.
     pub fn merge(&mut self, other: &Latency) {
         // Same value range on both sides, so the add cannot fail; a coarse
@@ -96,7 +109,14 @@ impl Latency {
         self.hist.value_at_quantile(q)
     }
 
+    /// The statistics with every percentile's 95% confidence interval.
     pub fn summary(&self) -> Summary {
+        self.summary_at(DEFAULT_CONFIDENCE)
+    }
+
+    /// The statistics with every percentile's interval at `confidence`
+    /// (e.g. 0.95), computed from the histogram after the run.
+    pub fn summary_at(&self, confidence: f64) -> Summary {
         let n = self.hist.len();
         if n == 0 {
             return Summary::default();
@@ -116,7 +136,20 @@ impl Latency {
             over_1ms_pct: pct(self.over_1ms),
             over_5ms_pct: pct(self.over_5ms),
             clamped: self.clamped,
+            ci: Intervals {
+                p50: self.interval(0.50, confidence),
+                p90: self.interval(0.90, confidence),
+                p99: self.interval(0.99, confidence),
+                p999: self.interval(0.999, confidence),
+                p9999: self.interval(0.9999, confidence),
+            },
         }
+    }
+
+    /// The order-statistic confidence interval of quantile `q` (0..1):
+    /// see [`crate::interval`].
+    pub fn interval(&self, q: f64, confidence: f64) -> Ci {
+        of_histogram(&self.hist, q, confidence)
     }
 
     /// The HdrHistogram itself (nanoseconds), e.g. for an interval log.
@@ -191,6 +224,33 @@ pub struct Summary {
     pub over_5ms_pct: f64,
     /// Values above [`HIGHEST_NS`], recorded as that value.
     pub clamped: u64,
+    /// Each percentile's confidence interval (absent in documents stored
+    /// before intervals were computed: read back as empty).
+    #[serde(default)]
+    pub ci: Intervals,
+}
+
+/// The confidence intervals of [`Summary`]'s percentiles, by the same names.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct Intervals {
+    pub p50: Ci,
+    pub p90: Ci,
+    pub p99: Ci,
+    pub p999: Ci,
+    pub p9999: Ci,
+}
+
+impl Intervals {
+    /// The intervals with the percentile each belongs to, e.g. (99.9, ..).
+    pub fn by_percentile(&self) -> [(f64, &Ci); 5] {
+        [
+            (50.0, &self.p50),
+            (90.0, &self.p90),
+            (99.0, &self.p99),
+            (99.9, &self.p999),
+            (99.99, &self.p9999),
+        ]
+    }
 }
 
 /// The median of `values` (the mean of the middle two for an even count);

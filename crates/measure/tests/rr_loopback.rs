@@ -46,7 +46,7 @@ fn tcp_rr_times_every_transaction() {
         it.intervals.iter().map(|p| p.ops).sum::<u64>(),
         it.merged.ops
     );
-    assert_eq!(doc.schema, "vnio.result/1");
+    assert_eq!(doc.schema, "vnio.result/2");
     assert!(!doc.environment.kernel.is_empty());
     agent.stop();
 }

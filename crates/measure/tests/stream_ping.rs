@@ -88,6 +88,7 @@ fn ping_loopback_or_clear_permission_error() {
         iterations: 1,
         cpus: vec![],
         rx_timestamp: false,
+        ci_goal: None,
     };
     match vnio_measure::ping::run(&p, no_stop(), &quiet) {
         Ok(doc) => {

@@ -37,6 +37,7 @@ fn the_instrument_times_round_trips_through_the_switch_and_two_endpoints() {
             agent_cpus: Vec::new(),
             busy_poll_us: None,
             plain_echo: true,
+            ci_goal: None,
         };
         let params = RrParams {
             transport: Transport::Udp,

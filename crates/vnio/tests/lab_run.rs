@@ -589,14 +589,31 @@ fn a_stored_run_yields_its_verdicts_through_vnio_lab_findings() {
         assert!(!v["why"].as_str().unwrap().is_empty(), "{id}");
         assert!(v["claim"].is_string() && v["study"].is_string(), "{id}");
         // Both points were measured, two iterations each: a value, a band
-        // holding it, two samples a side.
+        // holding it; a percentile over all round trips of both
+        // iterations with its order-statistic interval, the tail ratio
+        // over the two iterations.
         let value = v["value"].as_f64().unwrap_or_else(|| panic!("{id}: {v}"));
         let band = &v["band"];
         let (lo, hi) = (band["lo"].as_f64().unwrap(), band["hi"].as_f64().unwrap());
         assert!(lo <= value && value <= hi, "{id}: {value} in [{lo}, {hi}]");
         let subject = &v["subject"];
-        assert_eq!(subject["samples"], 2, "{id}: {subject}");
-        assert_eq!(subject["source"], "iterations", "{id}");
+        if v["statistic"] == "p50" {
+            assert!(
+                subject["samples"].as_u64().unwrap() > 100,
+                "{id}: {subject}"
+            );
+            assert_eq!(subject["source"], "order-statistics", "{id}");
+            assert!(
+                v["why"]
+                    .as_str()
+                    .unwrap()
+                    .contains("95% confidence interval"),
+                "{v}"
+            );
+        } else {
+            assert_eq!(subject["samples"], 2, "{id}: {subject}");
+            assert_eq!(subject["source"], "iterations", "{id}");
+        }
         assert!(subject["value"].as_f64().unwrap() > 0.0, "{id}");
         verdict_follows_its_band(v);
     }

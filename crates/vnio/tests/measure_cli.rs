@@ -74,7 +74,7 @@ fn rr_json_document_is_complete() {
         String::from_utf8_lossy(&out.stderr)
     );
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(doc["schema"], "vnio.result/1");
+    assert_eq!(doc["schema"], "vnio.result/2");
     assert_eq!(doc["workload"], "rr");
     assert_eq!(doc["params"]["rr"]["burst"], 2);
     let it = &doc["iterations"][0];
@@ -87,6 +87,28 @@ fn rr_json_document_is_complete() {
             > 10
     );
     assert!(it["merged"]["latency"]["p9999_ns"].as_u64().unwrap() > 0);
+    // Every percentile has its interval next to it: bounds around the
+    // estimate where the samples allow, "too few samples" where not.
+    let lat = &it["merged"]["latency"];
+    let n = lat["count"].as_u64().unwrap();
+    let p50 = lat["p50_ns"].as_u64().unwrap();
+    let ci = &lat["ci"]["p50"];
+    assert_eq!(ci["confidence"], 0.95, "{lat}");
+    assert!(ci["lo_ns"].as_u64().unwrap() <= p50, "{lat}");
+    assert!(ci["hi_ns"].as_u64().unwrap() >= p50, "{lat}");
+    let [j, k] = [&ci["ranks"][0], &ci["ranks"][1]].map(|r| r.as_u64().unwrap());
+    assert!(j < n / 2 + 1 && k > n / 2, "{ci} of {n}");
+    if n < 36_887 {
+        let tail = &lat["ci"]["p9999"];
+        assert!(tail["lo_ns"].is_null(), "{tail}");
+        assert!(
+            tail["too_few"]
+                .as_str()
+                .unwrap()
+                .starts_with("too few samples"),
+            "{tail}"
+        );
+    }
     assert!(doc["environment"]["clocksource"].is_string());
     // Placement asked for and obtained, for both sides.
     let placement = it["placement"].as_array().unwrap();
@@ -102,6 +124,59 @@ fn rr_json_document_is_complete() {
         .find(|p| p["role"].as_str().unwrap().starts_with("agent"))
         .unwrap();
     assert_eq!(agent_side["requested_cpu"], 0);
+}
+
+/// `--ci` measures in rounds until the percentile's interval is narrow
+/// enough, or until `--max-duration`, and says which.
+#[test]
+fn ci_goal_rounds_until_met_or_max_duration() {
+    let agent = AgentProc::start();
+    let run = |ci: &str, max: &str| -> serde_json::Value {
+        let out = Command::new(VNIO)
+            .args([
+                "rr",
+                "-t",
+                &agent.target(),
+                "-d",
+                "300ms",
+                "--warmup",
+                "50ms",
+            ])
+            .args(["--ci", ci, "--max-duration", max, "--json"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    // The median within ±50% over loopback: the first round does it.
+    let doc = run("50:50%", "3s");
+    let g = &doc["ci_goal"];
+    assert_eq!(g["verdict"], "met", "{g}");
+    assert_eq!(g["rounds"], 1, "{g}");
+    assert_eq!(doc["iterations"].as_array().unwrap().len(), 1);
+    assert!(g["relative_half_width"].as_f64().unwrap() <= 0.5, "{g}");
+    // p99.99 within ±0.01% is out of reach: three rounds of 300 ms fill
+    // the 900 ms, and the result says the goal was not met.
+    let doc = run("99.99:0.01%", "900ms");
+    let g = &doc["ci_goal"];
+    assert_eq!(g["verdict"], "not met at max duration", "{g}");
+    assert_eq!(g["met"], false);
+    assert_eq!(g["rounds"], 3, "{g}");
+    let seconds = g["seconds"].as_f64().unwrap();
+    assert!((0.8..=0.95).contains(&seconds), "{g}");
+    // A malformed goal is one line, before anything runs.
+    let out = Command::new(VNIO)
+        .args(["rr", "-t", &agent.target(), "--ci", "99"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("expected PERCENTILE:WIDTH"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
 }
 
 #[test]
@@ -191,7 +266,9 @@ fn ctrl_c_prints_and_saves_what_was_measured() {
     assert_eq!(out.status.code(), Some(130));
     let table = String::from_utf8_lossy(&out.stdout);
     assert!(
-        table.contains("INTERRUPTED") && table.contains("p99.99"),
+        table.contains("INTERRUPTED")
+            && table.contains("p99.99")
+            && table.contains("95% ci all: p50 "),
         "{table}"
     );
     let doc: serde_json::Value =

@@ -12,6 +12,7 @@
 pub mod placement;
 pub mod rule;
 pub mod samples;
+pub mod significance;
 pub mod spec;
 pub mod statistic;
 mod words;
@@ -284,7 +285,11 @@ fn read(
             s.in_step = sc.run.interleave;
             side.value = Some(s.value);
             side.band = Some(s.band());
-            side.samples = s.values.len();
+            // A percentile's samples are its round trips.
+            side.samples = s
+                .order
+                .as_ref()
+                .map_or(s.values.len(), |o| o.count as usize);
             side.source = Some(s.source);
             (side, Some(s))
         }

@@ -18,6 +18,15 @@
 //! With 3 iterations a side, "every sample of one above every sample of
 //! the other" is the one-sided rank test (Mann-Whitney U = 0) at
 //! p = 1/20: chance alone orders them so one time in twenty.
+//!
+//! A percentile (p50 to p99.99) is judged differently: over every round
+//! trip of every iteration (their histograms merged), its band is its
+//! distribution-free confidence interval from the order statistics
+//! ([`vnio_measure::interval`]): 95% for a verdict on one point; for a
+//! difference or ratio each side's interval is taken at 97.5%, so the
+//! combined band covers the true difference or ratio with probability at
+//! least 95% (Bonferroni). *Inconclusive* then means that interval
+//! straddles `than`, or that a side had too few samples for one.
 
 use serde::{Deserialize, Serialize};
 
@@ -33,6 +42,24 @@ pub enum SampleSource {
     Seconds,
     /// One value only: no spread.
     Single,
+    /// A percentile over every round trip of every iteration, with its
+    /// confidence interval from the order statistics
+    /// ([`vnio_measure::interval`]).
+    OrderStatistics,
+}
+
+/// A percentile's confidence intervals over all of a point's samples: at
+/// 95% for a verdict on one point, at 97.5% for a side of a comparison (two
+/// sides at 97.5% each bound their difference or ratio at 95% or more, by
+/// Bonferroni's inequality). None where the samples were too few.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OrderStat {
+    /// Round trips the percentile is taken over.
+    pub count: u64,
+    /// The 95% interval, in the statistic's unit.
+    pub ci95: Option<Band>,
+    /// The 97.5% interval.
+    pub ci975: Option<Band>,
 }
 
 /// The samples of one side.
@@ -49,6 +76,10 @@ pub struct Samples {
     /// taken pair by pair.
     #[serde(skip)]
     pub in_step: bool,
+    /// For a percentile: its intervals over all samples, which the
+    /// verdict then rests on instead of the iterations' spread.
+    #[serde(skip)]
+    pub order: Option<OrderStat>,
 }
 
 impl Samples {
@@ -64,11 +95,32 @@ impl Samples {
             values,
             source,
             in_step: false,
+            order: None,
         }
     }
 
-    /// The smallest interval holding every sample and the value.
+    /// A percentile over all samples with its intervals.
+    pub fn percentile(value: f64, order: OrderStat) -> Samples {
+        Samples {
+            value,
+            values: vec![value],
+            source: SampleSource::OrderStatistics,
+            in_step: false,
+            order: Some(order),
+        }
+    }
+
+    /// The 95% interval of a percentile (see [`OrderStat`]), or the
+    /// smallest interval holding every sample and the value.
     pub fn band(&self) -> Band {
+        if let Some(b) = self.order.as_ref().and_then(|o| o.ci95) {
+            return b;
+        }
+        self.spread()
+    }
+
+    /// The smallest interval holding every sample and the value.
+    fn spread(&self) -> Band {
         let all = self.values.iter().copied().chain([self.value]);
         let (lo, hi) = all.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
             (lo.min(v), hi.max(v))
@@ -128,6 +180,8 @@ pub enum Reason {
     NoSpread(&'static str),
     /// A ratio's base band reaches zero.
     ZeroBase,
+    /// This side's percentile has too few samples for a two-sided interval.
+    TooFew(&'static str),
 }
 
 /// The decision with the numbers behind it.
@@ -143,13 +197,23 @@ pub struct Decision {
     pub band: Option<Band>,
 }
 
+/// A side's band for `q`: a percentile's interval (95% alone, 97.5% in a
+/// comparison), or the spread of its samples.
+fn side_band(s: &Samples, compared: bool, side: &'static str) -> Result<Band, Reason> {
+    match &s.order {
+        Some(o) => if compared { o.ci975 } else { o.ci95 }.ok_or(Reason::TooFew(side)),
+        None => Ok(s.spread()),
+    }
+}
+
 /// The quantity from the reported values, and its band.
 fn combine(q: Quantity, s: &Samples, a: Option<&Samples>) -> Result<(f64, Band), Reason> {
-    let bs = s.band();
+    let compared = a.is_some() && q != Quantity::Value;
+    let bs = side_band(s, compared, "subject")?;
     match (q, a) {
         (Quantity::Value, _) | (_, None) => Ok((s.value, bs)),
         (Quantity::Difference, Some(a)) => {
-            let ba = a.band();
+            let ba = side_band(a, true, "against")?;
             Ok((
                 paired(s, a, |x, y| x - y).unwrap_or(s.value - a.value),
                 Band {
@@ -159,7 +223,7 @@ fn combine(q: Quantity, s: &Samples, a: Option<&Samples>) -> Result<(f64, Band),
             ))
         }
         (Quantity::Ratio, Some(a)) => {
-            let ba = a.band();
+            let ba = side_band(a, true, "against")?;
             if ba.lo <= 0.0 || bs.lo < 0.0 {
                 return Err(Reason::ZeroBase);
             }
@@ -211,6 +275,14 @@ pub fn decide(
     };
     let (value, band) = match combine(quantity, subject, against) {
         Ok(vb) => vb,
+        Err(Reason::TooFew(side)) => {
+            let value = match (quantity, against) {
+                (Quantity::Difference, Some(a)) => subject.value - a.value,
+                (Quantity::Ratio, Some(a)) => subject.value / a.value,
+                _ => subject.value,
+            };
+            return inconclusive(Reason::TooFew(side), value, None);
+        }
         Err(reason) => return inconclusive(reason, f64::NAN, None),
     };
     if !subject.has_spread() {
@@ -436,6 +508,65 @@ mod tests {
         );
         assert_eq!(d.reason, Reason::ZeroBase);
         assert_eq!(d.outcome, Outcome::Inconclusive);
+    }
+
+    fn pct(value: f64, ci95: Option<(f64, f64)>, ci975: Option<(f64, f64)>) -> Samples {
+        let band = |b: Option<(f64, f64)>| b.map(|(lo, hi)| Band { lo, hi });
+        Samples::percentile(
+            value,
+            OrderStat {
+                count: 100_000,
+                ci95: band(ci95),
+                ci975: band(ci975),
+            },
+        )
+    }
+
+    #[test]
+    fn percentiles_are_judged_on_their_intervals() {
+        // One point: its 95% interval against the threshold.
+        let p99 = pct(50.0, Some((48.0, 52.0)), Some((47.0, 53.0)));
+        let d = decide(Quantity::Value, Expect::Below, 55.0, &p99, None);
+        assert_eq!(
+            (d.outcome, d.band),
+            (Outcome::Reproduced, Some(Band { lo: 48.0, hi: 52.0 }))
+        );
+        let d = decide(Quantity::Value, Expect::Below, 51.0, &p99, None);
+        assert_eq!(
+            (d.outcome, d.reason),
+            (Outcome::Inconclusive, Reason::Straddles)
+        );
+        // Two points: the 97.5% intervals combined.
+        let base = pct(40.0, Some((39.0, 41.0)), Some((38.5, 41.5)));
+        let d = decide(Quantity::Difference, Expect::Above, 0.0, &p99, Some(&base));
+        assert_eq!(
+            d.band,
+            Some(Band {
+                lo: 47.0 - 41.5,
+                hi: 53.0 - 38.5
+            })
+        );
+        assert_eq!((d.outcome, d.value), (Outcome::Reproduced, 10.0));
+        let d = decide(Quantity::Difference, Expect::Above, 6.0, &p99, Some(&base));
+        assert_eq!(d.outcome, Outcome::Inconclusive);
+        let d = decide(Quantity::Ratio, Expect::Above, 1.0, &p99, Some(&base));
+        assert_eq!(
+            d.band,
+            Some(Band {
+                lo: 47.0 / 41.5,
+                hi: 53.0 / 38.5
+            })
+        );
+        // Too few samples for an interval: inconclusive, and says which side.
+        let few = pct(40.0, None, None);
+        let d = decide(Quantity::Difference, Expect::Above, 0.0, &p99, Some(&few));
+        assert_eq!(
+            (d.outcome, d.reason),
+            (Outcome::Inconclusive, Reason::TooFew("against"))
+        );
+        assert_eq!(d.value, 10.0);
+        let d = decide(Quantity::Value, Expect::Below, 1.0, &few, None);
+        assert_eq!(d.reason, Reason::TooFew("subject"));
     }
 
     #[test]

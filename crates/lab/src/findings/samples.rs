@@ -6,10 +6,14 @@
 //! ran one iteration still has a spread over time: the per-second series
 //! the measurement engine keeps for the mean, median, p99, max and rate.
 //! Only whole seconds with enough round trips to make a percentile count.
+//!
+//! A percentile is read over every round trip of every iteration instead
+//! (their histograms merged), with its order-statistic confidence
+//! intervals: the verdict rests on those ([`super::rule`]).
 
-use vnio_measure::result::{IntervalPoint, Iteration};
+use vnio_measure::result::{Document, IntervalPoint, Iteration};
 
-use super::rule::{SampleSource, Samples};
+use super::rule::{Band, OrderStat, SampleSource, Samples};
 use super::spec::Statistic;
 use crate::runner::{PointOutcome, Status};
 
@@ -78,6 +82,9 @@ pub fn of_point(o: &PointOutcome, stat: Statistic) -> Result<Samples, String> {
     }
     let doc = o.document.as_ref().ok_or("no result stored")?;
     let chosen = doc.chosen().ok_or("no iteration stored")?;
+    if let Some(s) = percentile(doc, stat) {
+        return Ok(s);
+    }
     let value =
         of_iteration(stat, chosen).ok_or_else(|| format!("no {} in its result", stat.as_str()))?;
     let per_iteration: Vec<f64> = doc
@@ -98,6 +105,35 @@ pub fn of_point(o: &PointOutcome, stat: Statistic) -> Result<Samples, String> {
         return Ok(Samples::new(value, per_second, SampleSource::Seconds));
     }
     Ok(Samples::new(value, per_iteration, SampleSource::Single))
+}
+
+/// A percentile over every round trip of every iteration, with its
+/// order-statistic intervals; none for other statistics, or without
+/// histograms.
+fn percentile(doc: &Document, stat: Statistic) -> Option<Samples> {
+    let q = match stat {
+        Statistic::P50 => 0.5,
+        Statistic::P90 => 0.9,
+        Statistic::P99 => 0.99,
+        Statistic::P999 => 0.999,
+        Statistic::P9999 => 0.9999,
+        _ => return None,
+    };
+    let all = doc.merged_latency().filter(|l| l.count() > 0)?;
+    let us = |ci: vnio_measure::interval::Ci| {
+        ci.bounds().map(|(lo, hi)| Band {
+            lo: lo as f64 / 1e3,
+            hi: hi as f64 / 1e3,
+        })
+    };
+    Some(Samples::percentile(
+        all.quantile(q) as f64 / 1e3,
+        OrderStat {
+            count: all.count(),
+            ci95: us(all.interval(q, 0.95)),
+            ci975: us(all.interval(q, 0.975)),
+        },
+    ))
 }
 
 /// The seconds of iteration `it` that count as samples.

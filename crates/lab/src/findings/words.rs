@@ -1,7 +1,7 @@
 //! Verdicts in words: numbers with their units, the study's and this
 //! run's numbers, and the one sentence that says why.
 
-use super::rule::Reason;
+use super::rule::{Reason, SampleSource};
 use super::{Expect, Quantity, Verdict};
 
 /// A number in the verdict's unit.
@@ -41,6 +41,12 @@ pub fn measured(v: &Verdict) -> String {
             number(b.lo, &v.unit, signed),
             number(b.hi, &v.unit, signed)
         ),
+        (Some(x), None) if v.subject.source == Some(SampleSource::OrderStatistics) => {
+            format!(
+                "{} (too few samples for an interval)",
+                number(x, &v.unit, signed)
+            )
+        }
         (Some(x), None) => format!("{} (no spread)", number(x, &v.unit, signed)),
         _ => "—".into(),
     }
@@ -87,6 +93,19 @@ fn what(v: &Verdict) -> String {
 
 pub(super) fn because(v: &Verdict, reason: Reason) -> String {
     let than = number(v.than, &v.unit, false);
+    // What the band is: a percentile's confidence interval, or the spread
+    // of the iterations (or seconds).
+    let basis = match (v.subject.source, v.quantity, &v.against) {
+        (Some(SampleSource::OrderStatistics), Quantity::Value, _)
+        | (Some(SampleSource::OrderStatistics), _, None) => format!(
+            "its 95% confidence interval (order statistics of {} samples)",
+            v.subject.samples
+        ),
+        (Some(SampleSource::OrderStatistics), _, Some(_)) => {
+            "its 95% confidence interval (each side's 97.5% order-statistic interval)".to_owned()
+        }
+        _ => "its spread".to_owned(),
+    };
     let side = |s: &str| {
         if s == "subject" {
             v.subject.point.clone()
@@ -99,13 +118,13 @@ pub(super) fn because(v: &Verdict, reason: Reason) -> String {
     };
     match reason {
         Reason::Beyond => format!(
-            "{} is {}: all of its spread is {} {than}, as the study says",
+            "{} is {}: all of {basis} is {} {than}, as the study says",
             what(v),
             measured(v),
             v.expect.as_str()
         ),
         Reason::Opposite => format!(
-            "{} is {}: all of its spread is {} {than}, against the study",
+            "{} is {}: all of {basis} is {} {than}, against the study",
             what(v),
             measured(v),
             match v.expect {
@@ -114,7 +133,7 @@ pub(super) fn because(v: &Verdict, reason: Reason) -> String {
             }
         ),
         Reason::Straddles => format!(
-            "{} is {}: its spread straddles {than}, the run cannot tell",
+            "{} is {}: {basis} straddles {than}, the run cannot tell",
             what(v),
             measured(v)
         ),
@@ -125,6 +144,11 @@ pub(super) fn because(v: &Verdict, reason: Reason) -> String {
         Reason::ZeroBase => format!(
             "{} reaches 0: no ratio to judge",
             side("against")
+        ),
+        Reason::TooFew(s) => format!(
+            "{} has too few round trips for a two-sided confidence interval at {}: run longer, or with --ci",
+            side(s),
+            v.statistic.as_str()
         ),
     }
 }

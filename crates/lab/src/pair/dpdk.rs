@@ -3,7 +3,7 @@
 //! its lcore on the client's CPUs, both switch ports as `net_virtio_user`
 //! devices, mbufs from a mempool (on hugepages with `endpoint_hugepages`,
 //! as the anchor harness has them). Its records become the same
-//! `vnio.result/1` document the lab's own pair writes: per-second points,
+//! `vnio.result/2` document the lab's own pair writes: per-second points,
 //! the line probe beside each rate iteration (`placement_probe`), the
 //! lcore's CPU time as the client's cost. With `virtqueue = "packed"` the
 //! devices offer packed rings in order, as the anchor harness's

@@ -2,7 +2,7 @@
 //! changed (figures and verdicts).
 
 use super::*;
-use crate::findings::{self};
+use crate::findings::{self, significance, Statistic};
 use crate::runner::PointOutcome;
 use crate::store::StoredRun;
 use std::fmt::Write;
@@ -16,6 +16,8 @@ pub struct Pair {
     pub a: Row,
     /// The row in run B.
     pub b: Row,
+    /// Whether p50 and p99 changed from A to B, at 95%.
+    pub change: [Option<significance::Change>; 2],
 }
 
 /// Points present in both runs (same scenario, configuration, workload and
@@ -39,6 +41,8 @@ pub fn pairs(a: &StoredRun, b: &StoredRun) -> Vec<Pair> {
                     scenario: sa.name.clone(),
                     a: Row::of(pa),
                     b: Row::of(pb),
+                    change: [Statistic::P50, Statistic::P99]
+                        .map(|s| significance::of_points(pa, pb, s)),
                 });
             }
         }
@@ -118,16 +122,14 @@ pub fn compare(a: &StoredRun, b: &StoredRun) -> String {
                 ),
             );
         }
-        h.push_str("<table><tr><th class=\"l\">point</th><th>A p50 µs</th><th>B p50</th><th>Δ p50</th><th>A p99</th><th>B p99</th><th>Δ p99</th><th>A p99.99</th><th>B p99.99</th><th>A Gbit/s</th><th>B Gbit/s</th><th class=\"l\">status A / B</th></tr>\n");
+        h.push_str("<table><tr><th class=\"l\">point</th><th>A p50 µs</th><th>B p50</th><th>Δ p50 (95% interval)</th><th>A p99</th><th>B p99</th><th>Δ p99 (95% interval)</th><th>A p99.99</th><th>B p99.99</th><th>A Gbit/s</th><th>B Gbit/s</th><th class=\"l\">status A / B</th></tr>\n");
         for p in mine {
             let la = p.a.latency_us.unwrap_or_default();
             let lb = p.b.latency_us.unwrap_or_default();
-            let delta = |x: f64, y: f64| {
-                if x > 0.0 && y > 0.0 {
-                    format!("{:+.0}%", 100.0 * (y - x) / x)
-                } else {
-                    String::new()
-                }
+            let delta = |x: f64, y: f64, c: &Option<significance::Change>| match c {
+                Some(c) => escape(&c.words()),
+                None if x > 0.0 && y > 0.0 => format!("{:+.0}%", 100.0 * (y - x) / x),
+                None => String::new(),
             };
             let _ = writeln!(
                 h,
@@ -135,10 +137,10 @@ pub fn compare(a: &StoredRun, b: &StoredRun) -> String {
                 escape(&p.a.label()),
                 fmt_us(la[1]),
                 fmt_us(lb[1]),
-                delta(la[1], lb[1]),
+                delta(la[1], lb[1], &p.change[0]),
                 fmt_us(la[3]),
                 fmt_us(lb[3]),
-                delta(la[3], lb[3]),
+                delta(la[3], lb[3], &p.change[1]),
                 fmt_us(la[5]),
                 fmt_us(lb[5]),
                 p.a.gbps,

@@ -3,7 +3,8 @@
 //! the text).
 //!
 //! - percentile bars: per configuration, median/p90/p99/p99.9/p99.99 on a
-//!   logarithmic latency axis;
+//!   logarithmic latency axis, each with its 95% confidence interval as a
+//!   whisker;
 //! - lines against a swept value: latency (p50 solid, p99 dashed) or
 //!   throughput per configuration;
 //! - throughput bars per configuration.
@@ -54,6 +55,9 @@ pub struct PercentileGroup {
     pub label: String,
     /// p50, p90, p99, p99.9, p99.99 in microseconds.
     pub us: [f64; 5],
+    /// Their 95% confidence intervals, drawn as whiskers; none where the
+    /// samples were too few.
+    pub ci_us: [Option<(f64, f64)>; 5],
 }
 
 /// One line of a sweep figure.
@@ -236,6 +240,11 @@ pub fn percentile_bars(title: &str, groups: &[PercentileGroup], marks: &[Mark]) 
             groups
                 .iter()
                 .flat_map(|g| g.us)
+                .chain(
+                    groups
+                        .iter()
+                        .flat_map(|g| g.ci_us.iter().flatten().map(|c| c.1)),
+                )
                 .chain(marks.iter().map(|m| m.y)),
         );
         let labels: Vec<String> = groups.iter().map(|g| g.label.clone()).collect();
@@ -258,6 +267,20 @@ pub fn percentile_bars(title: &str, groups: &[PercentileGroup], marks: &[Mark]) 
                 PCT_COLOURS[j],
                 Some((*name).to_owned()),
             )?;
+            // The interval as a whisker through the bar's middle.
+            let x = -0.4 + j as f64 * width + width * 0.45;
+            let whiskers = groups.iter().enumerate().filter_map(|(i, g)| {
+                let (l, h) = g.ci_us[j]?;
+                Some((i as f64 + x, l.max(lo), h.min(hi)))
+            });
+            for (x, l, h) in whiskers {
+                let cap = width * 0.25;
+                chart.draw_series([
+                    PathElement::new(vec![(x, l), (x, h)], BLACK.stroke_width(1)),
+                    PathElement::new(vec![(x - cap, l), (x + cap, l)], BLACK.stroke_width(1)),
+                    PathElement::new(vec![(x - cap, h), (x + cap, h)], BLACK.stroke_width(1)),
+                ])?;
+            }
         }
         draw_marks(&mut chart, category_range(groups.len()), marks)?;
         legend(&mut chart)

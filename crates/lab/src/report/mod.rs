@@ -39,6 +39,13 @@ pub struct Row {
     pub error: Option<String>,
     /// Mean, p50, p90, p99, p99.9, p99.99, max in microseconds.
     pub latency_us: Option<[f64; 7]>,
+    /// The 95% confidence interval of p50, p90, p99, p99.9, p99.99 in
+    /// microseconds; none where the samples were too few (or a document
+    /// stored before intervals).
+    pub ci_us: [Option<(f64, f64)>; 5],
+    /// Which of them had too few samples for an interval (false also for
+    /// a document stored before intervals, which shows none).
+    pub ci_too_few: [bool; 5],
     /// % of round trips above 1 ms.
     pub over_1ms_pct: Option<f64>,
     /// Transactions (or packets) per second.
@@ -51,6 +58,9 @@ pub struct Row {
     pub iterations: (usize, usize),
     /// Contention in one line.
     pub contention: Option<String>,
+    /// The sample checks that failed (independence, stationarity), each
+    /// its warning.
+    pub checks: Vec<String>,
 }
 
 impl Row {
@@ -70,6 +80,19 @@ impl Row {
                 l.max_ns as f64 / 1e3,
             ]
         });
+        let ci_us = m
+            .and_then(|m| m.latency.as_ref())
+            .map(|l| {
+                l.ci.by_percentile().map(|(_, c)| {
+                    c.bounds()
+                        .map(|(lo, hi)| (lo as f64 / 1e3, hi as f64 / 1e3))
+                })
+            })
+            .unwrap_or_default();
+        let ci_too_few = m
+            .and_then(|m| m.latency.as_ref())
+            .map(|l| l.ci.by_percentile().map(|(_, c)| c.too_few.is_some()))
+            .unwrap_or_default();
         let contention = o.contention.as_ref().map(|c| {
             let mut parts = Vec::new();
             if let Some(l) = &c.loads {
@@ -96,12 +119,23 @@ impl Row {
             status: o.status,
             error: o.error.clone(),
             latency_us,
+            ci_us,
+            ci_too_few,
             over_1ms_pct: m.and_then(|m| m.latency.as_ref()).map(|l| l.over_1ms_pct),
             ops_per_s: m.map_or(0.0, |m| m.ops_per_s),
             gbps: m.map_or(0.0, |m| m.gbps),
             loss_pct: m.map_or(0.0, |m| m.loss_pct),
             iterations: doc.map_or((0, 0), |d| (d.iterations.len(), d.chosen + 1)),
             contention: contention.filter(|c| !c.is_empty()),
+            checks: doc
+                .map(|d| {
+                    d.checks
+                        .iter()
+                        .filter(|c| !c.passed)
+                        .map(|c| format!("warning: {}", c.warning))
+                        .collect()
+                })
+                .unwrap_or_default(),
         }
     }
 
@@ -151,7 +185,7 @@ th{background:#eef4fa}td.l,th.l{text-align:left}tr.skipped td{color:#888}tr.fail
 figure{margin:1em 0}figure svg{max-width:100%;height:auto;border:1px solid #eee}
 pre{background:#f6f8fa;padding:1em;overflow-x:auto;font-size:.8em}.error{color:#b00}
 .overridden{background:#fff4d6;border-left:4px solid #e6a100;padding:.5em 1em}
-nav ul{columns:2}details{margin:.5em 0}
+nav ul{columns:2}details{margin:.5em 0}.ci{color:#666;font-size:.85em;white-space:nowrap}
 tr.reproduced td,td.reproduced{background:#e5f5e0}tr.not-reproduced td,td.not-reproduced{background:#fde0dd}
 tr.inconclusive td,td.inconclusive{background:#f3f3f3}table.findings td{vertical-align:top}
 ";
@@ -331,6 +365,7 @@ fn scenario_section(
                     Some(figures::PercentileGroup {
                         label: r.label(),
                         us: [l[1], l[2], l[3], l[4], l[5]],
+                        ci_us: r.ci_us,
                     })
                 })
                 .collect();
@@ -535,6 +570,9 @@ fn table(h: &mut String, rows: &[&Row]) {
         h.push_str("<th>trans/s</th><th>mean µs</th><th>p50</th><th>p90</th><th>p99</th><th>p99.9</th><th>p99.99</th><th>max</th><th>&gt;1 ms %</th><th>lost %</th>");
     }
     h.push_str("<th>iter.</th><th class=\"l\">contention / notes</th></tr>\n");
+    if !stream {
+        h.push_str("<caption>Under each percentile: its 95% confidence interval (order statistics, docs/statistics.md), or \"too few\" samples for one.</caption>\n");
+    }
     for r in rows {
         let class = match r.status {
             Status::Skipped => " class=\"skipped\"",
@@ -558,8 +596,22 @@ fn table(h: &mut String, rows: &[&Row]) {
             );
         } else if let Some(l) = r.latency_us {
             let _ = write!(h, "<td>{:.0}</td>", r.ops_per_s);
-            for v in l {
-                let _ = write!(h, "<td>{}</td>", fmt_us(v));
+            for (i, v) in l.into_iter().enumerate() {
+                // Percentiles (columns 1 to 5) show their 95% interval
+                // under the value, or that the samples were too few.
+                let c = i.checked_sub(1).filter(|c| *c < 5);
+                let ci = match c.map(|c| (r.ci_us[c], r.ci_too_few[c])) {
+                    Some((Some((lo, hi)), _)) => {
+                        format!(
+                            "<br><span class=\"ci\">{}–{}</span>",
+                            fmt_us(lo),
+                            fmt_us(hi)
+                        )
+                    }
+                    Some((None, true)) => "<br><span class=\"ci\">too few</span>".to_owned(),
+                    _ => String::new(),
+                };
+                let _ = write!(h, "<td>{}{ci}</td>", fmt_us(v));
             }
             let _ = write!(
                 h,
@@ -570,7 +622,13 @@ fn table(h: &mut String, rows: &[&Row]) {
         } else {
             h.push_str(&"<td></td>".repeat(10));
         }
-        let notes: Vec<String> = r.contention.iter().chain(r.error.iter()).cloned().collect();
+        let notes: Vec<String> = r
+            .contention
+            .iter()
+            .chain(r.error.iter())
+            .chain(r.checks.iter())
+            .cloned()
+            .collect();
         let _ = writeln!(
             h,
             "<td>{}</td><td class=\"l\">{}</td></tr>",

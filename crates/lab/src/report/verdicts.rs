@@ -20,7 +20,7 @@ pub(super) fn table(h: &mut String, f: &RunFindings) {
             count(Outcome::NotReproduced),
             count(Outcome::Inconclusive)
         );
-        h.push_str("<table class=\"findings\"><tr><th class=\"l\">scenario</th><th class=\"l\">finding</th><th class=\"l\">the study</th><th>study's number</th><th>this run [spread]</th><th class=\"l\">verdict</th><th class=\"l\">why</th></tr>\n");
+        h.push_str("<table class=\"findings\"><tr><th class=\"l\">scenario</th><th class=\"l\">finding</th><th class=\"l\">the study</th><th>study's number</th><th>this run [spread or 95% interval]</th><th class=\"l\">verdict</th><th class=\"l\">why</th></tr>\n");
         for v in &f.verdicts {
             let _ = writeln!(
                 h,

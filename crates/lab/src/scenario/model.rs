@@ -364,6 +364,20 @@ pub struct WorkloadSpec {
     pub interval: Option<Duration>,
     /// stream: the agent sends, the client receives.
     pub reverse: Option<bool>,
+    /// rr, ping: measure in rounds of the run's duration until this
+    /// percentile's 95% interval is within the width of it, e.g. "99:5%"
+    /// (`vnio rr --ci`); the run's iterations are then the least number
+    /// of rounds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ci: Option<String>,
+    /// With `ci`: measured time after which the point ends, goal met or
+    /// not (default 60 s).
+    #[serde(
+        default,
+        with = "humantime_opt",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub max_duration: Option<Duration>,
 }
 
 fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {

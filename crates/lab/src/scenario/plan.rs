@@ -117,6 +117,27 @@ pub struct Resolved {
     pub interval: Duration,
     /// Stream from agent to client.
     pub reverse: bool,
+    /// rr, ping: measure until this percentile is known ("99:5%").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ci: Option<String>,
+    /// With `ci`: the longest the point may measure.
+    #[serde(
+        default,
+        with = "humantime_opt",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub max_duration: Option<Duration>,
+}
+
+/// How long a point with `ci` may measure unless it says.
+pub const CI_MAX_DURATION: Duration = Duration::from_secs(60);
+
+impl Resolved {
+    /// The `--ci` goal of this workload, if it sets one (validated).
+    pub fn ci_goal(&self) -> Option<vnio_measure::goal::CiGoal> {
+        let ci = self.ci.as_deref()?;
+        vnio_measure::goal::CiGoal::parse(ci, self.max_duration.unwrap_or(CI_MAX_DURATION)).ok()
+    }
 }
 
 impl Resolved {
@@ -155,6 +176,8 @@ impl Resolved {
             rate: at(SweepParam::Rate).or(w.rate),
             interval: w.interval.unwrap_or(Duration::from_millis(1)),
             reverse: w.reverse.unwrap_or(false),
+            ci: w.ci.clone(),
+            max_duration: w.max_duration,
         }
     }
 
@@ -164,7 +187,7 @@ impl Resolved {
             Protocol::Tcp => "tcp",
             Protocol::Udp => "udp",
         };
-        match self.kind {
+        let mut s = match self.kind {
             WorkloadKind::Ping => format!(
                 "ping {} B every {} x {} session(s)",
                 self.size,
@@ -193,7 +216,11 @@ impl Resolved {
                 }
                 s
             }
+        };
+        if let Some(ci) = &self.ci {
+            s.push_str(&format!(" until ci {ci}"));
         }
+        s
     }
 }
 

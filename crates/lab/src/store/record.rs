@@ -107,6 +107,13 @@ impl Store {
         let chosen = o.document.as_ref().and_then(|d| d.chosen());
         let m = chosen.map(|it| &it.merged);
         let l = m.and_then(|m| m.latency.as_ref());
+        // Each percentile's interval bounds, null where too few samples.
+        let ci: [(Option<i64>, Option<i64>); 5] = l
+            .map(|l| {
+                l.ci.by_percentile()
+                    .map(|(_, c)| (c.lo_ns.map(|v| v as i64), c.hi_ns.map(|v| v as i64)))
+            })
+            .unwrap_or_default();
         let doc = o
             .document
             .as_ref()
@@ -114,8 +121,11 @@ impl Store {
         self.sql(self.conn.execute(
             "INSERT OR REPLACE INTO points (run_id, scenario, seq, configuration, workload, kind, sweep_param, sweep_value,
                 status, error, mean_ns, p50_ns, p90_ns, p99_ns, p999_ns, p9999_ns, max_ns, over_1ms_pct,
-                ops_per_s, gbps, loss_pct, point, contention, document, line_rtt_ns)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25)",
+                ops_per_s, gbps, loss_pct, point, contention, document, line_rtt_ns,
+                p50_lo_ns, p50_hi_ns, p90_lo_ns, p90_hi_ns, p99_lo_ns, p99_hi_ns,
+                p999_lo_ns, p999_hi_ns, p9999_lo_ns, p9999_hi_ns)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25,
+                ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33, ?34, ?35)",
             params![
                 run,
                 scenario,
@@ -144,6 +154,16 @@ impl Store {
                 chosen
                     .and_then(|it| it.line_round_trip.as_ref())
                     .and_then(|l| l.median_ns),
+                ci[0].0,
+                ci[0].1,
+                ci[1].0,
+                ci[1].1,
+                ci[2].0,
+                ci[2].1,
+                ci[3].0,
+                ci[3].1,
+                ci[4].0,
+                ci[4].1,
             ],
         ))?;
         Ok(())

@@ -84,6 +84,7 @@ pub fn common(targets: &[SocketAddr], sessions: u32, ms: u64) -> Common {
         agent_cpus: vec![],
         busy_poll_us: None,
         plain_echo: false,
+        ci_goal: None,
     }
 }
 

@@ -136,6 +136,7 @@ impl CommonArgs {
             agent_cpus: self.agent_cpu.clone().map(|c| c.0).unwrap_or_default(),
             busy_poll_us: self.busy_poll,
             plain_echo: false,
+            ci_goal: None,
         }
     }
 }
@@ -144,6 +145,8 @@ impl CommonArgs {
 pub struct RrArgs {
     #[command(flatten)]
     common: CommonArgs,
+    #[command(flatten)]
+    ci: CiArgs,
     /// tcp or udp.
     #[arg(long, short = 'p', value_parser = parse_transport, default_value = "tcp")]
     proto: Transport,
@@ -208,6 +211,7 @@ pub fn rr(a: RrArgs) -> anyhow::Result<i32> {
     }
     let mut common = a.common.common();
     common.plain_echo = a.echo_server;
+    common.ci_goal = a.ci.goal()?;
     if a.echo_server && a.proto != Transport::Udp {
         bail!("--echo-server targets answer UDP only: add --proto udp");
     }
@@ -268,6 +272,9 @@ pub fn emit(doc: &Document, out: &OutputArgs) -> anyhow::Result<i32> {
     for w in &doc.environment.warnings {
         eprintln!("vnio: warning: {w}");
     }
+    for c in doc.checks.iter().filter(|c| !c.passed) {
+        eprintln!("vnio: warning: {}", c.warning);
+    }
     Ok(if doc.interrupted {
         130
     } else if doc.errors.is_empty() {
@@ -304,7 +311,31 @@ pub struct PingArgs {
     #[arg(long)]
     rx_timestamp: bool,
     #[command(flatten)]
+    ci: CiArgs,
+    #[command(flatten)]
     output: OutputArgs,
+}
+
+/// `--ci PCT:WIDTH` and `--max-duration`, for the latency workloads.
+#[derive(clap::Args, Clone)]
+pub struct CiArgs {
+    /// Keep measuring, in rounds of --duration, until this percentile's 95%
+    /// confidence interval is within WIDTH of it: 99:5% (p99 within ±5%).
+    #[arg(long, value_name = "PCT:WIDTH")]
+    ci: Option<String>,
+    /// With --ci: measured time after which the run ends, goal met or not.
+    #[arg(long, value_parser = parse_duration, default_value = "60s", requires = "ci")]
+    max_duration: Duration,
+}
+
+impl CiArgs {
+    fn goal(&self) -> anyhow::Result<Option<vnio_measure::goal::CiGoal>> {
+        self.ci
+            .as_deref()
+            .map(|s| vnio_measure::goal::CiGoal::parse(s, self.max_duration))
+            .transpose()
+            .map_err(anyhow::Error::msg)
+    }
 }
 
 pub fn ping(a: PingArgs) -> anyhow::Result<i32> {
@@ -321,6 +352,7 @@ pub fn ping(a: PingArgs) -> anyhow::Result<i32> {
         iterations: a.iterations,
         cpus: a.cpu.map(|c| c.0).unwrap_or_default(),
         rx_timestamp: a.rx_timestamp,
+        ci_goal: a.ci.goal()?,
     };
     let doc = vnio_measure::ping::run(&p, stop_on_signal()?, &progress)?;
     emit(&doc, &a.output)

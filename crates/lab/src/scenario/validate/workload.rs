@@ -37,6 +37,22 @@ pub(super) fn check_workload(
     set(w.rate.is_some(), "rate", &[Rr, Stream])?;
     set(w.interval.is_some(), "interval", &[Ping])?;
     set(w.reverse.is_some(), "reverse", &[Stream])?;
+    set(w.ci.is_some(), "ci", &[Rr, Ping])?;
+    set(w.max_duration.is_some(), "max_duration", &[Rr, Ping])?;
+    if w.max_duration.is_some() && w.ci.is_none() {
+        return c.fail(format!("{at}: max_duration"), "applies with ci only");
+    }
+    if let Some(ci) = &w.ci {
+        let max = w
+            .max_duration
+            .unwrap_or(crate::scenario::plan::CI_MAX_DURATION);
+        if let Err(e) = vnio_measure::goal::CiGoal::parse(ci, max) {
+            return c.fail(
+                format!("{at}: ci"),
+                e.trim_start_matches("--ci ").to_owned(),
+            );
+        }
+    }
     if let Some((p, _)) = sweep {
         match p {
             SweepParam::Burst | SweepParam::Rate if w.kind == Ping => {

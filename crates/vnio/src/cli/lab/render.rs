@@ -248,7 +248,7 @@ pub fn findings_table(f: &RunFindings) -> String {
         let _ = writeln!(
             s,
             "{:<21} {:<27} {:<15} {:<22} {:<40} claim",
-            "scenario", "finding", "verdict", "study", "this run [spread]"
+            "scenario", "finding", "verdict", "study", "this run [spread or ci]"
         );
     }
     for v in &f.verdicts {
@@ -303,6 +303,7 @@ pub fn compare(c: &Comparison) {
         "{:<22} {:<10} {:<24} {:>9} {:>9} {:>7} {:>9} {:>9} {:>7}",
         "scenario", "workload", "point", "A p50", "B p50", "Δ", "A p99", "B p99", "Δ"
     );
+    let mut significance = Vec::new();
     for p in &c.pairs {
         let (Some(la), Some(lb)) = (p.a.latency_us, p.b.latency_us) else {
             if p.a.kind == scenario::WorkloadKind::Stream {
@@ -330,6 +331,24 @@ pub fn compare(c: &Comparison) {
             lb[3],
             d(la[3], lb[3])
         );
+        for (name, ch) in ["p50", "p99"].iter().zip(&p.change) {
+            if let Some(ch) = ch {
+                significance.push(format!(
+                    "  {} {} {name}: {}",
+                    p.scenario,
+                    p.a.label(),
+                    ch.words()
+                ));
+            }
+        }
+    }
+    if !significance.is_empty() {
+        println!(
+            "B against A, each percentile over all round trips of a point (95% interval of B / A):"
+        );
+        for line in significance {
+            println!("{line}");
+        }
     }
     println!(
         "{} common points (latency in µs); comparison: {}",

@@ -2,7 +2,10 @@
 //! (one row per target and the merge, latency in µs) and CSV. Separate
 //! from the commands because it only formats a finished document.
 
+use vnio_measure::goal::GoalOutcome;
+use vnio_measure::interval;
 use vnio_measure::result::{Document, Measured};
+use vnio_measure::stats::Summary;
 
 fn us(ns: u64) -> String {
     format!("{:.1}", ns as f64 / 1e3)
@@ -28,6 +31,9 @@ pub(super) fn table(doc: &Document) -> String {
             ""
         }
     );
+    if let Some(g) = &doc.ci_goal {
+        let _ = writeln!(s, "{}", goal_line(g));
+    }
     let rows: Vec<&Measured> = if it.per_target.len() > 1 {
         it.per_target
             .iter()
@@ -68,6 +74,11 @@ pub(super) fn table(doc: &Document) -> String {
             "(latency in microseconds; >5ms%: {:.4})",
             it.merged.latency.as_ref().map_or(0.0, |l| l.over_5ms_pct)
         );
+        for m in &rows {
+            if let Some(l) = &m.latency {
+                let _ = writeln!(s, "{}", intervals_line(&m.target, l));
+            }
+        }
     } else {
         let _ = writeln!(
             s,
@@ -154,10 +165,63 @@ pub(super) fn table(doc: &Document) -> String {
     s
 }
 
+/// One row's percentile intervals, e.g. "95% ci all: p50 12.1-12.4 |
+/// ... | p99.99 too few samples (needs 36887)".
+fn intervals_line(target: &str, l: &Summary) -> String {
+    let conf =
+        l.ci.by_percentile()
+            .iter()
+            .map(|(_, c)| c.confidence)
+            .find(|c| *c > 0.0)
+            .unwrap_or(0.95);
+    let parts: Vec<String> = l
+        .ci
+        .by_percentile()
+        .iter()
+        .map(|(p, c)| match (c.bounds(), &c.too_few) {
+            (Some((lo, hi)), _) => format!("p{p} {:.2}-{:.2}", lo as f64 / 1e3, hi as f64 / 1e3),
+            (None, Some(_)) => format!(
+                "p{p} too few samples (needs {})",
+                interval::samples_needed(p / 100.0, conf)
+            ),
+            (None, None) => format!("p{p} -"),
+        })
+        .collect();
+    format!("{:.0}% ci {target}: {}", conf * 100.0, parts.join(" | "))
+}
+
+/// How a `--ci` run ended, with the percentile over all its rounds.
+fn goal_line(g: &GoalOutcome) -> String {
+    let interval = match (g.ci.bounds(), g.relative_half_width) {
+        (Some((lo, hi)), Some(w)) => format!(
+            "95% ci {:.2}-{:.2} (±{:.1}%)",
+            lo as f64 / 1e3,
+            hi as f64 / 1e3,
+            w * 100.0
+        ),
+        _ => g.ci.too_few.clone().unwrap_or_else(|| "no interval".into()),
+    };
+    format!(
+        "--ci p{} within ±{}%: {} after {} round(s), {:.1} s measured; over all of them p{} {:.2} us, {interval}",
+        g.percentile,
+        g.width * 100.0,
+        g.verdict.to_uppercase(),
+        g.rounds,
+        g.seconds,
+        g.percentile,
+        g.estimate_ns as f64 / 1e3
+    )
+}
+
+/// A bound for CSV: empty when there is no interval.
+fn bound(b: Option<u64>) -> String {
+    b.map(|v| v.to_string()).unwrap_or_default()
+}
+
 /// CSV: a header and one row per target and the merge, chosen iteration.
 pub(super) fn csv(doc: &Document) -> String {
     let mut s = String::from(
-        "workload,iteration,target,ops,ops_per_s,mean_ns,stddev_ns,min_ns,p50_ns,p90_ns,p99_ns,p999_ns,p9999_ns,max_ns,over_1ms_pct,over_5ms_pct,sent,lost,loss_pct,bytes,gbps,client_ns_per_op,agent_ns_per_op\n",
+        "workload,iteration,target,ops,ops_per_s,mean_ns,stddev_ns,min_ns,p50_ns,p90_ns,p99_ns,p999_ns,p9999_ns,max_ns,over_1ms_pct,over_5ms_pct,sent,lost,loss_pct,bytes,gbps,client_ns_per_op,agent_ns_per_op,p50_lo_ns,p50_hi_ns,p90_lo_ns,p90_hi_ns,p99_lo_ns,p99_hi_ns,p999_lo_ns,p999_hi_ns,p9999_lo_ns,p9999_hi_ns\n",
     );
     if let Some(it) = doc.chosen() {
         for m in it.per_target.iter().chain(std::iter::once(&it.merged)) {
@@ -188,6 +252,12 @@ pub(super) fn csv(doc: &Document) -> String {
                 it.client_cost.ns_per_op,
                 m.agent_cost.as_ref().map(|a| format!("{:.1}", a.ns_per_op)).unwrap_or_default()
             ));
+            // The intervals, appended so the columns before keep their places.
+            s.pop();
+            for (_, c) in l.ci.by_percentile() {
+                s.push_str(&format!(",{},{}", bound(c.lo_ns), bound(c.hi_ns)));
+            }
+            s.push('\n');
         }
     }
     s
