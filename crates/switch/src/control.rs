@@ -167,7 +167,7 @@ impl Client {
 
 impl Client {
     /// Subscribes to the switch's events: the connection becomes their
-    /// stream (read it with [`Events::next`]), with no read timeout.
+    /// stream (read it with [`Events::next_event`]), with no read timeout.
     pub fn events(mut self) -> Result<Events, ClientError> {
         self.request(&Request::Events)?;
         self.stream
@@ -194,7 +194,7 @@ pub struct Events {
 impl Events {
     /// The next line: an event, or how many were lost; `None` when the
     /// switch closed the stream.
-    pub fn next(&mut self) -> Result<Option<crate::events::Streamed>, ClientError> {
+    pub fn next_event(&mut self) -> Result<Option<crate::events::Streamed>, ClientError> {
         self.client
             .stream
             .read_until(b'\n', &mut self.line)

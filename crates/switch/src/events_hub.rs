@@ -31,8 +31,9 @@ const CHECK_EVERY: Duration = Duration::from_secs(1);
 /// socket's send buffer is sized from the buffer, so what a reader that
 /// stops reading costs is bounded in the kernel too.
 const SOCKET_BYTES_PER_LINE: usize = 256;
-/// Most bytes taken from a subscriber's buffer for one write.
-const WRITE_BATCH: usize = 64 << 10;
+/// Most bytes taken from a subscriber's buffer for one write (what it may
+/// hold beyond its buffer's lines while its socket is full).
+const WRITE_BATCH: usize = 4 << 10;
 
 /// The subscribers and the queue they are fed from.
 pub struct Hub {
@@ -52,11 +53,19 @@ struct Subscriber {
     lines: VecDeque<Arc<str>>,
     /// Events not given to it since its last line.
     lost: u64,
+    /// Its socket failed.
+    gone: bool,
+    /// When it subscribed (monotonic ns): older events are not its.
+    since: u64,
 }
 
 impl Subscriber {
-    /// Takes `line` if there is room (counting one for a pending `lost` line).
+    /// Takes `line` if there is room (after writing what the socket takes
+    /// now, so a reader that keeps up loses nothing to a burst).
     fn offer(&mut self, line: &Arc<str>, cap: usize) {
+        if self.lines.len() >= cap && !self.write() {
+            self.gone = true;
+        }
         self.note_lost(cap);
         if self.lines.len() >= cap || self.lost > 0 {
             self.lost += 1;
@@ -77,11 +86,31 @@ impl Subscriber {
     /// Writes what the socket takes now; false when the subscriber is gone.
     fn flush(&mut self, cap: usize) -> bool {
         self.note_lost(cap);
+        if self.gone || !self.write() {
+            return false;
+        }
+        // A subscriber has nothing to say: its end closing is what ends it.
+        let mut b = [0u8; 512];
+        match self.s.read(&mut b) {
+            Ok(0) => false,
+            Ok(_) => true,
+            Err(e) => matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+            ),
+        }
+    }
+
+    /// Writes lines until the socket takes no more; false when it failed.
+    fn write(&mut self) -> bool {
         loop {
-            while self.out.len() < WRITE_BATCH {
-                match self.lines.pop_front() {
-                    Some(l) => self.out.extend_from_slice(l.as_bytes()),
-                    None => break,
+            // Lines leave the buffer only once the last batch is written.
+            if self.out.is_empty() {
+                while self.out.len() < WRITE_BATCH {
+                    match self.lines.pop_front() {
+                        Some(l) => self.out.extend_from_slice(l.as_bytes()),
+                        None => break,
+                    }
                 }
             }
             if self.out.is_empty() {
@@ -97,16 +126,7 @@ impl Subscriber {
                 Err(_) => return false,
             }
         }
-        // A subscriber has nothing to say: its end closing is what ends it.
-        let mut b = [0u8; 512];
-        match self.s.read(&mut b) {
-            Ok(0) => false,
-            Ok(_) => true,
-            Err(e) => matches!(
-                e.kind(),
-                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
-            ),
-        }
+        true
     }
 }
 
@@ -154,6 +174,8 @@ impl Hub {
             out: ok,
             lines: VecDeque::new(),
             lost: 0,
+            gone: false,
+            since: crate::sys::events_io::monotonic_ns(),
         });
         Ok(())
     }
@@ -169,21 +191,19 @@ impl Hub {
         let mut seq = 0u64;
         let mut dropped_seen = 0u64;
         let mut checks = Checks::default();
-        let mut lines: Vec<Arc<str>> = Vec::new();
-        let mut found: Vec<Event> = Vec::new();
+        // Each event's line, with when it happened.
+        let mut lines: Vec<(u64, Arc<str>)> = Vec::new();
+        let mut found: VecDeque<Event> = VecDeque::new();
         while !stop.load(Ordering::SeqCst) {
             std::thread::sleep(TICK);
             if self.subscribers() > 0 {
                 checks.run(handle, drop_rate, &mut found);
             }
             lines.clear();
-            while let Some(e) = self.queue.pop() {
+            while let Some(e) = self.queue.pop().or_else(|| found.pop_front()) {
                 seq += 1;
-                lines.push(render(&Streamed::Event(EventLine::new(seq, &e))));
-            }
-            for e in found.drain(..) {
-                seq += 1;
-                lines.push(render(&Streamed::Event(EventLine::new(seq, &e))));
+                let l = render(&Streamed::Event(EventLine::new(seq, &e)));
+                lines.push((e.mono_ns, l));
             }
             let d = self.queue.dropped();
             let lost = d - dropped_seen;
@@ -191,8 +211,10 @@ impl Hub {
             let mut subs = self.subs.lock().unwrap_or_else(|p| p.into_inner());
             subs.retain_mut(|s| {
                 s.lost += lost;
-                for l in &lines {
-                    s.offer(l, self.buffer);
+                for (at, l) in &lines {
+                    if *at >= s.since {
+                        s.offer(l, self.buffer);
+                    }
                 }
                 s.flush(self.buffer)
             });
@@ -202,7 +224,7 @@ impl Hub {
 
 impl Checks {
     /// Carriers and drop rates, at most once per [`CHECK_EVERY`].
-    fn run(&mut self, handle: &WorkerHandle, drop_rate: u64, out: &mut Vec<Event>) {
+    fn run(&mut self, handle: &WorkerHandle, drop_rate: u64, out: &mut VecDeque<Event>) {
         let now = Instant::now();
         let elapsed = match self.last {
             Some(t) if now - t < CHECK_EVERY => return,
@@ -217,7 +239,7 @@ impl Checks {
                 if let Some(ifname) = &p.socket {
                     let up = carrier(ifname);
                     if self.carrier.insert(id, up).is_some_and(|was| was != up) {
-                        out.push(Event::now(id, &p.name, Kind::Link { up }));
+                        out.push_back(Event::now(id, &p.name, Kind::Link { up }));
                     }
                 }
             }
@@ -235,7 +257,7 @@ impl Checks {
                 let now_above = per_sec > drop_rate;
                 self.drops.insert(key, (n, now_above));
                 if now_above != above {
-                    out.push(Event::now(
+                    out.push_back(Event::now(
                         id,
                         &p.name,
                         Kind::Drops {

@@ -3,8 +3,8 @@
 
 use super::{Datapath, Port, PortRuntime, Slot};
 use crate::coalesce::{Coalescer, Decision};
-use crate::events::Kind;
 use crate::config::Policies;
+use crate::events::Kind;
 use crate::port::vhost_user::ResetCause;
 use crate::port::vhost_user::VhostUserPort;
 use crate::port::Watch;
