@@ -342,3 +342,104 @@ fn a_subscriber_that_never_reads_loses_events_and_slows_nothing() {
         assert!(p1.stats.tx.drops.values().all(|d| *d == 0), "{p1:?}");
     });
 }
+
+/// A switch with ports p1, p2 and its settings changed by `tune`.
+fn switch_with(dir: &Dir, tune: impl FnOnce(&mut SwitchConfig)) -> Switch {
+    switch_tuned(dir, 2, tune)
+}
+
+#[test]
+fn drops_above_the_rate_are_said_and_when_they_stop() {
+    bounded(Duration::from_secs(60), || {
+        let dir = Dir::new("ev-drops");
+        let sw = switch_with(&dir, |s| s.drop_event_rate = 50);
+        let mut e1 = endpoint(&dir, 1, 1);
+        let mut e2 = endpoint(&dir, 2, 2);
+        e2.send_frame(&frame([0xff; 6], 2, 0x0800)).unwrap();
+        wait_for("mac(2) learned", || {
+            sw.handle().fdb().unwrap().iter().any(|e| e.mac == mac(2))
+        });
+        let mut ev = subscribe(&sw);
+        // p2's guest never takes what it receives: once its receive ring
+        // is full, every frame to it is a ring_full drop.
+        let f = frame(mac(2).0, 1, 0x0800);
+        let is_drops = |w: &What, up: bool| matches!(w, What::Drops { reason, above, .. } if reason == "ring_full" && *above == up);
+        let start = Instant::now();
+        let mut seen = None;
+        while seen.is_none() {
+            assert!(start.elapsed() < Duration::from_secs(20), "no drops event");
+            for _ in 0..20 {
+                e1.send_burst(&[&f[..]; 16]);
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            while let Ok(Some(Streamed::Event(e))) = ev.next_event() {
+                if is_drops(&e.what, true) {
+                    seen = Some(e);
+                    break;
+                }
+            }
+        }
+        let e = seen.unwrap();
+        let What::Drops {
+            per_sec, threshold, ..
+        } = e.what
+        else {
+            unreachable!()
+        };
+        assert!(per_sec > 50 && threshold == 50, "{e:?}");
+        let p = port(sw.handle(), &e.port);
+        assert!(
+            p.stats.rx.drops["ring_full"] + p.stats.tx.drops["ring_full"] > 0,
+            "{p:?}"
+        );
+        // No more frames: the rate falls back, and that is said too.
+        let back = until(&mut ev, &e.port, |w| is_drops(w, false));
+        assert!(!back.is_empty());
+    });
+}
+
+fn root_with_ip() -> bool {
+    let root = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .is_some_and(|s| s.lines().any(|l| l.starts_with("Uid:\t0\t")));
+    root && std::process::Command::new("ip").arg("-V").output().is_ok()
+}
+
+fn ip_link(ifname: &str, state: &str) {
+    let ok = std::process::Command::new("ip")
+        .args(["link", "set", ifname, state])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "ip link set {ifname} {state}");
+}
+
+#[test]
+fn an_uplinks_carrier_is_said() {
+    if !root_with_ip() {
+        println!("skip: the carrier test needs root and the ip command");
+        return;
+    }
+    bounded(Duration::from_secs(60), || {
+        let dir = Dir::new("ev-link");
+        let sw = switch(&dir, 0);
+        let (_veth, a, b) = veth_up("evl");
+        wait_for("carrier on the veth", || {
+            std::fs::read_to_string(format!("/sys/class/net/{a}/carrier"))
+                .is_ok_and(|s| s.trim() == "1")
+        });
+        sw.handle().add_port(PortSpec::uplink("up", &a)).unwrap();
+        let mut ev = subscribe(&sw);
+        // The first look (within a second of subscribing) only notes it.
+        std::thread::sleep(Duration::from_millis(1500));
+        ip_link(&b, "down");
+        let seen = until(&mut ev, "up", |w| matches!(w, What::Link { .. }));
+        assert!(matches!(
+            seen.last().unwrap().what,
+            What::Link { up: false }
+        ));
+        ip_link(&b, "up");
+        let seen = until(&mut ev, "up", |w| matches!(w, What::Link { .. }));
+        assert!(matches!(seen.last().unwrap().what, What::Link { up: true }));
+    });
+}
