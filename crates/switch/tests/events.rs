@@ -183,7 +183,8 @@ fn frame(dst: [u8; 6], src: u8, ethertype: u16) -> Vec<u8> {
 fn a_mac_flap_names_both_ports() {
     bounded(Duration::from_secs(60), || {
         let dir = Dir::new("ev-flap");
-        let sw = switch(&dir, 2);
+        // p2's claim stays contestable for 10 s however slowly this runs.
+        let sw = switch_tuned(&dir, 2, |s| s.mac_move_quiet_ms = 10_000);
         let mut a = endpoint(&dir, 1, 1);
         let mut b = endpoint(&dir, 2, 2);
         let mut ev = subscribe(&sw);
@@ -195,7 +196,14 @@ fn a_mac_flap_names_both_ports() {
             sw.handle().fdb().unwrap().iter().any(|e| e.mac == mac(1))
         });
         b.send_frame(&frame(bcast, 1, 0x0806)).unwrap();
-        std::thread::sleep(Duration::from_millis(50));
+        wait_for("mac(1) moved to p2", || {
+            let p2 = port(sw.handle(), "p2").id;
+            sw.handle()
+                .fdb()
+                .unwrap()
+                .iter()
+                .any(|e| e.mac == mac(1) && e.port.0 == p2)
+        });
         a.send_frame(&frame(bcast, 1, 0x0800)).unwrap();
         let seen = until(&mut ev, "p1", |w| matches!(w, What::MacFlap { .. }));
         let What::MacFlap { mac: m, from } = &seen.last().unwrap().what else {
