@@ -451,3 +451,35 @@ fn an_uplinks_carrier_is_said() {
         assert!(matches!(seen.last().unwrap().what, What::Link { up: true }));
     });
 }
+
+#[test]
+fn subscribers_are_capped_apart_from_clients() {
+    bounded(Duration::from_secs(60), || {
+        let dir = Dir::new("ev-cap");
+        let cfg = Config {
+            switch: SwitchConfig {
+                control: dir.sock("control"),
+                ..SwitchConfig::default()
+            },
+            ports: Vec::new(),
+        };
+        let limits = ClientLimits {
+            max_clients: 2,
+            subscribers: 2,
+            ..ClientLimits::default()
+        };
+        let sw = Switch::start_with_limits(cfg, limits).unwrap();
+        let _held = [subscribe(&sw), subscribe(&sw)];
+        let third = Client::connect(sw.control_path()).unwrap().events();
+        assert!(
+            matches!(&third, Err(ClientError::Refused(e)) if e.contains("too many event subscribers")),
+            "{:?}",
+            third.err()
+        );
+        // Two subscribers hold no client's place: two clients at once.
+        let mut a = Client::connect(sw.control_path()).unwrap();
+        let mut b = Client::connect(sw.control_path()).unwrap();
+        a.request(&Request::PortList).unwrap();
+        b.request(&Request::PortList).unwrap();
+    });
+}
