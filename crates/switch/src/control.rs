@@ -235,6 +235,10 @@ mod tests {
             serde_json::from_str::<Request>(r#"{"op":"port_list"}"#).unwrap(),
             Request::PortList
         );
+        assert_eq!(
+            serde_json::from_str::<Request>(r#"{"op":"events"}"#).unwrap(),
+            Request::Events
+        );
         assert!(serde_json::from_str::<Request>(r#"{"op":"explode"}"#).is_err());
         let set = Request::PortSet {
             name: "vm1".into(),
