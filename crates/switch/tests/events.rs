@@ -483,3 +483,43 @@ fn subscribers_are_capped_apart_from_clients() {
         b.request(&Request::PortList).unwrap();
     });
 }
+
+#[test]
+fn a_stopped_queue_is_said() {
+    use common::raw::{Order, RawFrontend};
+    use vnio_switch::vhost_user::protocol::code;
+    bounded(Duration::from_secs(60), || {
+        let dir = Dir::new("ev-queue");
+        let sw = switch(&dir, 1);
+        let mut ev = subscribe(&sw);
+        let mut h = RawFrontend::connect(&dir.sock("p1"));
+        h.handshake(Order::Standard);
+        let seen = until(&mut ev, "p1", |w| {
+            matches!(
+                w,
+                What::Queue {
+                    queue: 1,
+                    enabled: true
+                }
+            )
+        });
+        assert_eq!(
+            kinds(&seen),
+            ["connected", "negotiated", "queue on", "queue on"]
+        );
+        // GET_VRING_BASE stops the transmit queue (as QEMU does when the
+        // guest's driver resets the device).
+        let mut st = [0u8; 8];
+        st[..4].copy_from_slice(&1u32.to_le_bytes());
+        h.send(code::GET_VRING_BASE, 0, &st, &[]).unwrap();
+        let _ = h.reply_u64().unwrap();
+        let seen = until(&mut ev, "p1", |w| matches!(w, What::Queue { .. }));
+        assert_eq!(
+            seen.last().unwrap().what,
+            What::Queue {
+                queue: 1,
+                enabled: false
+            }
+        );
+    });
+}
