@@ -137,6 +137,19 @@ pub struct SwitchConfig {
     /// when not "auto".
     #[serde(skip_serializing_if = "is_auto")]
     pub read_ahead: ReadAheadMode,
+    /// Drops of one reason per second on one port above which `vnio
+    /// switch events` says so (once, and again when they fall back;
+    /// checked once a second from the counters); 0: never. Written out
+    /// only when not the default.
+    #[serde(skip_serializing_if = "is_default_drop_rate")]
+    pub drop_event_rate: u64,
+}
+
+/// The default [`SwitchConfig::drop_event_rate`].
+pub const DROP_EVENT_RATE: u64 = 1000;
+
+fn is_default_drop_rate(n: &u64) -> bool {
+    *n == DROP_EVENT_RATE
 }
 
 fn is_auto(m: &ReadAheadMode) -> bool {
@@ -166,6 +179,7 @@ impl Default for SwitchConfig {
             max_guest_memory_mib: crate::vhost_user::memory::DEFAULT_MAX_MEMORY >> 20,
             workers: 1,
             read_ahead: ReadAheadMode::Auto,
+            drop_event_rate: DROP_EVENT_RATE,
         }
     }
 }

@@ -47,6 +47,9 @@ pub enum Request {
     Metrics,
     /// Where each worker's time goes ([`crate::perf::PerfSnapshot`] per worker).
     Perf,
+    /// Turn this connection into the stream of events (`crate::events`):
+    /// one answer, then one JSON line per event until the client closes.
+    Events,
     /// Stop the switch.
     Shutdown,
 }
@@ -162,6 +165,56 @@ impl Client {
     }
 }
 
+impl Client {
+    /// Subscribes to the switch's events: the connection becomes their
+    /// stream (read it with [`Events::next_event`]), with no read timeout.
+    pub fn events(mut self) -> Result<Events, ClientError> {
+        self.request(&Request::Events)?;
+        self.stream
+            .get_ref()
+            .set_read_timeout(None)
+            .map_err(|source| ClientError::Io {
+                path: self.path.clone(),
+                source,
+            })?;
+        Ok(Events {
+            client: self,
+            line: Vec::new(),
+        })
+    }
+}
+
+/// A stream of events from the switch.
+pub struct Events {
+    client: Client,
+    /// The line being read (kept across a read that timed out).
+    line: Vec<u8>,
+}
+
+impl Events {
+    /// The next line: an event, or how many were lost; `None` when the
+    /// switch closed the stream.
+    pub fn next_event(&mut self) -> Result<Option<crate::events::Streamed>, ClientError> {
+        self.client
+            .stream
+            .read_until(b'\n', &mut self.line)
+            .map_err(|source| ClientError::Io {
+                path: self.client.path.clone(),
+                source,
+            })?;
+        if self.line.is_empty() {
+            return Ok(None);
+        }
+        let line = std::mem::take(&mut self.line);
+        Ok(Some(serde_json::from_slice(&line)?))
+    }
+
+    /// Waits at most `t` for each line from now on (none: forever).
+    pub fn set_timeout(&mut self, t: Option<Duration>) -> std::io::Result<()> {
+        self.client.stream.get_ref().set_read_timeout(t)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -181,6 +234,10 @@ mod tests {
         assert_eq!(
             serde_json::from_str::<Request>(r#"{"op":"port_list"}"#).unwrap(),
             Request::PortList
+        );
+        assert_eq!(
+            serde_json::from_str::<Request>(r#"{"op":"events"}"#).unwrap(),
+            Request::Events
         );
         assert!(serde_json::from_str::<Request>(r#"{"op":"explode"}"#).is_err());
         let set = Request::PortSet {

@@ -6,12 +6,15 @@
 use crate::access::Access;
 use crate::config::{Config, PortSpec};
 use crate::control::{Request, Response};
+use crate::events::{EventQueue, Kind};
+use crate::events_hub::Hub;
 use crate::serve::{self, ClientLimits, Clients, LineError};
 use crate::sockpath;
 use crate::state::PortState;
 use crate::stats;
 use crate::worker::PortInfo;
 use crate::workers::Workers;
+use crate::PortId;
 use std::io::BufReader;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -45,6 +48,8 @@ pub enum StartError {
 #[derive(Clone)]
 pub struct WorkerHandle {
     workers: Arc<Mutex<Workers>>,
+    /// Where the control plane's own changes are said (`crate::events`).
+    events: Arc<EventQueue>,
 }
 
 impl WorkerHandle {
@@ -55,12 +60,22 @@ impl WorkerHandle {
 
     /// Adds a port.
     pub fn add_port(&self, spec: PortSpec) -> Result<PortInfo, String> {
-        self.with(|w| w.add_port(spec))
+        let info = self.with(|w| w.add_port(spec))?;
+        self.events
+            .push(PortId(info.id), &info.name, || Kind::PortAdded);
+        Ok(info)
     }
 
     /// Removes a port.
     pub fn del_port(&self, name: &str) -> Result<(), String> {
-        self.with(|w| w.del_port(name))
+        let id = self.with(|w| {
+            let id = w.port_id(name);
+            w.del_port(name).map(|()| id)
+        })?;
+        if let Some(id) = id {
+            self.events.push(id, name, || Kind::PortRemoved);
+        }
+        Ok(())
     }
 
     /// Changes a port's latency policies.
@@ -69,7 +84,10 @@ impl WorkerHandle {
         name: &str,
         set: crate::config::PolicyUpdate,
     ) -> Result<PortInfo, String> {
-        self.with(|w| w.set_port(name, set))
+        let info = self.with(|w| w.set_port(name, set))?;
+        self.events
+            .push(PortId(info.id), &info.name, || Kind::PortChanged);
+        Ok(info)
     }
 
     /// Lists ports with their counters.
@@ -98,6 +116,8 @@ pub struct Switch {
     control: Option<JoinHandle<()>>,
     metrics: Option<JoinHandle<()>>,
     metrics_addr: Option<std::net::SocketAddr>,
+    /// The fan-out of events to subscribers (`crate::events_hub`).
+    events: Option<JoinHandle<()>>,
     stop: Arc<AtomicBool>,
     control_path: PathBuf,
 }
@@ -113,9 +133,15 @@ impl Switch {
         // Before any worker pins itself: the watchdog keeps this thread's CPUs.
         crate::sys::watchdog::start();
         let access = Access::new(config.switch.control_group.as_deref())?;
+        let events = Arc::new(EventQueue::new(crate::events::QUEUE));
         let handle = WorkerHandle {
-            workers: Arc::new(Mutex::new(Workers::start(config.switch.clone())?)),
+            workers: Arc::new(Mutex::new(Workers::start(
+                config.switch.clone(),
+                events.clone(),
+            )?)),
+            events: events.clone(),
         };
+        let hub = Arc::new(Hub::new(events, limits.subscribers, limits.events_buffer));
         let stop = Arc::new(AtomicBool::new(false));
         let path = config.switch.control.clone();
         let mut sw = Self {
@@ -123,6 +149,7 @@ impl Switch {
             control: None,
             metrics: None,
             metrics_addr: None,
+            events: None,
             stop: stop.clone(),
             control_path: path.clone(),
         };
@@ -143,8 +170,16 @@ impl Switch {
         let listener = UnixListener::bind(&path).map_err(control_err)?;
         access.restrict(&path)?;
         listener.set_nonblocking(true)?;
+        let (h, st, rate) = (handle.clone(), stop.clone(), config.switch.drop_event_rate);
+        let fan_out = hub.clone();
+        sw.events = Some(
+            std::thread::Builder::new()
+                .name("vnio-switch-events".into())
+                .spawn(move || fan_out.run(&h, &st, rate))?,
+        );
         let server = Arc::new(ControlServer {
             handle,
+            hub,
             stop,
             access,
             socket_dir: config.switch.socket_dir(),
@@ -202,6 +237,9 @@ impl Drop for Switch {
         if let Some(m) = self.metrics.take() {
             let _ = m.join();
         }
+        if let Some(e) = self.events.take() {
+            let _ = e.join();
+        }
         self.handle.stop();
         let _ = sockpath::remove_stale(&self.control_path);
     }
@@ -210,6 +248,8 @@ impl Drop for Switch {
 /// What serving a control client needs.
 struct ControlServer {
     handle: WorkerHandle,
+    /// Where `{"op":"events"}` clients go.
+    hub: Arc<Hub>,
     stop: Arc<AtomicBool>,
     access: Access,
     /// Where clients' ports may have their sockets.
@@ -383,6 +423,18 @@ fn serve_client(s: UnixStream, server: &ControlServer) {
     loop {
         line.clear();
         let resp = match serve::read_line(&mut r, &mut line, limits.max_line, limits.idle, stop) {
+            // The connection becomes a stream of events served by the
+            // fan-out: this client's place (and thread) is free again.
+            Ok(()) if matches!(serde_json::from_slice(&line), Ok(Request::Events)) => {
+                let ok = response_line(&Response::ok(serde_json::Value::Null));
+                match w.try_clone().map_err(|e| e.to_string()) {
+                    Ok(s) => match server.hub.subscribe(s, ok) {
+                        Ok(()) => return,
+                        Err(e) => Response::err(e),
+                    },
+                    Err(e) => Response::err(e),
+                }
+            }
             Ok(()) => request(server, &line),
             // Told why, then closed: the rest of an over-long line is not read.
             Err(e @ (LineError::TooLong(_) | LineError::Idle(_))) => {
@@ -523,6 +575,7 @@ pub fn answer(handle: &WorkerHandle, req: Request) -> Response {
             serde_json::Value::String(metrics_text(l) + &crate::perf::prometheus(&handle.perf()))
         })),
         Request::Perf => to_json(j(serde_json::to_value(handle.perf()))),
+        Request::Events => Response::err("events are streamed on the control socket only"),
         Request::Shutdown => Response::ok(serde_json::Value::Null),
     }
 }

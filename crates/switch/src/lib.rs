@@ -61,6 +61,8 @@ pub mod config;
 pub mod control;
 pub mod daemon;
 pub mod endpoint;
+pub mod events;
+pub mod events_hub;
 pub mod logging;
 pub mod serve;
 pub mod sockpath;

@@ -19,6 +19,12 @@ pub struct ClientLimits {
     pub idle: Duration,
     /// How long an answer may take to leave: a client that does not read goes.
     pub write: Duration,
+    /// Event subscribers at once (`{"op":"events"}`), counted apart from
+    /// `max_clients`: a subscriber holds no client's place.
+    pub subscribers: usize,
+    /// Events held for one subscriber that does not read; more are lost
+    /// (and it is told how many).
+    pub events_buffer: usize,
 }
 
 impl Default for ClientLimits {
@@ -28,6 +34,8 @@ impl Default for ClientLimits {
             max_clients: 16,
             idle: Duration::from_secs(60),
             write: Duration::from_secs(5),
+            subscribers: 16,
+            events_buffer: 1024,
         }
     }
 }

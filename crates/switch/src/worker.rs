@@ -161,6 +161,11 @@ impl Worker {
         self.dp.perf()
     }
 
+    /// Where the worker says what changes (before the thread starts).
+    pub fn set_events(&mut self, q: Arc<crate::events::EventQueue>) {
+        self.dp.set_events(q);
+    }
+
     /// Connects to another worker before the thread starts.
     pub fn add_peer(&mut self, p: PeerSetup) {
         self.dp.add_peer(p);

@@ -96,10 +96,15 @@ pub struct Workers {
     next_worker: WorkerId,
     /// CPUs the switch may use (its affinity at start).
     allowed: Vec<usize>,
+    /// Where every worker says what changes (`crate::events`).
+    events: Arc<crate::events::EventQueue>,
 }
 impl Workers {
-    /// Starts the shared worker.
-    pub fn start(cfg: SwitchConfig) -> std::io::Result<Self> {
+    /// Starts the shared workers; they say what changes into `events`.
+    pub fn start(
+        cfg: SwitchConfig,
+        events: Arc<crate::events::EventQueue>,
+    ) -> std::io::Result<Self> {
         let allowed = crate::sys::affinity::allowed()?;
         let mut w = Self {
             cfg,
@@ -108,6 +113,7 @@ impl Workers {
             next_port: 1,
             next_worker: 0,
             allowed,
+            events,
         };
         for _ in 0..w.cfg.workers.clamp(1, crate::config::MAX_WORKERS) {
             w.spawn(None).map_err(std::io::Error::other)?;
@@ -257,6 +263,11 @@ impl Workers {
                 Err(e)
             }
         }
+    }
+
+    /// The identity of port `name`.
+    pub fn port_id(&self, name: &str) -> Option<PortId> {
+        self.ports.iter().find(|p| p.name == name).map(|p| p.id)
     }
 
     /// Removes a port (and its dedicated worker).

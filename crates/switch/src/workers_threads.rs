@@ -28,6 +28,7 @@ impl Workers {
             core,
         )
         .map_err(io)?;
+        worker.set_events(self.events.clone());
         let (pairs, inbox) = mpsc::channel();
         worker.set_pair_inbox(inbox);
         let mut theirs = Vec::new();

@@ -4,6 +4,7 @@
 use super::{Datapath, Port, PortRuntime, Slot};
 use crate::coalesce::{Coalescer, Decision};
 use crate::config::Policies;
+use crate::events::Kind;
 use crate::port::vhost_user::ResetCause;
 use crate::port::vhost_user::VhostUserPort;
 use crate::port::Watch;
@@ -123,6 +124,12 @@ impl Datapath {
             // aggregate's receive chains are returned first.
             self.lro_deliver(idx, now);
         }
+        // What its messages start or stop is said after them.
+        let before = if what == Watch::Connection {
+            self.running_queues(idx)
+        } else {
+            0
+        };
         let Some(s) = self.slots.get_mut(idx).and_then(Option::as_mut) else {
             return;
         };
@@ -144,6 +151,7 @@ impl Datapath {
                 if let Ok(true) = p.accept() {
                     s.stats.connections.fetch_add(1, Relaxed);
                     log::info!("port {}: front-end connected", s.name);
+                    self.tell(idx, || Kind::Connected);
                 }
             }
             // A spread port's pairs come home before any message is read
@@ -170,6 +178,7 @@ impl Datapath {
                 }
                 Err(ResetCause::Conn(ConnError::Closed)) => {
                     log::info!("port {}: front-end disconnected", s.name);
+                    self.tell(idx, || Kind::Disconnected);
                     self.restart(idx, now);
                 }
                 Err(e) => {
@@ -184,6 +193,9 @@ impl Datapath {
                 }
             }
         }
+        if what == Watch::Connection {
+            self.tell_queues(idx, before);
+        }
     }
 
     /// Time-driven port work (client reconnects); pushes slots whose watched set changed.
@@ -195,6 +207,9 @@ impl Datapath {
                     s.stats.connections.fetch_add(1, Relaxed);
                     log::info!("port {}: connected to front-end", s.name);
                     changed.push(i);
+                    if let Some(q) = &self.events {
+                        q.push(s.id, &s.name, || Kind::Connected);
+                    }
                 }
             }
         }

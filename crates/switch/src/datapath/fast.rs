@@ -387,13 +387,24 @@ impl Datapath {
         // A decision that still holds is one that is not a plain route (a
         // flood to several ports, an LRO aggregate open, ...): deciding
         // again changes nothing, and the full path takes it as it is.
-        if self.remembered(i, &l2, now).is_some() || self.decide_flow(i, &l2, now).is_none() {
+        if self.remembered(i, &l2, now).is_some() {
             return false;
         }
+        let Some((decision, _)) = self.decide_flow(i, &l2, now) else {
+            return false;
+        };
         *route = self.plain_route(i, now);
         // A destination with LRO looks further into the frame.
         let looked = route.as_ref().filter(|r| !r.lro).map(|_| look);
-        self.forward_plain(i, mem, segs, len, hdr_len, now, route, tally, looked)
+        let done = self.forward_plain(i, mem, segs, len, hdr_len, now, route, tally, looked);
+        // A flap is counted and said here when the fast case took the
+        // frame (else the full path counts it from the remembered decision).
+        if let (true, Ok(d)) = (done, decision) {
+            if matches!(d.learned, Learned::Flapped { .. }) {
+                self.count_learned(i, &l2, d.learned, now);
+            }
+        }
+        done
     }
 
     /// Forwards the plain frames of `burst` from frame `from` on, from slot

@@ -21,6 +21,7 @@ mod peers;
 mod read_ahead;
 mod spread;
 mod table;
+mod tell;
 
 pub(crate) use copies::Copies;
 use events::{signal_now, signal_rx, tx_budget};
@@ -261,6 +262,8 @@ pub struct Datapath {
     read_ahead: ReadAhead,
     /// When a flap was last said in the log (`moves.rs`).
     flap_said: Option<Instant>,
+    /// Where what changes is said (`tell.rs`); none in a bare data path.
+    events: Option<Arc<crate::events::EventQueue>>,
 }
 
 impl Datapath {
@@ -293,6 +296,7 @@ impl Datapath {
             perf_mark: crate::perf::clock(),
             read_ahead: ReadAhead::new(ReadAheadMode::Off),
             flap_said: None,
+            events: None,
         }
     }
 

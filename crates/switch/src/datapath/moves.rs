@@ -5,6 +5,7 @@
 //! keeps flapping addresses shows in the counters, not in a flooded log).
 
 use super::Datapath;
+use crate::events::{Kind, Name};
 use crate::fdb::Learned;
 use crate::forward::L2Header;
 use crate::stats::{bump, DropReason};
@@ -33,6 +34,16 @@ impl Datapath {
                 let taker = self.slots.iter().flatten().find(|s| s.id == from);
                 if let Some(t) = taker {
                     bump(&t.stats.tx.mac_flaps, 1);
+                }
+                // Every flap is an event (the queue bounds a storm of them).
+                if let Some(q) = &self.events {
+                    q.push(me.id, &me.name, || Kind::MacFlap {
+                        mac: l2.src.0,
+                        from: taker.map_or_else(
+                            || Name::display(&format_args!("port {}", from.0)),
+                            |t| Name::new(&t.name),
+                        ),
+                    });
                 }
                 if self.flap_said.is_some_and(|t| now < t + SAY_EVERY) {
                     return;

@@ -325,6 +325,9 @@ impl Datapath {
             .resets
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         log::warn!("port {}: reset: {why}", s.name);
+        self.tell(idx, || crate::events::Kind::Reset {
+            reason: crate::events::Text::display(why),
+        });
         self.restart(idx, now);
     }
 

@@ -7,6 +7,7 @@
 pub mod affinity;
 pub mod copy_batch;
 pub mod eventfd;
+pub mod events_io;
 pub mod memfd;
 pub mod packet;
 pub mod peer;

@@ -583,6 +583,16 @@ impl Device {
     pub fn mtu(&self) -> Option<u64> {
         self.mtu
     }
+
+    /// The vhost-user protocol features acknowledged.
+    pub fn acked_protocol(&self) -> u64 {
+        self.acked_protocol
+    }
+
+    /// Entries of ring `i` as the front-end set them (0: not set).
+    pub fn ring_size(&self, i: usize) -> u16 {
+        self.vrings.get(i).map_or(0, |v| v.num)
+    }
 }
 
 #[path = "device_lend.rs"]

@@ -1,6 +1,7 @@
 //! `vnio switch`: runs the switch daemon, and talks to a running one over
 //! its control socket. Rendering only; `vnio_switch` does the work.
-//! `switch/port.rs` holds the port commands, `switch/render.rs` the tables.
+//! `switch/port.rs` holds the port commands, `switch/render.rs` the tables,
+//! `switch/events.rs` the event stream.
 
 use std::path::PathBuf;
 
@@ -11,6 +12,7 @@ use vnio_switch::control::{Client, Request};
 use vnio_switch::daemon::Switch;
 use vnio_switch::perf::PerfSnapshot;
 
+mod events;
 mod port;
 mod render;
 
@@ -52,6 +54,10 @@ enum Cmd {
         #[arg(long, value_name = "SECONDS")]
         interval: Option<f64>,
     },
+    /// Stream what changes (front-ends connecting, negotiating, resetting
+    /// and leaving, queues, uplink carriers, ports added or removed, MAC
+    /// flaps, drop rates), one line per event, until Ctrl-C.
+    Events,
     /// Stop a running switch.
     Shutdown,
 }
@@ -94,6 +100,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     let mut client = Client::connect(&control)?;
     let json = args.json;
     match cmd {
+        Cmd::Events => events::run(client, json)?,
         Cmd::Metrics => {
             let v = client.request(&Request::Metrics)?;
             print!("{}", v.as_str().unwrap_or_default());
