@@ -101,8 +101,9 @@ pub struct SwitchConfig {
     /// FDB aging time in seconds.
     pub aging_secs: u64,
     /// An address another port is still sending from (seen within this
-    /// many milliseconds) does not move on a frame (see [`crate::fdb`],
-    /// "Moves"); 0: every frame moves its source, as on a Linux bridge.
+    /// many milliseconds) does not move on a frame (see
+    /// [`crate::fdb::moves`]); 0: every frame moves its source, as on a
+    /// Linux bridge.
     pub mac_move_quiet_ms: u64,
     /// How long a flapping address stays with its holder, in seconds.
     pub mac_flap_hold_secs: u64,

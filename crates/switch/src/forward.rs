@@ -22,7 +22,7 @@ pub struct L2Header {
     pub tag: Option<u16>,
     /// An ARP or RARP frame: what a VM sends to announce where it is
     /// (after a live migration); it may move its source at once (see
-    /// [`crate::fdb`], "Moves").
+    /// [`crate::fdb::moves`]).
     pub announce: bool,
 }
 

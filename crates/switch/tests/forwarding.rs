@@ -175,7 +175,7 @@ fn what_is_learned_counts_for_the_very_next_frame() {
         }
         assert_eq!(got(&mut dp, &mut eps), [0, 0, 3]);
         // 02::09 moves to p2, announcing itself (an ordinary frame would
-        // not move it at once: p3 was sending from it, see `fdb`, "Moves").
+        // not move it at once: p3 was sending from it, see `fdb::moves`).
         eps[1].send_frame(&typed(1, 9, [0x80, 0x35])).unwrap();
         assert_eq!(got(&mut dp, &mut eps), [1, 0, 0]);
         eps[0].send_frame(&frame(9, 1)).unwrap();

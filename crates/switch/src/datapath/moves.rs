@@ -1,4 +1,4 @@
-//! What the FDB's rule for moves (`crate::fdb`, "Moves") did with a
+//! What the FDB's rule for moves (`crate::fdb::moves`) did with a
 //! frame's source: a refusal counted on the sending port, a flap counted
 //! on the port that had taken the address and said in one line naming
 //! both ports (at most one line a second per worker: an attacker who
