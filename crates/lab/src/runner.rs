@@ -422,6 +422,7 @@ fn workload(
                 nodelay: w.nodelay,
                 dirty: w.dirty,
                 rate_per_session: w.rate.map(|r| (r / u64::from(w.sessions.max(1))).max(1)),
+                arrival: Default::default(),
                 busy_poll_us: knobs.busy_poll_us,
                 rx_timestamp: knobs.rx_timestamp.unwrap_or(false),
                 via: None,

@@ -12,8 +12,20 @@
 //! - **stationarity**: the first half of the seconds against the second
 //!   half, Mann-Whitney's two-sample rank test (normal approximation, 5%).
 //!
-//! Each needs at least 8 seconds; a failed check is a warning in the
-//! result, never silent, and changes no figure.
+//! - **arrivals** (open loop only): the gaps between the sends that really
+//!   left ([`crate::arrivals::GapSample`], thinned, pooled over sessions)
+//!   against the process asked for, at the sender's resolution (20 µs: it
+//!   spins only that close to a send). Poisson: the share of gaps below the
+//!   resolution against the exponential's (binomial z), and the excess of
+//!   the others over it against the exponential of the asked rate
+//!   (memoryless), by Anderson-Darling (fully specified, Stephens 1974), as
+//!   Lancet checks its load; each at 2.5%. Fixed: the share of sends that
+//!   left later than the resolution after their instant, failing above 5%
+//!   (on time, evenly spaced sends keep their gaps).
+//!
+//! Independence and stationarity need at least 8 seconds, arrivals 50
+//! gaps; a failed check is a warning in the result, never silent, and
+//! changes no figure.
 
 use serde::{Deserialize, Serialize};
 
@@ -34,8 +46,11 @@ pub struct SampleCheck {
     pub passed: bool,
     /// The test statistic: Spearman's ρ at lag 1, or Mann-Whitney's z.
     pub statistic: f64,
-    /// Seconds tested.
+    /// Seconds tested (0 for arrivals, which tests gaps).
     pub seconds: usize,
+    /// Arrivals: the gaps tested.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub samples: Option<usize>,
     /// Independence: the smallest lag at which the correlation passes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub passes_at_lag: Option<usize>,
@@ -116,6 +131,7 @@ pub fn independence(s: &[f64]) -> Option<SampleCheck> {
         statistic: rho,
         seconds: s.len(),
         passes_at_lag: lag,
+        samples: None,
         warning,
     })
 }
@@ -148,7 +164,118 @@ pub fn stationarity(s: &[f64]) -> Option<SampleCheck> {
         statistic: z,
         seconds: s.len(),
         passes_at_lag: None,
+        samples: None,
         warning,
+    })
+}
+
+/// Fewer gaps than this make no arrivals check.
+pub const MIN_GAPS: usize = 50;
+/// The sender's resolution: it spins only this close to a send, and sends
+/// due within one turn of its loop leave together, so gaps are compared
+/// one by one only above it (below it, their number is).
+pub const RESOLUTION_NS: f64 = crate::rr::SEND_SPIN_NS as f64;
+/// Anderson-Darling's 2.5% critical value for a fully specified
+/// distribution (Stephens 1974), and the standard normal's two-sided 2.5%
+/// one: the two tests of Poisson arrivals share the check's 5%.
+const AD_CRIT: f64 = 3.070;
+const Z_CRIT_HALF: f64 = 2.241;
+/// Fixed arrivals: more than this share of sends later than the
+/// resolution fails the check.
+const FIXED_MAX_LATE: f64 = 0.05;
+
+/// Anderson-Darling's A² of `x` against the exponential of rate `rate_per_ns`.
+pub fn anderson_darling_exp(x: &[f64], rate_per_ns: f64) -> f64 {
+    let mut x = x.to_vec();
+    x.sort_by(f64::total_cmp);
+    let n = x.len() as f64;
+    // ln F(x) and ln(1 - F(x)) of the exponential, kept finite at zero.
+    let ln_cdf = |v: f64| (-(-rate_per_ns * v).exp_m1()).max(1e-300).ln();
+    let ln_sf = |v: f64| -rate_per_ns * v;
+    let s: f64 = (0..x.len())
+        .map(|i| (2 * i + 1) as f64 * (ln_cdf(x[i]) + ln_sf(x[x.len() - 1 - i])))
+        .sum();
+    -n - s / n
+}
+
+/// Poisson gaps at the sender's resolution: the share below it against
+/// the exponential's (binomial z), and, the exponential being memoryless,
+/// the excess of the others over it against the same exponential (A²).
+/// Returns (passed, A², z).
+fn poisson_gaps(gaps: &[f64], period_ns: f64) -> (bool, f64, f64) {
+    let rate = 1.0 / period_ns;
+    let n = gaps.len() as f64;
+    let excess: Vec<f64> = gaps
+        .iter()
+        .filter(|&&d| d >= RESOLUTION_NS)
+        .map(|d| d - RESOLUTION_NS)
+        .collect();
+    let p = -(-rate * RESOLUTION_NS).exp_m1();
+    let below = n - excess.len() as f64;
+    let z = (below - n * p) / (n * p * (1.0 - p)).sqrt().max(f64::MIN_POSITIVE);
+    let a2 = if excess.len() >= MIN_GAPS {
+        anderson_darling_exp(&excess, rate)
+    } else {
+        0.0
+    };
+    (a2 <= AD_CRIT && z.abs() <= Z_CRIT_HALF, a2, z)
+}
+
+/// The arrivals check of an open-loop run's sessions (None for closed
+/// loops and for too few gaps).
+pub fn arrivals(samples: &[&crate::arrivals::GapSample]) -> Option<SampleCheck> {
+    use crate::arrivals::Arrival;
+    let first = samples.first()?;
+    let gaps: Vec<f64> = samples
+        .iter()
+        .flat_map(|g| g.gaps_ns.iter().map(|&d| d as f64))
+        .collect();
+    if gaps.len() < MIN_GAPS || first.rate_per_s == 0 {
+        return None;
+    }
+    let period = 1e9 / first.rate_per_s as f64;
+    let (passed, statistic, warning) = match first.arrival {
+        Arrival::Poisson => {
+            let (passed, a2, z) = poisson_gaps(&gaps, period);
+            let mean = gaps.iter().sum::<f64>() / gaps.len() as f64;
+            (
+                passed,
+                a2,
+                format!(
+                    "the sends' gaps are not the asked-for Poisson arrivals at {:.0} µs resolution (over {} gaps, mean {:.1} µs for {:.1} µs asked: Anderson-Darling A² = {a2:.1}, limit {AD_CRIT}; gaps below the resolution z = {z:.1}, limit ±{Z_CRIT_HALF}): the sender fell behind or bunched, so the load was not the one intended",
+                    RESOLUTION_NS / 1e3,
+                    gaps.len(),
+                    mean / 1e3,
+                    period / 1e3
+                ),
+            )
+        }
+        Arrival::Fixed => {
+            // Evenly spaced sends that keep their instants keep the gaps.
+            let lags = samples.iter().flat_map(|g| g.lags_ns.iter());
+            let late =
+                lags.filter(|&&d| d as f64 > RESOLUTION_NS).count() as f64 / gaps.len() as f64;
+            (
+                late <= FIXED_MAX_LATE,
+                late,
+                format!(
+                    "{:.1}% of the sends left more than {:.0} µs after their instant (over {} sends, {:.1} µs apart asked): the sender fell behind or bunched, so the load was not the one intended",
+                    late * 100.0,
+                    RESOLUTION_NS / 1e3,
+                    gaps.len(),
+                    period / 1e3
+                ),
+            )
+        }
+    };
+    Some(SampleCheck {
+        name: "arrivals".into(),
+        passed,
+        statistic,
+        seconds: 0,
+        passes_at_lag: None,
+        samples: Some(gaps.len()),
+        warning: if passed { String::new() } else { warning },
     })
 }
 
@@ -170,6 +297,7 @@ pub fn of_document(doc: &Document) -> Vec<SampleCheck> {
     independence(&series)
         .into_iter()
         .chain(stationarity(&series))
+        .chain(it.arrivals.clone())
         .collect()
 }
 
@@ -225,5 +353,77 @@ mod tests {
         let i = independence(&s).unwrap();
         assert!(!i.passed && i.statistic < -0.5, "{i:?}");
         assert!(i.passes_at_lag.is_none_or(|k| k > 2), "{i:?}");
+    }
+
+    fn sample(
+        arrival: crate::arrivals::Arrival,
+        rate: u64,
+        gaps: Vec<u64>,
+    ) -> crate::arrivals::GapSample {
+        let mut g = crate::arrivals::GapSample::new(arrival, rate, 0, 1.0);
+        g.gaps_ns = gaps;
+        g
+    }
+
+    #[test]
+    fn poisson_gaps_pass_and_a_sender_that_falls_behind_fails() {
+        use crate::arrivals::Arrival;
+        use rand_distr::{Distribution, Exp};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+        let exp = Exp::new(1.0 / 100_000.0).unwrap(); // 10 000/s
+                                                      // Over many samples the test's false alarm rate is its level, 5%.
+        let fails = (0..200)
+            .filter(|_| {
+                let g: Vec<u64> = (0..2_000).map(|_| exp.sample(&mut rng) as u64).collect();
+                !arrivals(&[&sample(Arrival::Poisson, 10_000, g)])
+                    .unwrap()
+                    .passed
+            })
+            .count();
+        assert!((2..=20).contains(&fails), "{fails} of 200 failed");
+        // A sender that wakes every 250 µs and sends what is due back to
+        // back: the gaps are 0 or multiples of the wake-up.
+        let g: Vec<u64> = (0..2_000)
+            .map(|_| {
+                let d = exp.sample(&mut rng) as u64;
+                (d / 250_000) * 250_000
+            })
+            .collect();
+        let c = arrivals(&[&sample(Arrival::Poisson, 10_000, g)]).unwrap();
+        assert!(!c.passed, "{c:?}");
+        assert!(c.warning.contains("fell behind"), "{}", c.warning);
+        assert_eq!(c.samples, Some(2_000));
+        // The wrong rate fails too.
+        let g: Vec<u64> = (0..2_000)
+            .map(|_| exp.sample(&mut rng) as u64 * 2)
+            .collect();
+        assert!(
+            !arrivals(&[&sample(Arrival::Poisson, 10_000, g)])
+                .unwrap()
+                .passed
+        );
+    }
+
+    #[test]
+    fn fixed_arrivals_pass_when_the_sends_keep_their_instants() {
+        use crate::arrivals::Arrival;
+        let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+        // 1 000/s, each send up to 15 µs late.
+        let mut g = sample(Arrival::Fixed, 1_000, vec![1_000_000; 1_000]);
+        g.lags_ns = (0..1_000).map(|_| rng.gen_range(0..15_000)).collect();
+        let c = arrivals(&[&g]).unwrap();
+        assert!(c.passed && c.statistic == 0.0, "{c:?}");
+        // Every tenth send 100 µs late.
+        for (i, d) in g.lags_ns.iter_mut().enumerate() {
+            if i % 10 == 0 {
+                *d = 100_000;
+            }
+        }
+        let c = arrivals(&[&g]).unwrap();
+        assert!(!c.passed && (c.statistic - 0.1).abs() < 1e-9, "{c:?}");
+        assert!(c.warning.contains("fell behind"), "{}", c.warning);
+        // Too few gaps make no check; a closed loop has none.
+        assert!(arrivals(&[&sample(Arrival::Fixed, 1_000, vec![1_000_000; 10])]).is_none());
+        assert!(arrivals(&[]).is_none());
     }
 }

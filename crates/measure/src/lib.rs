@@ -4,6 +4,7 @@
 //! Nothing here prints: the CLI renders what these functions return.
 
 pub mod agent;
+pub mod arrivals;
 pub mod budget;
 pub mod checks;
 pub mod client;

@@ -77,6 +77,10 @@ pub struct Iteration {
     /// before it existed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub line_round_trip: Option<LineRoundTrips>,
+    /// Open loop: whether the sends' gaps were the arrivals asked for
+    /// ([`crate::checks::arrivals`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arrivals: Option<crate::checks::SampleCheck>,
 }
 
 /// CPU one process of the test bed spent over an iteration, its set-up and

@@ -50,6 +50,9 @@ pub struct RrParams {
     pub dirty: bool,
     /// Open loop: transactions per second per session.
     pub rate_per_session: Option<u64>,
+    /// Open loop: how the sends are spaced.
+    #[serde(skip_serializing_if = "is_fixed")]
+    pub arrival: crate::arrivals::Arrival,
     pub busy_poll_us: Option<u32>,
     /// Take the receive instant from the kernel's software timestamp
     /// (SO_TIMESTAMPING) instead of reading the clock after recv returns.
@@ -58,6 +61,10 @@ pub struct RrParams {
     /// poll-mode endpoint); `None`: kernel sockets.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub via: Option<Via>,
+}
+
+fn is_fixed(a: &crate::arrivals::Arrival) -> bool {
+    *a == crate::arrivals::Arrival::Fixed
 }
 
 /// The runner's description of an rr run.
@@ -104,6 +111,7 @@ pub fn session(ctx: SessionCtx, p: &RrParams) -> Outcome {
     out.sent = extra.sent;
     out.lost = extra.lost;
     out.late = extra.late;
+    out.gaps = extra.gaps;
     out.bytes = out.ops * u64::from(p.request + p.response);
     out.error = result.err().map(|e| ctx.describe(e));
     out
@@ -114,6 +122,8 @@ struct Extra {
     sent: u64,
     lost: u64,
     late: u64,
+    /// Open loop: the gaps the sends really had.
+    gaps: Option<crate::arrivals::GapSample>,
 }
 
 /// Turns on kernel software receive timestamps (SO_TIMESTAMPING) on `s`.
@@ -183,7 +193,7 @@ impl Ring {
 /// How close to a due send a timed loop stops sleeping and spins: a wake-up
 /// from a timed sleep is late by the scheduler's latency (tens of µs on a
 /// loaded or virtual host), which open-loop latency would count.
-pub(crate) const SEND_SPIN_NS: u64 = 20_000;
+pub const SEND_SPIN_NS: u64 = 20_000;
 
 /// The wait before the next due send: poll with this timeout, or return (to
 /// spin) when it is within `spin_ns`.
@@ -197,7 +207,8 @@ pub(crate) fn poll_wait(
     if next_due <= t + spin_ns {
         return;
     }
-    let wait = (next_due - t).min(POLL.as_nanos() as u64);
+    // Wake `spin_ns` early: the next turns spin to the instant.
+    let wait = (next_due - spin_ns - t).min(POLL.as_nanos() as u64);
     let ts = nix::sys::time::TimeSpec::from_duration(Duration::from_nanos(wait));
     let mut fds = [PollFd::new(fd, events)];
     let _ = nix::poll::ppoll(&mut fds, Some(ts), None);

@@ -81,6 +81,31 @@ impl SessionCtx {
         crate::pace::Schedule::new(self.window.start_ns + phase, rate, 1)
     }
 
+    /// This session's open-loop arrivals at `rate` per second: the
+    /// [`Self::schedule`], or Poisson arrivals seeded by the session's place
+    /// (the same run sends at the same instants), and the sample of the
+    /// gaps its sends really had.
+    pub fn arrivals(
+        &self,
+        arrival: crate::arrivals::Arrival,
+        rate: u64,
+    ) -> (crate::arrivals::Arrivals, crate::arrivals::GapSample) {
+        use crate::arrivals::{Arrival, Arrivals, GapSample};
+        let a = match arrival {
+            Arrival::Fixed => Arrivals::fixed(self.schedule(rate)),
+            Arrival::Poisson => Arrivals::poisson(
+                self.window.start_ns,
+                rate,
+                (self.target as u64) << 32 | self.index as u64,
+            ),
+        };
+        let measure_s = self.window.end_ns.saturating_sub(self.window.measure_ns) as f64 / 1e9;
+        (
+            a,
+            GapSample::new(arrival, rate, self.window.measure_ns, measure_s),
+        )
+    }
+
     /// Proves this UDP session's address to its agent (nothing to prove to
     /// a plain echo service), before the start instant.
     pub fn prove<D: crate::path::Datagrams>(&self, s: &mut D) -> Result<(), Ended> {
@@ -346,6 +371,8 @@ fn iteration(
     it.client_cost = Cost::new(cpu1.since(cpu0), ops_total, merged.bytes);
     it.merged = merged;
     it.intervals = intervals.points();
+    let gaps: Vec<_> = outcomes.iter().filter_map(|o| o.gaps.as_ref()).collect();
+    it.arrivals = crate::checks::arrivals(&gaps);
     Ok(it)
 }
 

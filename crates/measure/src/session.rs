@@ -147,6 +147,8 @@ pub struct Outcome {
     pub bytes: u64,
     /// Sends that left later than their scheduled instant (open loop, pacing).
     pub late: u64,
+    /// Open loop: the gaps the sends really had.
+    pub gaps: Option<crate::arrivals::GapSample>,
     pub placement: Placement,
     pub error: Option<String>,
 }

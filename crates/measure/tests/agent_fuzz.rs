@@ -272,6 +272,7 @@ fn good_rr(agent: SocketAddr, transport: Transport) {
         nodelay: true,
         dirty: false,
         rate_per_session: None,
+        arrival: Default::default(),
         busy_poll_us: None,
         rx_timestamp: false,
         via: None,

@@ -26,6 +26,7 @@ fn rr_params() -> RrParams {
         nodelay: true,
         dirty: false,
         rate_per_session: None,
+        arrival: Default::default(),
         busy_poll_us: None,
         rx_timestamp: false,
         via: None,

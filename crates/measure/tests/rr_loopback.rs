@@ -17,6 +17,7 @@ fn params(transport: Transport, burst: u32) -> RrParams {
         nodelay: true,
         dirty: false,
         rate_per_session: None,
+        arrival: Default::default(),
         busy_poll_us: None,
         rx_timestamp: false,
         via: None,
@@ -145,6 +146,50 @@ fn open_loop_reports_achieved_rate() {
         );
         assert!(m.latency.as_ref().unwrap().count > 800);
     }
+}
+
+#[test]
+fn open_loop_checks_the_gaps_its_sends_really_had() {
+    use vnio_measure::arrivals::Arrival;
+    let agent = TestAgent::default();
+    // Poisson arrivals keep the asked rate and carry the arrivals check.
+    let c = common(&[agent.addr], 1, 1000);
+    let mut p = params(Transport::Udp, 1);
+    p.rate_per_session = Some(5_000);
+    p.arrival = Arrival::Poisson;
+    let doc = run(&c, &job(&c, p), no_stop(), &quiet).unwrap();
+    assert!(doc.errors.is_empty(), "{:?}", doc.errors);
+    let m = &doc.chosen().unwrap().merged;
+    let got = m.achieved_rate.unwrap();
+    assert!((got - 5_000.0).abs() < 750.0, "achieved {got}/s for 5000/s");
+    let check = doc
+        .checks
+        .iter()
+        .find(|c| c.name == "arrivals")
+        .expect("an arrivals check");
+    assert!(check.samples.unwrap() >= 1_000, "{check:?}");
+    assert!(
+        check.statistic.is_finite() && check.statistic >= 0.0,
+        "{check:?}"
+    );
+    assert_eq!(doc.params["rr"]["arrival"], "poisson");
+    // A rate no sender keeps: the sends go back to back, and the check
+    // says the load was not the one asked for.
+    let c = common(&[agent.addr], 1, 1000);
+    let mut p = params(Transport::Udp, 1);
+    p.rate_per_session = Some(1_000_000);
+    let doc = run(&c, &job(&c, p), no_stop(), &quiet).unwrap();
+    let check = doc
+        .checks
+        .iter()
+        .find(|c| c.name == "arrivals")
+        .expect("an arrivals check");
+    assert!(!check.passed && check.statistic > 0.5, "{check:?}");
+    assert!(check.warning.contains("fell behind"), "{}", check.warning);
+    // A closed loop has no arrivals to check.
+    let doc = run(&c, &job(&c, params(Transport::Udp, 1)), no_stop(), &quiet).unwrap();
+    assert!(doc.checks.iter().all(|c| c.name != "arrivals"));
+    agent.stop();
 }
 
 #[test]

@@ -47,6 +47,7 @@ fn the_instrument_times_round_trips_through_the_switch_and_two_endpoints() {
             nodelay: false,
             dirty: false,
             rate_per_session: None,
+            arrival: Default::default(),
             busy_poll_us: None,
             rx_timestamp: false,
             via: Some(Via(Arc::new(client))),

@@ -104,26 +104,26 @@ pub(super) fn tcp_open(
     let mut resp = vec![0u8; p.response as usize];
     let mut intended: VecDeque<u64> = VecDeque::with_capacity(4096);
     ctx.wait_start();
-    let sched = ctx.schedule(rate);
-    let (mut started, mut write_left, mut read_off) = (0u64, 0usize, 0usize);
+    let (mut arrivals, mut gaps) = ctx.arrivals(p.arrival, rate);
+    let (mut write_left, mut read_off) = (0usize, 0usize);
     loop {
         let t = now();
         if ctx.window.over(t) {
+            x.gaps = Some(gaps);
             return Ok(());
         }
-        let due = sched.due_by(t);
         // Write every due request (a partial write resumes on the next turn).
         loop {
             if write_left == 0 {
-                if started >= due || intended.len() >= MAX_OUTSTANDING {
+                if arrivals.next_at() > t || intended.len() >= MAX_OUTSTANDING {
                     break;
                 }
-                let at = sched.send_at(started);
+                let at = arrivals.take();
                 if t > at + 1_000_000 {
                     x.late += 1;
                 }
+                gaps.sent(t, at);
                 intended.push_back(at);
-                started += 1;
                 x.sent += 1;
                 write_left = req.len();
             }
@@ -174,7 +174,7 @@ pub(super) fn tcp_open(
             if write_left > 0 {
                 now() + POLL.as_nanos() as u64
             } else {
-                sched.send_at(started)
+                arrivals.next_at()
             },
             SEND_SPIN_NS,
         );

@@ -184,7 +184,7 @@ fn udp_open_on<D: Datagrams>(
     let mut ring = Ring::new((rate as usize).clamp(64, MAX_OUTSTANDING));
     ctx.prove(&mut s)?;
     ctx.wait_start();
-    let sched = ctx.schedule(rate);
+    let (mut arrivals, mut gaps) = ctx.arrivals(p.arrival, rate);
     let mut seq = 0u64;
     let mut answered = 0u64;
     loop {
@@ -192,11 +192,12 @@ fn udp_open_on<D: Datagrams>(
         if ctx.window.over(t) {
             break;
         }
-        while seq < sched.due_by(t) {
-            let at = sched.send_at(seq);
+        while arrivals.next_at() <= t {
+            let at = arrivals.take();
             if t > at + 1_000_000 {
                 x.late += 1;
             }
+            gaps.sent(t, at);
             stamp_header(&mut req, ctx.key, seq);
             ring.put(seq, at);
             seq += 1;
@@ -222,8 +223,9 @@ fn udp_open_on<D: Datagrams>(
                 Err(e) => return Err(Ended::Failed(format!("UDP receive: {e}"))),
             }
         }
-        s.idle_until(sched.send_at(seq));
+        s.idle_until(arrivals.next_at());
     }
+    x.gaps = Some(gaps);
     // Answers still on their way are not lost: give them a moment.
     let drain_end = now() + UDP_LOSS_TIMEOUT.as_nanos() as u64;
     while now() < drain_end && answered < seq {

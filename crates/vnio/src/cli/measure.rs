@@ -166,6 +166,11 @@ pub struct RrArgs {
     /// latency counts from each request's intended send instant.
     #[arg(long, short = 'r')]
     rate: Option<u64>,
+    /// Open loop: how sends are spaced, `fixed` (1/rate apart) or `poisson`
+    /// (exponential gaps, as independent clients); the result checks the
+    /// gaps the sends really had against it.
+    #[arg(long, default_value = "fixed", requires = "rate")]
+    arrivals: vnio_measure::arrivals::Arrival,
     /// Take receive instants from kernel software timestamps (SO_TIMESTAMPING; UDP).
     #[arg(long)]
     rx_timestamp: bool,
@@ -240,6 +245,7 @@ pub fn rr(a: RrArgs) -> anyhow::Result<i32> {
         nodelay: a.nodelay,
         dirty: a.dirty,
         rate_per_session,
+        arrival: a.arrivals,
         busy_poll_us: common.busy_poll_us,
         rx_timestamp: a.rx_timestamp,
         via: a.via.map(|mut v| {
