@@ -42,11 +42,12 @@ pub const PERIOD: Duration = Duration::from_millis(100);
 /// thread would spin all that time.
 pub const GIVE_UP: Duration = Duration::from_millis(2);
 /// Round trips below this are [`Placement::Near`], at or above it
-/// [`Placement::Far`]. On the host measured (docs/switch.md, "Measuring
-/// against the anchors") the round trip sits near 100 ns (cores sharing a
-/// cache) or near 450 ns (cores that do not), with almost nothing between;
-/// 250 ns is about half way, far from both modes, so a second's median is
-/// classified the same whichever side of the mode its jitter falls.
+/// [`Placement::Far`]. On the hosts measured (docs/results.md,
+/// "Environments") the round trip sits in one of two modes, up to about a
+/// hundred ns (cores sharing a cache) or several hundred (cores that do
+/// not), with almost nothing between; 250 ns lies between the modes, far
+/// from both, so a second's median is classified the same whichever side
+/// of the mode its jitter falls.
 pub const NEAR_FAR_NS: f64 = 250.0;
 /// Completed samples a second needs for a median: with one or two, a
 /// thread that ran late could be the whole figure.

@@ -3,7 +3,8 @@
 //! endpoints (port a sends bursts, the datapath forwards, port b drains),
 //! so every line stays in this core's caches. What is left is instructions:
 //! the number to watch when changing the per-frame path (the anchor harness
-//! measures the real thing, across cores; see docs/switch.md).
+//! measures the real thing, across cores; see docs/switch.md, and the
+//! current counts in docs/results.md).
 //!
 //! `cargo run --release -p vnio-switch --example datapath_cost [-- FRAME_LEN [SECONDS [ROUNDS [bounce|swap]]]]`
 //!

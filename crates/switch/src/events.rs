@@ -1,5 +1,5 @@
 //! Events: what changes in the switch, as `vnio switch events` streams it
-//! (docs/switch.md "Events").
+//! (docs/switch-control.md "Events").
 //!
 //! A worker says what happened in a small fixed-size [`Event`]: no
 //! `String`, no allocation (a port's name and a reset's reason are copied

@@ -30,16 +30,15 @@
 //!   ([`RandomState`]): without the seed, a tenant cannot craft addresses
 //!   that fall in one bucket and make every lookup walk a long probe chain.
 //!   foldhash's quality hasher, not its fast one: the fast hasher folds a
-//!   key in one multiply, and under about one process seed in eight its low
-//!   bits (the bucket) collapse for addresses that differ in two bytes
-//!   (4,096 such addresses in as few as 712 of 16,384 buckets, over 300
-//!   processes); the second fold mixes them back (3,555 or more over the
-//!   same 300). Not SipHash: a key is one word,
-//!   which foldhash folds in two multiplies while SipHash takes about a
-//!   hundred instructions. A steady flow hashes only when its remembered
-//!   decision lapses (`datapath/classify.rs`); a frame whose source moves
-//!   between ports (a loop, a migrated VM, the anchor harness's `lat` echo)
-//!   hashes twice: learning, then its destination's lookup. The seed is
+//!   key in one multiply, and under some process seeds its low bits (the
+//!   bucket) collapse for addresses that differ in two bytes, packing them
+//!   into a small fraction of the buckets; the second fold mixes them back.
+//!   Not SipHash: a key is one word, which foldhash folds in two
+//!   multiplies while SipHash runs its full rounds. A steady flow hashes
+//!   only when its remembered decision lapses (`datapath/classify.rs`); a
+//!   frame whose source moves between ports (a loop, a migrated VM, the
+//!   anchor harness's `lat` echo) hashes twice: learning, then its
+//!   destination's lookup. The seed is
 //!   the process's and the table's own, as Linux's bridge seeds its jhash;
 //!   what bounds a tenant who would learn it by timing is the per-port
 //!   limit above, not the hash.

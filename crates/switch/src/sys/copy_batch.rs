@@ -3,8 +3,8 @@
 //!
 //! The fast case checks a copy's two ranges when it queues it and makes
 //! it at the end of the burst (`datapath/copies.rs` says why). Kept as
-//! guest addresses, each range was looked up twice, about fifty
-//! instructions a frame. Kept as host addresses, the batch must keep the
+//! guest addresses, each range would be looked up a second time when the
+//! copy is made. Kept as host addresses, the batch must keep the
 //! mappings they point into: it holds both tables ([`Regions`], which hold
 //! the mappings and their SIGBUS registrations) for as long as it holds a
 //! copy, so an address it kept is mapped, and registered, when it is used.

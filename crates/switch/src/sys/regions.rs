@@ -28,8 +28,8 @@ pub struct Regions {
     /// not only in `hosts`: a lookup loads its fields straight from the
     /// table, not through the vector's pointer first. The fast case looks
     /// up five ranges a frame, each a chain of dependent loads from the
-    /// port to the table; one load shorter, `examples/datapath_cost`
-    /// measured 42.8 ns a frame against 44.2 (medians of 4 alternated runs).
+    /// port to the table, so one load fewer per lookup shows in the
+    /// frame's cost (`examples/datapath_cost`).
     first: Host,
     hosts: Vec<Host>,
     /// The mappings' registrations: declared before `mapped`, so they are

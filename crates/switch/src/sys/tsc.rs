@@ -1,6 +1,6 @@
 //! A cheap monotonic cycle counter for the workers' own accounting: the
 //! time-stamp counter on x86-64 (invariant on every CPU a KVM host runs
-//! today, about 20 cycles to read, no system call), nanoseconds from the
+//! today, cheap to read, no system call), nanoseconds from the
 //! monotonic clock elsewhere. Readers convert counts to time with the rate
 //! measured between two readings of both ([`rate_per_ns`]), not with a
 //! nominal frequency.

@@ -99,8 +99,8 @@ impl PackedRing {
     /// rings: one bounds check for the line, the four flags tested together
     /// against the wrap counter ([`RingMem::load_four`]), and one in-flight
     /// check for the four ([`PackedRing::mark_four`]). (Four loads of the
-    /// flags, each checked on its own, then four of the descriptors took a
-    /// tenth of the packed ring's instructions.) Pops nothing and returns
+    /// flags, each checked on its own, then four of the descriptors, were a
+    /// large share of the packed ring's work.) Pops nothing and returns
     /// false otherwise (a chain of several slots, one not available yet, a
     /// fault): the one-by-one path then takes them, and finds a fault at
     /// the chain that has it.
@@ -192,9 +192,8 @@ impl PackedRing {
     /// comes twice among the four. Marked first and tested once for the
     /// four, with one advance of the position for them in `pop_four`: a
     /// test before marking each id, a search of the ids before it and an
-    /// advance per id took a seventh more of the packed ring's time on one
-    /// core (`examples/ring_cost`: 31.4 ns per frame, transmit and receive,
-    /// against 27.6).
+    /// advance per id cost the packed ring noticeably more per frame
+    /// (`examples/ring_cost` measures it; docs/results.md).
     #[inline(always)]
     fn mark_four(&mut self, ids: &[u16; 4]) -> bool {
         let mut was = [0u16; 4];

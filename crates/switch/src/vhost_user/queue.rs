@@ -568,8 +568,8 @@ impl ActiveQueue {
 /// Pops up to `max` chains of `ring` into `b`, recorded in `popped` when
 /// a migration logs (at most as many as it has room for). The recording
 /// pop is out of line: inlined beside the plain one, the two copies of
-/// the ring's pop cost a packed ring 6 instructions a frame more without
-/// a log (`examples/ring_cost` under callgrind).
+/// the ring's pop made a packed ring's pop dearer even without a log
+/// (`examples/ring_cost` under callgrind shows it).
 #[inline(always)]
 fn pop_recorded(
     ring: &mut Layout,

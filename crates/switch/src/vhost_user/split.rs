@@ -219,8 +219,8 @@ impl SplitRing {
         // The used elements these chains will take, asked for ownership
         // now: the driver's core reads those lines, and a store to a line
         // another core holds waits for it at commit, one line after another.
-        // (A lone chain's too: alternated with a build without any of
-        // these hints, the one-frame round trip did not change.)
+        // (A lone chain's too: these hints do not delay the one-frame round
+        // trip.)
         self.used
             .prefetch_used(self.next_used.0, n as u16, self.size);
         // Every head first, their descriptors prefetched: the walks below
@@ -291,7 +291,7 @@ impl SplitRing {
         // A transmit burst read ahead (`datapath/read_ahead.rs`): each
         // chain's first buffer asked for, in a pass of its own. Asked for
         // in the loop above, as a receive buffer is, the test cost every
-        // frame 13 instructions whether it was on or not (`ring_cost`).
+        // frame whether it was on or not (`ring_cost`).
         if b.read_ahead && !w && k > 1 {
             for j in 0..k {
                 let s = b.segs[usize::from(b.at[j])];
