@@ -14,6 +14,7 @@ pub mod cpu;
 pub mod env;
 pub mod goal;
 pub mod interval;
+pub mod moments;
 pub mod pace;
 pub mod path;
 pub mod pin;

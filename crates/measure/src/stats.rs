@@ -152,6 +152,21 @@ impl Latency {
         of_histogram(&self.hist, q, confidence)
     }
 
+    /// The mean round trip's interval at `confidence`, ns
+    /// ([`crate::moments::mean`]).
+    pub fn mean_interval(&self, confidence: f64) -> Option<(f64, f64)> {
+        crate::moments::mean(&self.hist, confidence)
+    }
+
+    /// The percentage of round trips above 1 ms (`over_5ms`: 5 ms), exact,
+    /// with its Wilson interval at `confidence` ([`crate::moments`]).
+    pub fn over_interval(&self, over_5ms: bool, confidence: f64) -> Option<(f64, (f64, f64))> {
+        let n = self.hist.len();
+        let k = if over_5ms { self.over_5ms } else { self.over_1ms };
+        let (lo, hi) = crate::moments::wilson(k, n, confidence)?;
+        Some((100.0 * k as f64 / n as f64, (100.0 * lo, 100.0 * hi)))
+    }
+
     /// The HdrHistogram itself (nanoseconds), e.g. for an interval log.
     pub fn histogram(&self) -> &Histogram<u64> {
         &self.hist
