@@ -162,7 +162,11 @@ impl Latency {
     /// with its Wilson interval at `confidence` ([`crate::moments`]).
     pub fn over_interval(&self, over_5ms: bool, confidence: f64) -> Option<(f64, (f64, f64))> {
         let n = self.hist.len();
-        let k = if over_5ms { self.over_5ms } else { self.over_1ms };
+        let k = if over_5ms {
+            self.over_5ms
+        } else {
+            self.over_1ms
+        };
         let (lo, hi) = crate::moments::wilson(k, n, confidence)?;
         Some((100.0 * k as f64 / n as f64, (100.0 * lo, 100.0 * hi)))
     }

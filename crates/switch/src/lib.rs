@@ -6,6 +6,7 @@
 
 #![deny(unsafe_code)]
 
+pub mod dwell;
 pub mod egress;
 pub mod fdb;
 pub mod forward;
