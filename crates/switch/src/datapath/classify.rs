@@ -3,11 +3,10 @@
 //! FDB and VLANs, a remembered decision for the same flow), then the
 //! egress admission of an uplink it goes to.
 
-use super::{is_lent, Datapath, FlowMemo, Frame, Fwd, Port, MAX_FRAME};
+use super::{Datapath, FlowMemo, Frame, Fwd, MAX_FRAME};
 use crate::fdb::Place;
 use crate::forward::{decide, Decision, Destination, L2Header};
 use crate::offload::{self, Caps, Reject};
-use crate::port::uplink;
 use crate::stats::DropReason;
 use crate::vhost_user::buffers::Src;
 use crate::vlan::Tagging;
@@ -181,7 +180,7 @@ impl Datapath {
                     };
                     // Direct-mode ports are not switched: no floods either.
                     // A lent uplink queue's lender floods to the wire.
-                    if s.id == src_id || s.direct_to.is_some() || is_lent(&s.port) {
+                    if s.id == src_id || s.direct_to.is_some() || s.port.is_lent() {
                         continue;
                     }
                     if let Some(tagging) = s.policy.vlan.egress(d.vid) {
@@ -294,13 +293,9 @@ impl Datapath {
         Some((decision, to.map(|(j, _)| j)))
     }
 
-    /// How many copies of a frame slot `j` sends: a VXLAN port's flood to
-    /// its VTEPs (`to_vtep` unknown) one per VTEP, otherwise one.
+    /// How many copies of a frame slot `j` sends (see [`crate::port::Kind::copies`]).
     fn copies_to(&self, j: usize, to_vtep: Option<std::net::Ipv4Addr>) -> usize {
-        match self.slots[j].as_ref().map(|s| &s.port) {
-            Some(Port::Vxlan(v)) if to_vtep.is_none() => v.fanout().max(1),
-            _ => 1,
-        }
+        self.slots[j].as_ref().map_or(1, |s| s.port.copies(to_vtep))
     }
 
     /// Charges a flood from slot `i` of `bytes` to slot `j`'s egress
@@ -311,26 +306,15 @@ impl Datapath {
         let Some(src) = self.slots[i].as_ref() else {
             return true;
         };
-        let (id, guest) = (src.id, matches!(src.port, Port::VhostUser(_)));
-        let copies = self.copies_to(j, None);
+        let (id, guest) = (src.id, src.port.vhost_user().is_some());
         let Some(dst) = self.slots[j].as_mut() else {
             return true;
         };
-        match &mut dst.port {
-            // As before: a flood counts against the wire, not the sender.
-            Port::Uplink(u) => u.sched.charge(bytes),
-            Port::Vxlan(v) => {
-                let all = bytes * copies;
-                if !guest {
-                    v.sched.charge(all);
-                } else if !v.sched.charge_flood(id, all) {
-                    dst.stats.rx.drop(DropReason::Egress);
-                    return false;
-                }
-            }
-            _ => {}
+        if dst.port.charge_flood(id, guest, bytes) {
+            return true;
         }
-        true
+        dst.stats.rx.drop(DropReason::Egress);
+        false
     }
 
     /// Whether a frame of `bytes` from slot `i` to slot `j`, sent as
@@ -343,14 +327,12 @@ impl Datapath {
         let Some(src) = self.slots[i].as_ref() else {
             return false;
         };
-        let (id, guest) = (src.id, matches!(src.port, Port::VhostUser(_)));
+        let (id, guest) = (src.id, src.port.vhost_user().is_some());
         let Some(dst) = self.slots[j].as_mut().map(|s| &mut s.port) else {
             return false;
         };
-        let ready = match dst {
-            Port::Uplink(u) => u.tx_ready(uplink::HDR_LEN + bytes + 4),
-            _ => true,
-        };
+        // (Room for a tag the frame may leave with.)
+        let ready = dst.tx_ready(bytes + 4);
         let Some(sched) = dst.sched_mut() else {
             return false;
         };

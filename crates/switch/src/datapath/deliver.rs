@@ -1,14 +1,13 @@
 //! Delivery: a classified frame into a destination port, with the offload
 //! work the destination did not negotiate done in software.
 
-use super::{head_of, Datapath, DeliverError, Frame, Port};
+use super::{head_of, Datapath, DeliverError, Frame};
 use crate::offload::{self, Caps, Reject, Work};
-use crate::port::uplink::{self};
+use crate::port::DeliverCx;
 use crate::stats::DropReason;
 use crate::vhost_user::buffers::Src;
 use crate::vhost_user::chain::ChainError;
 use crate::vlan::Tagging;
-use crate::wire::virtio_net::{self};
 use std::time::Instant;
 
 impl Datapath {
@@ -144,50 +143,14 @@ impl Datapath {
         let Some(dst) = slots[j].as_mut() else {
             return false;
         };
-        let result = match &mut dst.port {
-            Port::VhostUser(p) => p.deliver(frame, tagging, plan, rx_chain, *rx_hint, &dst.stats),
-            Port::Tap(t) => {
-                let out = t.out_buf();
-                deliver_local(out, virtio_net::HEADER_LEN, frame, tagging).and_then(
-                    |(len, bytes)| {
-                        if t.send(len) {
-                            Ok(bytes)
-                        } else {
-                            Err(DeliverError::Drop(DropReason::RingFull))
-                        }
-                    },
-                )
-            }
-            Port::Uplink(u) => {
-                let need = uplink::HDR_LEN + frame.egress_l2(tagging).1 + frame.rest().1 as usize;
-                match u.tx_buf(need) {
-                    Some(out) => deliver_local(out, uplink::HDR_LEN, frame, tagging).and_then(
-                        |(len, bytes)| {
-                            if u.tx_commit(len) {
-                                Ok(bytes)
-                            } else {
-                                Err(DeliverError::Drop(DropReason::RingFull))
-                            }
-                        },
-                    ),
-                    None => Err(DeliverError::Drop(DropReason::RingFull)),
-                }
-            }
-            Port::Vxlan(v) => {
-                // The inner frame goes into a send slot behind room for the
-                // UDP and VXLAN headers; no virtio-net header (its offloads
-                // were done in software: the port takes none).
-                let len = frame.egress_l2(tagging).1 + frame.rest().1 as usize;
-                let fanout = if to_vtep.is_some() { 1 } else { v.fanout() };
-                match v.reserve(len, fanout, &dst.stats.rx) {
-                    Ok(()) => deliver_local(v.slot(), 0, frame, tagging).map(|(n, bytes)| {
-                        v.commit(n, *to_vtep);
-                        bytes
-                    }),
-                    Err(r) => Err(DeliverError::Drop(r)),
-                }
-            }
+        let mut cx = DeliverCx {
+            chain: rx_chain,
+            plan,
+            hint: *rx_hint,
+            to_vtep: *to_vtep,
+            stats: &dst.stats,
         };
+        let result = dst.port.deliver(frame, tagging, &mut cx);
         self.delivered(j, result, now)
     }
 
@@ -221,29 +184,4 @@ impl Datapath {
             }
         }
     }
-}
-
-/// Assembles a frame with a virtio-net header of `hl` bytes in `out`;
-/// returns (bytes to send, frame bytes without the header).
-pub(super) fn deliver_local(
-    out: &mut [u8],
-    hl: usize,
-    f: &Frame<'_>,
-    tagging: Tagging,
-) -> Result<(usize, usize), DeliverError> {
-    let (l2, l2_len) = f.egress_l2(tagging);
-    let (rest_off, rest_len) = f.rest();
-    let total = hl + l2_len + rest_len as usize;
-    if total > out.len() {
-        return Err(DeliverError::Drop(DropReason::Malformed));
-    }
-    if hl > 0 {
-        let _ = f.egress_vhdr(l2_len, 0).emit(&mut out[..hl], hl);
-    }
-    out[hl..hl + l2_len].copy_from_slice(&l2[..l2_len]);
-    let got = f.src.read(rest_off, &mut out[hl + l2_len..total]);
-    if got != rest_len as usize {
-        return Err(DeliverError::Drop(DropReason::Malformed));
-    }
-    Ok((total, l2_len + rest_len as usize))
 }

@@ -49,6 +49,20 @@ impl PortRuntime {
         }
     }
 
+    /// Publishes receive queue `q`'s used entries and calls its guest as
+    /// the coalescing policy says ([`signal_rx`]); the held call's
+    /// deadline, if any.
+    #[inline]
+    pub(crate) fn call_rx(
+        &mut self,
+        q: &mut ActiveQueue,
+        now: Instant,
+        stats: &crate::stats::QueueStats,
+    ) -> Option<Instant> {
+        self.hold = signal_rx(q, self, now, stats);
+        self.hold
+    }
+
     /// Forgets rates and holds (the front-end went away).
     pub(super) fn restart(&mut self) {
         self.coalescer.restart();
@@ -321,7 +335,7 @@ fn for_tx(p: &mut VhostUserPort, mut f: impl FnMut(&mut ActiveQueue)) {
 /// A receive queue without a coalescing policy (a multiqueue guest's
 /// pairs after the first): the used ring published, the guest called
 /// when its driver wants a call.
-pub(super) fn signal_now(q: &mut ActiveQueue, stats: &crate::stats::QueueStats) {
+pub(crate) fn signal_now(q: &mut ActiveQueue, stats: &crate::stats::QueueStats) {
     q.flush();
     if !q.used_pending() {
         return;
@@ -336,7 +350,7 @@ pub(super) fn signal_now(q: &mut ActiveQueue, stats: &crate::stats::QueueStats) 
 /// Receive-side calls: the used ring is published every round; the call
 /// goes when the driver wants one and the coalescing policy agrees. Returns
 /// when a held call is due.
-pub(super) fn signal_rx(
+pub(crate) fn signal_rx(
     q: &mut crate::vhost_user::queue::ActiveQueue,
     rt: &mut PortRuntime,
     now: Instant,

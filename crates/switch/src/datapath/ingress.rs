@@ -1,177 +1,64 @@
-//! Ingress: frames taken from each kind of port (a guest's transmit ring
-//! in bursts, a VXLAN port's datagrams in batches, an uplink's receive
-//! queues in turns, a tap's reads), each handed to classification.
+//! Ingress: the data path's side of taking frames from ports. Each kind
+//! of port receives its own way (`crate::port`, its `receive`) and hands
+//! frames back through [`Switch`]: one at a time to classification, or a
+//! guest's transmit ring a burst at a time to the fast case and the full
+//! path here.
 
 use super::fast::{Look, PlainTally};
-use super::{Datapath, Fwd, Port};
-use crate::port::uplink::{self};
+use super::{Datapath, FrameCtx, Fwd, Port};
+use crate::port::Switch;
 use crate::stats::DropReason;
 use crate::vhost_user::buffers::Src;
 use crate::vhost_user::device::tx_queue;
 use crate::vhost_user::queue::{Burst, BURST};
-use crate::wire::virtio_net::{self};
+use crate::PortId;
 use std::time::Instant;
 
-impl Datapath {
-    pub(super) fn forward_from(&mut self, i: usize, now: Instant, budget: usize) -> usize {
-        match self.slots.get(i).and_then(Option::as_ref).map(|s| &s.port) {
-            Some(Port::VhostUser(_)) => self.forward_from_vhost_user(i, now, budget),
-            Some(Port::Tap(_)) => self.forward_from_tap(i, now, budget),
-            Some(Port::Uplink(_)) => self.forward_from_uplink(i, now, budget),
-            Some(Port::Vxlan(_)) => self.forward_from_vxlan(i, now, budget),
-            None => 0,
-        }
-    }
-
-    /// Up to `budget` datagrams from a VXLAN port, read in batches and
-    /// switched in place from the port's receive slots; each inner frame's
-    /// source is learned behind the VTEP that sent it.
-    pub(super) fn forward_from_vxlan(&mut self, i: usize, now: Instant, budget: usize) -> usize {
-        let mut n = 0;
-        while n < budget {
-            let taken = match self.slots[i].as_mut().map(|s| &mut s.port) {
-                Some(Port::Vxlan(v)) => v.take_rx(budget - n),
-                _ => None,
-            };
-            let Some(mut rx) = taken else { break };
-            let mut got = 0;
-            while let Some(r) = rx.next_frame() {
-                got += 1;
-                match r {
-                    Ok(f) => {
-                        let b = rx.frame(&f);
-                        self.from_vtep = Some(f.from);
-                        self.forward_frame(
-                            i,
-                            Src::Local(b),
-                            b.len() as u64,
-                            virtio_net::HEADER_LEN,
-                            now,
-                        );
-                        self.from_vtep = None;
-                    }
-                    Err(reason) => {
-                        if let Some(s) = &self.slots[i] {
-                            s.stats.tx.drop(reason);
-                        }
-                    }
-                }
-            }
-            if let Some(Port::Vxlan(v)) = self.slots[i].as_mut().map(|s| &mut s.port) {
-                v.put_rx(rx);
-            }
-            n += got;
-            if got == 0 {
-                break;
-            }
-        }
-        n
-    }
-
-    pub(super) fn forward_from_tap(&mut self, i: usize, now: Instant, budget: usize) -> usize {
-        let Some(mut buf) = self.scratch.take() else {
-            return 0;
-        };
-        let mut n = 0;
-        while n < budget {
-            let got = match self.slots[i].as_mut().map(|s| &mut s.port) {
-                Some(Port::Tap(t)) => t.read(&mut buf),
-                _ => None,
-            };
-            let Some(len) = got else { break };
-            n += 1;
-            self.forward_frame(
-                i,
-                Src::Local(&buf[..len]),
-                len as u64,
-                virtio_net::HEADER_LEN,
-                now,
-            );
-        }
-        self.scratch = Some(buf);
-        n
-    }
-
-    /// Up to `budget` frames from each of the uplink's receive queues,
-    /// read in place from their rings, taken in turns (see [`in_turns`]):
-    /// a frame in one queue waits for at most a turn of each other queue,
-    /// not for a whole budget of a neighbour's flood (the service that makes
-    /// a queue of one's own worth having; within one queue, frames go in
-    /// order).
-    pub(super) fn forward_from_uplink(&mut self, i: usize, now: Instant, budget: usize) -> usize {
-        let nq = match self.slots[i].as_ref().map(|s| &s.port) {
-            Some(Port::Uplink(u)) => u.queue_count(),
-            _ => return 0,
-        };
-        in_turns(nq, budget, QUEUE_TURN, |qi, limit| {
-            self.forward_queue(i, qi, now, limit)
-        })
-    }
-
-    /// Up to `limit` frames from receive queue `qi` of slot `i`'s uplink.
+impl Switch for Datapath {
     #[inline]
-    pub(super) fn forward_queue(
-        &mut self,
-        i: usize,
-        qi: usize,
-        now: Instant,
-        limit: usize,
-    ) -> usize {
-        let taken = match self.slots[i].as_mut().map(|s| &mut s.port) {
-            Some(Port::Uplink(u)) => u.take_queue(qi),
-            _ => None,
-        };
-        let Some(mut q) = taken else { return 0 };
-        let to = q.direct;
-        let mut m = 0;
-        while m < limit {
-            let len = match q.peek() {
-                None => break,
-                Some(uplink::Rx::Frame(f)) => {
-                    self.forward_frame_to(
-                        i,
-                        Src::Local(f),
-                        f.len() as u64,
-                        uplink::HDR_LEN,
-                        now,
-                        to,
-                    );
-                    f.len()
-                }
-                Some(uplink::Rx::Unsupported) => {
-                    if let Some(s) = &self.slots[i] {
-                        s.stats.tx.drop(DropReason::Malformed);
-                    }
-                    0
-                }
-            };
-            q.release();
-            q.packets += 1;
-            q.bytes += len as u64;
-            m += 1;
-        }
-        if let Some(Port::Uplink(u)) = self.slots[i].as_mut().map(|s| &mut s.port) {
-            u.put_queue(qi, q);
-        }
-        m
+    fn port_mut(&mut self, i: usize) -> Option<&mut Port> {
+        self.slots.get_mut(i)?.as_mut().map(|s| &mut s.port)
     }
 
-    /// Up to `budget` frames from each of a guest's transmit queues: the
-    /// one of a single-queue vNIC at once, a multiqueue vNIC's in turns
-    /// (see [`in_turns`]; pairs the guest did not enable have no queue).
-    pub(super) fn forward_from_vhost_user(
+    #[inline]
+    fn drop_from(&self, i: usize, reason: DropReason) {
+        if let Some(s) = self.slots.get(i).and_then(Option::as_ref) {
+            s.stats.tx.drop(reason);
+        }
+    }
+
+    #[inline]
+    fn forward(
+        &mut self,
+        cx: FrameCtx,
+        src: Src<'_>,
+        total: u64,
+        hdr_len: usize,
+        direct: Option<PortId>,
+    ) -> Fwd {
+        self.from_vtep = cx.from_vtep;
+        let fwd = self.forward_frame_to(cx.from, src, total, hdr_len, cx.now, direct);
+        self.from_vtep = None;
+        fwd
+    }
+
+    #[inline]
+    fn forward_pair(
         &mut self,
         i: usize,
+        pair: usize,
+        multi: bool,
         now: Instant,
         budget: usize,
     ) -> usize {
-        let pairs = match self.slots[i].as_ref().map(|s| &s.port) {
-            Some(Port::VhostUser(p)) => p.device.queue_pairs(),
-            _ => return 0,
-        };
-        in_turns(pairs, budget, QUEUE_TURN, |k, limit| {
-            self.forward_from_pair(i, k, pairs > 1, now, limit)
-        })
+        self.forward_from_pair(i, pair, multi, now, budget)
+    }
+}
+
+impl Datapath {
+    /// Up to `budget` frames from slot `i`'s port.
+    pub(super) fn forward_from(&mut self, i: usize, now: Instant, budget: usize) -> usize {
+        crate::port::receive(self, i, now, budget)
     }
 
     /// Up to `budget` frames from the transmit queue of slot `i`'s pair
@@ -328,112 +215,5 @@ impl Datapath {
                 c.frame((burst.chain(k).2 as usize).saturating_sub(hdr_len));
             }
         }
-    }
-}
-
-/// Frames an uplink receive queue gives per turn before the next queue's
-/// turn (a round gives each queue up to the budget, in turns). Small enough
-/// that a frame on its own queue waits a few frames' work behind a flood on
-/// the shared one, large enough that a busy queue still goes in bursts.
-pub const QUEUE_TURN: usize = 8;
-
-/// Serves `nq` queues, each up to `budget` items, in turns of up to `turn`:
-/// queue 0, 1, .., nq-1, then again, until every queue has had its budget
-/// or none gave a full turn (all drained). `serve(q, limit)` takes up to
-/// `limit` items from queue `q` and says how many it took. A lone queue is
-/// served its whole budget at once (no turns to take). Returns the items
-/// taken.
-#[inline]
-pub(crate) fn in_turns(
-    nq: usize,
-    budget: usize,
-    turn: usize,
-    mut serve: impl FnMut(usize, usize) -> usize,
-) -> usize {
-    if nq == 1 {
-        return serve(0, budget);
-    }
-    let turn = turn.max(1);
-    let mut n = 0;
-    let mut given = 0;
-    while given < budget {
-        let limit = turn.min(budget - given);
-        // Whether some queue gave a full turn (it may have more).
-        let mut more = false;
-        for q in 0..nq {
-            let m = serve(q, limit);
-            more |= m == limit;
-            n += m;
-        }
-        given += limit;
-        if !more {
-            break;
-        }
-    }
-    n
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{in_turns, QUEUE_TURN};
-
-    /// Queues of items (the item is the queue's index), served through
-    /// `in_turns` one round; the order in which items were taken.
-    fn serve(queues: &mut [usize], budget: usize) -> Vec<usize> {
-        let mut order = Vec::new();
-        let n = in_turns(queues.len(), budget, QUEUE_TURN, |q, limit| {
-            let m = queues[q].min(limit);
-            queues[q] -= m;
-            order.extend(std::iter::repeat_n(q, m));
-            m
-        });
-        assert_eq!(n, order.len());
-        order
-    }
-
-    #[test]
-    fn a_frame_on_its_own_queue_waits_at_most_one_turn_of_a_flood() {
-        // A flood of 1000 frames on the shared queue 0, one latency frame on
-        // queue 1 (and an empty queue 2).
-        let mut q = [1000, 1, 0];
-        let order = serve(&mut q, 64);
-        let at = order.iter().position(|&x| x == 1).unwrap();
-        assert_eq!(at, QUEUE_TURN, "{order:?}");
-        // The flood still gets its whole budget in the round.
-        assert_eq!(order.iter().filter(|&&x| x == 0).count(), 64);
-        assert_eq!(q, [1000 - 64, 0, 0]);
-    }
-
-    #[test]
-    fn each_queue_gets_its_budget_in_turns_and_no_more() {
-        let mut q = [100, 100, 5];
-        let order = serve(&mut q, 20);
-        assert_eq!(q, [80, 80, 0]);
-        // Turns of 8, then the budget's remaining 4.
-        let mut want = Vec::new();
-        for (lim, last) in [(8, 5), (8, 0), (4, 0)] {
-            want.extend(std::iter::repeat_n(0, lim));
-            want.extend(std::iter::repeat_n(1, lim));
-            want.extend(std::iter::repeat_n(2, last));
-        }
-        assert_eq!(order, want);
-    }
-
-    #[test]
-    fn drained_queues_end_the_round_early_and_a_lone_queue_goes_whole() {
-        let mut calls = 0;
-        let n = in_turns(3, 64, QUEUE_TURN, |_, _| {
-            calls += 1;
-            0
-        });
-        assert_eq!((n, calls), (0, 3), "one pass over empty queues");
-        let mut limits = Vec::new();
-        in_turns(1, 64, QUEUE_TURN, |_, limit| {
-            limits.push(limit);
-            limit
-        });
-        assert_eq!(limits, [64], "a lone queue is served in one go");
-        let mut q = [3, 9];
-        assert_eq!(serve(&mut q, 64), [0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1]);
     }
 }

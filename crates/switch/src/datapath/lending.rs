@@ -169,7 +169,7 @@ impl Datapath {
         for i in 0..self.slots.len() {
             let lent = self.slots[i]
                 .as_ref()
-                .is_some_and(|s| is_lent(&s.port) && of.map_or(true, |u| u == s.id));
+                .is_some_and(|s| s.port.is_lent() && of.map_or(true, |u| u == s.id));
             if !lent {
                 continue;
             }
@@ -267,16 +267,5 @@ impl Datapath {
                 changed
             });
         }
-    }
-}
-
-/// Whether `port` is an uplink queue lent by another worker's uplink, or a
-/// queue pair lent by another worker's vhost-user port: it takes unicast
-/// frames to its port here, floods reach the port through its owner.
-pub(super) fn is_lent(port: &Port) -> bool {
-    match port {
-        Port::Uplink(u) => u.lent().is_some(),
-        Port::VhostUser(p) => p.lent_pair().is_some(),
-        _ => false,
     }
 }

@@ -23,13 +23,13 @@ mod spread;
 mod table;
 mod tell;
 
+pub use crate::port::QUEUE_TURN;
 pub(crate) use copies::Copies;
-use events::{signal_now, signal_rx, tx_budget};
+pub(crate) use events::signal_now;
+use events::tx_budget;
 pub(crate) use fast::Look;
 use frame::head_of;
-pub(crate) use frame::Frame;
-pub use ingress::QUEUE_TURN;
-use lending::is_lent;
+pub(crate) use frame::{Frame, FrameCtx};
 pub use lending::Lent;
 pub use lro_delivery::{LRO_HOLD, LRO_IDLE};
 use read_ahead::ReadAhead;
@@ -42,13 +42,12 @@ use crate::forward::{L2Header, PortPolicy};
 use crate::lro::place::InPlace;
 use crate::mesh::{Peer, RemotePort};
 use crate::perf::WorkerPerf;
-use crate::port::tap::{self, TapPort};
-use crate::port::uplink::UplinkPort;
-use crate::port::vhost_user::{RxPlan, VhostUserPort};
-use crate::port::vxlan::VxlanPort;
+use crate::port::vhost_user::RxPlan;
+pub use crate::port::Port;
+use crate::port::RoundCx;
 use crate::stats::{DropReason, PortStats};
 use crate::vhost_user::chain::{Chain, ChainError};
-use crate::vhost_user::device::{rx_queue, tx_queue, RX_QUEUE};
+use crate::vhost_user::device::{tx_queue, RX_QUEUE};
 use crate::vhost_user::queue::Burst;
 use crate::vlan::Tagging;
 use crate::PortId;
@@ -59,21 +58,6 @@ use std::time::Instant;
 pub const MAX_FRAME: u64 = 65535 + 18;
 /// Most receive buffers one frame may span with mergeable buffers.
 pub const MAX_MERGE: usize = 64;
-
-/// The kinds of ports (enum dispatch keeps the loop monomorphic).
-// One value per port: its size does not matter, a Box would add a pointer chase per frame.
-#[allow(clippy::large_enum_variant)]
-#[derive(Debug)]
-pub enum Port {
-    /// vhost-user virtio-net.
-    VhostUser(VhostUserPort),
-    /// A tap interface.
-    Tap(TapPort),
-    /// A host interface through AF_PACKET.
-    Uplink(UplinkPort),
-    /// A VXLAN tunnel endpoint: frames to and from remote VTEPs over UDP.
-    Vxlan(VxlanPort),
-}
 
 /// A port in the switch.
 #[derive(Debug)]
@@ -191,7 +175,7 @@ struct LroCtx {
 
 /// What became of a frame taken from a port.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Fwd {
+pub(crate) enum Fwd {
     /// Forwarded or dropped: the source's buffer can be returned.
     Done,
     /// Held back by the uplink: leave it in the source's ring.
@@ -214,8 +198,6 @@ pub struct Datapath {
     sigbus_epoch: u64,
     /// A queue failed to signal its call eventfd this round.
     call_failed: bool,
-    /// Where frames read from tap ports land (moved out while in use).
-    scratch: Option<Box<[u8]>>,
     /// The transmit chains being forwarded (moved out while in use).
     tx_burst: Option<Box<Burst>>,
     /// Receive buffers being gathered for one delivery, reused frame after frame.
@@ -275,7 +257,6 @@ impl Datapath {
             dirty: Vec::with_capacity(64),
             sigbus_epoch: crate::sys::sigbus::epoch(),
             call_failed: false,
-            scratch: Some(vec![0u8; tap::BUF_LEN].into_boxed_slice()),
             tx_burst: Some(Box::new(Burst::new())),
             rx_chain: Box::new(Chain::new()),
             copies: Box::default(),
@@ -322,11 +303,7 @@ impl Datapath {
     /// `bad_descriptor` drop and resets its port, as it would at delivery.
     fn prepare_rx(&mut self, now: Instant) {
         for j in 0..self.slots.len() {
-            let Some(Slot {
-                port: Port::VhostUser(p),
-                ..
-            }) = self.slots[j].as_mut()
-            else {
+            let Some(p) = self.slots[j].as_mut().and_then(|s| s.port.vhost_user_mut()) else {
                 continue;
             };
             if p.lent_pair().is_some() {
@@ -381,7 +358,7 @@ impl Datapath {
         // round's frames (TCP sends them again) instead of having them sent
         // again by their guests and delivered twice.
         for s in self.slots.iter_mut().flatten() {
-            if let Port::VhostUser(p) = &mut s.port {
+            if let Some(p) = s.port.vhost_user_mut() {
                 for k in 0..p.device.queue_pairs() {
                     if let Some(vq) = p.device.queue(tx_queue(k)) {
                         vq.signal(&s.stats.tx);
@@ -393,40 +370,14 @@ impl Datapath {
         // (Frames from other kinds of ports, and other workers'.)
         self.publish_rx();
         for s in self.slots.iter_mut().flatten() {
-            match &mut s.port {
-                Port::VhostUser(p) => {
-                    if let Some(vq) = p.device.queue(RX_QUEUE) {
-                        s.rt.hold = signal_rx(vq, &mut s.rt, now, &s.stats.rx);
-                        if let Some(t) = s.rt.hold {
-                            next = Some(next.map_or(t, |n| n.min(t)));
-                        }
-                        self.call_failed |= vq.call_failed();
-                    }
-                    // A multiqueue guest's other receive queues: called
-                    // when their driver wants it (coalescing holds pair 0's).
-                    for k in 1..p.device.queue_pairs() {
-                        if let Some(vq) = p.device.queue(rx_queue(k)) {
-                            signal_now(vq, &s.stats.rx);
-                            self.call_failed |= vq.call_failed();
-                        }
-                    }
-                }
-                // The round's frames to the wire leave in one system call;
-                // frames the scheduler held are tried again soon.
-                Port::Uplink(u) => {
-                    u.flush();
-                    if let Some(t) = u.sched.wake_at(now) {
-                        next = Some(next.map_or(t, |n| n.min(t)));
-                    }
-                }
-                // The round's datagrams leave in one sendmmsg.
-                Port::Vxlan(v) => {
-                    v.flush(&s.stats.rx);
-                    if let Some(t) = v.sched.wake_at(now) {
-                        next = Some(next.map_or(t, |n| n.min(t)));
-                    }
-                }
-                Port::Tap(_) => {}
+            let cx = RoundCx {
+                now,
+                stats: &s.stats,
+                rt: &mut s.rt,
+                call_failed: &mut self.call_failed,
+            };
+            if let Some(t) = s.port.end_round(cx) {
+                next = Some(next.map_or(t, |n| n.min(t)));
             }
         }
         self.next_deadline = next;

@@ -13,12 +13,19 @@
 //! completes or segments them for destinations that did not negotiate
 //! those offloads.
 
-use super::{Watch, Watched};
+mod deliver;
+mod receive;
+
+use super::{DeliverCx, Kind, RoundCx, Switch, Watch, Watched};
+use crate::datapath::{DeliverError, Frame};
 use crate::egress::Scheduler;
 use crate::netqueue::QueueTable;
+use crate::offload::Caps;
 use crate::sys::packet::{self, BpfInsn, PlainTx, RxRing, SocketHandle, TxRing};
+use crate::vlan::Tagging;
 use std::io;
 use std::os::fd::AsRawFd;
+use std::time::Instant;
 
 /// The virtio-net header length on packet sockets (no `num_buffers`).
 pub const HDR_LEN: usize = crate::wire::virtio_net::LEGACY_HEADER_LEN;
@@ -494,6 +501,68 @@ impl UplinkPort {
         let ok = self.tx_commit(frame.len());
         self.flush();
         ok
+    }
+}
+
+impl Kind for UplinkPort {
+    // A packet socket hands any TCP GSO or partially checksummed frame to
+    // the kernel, which completes it as needed, and passes the stack's own
+    // TCP GSO frames.
+    fn rx_caps(&self) -> Caps {
+        Caps::ALL
+    }
+
+    fn tx_caps(&self) -> Caps {
+        Caps::ALL
+    }
+
+    fn watched(&self, out: &mut Vec<Watched>) {
+        UplinkPort::watched(self, out)
+    }
+
+    fn sched(&self) -> Option<&Scheduler> {
+        Some(&self.sched)
+    }
+
+    #[inline]
+    fn sched_mut(&mut self) -> Option<&mut Scheduler> {
+        Some(&mut self.sched)
+    }
+
+    fn is_lent(&self) -> bool {
+        self.lent.is_some()
+    }
+
+    #[inline]
+    fn tx_ready(&mut self, len: usize) -> bool {
+        UplinkPort::tx_ready(self, HDR_LEN + len)
+    }
+
+    /// A flood counts against the wire, not the sender.
+    fn charge_flood(&mut self, _from: crate::PortId, _guest: bool, bytes: usize) -> bool {
+        self.sched.charge(bytes);
+        true
+    }
+
+    #[inline]
+    fn deliver(
+        &mut self,
+        f: &Frame<'_>,
+        tagging: Tagging,
+        _cx: &mut DeliverCx<'_>,
+    ) -> Result<usize, DeliverError> {
+        self.deliver_frame(f, tagging)
+    }
+
+    /// The round's frames to the wire leave in one system call; frames
+    /// the scheduler held are tried again soon.
+    fn end_round(&mut self, cx: RoundCx<'_>) -> Option<Instant> {
+        self.flush();
+        self.sched.wake_at(cx.now)
+    }
+
+    fn receive<S: Switch>(sw: &mut S, i: usize, now: Instant, budget: usize) -> usize {
+        UplinkPort::receive_from(sw, i, now, budget)
     }
 }
 
