@@ -3,7 +3,7 @@
 //! FDB and VLANs, a remembered decision for the same flow), then the
 //! egress admission of an uplink it goes to.
 
-use super::{Datapath, FlowMemo, Frame, Fwd, MAX_FRAME};
+use super::{Datapath, FlowMemo, Frame, FrameCtx, Fwd, MAX_FRAME};
 use crate::fdb::Place;
 use crate::forward::{decide, Decision, Destination, L2Header};
 use crate::offload::{self, Caps, Reject};
@@ -19,13 +19,12 @@ impl Datapath {
     /// first) from slot `i`, switched.
     pub(super) fn forward_frame(
         &mut self,
-        i: usize,
+        cx: FrameCtx,
         src: Src<'_>,
         total: u64,
         hdr_len: usize,
-        now: Instant,
     ) -> Fwd {
-        self.forward_frame_to(i, src, total, hdr_len, now, None)
+        self.forward_frame_to(cx, src, total, hdr_len, None)
     }
 
     /// Forwards one frame of `total` bytes (virtio-net header of `hdr_len` first) from slot `i`.
@@ -34,13 +33,13 @@ impl Datapath {
     /// as it is to its uplink. Neither is switched (no FDB, VLAN or QoS).
     pub(super) fn forward_frame_to(
         &mut self,
-        i: usize,
+        cx: FrameCtx,
         src: Src<'_>,
         total: u64,
         hdr_len: usize,
-        now: Instant,
         direct: Option<PortId>,
     ) -> Fwd {
+        let (i, now) = (cx.from, cx.now);
         let Some(stats) = self.slots[i].as_ref().map(|s| &s.stats) else {
             return Fwd::Done;
         };
@@ -104,7 +103,7 @@ impl Datapath {
                 .iter()
                 .position(|s| s.as_ref().is_some_and(|s| s.id == to))
             {
-                Some(j) => self.deliver_to(j, &frame, tagging, now),
+                Some(j) => self.deliver_to(j, &frame, tagging, cx),
                 None => {
                     if let Some(s) = &self.slots[i] {
                         s.stats.tx.drop(DropReason::NoRoute);
@@ -118,12 +117,12 @@ impl Datapath {
         };
         let src_id = me.id;
         let learn = me.needs_mac;
-        let Some((decision, dest_slot)) = self.flow_decision(i, &l2, now) else {
+        let Some((decision, dest_slot)) = self.flow_decision(cx, &l2) else {
             return Fwd::Done;
         };
         let d = match decision {
             Ok(d) => {
-                self.count_learned(i, &l2, d.learned, now);
+                self.count_learned(cx, &l2, d.learned);
                 d
             }
             Err(r) => {
@@ -165,9 +164,7 @@ impl Datapath {
                     if self.egress_wait(i, j, frame_len as usize, copies) {
                         return Fwd::Wait;
                     }
-                    self.to_vtep = to_vtep;
-                    self.deliver_to(j, &frame, tagging, now);
-                    self.to_vtep = None;
+                    self.deliver_to(j, &frame, tagging, FrameCtx { to_vtep, ..cx });
                 } else if let Some(w) = self.remote.iter().find(|r| r.id == p).map(|r| r.worker) {
                     self.push_remote(i, w, Some(p), &frame, &d);
                 }
@@ -187,7 +184,7 @@ impl Datapath {
                         if !self.charge_flood(i, j, frame_len as usize) {
                             continue;
                         }
-                        self.deliver_to(j, &frame, tagging, now);
+                        self.deliver_to(j, &frame, tagging, cx);
                         sent = true;
                     }
                 }
@@ -219,14 +216,13 @@ impl Datapath {
     /// ([`Datapath::decide_flow`]). None: no port in `i`.
     pub(super) fn flow_decision(
         &mut self,
-        i: usize,
+        cx: FrameCtx,
         l2: &L2Header,
-        now: Instant,
     ) -> Option<(Result<Decision, DropReason>, Option<usize>)> {
-        if let Some(m) = self.remembered(i, l2, now) {
+        if let Some(m) = self.remembered(cx.from, l2, cx.now) {
             return Some((m.decision, m.to.map(|(j, _)| j)));
         }
-        self.decide_flow(i, l2, now)
+        self.decide_flow(cx, l2)
     }
 
     /// Slot `i`'s remembered decision, when it holds for a frame with
@@ -245,11 +241,10 @@ impl Datapath {
     /// the decision remembered.
     pub(super) fn decide_flow(
         &mut self,
-        i: usize,
+        cx: FrameCtx,
         l2: &L2Header,
-        now: Instant,
     ) -> Option<(Result<Decision, DropReason>, Option<usize>)> {
-        let from_vtep = self.from_vtep;
+        let (i, now) = (cx.from, cx.now);
         let Datapath {
             slots,
             fdb,
@@ -261,7 +256,7 @@ impl Datapath {
         let src_id = me.id;
         let from = Place {
             port: src_id,
-            remote: from_vtep,
+            remote: cx.from_vtep,
         };
         let decision = decide(fdb, from, &me.policy, l2, now, |p, vid| {
             match slots.iter().flatten().find(|s| s.id == p) {

@@ -1,7 +1,7 @@
 //! Notifications and descriptor events: when the guest is called, when
 //! it is asked to kick, and what a readable descriptor means.
 
-use super::{Datapath, Port, PortRuntime, Slot};
+use super::{Datapath, FrameCtx, Port, PortRuntime, Slot};
 use crate::coalesce::{Coalescer, Decision};
 use crate::config::Policies;
 use crate::events::Kind;
@@ -132,7 +132,7 @@ impl Datapath {
     /// Handles an event on one of slot `idx`'s watched descriptors.
     pub fn on_event(&mut self, idx: usize, what: Watch, now: Instant) {
         // A message may replace a memory table or end a port.
-        self.copies.release();
+        self.scratch.copies.release();
         if what == Watch::Connection {
             // The front-end's messages may stop or remap the queues: an LRO
             // aggregate's receive chains are returned first.
@@ -182,11 +182,10 @@ impl Datapath {
                             s.name
                         );
                         self.forward_frame(
-                            idx,
+                            FrameCtx::new(idx, now),
                             Src::Local(&f),
                             f.len() as u64,
                             crate::wire::virtio_net::HEADER_LEN,
-                            now,
                         );
                     }
                 }

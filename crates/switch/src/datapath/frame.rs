@@ -70,7 +70,6 @@ impl Frame<'_> {
 /// from, when, and what the burst and the tunnel say about it. Passed down
 /// with the frame (a copy: nothing is set around calls).
 #[derive(Debug, Clone, Copy)]
-#[allow(dead_code)] // (Until the data path passes it down.)
 pub(crate) struct FrameCtx {
     /// The slot the frame came from.
     pub(crate) from: usize,
@@ -89,6 +88,9 @@ pub(crate) struct FrameCtx {
 }
 
 impl FrameCtx {
+    /// The source of a frame from another worker: no slot here.
+    pub(crate) const REMOTE: usize = usize::MAX;
+
     /// A frame from slot `from` at `now`, on its own (no burst, no tunnel).
     #[inline]
     pub(crate) fn new(from: usize, now: Instant) -> Self {

@@ -36,10 +36,7 @@ impl Switch for Datapath {
         hdr_len: usize,
         direct: Option<PortId>,
     ) -> Fwd {
-        self.from_vtep = cx.from_vtep;
-        let fwd = self.forward_frame_to(cx.from, src, total, hdr_len, cx.now, direct);
-        self.from_vtep = None;
-        fwd
+        self.forward_frame_to(cx, src, total, hdr_len, direct)
     }
 
     #[inline]
@@ -113,25 +110,27 @@ impl Datapath {
                     break;
                 }
                 let (_, segs, len) = burst.chain(done);
-                self.rx_hint = burst.len() - done;
+                let cx = FrameCtx {
+                    rx_hint: burst.len() - done,
+                    ..FrameCtx::new(i, now)
+                };
                 let looked = looks[done];
-                let fwd = if self.forward_plain(
-                    i, &mem, segs, len, hdr_len, now, &mut route, &mut tally, looked,
-                ) || self
-                    .forward_decided_anew(i, &mem, segs, len, hdr_len, now, &mut route, &mut tally)
+                let fwd = if self
+                    .forward_plain(cx, &mem, segs, len, hdr_len, &mut route, &mut tally, looked)
+                    || self
+                        .forward_decided_anew(cx, &mem, segs, len, hdr_len, &mut route, &mut tally)
                 {
                     Fwd::Done
                 } else {
                     // The full path may reset a port or deliver to one: the
                     // fast case's copies are made first.
-                    self.copies.flush();
+                    self.scratch.copies.flush();
                     let src = Src::Guest { mem: &mem, segs };
-                    let fwd = self.forward_frame(i, src, len, hdr_len, now);
+                    let fwd = self.forward_frame(cx, src, len, hdr_len);
                     // It may have learned, decided anew or changed a port.
                     route = self.plain_route(i, now);
                     fwd
                 };
-                self.rx_hint = 1;
                 if fwd == Fwd::Wait {
                     // The uplink holds this port back: this frame and the
                     // ones after it stay in the guest's ring for a later round.
@@ -143,7 +142,7 @@ impl Datapath {
             n += done;
             // Every copy made before the chains go back and the receive
             // queues are published.
-            self.copies.flush();
+            self.scratch.copies.flush();
             self.count_plain(i, tally);
             // The chains forwarded go back to the guest together, published
             // with the receive queues they went to (`publish_burst`).

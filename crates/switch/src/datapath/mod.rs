@@ -188,6 +188,35 @@ pub(crate) enum DeliverError {
     Hostile(ChainError),
 }
 
+/// Buffers the data path reuses frame after frame, allocated once. Their
+/// own struct so that each is borrowed alongside the ports (a delivery
+/// gathers receive chains while its destination is borrowed), none taken
+/// out and put back.
+struct Scratch {
+    /// Receive buffers being gathered for one delivery.
+    rx_chain: Box<Chain>,
+    /// Several chains for one frame (mergeable receive buffers).
+    plan: Box<RxPlan>,
+    /// The fast case's frame copies, made at the end of each burst.
+    copies: Box<Copies>,
+    /// A frame materialized for software offload work.
+    soft: Box<[u8]>,
+    /// Where software segmentation builds each segment.
+    seg: Box<[u8]>,
+}
+
+impl Scratch {
+    fn new() -> Self {
+        Self {
+            rx_chain: Box::new(Chain::new()),
+            plan: Box::new(RxPlan::new()),
+            copies: Box::default(),
+            soft: vec![0u8; MAX_FRAME as usize].into_boxed_slice(),
+            seg: vec![0u8; MAX_FRAME as usize].into_boxed_slice(),
+        }
+    }
+}
+
 /// The switch's data plane.
 pub struct Datapath {
     slots: Vec<Option<Slot>>,
@@ -198,35 +227,19 @@ pub struct Datapath {
     sigbus_epoch: u64,
     /// A queue failed to signal its call eventfd this round.
     call_failed: bool,
-    /// The transmit chains being forwarded (moved out while in use).
+    /// The transmit chains being forwarded (moved out while in use: the
+    /// whole data path reads them, its full path and its fast case alike).
     tx_burst: Option<Box<Burst>>,
-    /// Receive buffers being gathered for one delivery, reused frame after frame.
-    rx_chain: Box<Chain>,
-    /// The fast case's frame copies, made at the end of each burst.
-    copies: Box<Copies>,
-    plan: Box<RxPlan>,
+    /// Buffers reused frame after frame.
+    scratch: Scratch,
     /// The earliest held call's deadline after the last round.
     next_deadline: Option<Instant>,
     /// The other workers.
     peers: Vec<Peer>,
     /// Ports other workers own.
     remote: Vec<RemotePort>,
-    /// A frame materialized for software offload work (moved out while in use).
-    soft: Option<Box<[u8]>>,
-    /// Where software segmentation builds each segment (moved out while in use).
-    seg: Option<Box<[u8]>>,
     /// Counts changes to the ports and their policies (see [`FlowMemo`]).
     topo_gen: u64,
-    /// Frames of the current transmit burst still to forward, this one
-    /// included: how many receive chains a destination pops ahead when it
-    /// runs out (one frame in flight pops one: no latency for the rest).
-    rx_hint: usize,
-    /// The VTEP the frame being forwarded came from (a VXLAN port's frame):
-    /// its source address is learned behind it.
-    from_vtep: Option<std::net::Ipv4Addr>,
-    /// The VTEP the frame being delivered to a VXLAN port goes to: its
-    /// destination's, from the FDB; `None` floods to the port's remotes.
-    to_vtep: Option<std::net::Ipv4Addr>,
     /// Slots whose receive queues have used entries to publish after the
     /// transmit burst being forwarded (see [`Datapath::publish_burst`]).
     rx_touched: Vec<usize>,
@@ -258,18 +271,11 @@ impl Datapath {
             sigbus_epoch: crate::sys::sigbus::epoch(),
             call_failed: false,
             tx_burst: Some(Box::new(Burst::new())),
-            rx_chain: Box::new(Chain::new()),
-            copies: Box::default(),
-            plan: Box::new(RxPlan::new()),
+            scratch: Scratch::new(),
             next_deadline: None,
             peers: Vec::new(),
             remote: Vec::new(),
-            soft: Some(vec![0u8; MAX_FRAME as usize].into_boxed_slice()),
-            seg: Some(vec![0u8; MAX_FRAME as usize].into_boxed_slice()),
             topo_gen: 0,
-            rx_hint: 1,
-            from_vtep: None,
-            to_vtep: None,
             rx_touched: Vec::with_capacity(64),
             perf: Arc::default(),
             broken_pairs: Vec::new(),
@@ -287,7 +293,7 @@ impl Datapath {
         let work = self.poll_round(now, budget);
         if work == 0 {
             self.prepare_rx(now);
-            self.copies.release();
+            self.scratch.copies.release();
         }
         let end = crate::perf::clock();
         let cycles = end.wrapping_sub(self.perf_mark);

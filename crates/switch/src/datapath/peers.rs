@@ -1,7 +1,7 @@
 //! Traffic between workers: frames and flushes through the rings to the
 //! workers that own other ports.
 
-use super::{head_of, Datapath, Frame};
+use super::{head_of, Datapath, Frame, FrameCtx};
 use crate::mesh::{Kind, PeerSetup, Record, RemotePort, WorkerId, RECORD_HEADER};
 use crate::stats::DropReason;
 use crate::vhost_user::buffers::Src;
@@ -147,12 +147,12 @@ impl Datapath {
                 continue;
             }
             if let Some(tagging) = s.policy.vlan.egress(r.vid) {
+                let mut cx = FrameCtx::new(FrameCtx::REMOTE, now);
                 if r.dest.is_some() {
                     let dst = crate::wire::EthernetAddress::from_bytes(&bytes[..6]);
-                    self.to_vtep = self.vtep_of(j, r.vid, dst, now);
+                    cx.to_vtep = self.vtep_of(j, r.vid, dst, now);
                 }
-                self.deliver_to(j, &frame, tagging, now);
-                self.to_vtep = None;
+                self.deliver_to(j, &frame, tagging, cx);
             }
             if r.dest.is_some() {
                 return;

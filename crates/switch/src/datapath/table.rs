@@ -107,7 +107,7 @@ impl Datapath {
 
     /// Removes the port in slot `idx`, forgetting its addresses.
     pub fn remove(&mut self, idx: usize) -> Option<Slot> {
-        self.copies.release();
+        self.scratch.copies.release();
         // The aggregate's chains go back with a delivery, not with the port.
         self.lro_deliver(idx, Instant::now());
         self.topo_gen += 1;
@@ -257,7 +257,7 @@ impl Datapath {
     /// and restarts it (the one restart path).
     pub fn reset(&mut self, idx: usize, now: Instant, why: &dyn std::fmt::Display) {
         // Copies into or from its memory are made before it may go.
-        self.copies.release();
+        self.scratch.copies.release();
         let Some(s) = self.slots.get_mut(idx).and_then(Option::as_mut) else {
             return;
         };
@@ -276,7 +276,7 @@ impl Datapath {
     /// descriptors retired until unwatched), its run-time state restarted,
     /// its addresses forgotten here and in the other workers.
     pub(super) fn restart(&mut self, idx: usize, now: Instant) {
-        self.copies.release();
+        self.scratch.copies.release();
         let Some(s) = self.slots.get_mut(idx).and_then(Option::as_mut) else {
             return;
         };
