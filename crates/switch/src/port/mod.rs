@@ -11,6 +11,7 @@
 //! files, a variant of [`Port`] and an arm in [`each_kind!`] and
 //! [`receive`].
 
+pub mod flow_hash;
 mod local;
 pub mod tap;
 mod turns;
