@@ -9,9 +9,12 @@ use super::{Datapath, FrameCtx, Fwd, Port};
 use crate::port::Switch;
 use crate::stats::DropReason;
 use crate::vhost_user::buffers::Src;
+use crate::vhost_user::chain::ChainError;
 use crate::vhost_user::device::tx_queue;
+use crate::vhost_user::memory::GuestMem;
 use crate::vhost_user::queue::{Burst, BURST};
 use crate::PortId;
+use std::sync::Arc;
 use std::time::Instant;
 
 impl Switch for Datapath {
@@ -59,7 +62,10 @@ impl Datapath {
     }
 
     /// Up to `budget` frames from the transmit queue of slot `i`'s pair
-    /// `pair` (counted per pair when `multi`).
+    /// `pair` (counted per pair when `multi`), a burst at a time: each
+    /// burst popped, forwarded ([`Datapath::forward_burst`]) and given back
+    /// ([`Datapath::give_back`]), until the budget is spent, the ring is
+    /// drained, an uplink holds the port back or the ring fails.
     fn forward_from_pair(
         &mut self,
         i: usize,
@@ -68,15 +74,8 @@ impl Datapath {
         now: Instant,
         budget: usize,
     ) -> usize {
-        let (mem, hdr_len) = match self.slots[i].as_mut().map(|s| &mut s.port) {
-            Some(Port::VhostUser(p)) => {
-                let hl = p.device.vnet_hdr_len();
-                match p.device.queue(tx_queue(pair)) {
-                    Some(q) => (q.mem().clone(), hl),
-                    None => return 0,
-                }
-            }
-            _ => return 0,
+        let Some((mem, hdr_len)) = self.pair_source(i, pair) else {
+            return 0;
         };
         let Some(mut burst) = self.tx_burst.take() else {
             return 0;
@@ -93,88 +92,17 @@ impl Datapath {
                 None => break,
             };
             self.perf.burst(burst.len(), burst.pending());
-            let mut done = 0;
-            let mut wait = false;
-            let mut route = self.plain_route(i, now);
-            let mut tally = PlainTally::default();
-            let mut looks = [None; BURST];
-            if let Some(r) = &route {
-                Look::read_burst(&mem, &burst, hdr_len, r, &mut looks);
-            }
-            while done < burst.len() {
-                // Plain frames in runs; the frame a run stopped at, alone.
-                done += self.forward_plain_run(
-                    i, &mem, &burst, done, hdr_len, now, &mut route, &mut tally, &looks,
-                );
-                if done == burst.len() {
-                    break;
-                }
-                let (_, segs, len) = burst.chain(done);
-                let cx = FrameCtx {
-                    rx_hint: burst.len() - done,
-                    ..FrameCtx::new(i, now)
-                };
-                let looked = looks[done];
-                let fwd = if self
-                    .forward_plain(cx, &mem, segs, len, hdr_len, &mut route, &mut tally, looked)
-                    || self
-                        .forward_decided_anew(cx, &mem, segs, len, hdr_len, &mut route, &mut tally)
-                {
-                    Fwd::Done
-                } else {
-                    // The full path may reset a port or deliver to one: the
-                    // fast case's copies are made first.
-                    self.scratch.copies.flush();
-                    let src = Src::Guest { mem: &mem, segs };
-                    let fwd = self.forward_frame(cx, src, len, hdr_len);
-                    // It may have learned, decided anew or changed a port.
-                    route = self.plain_route(i, now);
-                    fwd
-                };
-                if fwd == Fwd::Wait {
-                    // The uplink holds this port back: this frame and the
-                    // ones after it stay in the guest's ring for a later round.
-                    wait = true;
-                    break;
-                }
-                done += 1;
-            }
-            n += done;
-            // Every copy made before the chains go back and the receive
-            // queues are published.
-            self.scratch.copies.flush();
-            self.count_plain(i, tally);
-            // The chains forwarded go back to the guest together, published
-            // with the receive queues they went to (`publish_burst`).
-            let mut bad = None;
-            if wait {
-                if let Some(s) = self.slots[i].as_mut() {
-                    s.rt.egress_held = true;
-                }
-            }
-            if multi {
-                self.count_pair(i, pair, &burst, done, hdr_len);
-            }
-            if let Some(q) = self.tx_queue(i, pair) {
-                if wait {
-                    q.unpop_n((burst.len() - done) as u16);
-                }
-                if let Err(e) = q.add_used_burst(&burst, done) {
-                    bad = Some(e);
-                }
-            }
-            if let Err(e) = popped {
-                if let Some(s) = &self.slots[i] {
-                    s.stats.tx.drop(DropReason::BadDescriptor);
-                }
-                bad = Some(e);
-                n += 1;
-            }
-            if let Some(e) = bad {
-                self.reset(i, now, &format_args!("transmit queue: {e}"));
+            let (done, wait) = self.forward_burst(i, &mem, &burst, hdr_len, now);
+            n += done + usize::from(popped.is_err());
+            let given = Given {
+                done,
+                wait,
+                popped,
+                multi,
+            };
+            if !self.give_back(i, pair, &burst, hdr_len, given, now) {
                 break;
             }
-            self.publish_burst(i, pair);
             if wait || burst.len() < want {
                 // Held back, or the ring is drained.
                 break;
@@ -182,16 +110,144 @@ impl Datapath {
         }
         self.tx_burst = Some(burst);
         if n == budget {
-            // Frames are left for the next round: the port is still
-            // backlogged toward the uplinks it sends to.
-            let id = self.slots[i].as_ref().map(|s| s.id);
-            for s in self.slots.iter_mut().flatten() {
-                if let (Some(sched), Some(id)) = (s.port.sched_mut(), id) {
-                    sched.backlogged(id);
-                }
-            }
+            self.backlogged(i);
         }
         n
+    }
+
+    /// The memory and virtio-net header length of slot `i`'s transmit
+    /// queue `pair`, when it runs.
+    #[inline]
+    fn pair_source(&mut self, i: usize, pair: usize) -> Option<(Arc<GuestMem>, usize)> {
+        let p = self.slots[i].as_mut()?.port.vhost_user_mut()?;
+        let hl = p.device.vnet_hdr_len();
+        let q = p.device.queue(tx_queue(pair))?;
+        Some((q.mem().clone(), hl))
+    }
+
+    /// Forwards the chains of `burst` from slot `i`: plain frames on the
+    /// fast case in runs, the frame a run stopped at alone (fast case, a
+    /// decision made anew, or the full path). Returns the frames done and
+    /// whether an uplink holds the rest back (they stay in the ring).
+    /// Every copy is made before it returns.
+    #[inline(always)]
+    fn forward_burst(
+        &mut self,
+        i: usize,
+        mem: &Arc<GuestMem>,
+        burst: &Burst,
+        hdr_len: usize,
+        now: Instant,
+    ) -> (usize, bool) {
+        let mut done = 0;
+        let mut wait = false;
+        let mut route = self.plain_route(i, now);
+        let mut tally = PlainTally::default();
+        let mut looks = [None; BURST];
+        if let Some(r) = &route {
+            Look::read_burst(mem, burst, hdr_len, r, &mut looks);
+        }
+        while done < burst.len() {
+            // Plain frames in runs; the frame a run stopped at, alone.
+            done += self.forward_plain_run(
+                i, mem, burst, done, hdr_len, now, &mut route, &mut tally, &looks,
+            );
+            if done == burst.len() {
+                break;
+            }
+            let (_, segs, len) = burst.chain(done);
+            let cx = FrameCtx {
+                rx_hint: burst.len() - done,
+                ..FrameCtx::new(i, now)
+            };
+            let looked = looks[done];
+            let fwd = if self
+                .forward_plain(cx, mem, segs, len, hdr_len, &mut route, &mut tally, looked)
+                || self.forward_decided_anew(cx, mem, segs, len, hdr_len, &mut route, &mut tally)
+            {
+                Fwd::Done
+            } else {
+                // The full path may reset a port or deliver to one: the
+                // fast case's copies are made first.
+                self.scratch.copies.flush();
+                let src = Src::Guest { mem, segs };
+                let fwd = self.forward_frame(cx, src, len, hdr_len);
+                // It may have learned, decided anew or changed a port.
+                route = self.plain_route(i, now);
+                fwd
+            };
+            if fwd == Fwd::Wait {
+                // The uplink holds this port back: this frame and the
+                // ones after it stay in the guest's ring for a later round.
+                wait = true;
+                break;
+            }
+            done += 1;
+        }
+        // Every copy made before the chains go back and the receive
+        // queues are published.
+        self.scratch.copies.flush();
+        self.count_plain(i, tally);
+        (done, wait)
+    }
+
+    /// Gives a forwarded burst's chains back to slot `i`'s guest (pair
+    /// `pair`), published together with the receive queues they went to
+    /// (`publish_burst`); the chains held back stay in the ring. False
+    /// when the ring failed (popping, or taking them back) and the port
+    /// was reset.
+    #[inline(always)]
+    fn give_back(
+        &mut self,
+        i: usize,
+        pair: usize,
+        burst: &Burst,
+        hdr_len: usize,
+        g: Given,
+        now: Instant,
+    ) -> bool {
+        let mut bad = None;
+        if g.wait {
+            if let Some(s) = self.slots[i].as_mut() {
+                s.rt.egress_held = true;
+            }
+        }
+        if g.multi {
+            self.count_pair(i, pair, burst, g.done, hdr_len);
+        }
+        if let Some(q) = self.tx_queue(i, pair) {
+            if g.wait {
+                q.unpop_n((burst.len() - g.done) as u16);
+            }
+            if let Err(e) = q.add_used_burst(burst, g.done) {
+                bad = Some(e);
+            }
+        }
+        if let Err(e) = g.popped {
+            if let Some(s) = &self.slots[i] {
+                s.stats.tx.drop(DropReason::BadDescriptor);
+            }
+            bad = Some(e);
+        }
+        if let Some(e) = bad {
+            self.reset(i, now, &format_args!("transmit queue: {e}"));
+            return false;
+        }
+        self.publish_burst(i, pair);
+        true
+    }
+
+    /// Slot `i` has frames left for the next round: it is still
+    /// backlogged toward the uplinks it sends to.
+    fn backlogged(&mut self, i: usize) {
+        let Some(id) = self.slots[i].as_ref().map(|s| s.id) else {
+            return;
+        };
+        for s in self.slots.iter_mut().flatten() {
+            if let Some(sched) = s.port.sched_mut() {
+                sched.backlogged(id);
+            }
+        }
     }
 
     /// The transmit queue of slot `i`'s pair `pair`, when it is a running vhost-user port.
@@ -215,4 +271,16 @@ impl Datapath {
             }
         }
     }
+}
+
+/// What became of a burst, for [`Datapath::give_back`].
+struct Given {
+    /// Chains forwarded (the rest are held back when `wait`).
+    done: usize,
+    /// An uplink holds the port back.
+    wait: bool,
+    /// How popping the burst went.
+    popped: Result<(), ChainError>,
+    /// A multiqueue vNIC's pair (counted per pair).
+    multi: bool,
 }
