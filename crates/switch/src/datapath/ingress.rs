@@ -256,10 +256,8 @@ impl Datapath {
         i: usize,
         pair: usize,
     ) -> Option<&mut crate::vhost_user::queue::ActiveQueue> {
-        match self.slots.get_mut(i)?.as_mut().map(|s| &mut s.port) {
-            Some(Port::VhostUser(p)) => p.device.queue(tx_queue(pair)),
-            _ => None,
-        }
+        let p = self.slots.get_mut(i)?.as_mut()?.port.vhost_user_mut()?;
+        p.device.queue(tx_queue(pair))
     }
 
     /// Counts the first `done` frames of `burst` on slot `i`'s pair `pair`.

@@ -75,6 +75,9 @@ pub(crate) trait Kind {
     fn tx_caps(&self) -> Caps;
     /// What the worker should watch now.
     fn watched(&self, out: &mut Vec<Watched>);
+    /// A watched descriptor became readable (a vhost-user port's events,
+    /// its front-end's messages, are the data path's to handle).
+    fn on_readable(&mut self) {}
     /// The egress scheduler of a port whose frames leave the host (an
     /// uplink, a VXLAN port): the vNICs' shares, limits and reservations
     /// apply to what they send to it.
@@ -199,6 +202,11 @@ impl Port {
     /// What the worker should watch now.
     pub(crate) fn watched(&self, out: &mut Vec<Watched>) {
         each_kind!(self, p => Kind::watched(p, out))
+    }
+
+    /// See [`Kind::on_readable`].
+    pub(crate) fn on_readable(&mut self) {
+        each_kind!(self, p => Kind::on_readable(p))
     }
 
     /// See [`Kind::sched`].

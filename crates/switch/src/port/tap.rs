@@ -161,6 +161,10 @@ impl Kind for TapPort {
         TapPort::watched(self, out)
     }
 
+    fn on_readable(&mut self) {
+        TapPort::on_readable(self)
+    }
+
     /// One write per frame, its virtio-net header first.
     #[inline]
     fn deliver(

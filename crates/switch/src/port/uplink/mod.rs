@@ -520,6 +520,8 @@ impl Kind for UplinkPort {
         UplinkPort::watched(self, out)
     }
 
+    // The rings are polled every round; readiness only woke the worker.
+
     fn sched(&self) -> Option<&Scheduler> {
         Some(&self.sched)
     }

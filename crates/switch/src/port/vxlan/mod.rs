@@ -349,6 +349,10 @@ impl Kind for VxlanPort {
         VxlanPort::watched(self, out)
     }
 
+    fn on_readable(&mut self) {
+        VxlanPort::on_readable(self)
+    }
+
     fn sched(&self) -> Option<&Scheduler> {
         Some(&self.sched)
     }
