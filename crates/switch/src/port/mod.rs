@@ -1,15 +1,15 @@
 //! Port kinds, and the one place the switch dispatches on a port's kind.
 //!
-//! Every kind has the same shape ([`Kind`]): construction from its config,
+//! Every kind has the same shape (`Kind`): construction from its config,
 //! the descriptors the worker watches ([`Watch`]), the two data-path halves
 //! (frames from the port: `receive`; frames to the port: `deliver`), the
 //! round's end (`end_round`: what it queued leaves, its calls go), its
 //! offload capabilities, and lending where a kind lends part of itself to
-//! another worker. [`Port`] holds one of them; [`each_kind!`] is the one
+//! another worker. [`Port`] holds one of them; `each_kind!` is the one
 //! list of kinds a call goes through (enum dispatch: the forwarding loop
 //! stays monomorphic, no trait object, no box). Adding a kind is its own
-//! files, a variant of [`Port`] and an arm in [`each_kind!`] and
-//! [`receive`].
+//! files, a variant of [`Port`] and an arm in `each_kind!` and in
+//! `receive`.
 
 pub mod flow_hash;
 mod local;
@@ -54,7 +54,7 @@ pub enum Port {
 }
 
 /// Evaluates `$e` with `$p` bound to the port of whatever kind `$port`
-/// holds: the one list of kinds every [`Kind`] call goes through (as the
+/// holds: the one list of kinds every `Kind` call goes through (as the
 /// rings' `ring!` in `vhost_user/queue.rs`).
 macro_rules! each_kind {
     ($port:expr, $p:ident => $e:expr) => {
