@@ -5,6 +5,20 @@
 //! No allocation, lock or system call per frame: buffers are fixed arrays
 //! on the stack, counters are relaxed atomics, and notifications (eventfd
 //! writes) happen once per queue per burst, only when the driver wants one.
+//!
+//! The data path keeps the slots, the FDB, classification and the fast
+//! case; each kind of port receives, delivers and ends its round itself
+//! (`crate::port`), reached through one dispatch point. A frame's context
+//! (`FrameCtx`) is an argument, never a field set around a call; the
+//! buffers reused frame after frame are one struct (`Scratch`). The files:
+//! `ingress.rs` (what the port kinds ask of the switch, and a guest's
+//! bursts), `classify.rs` (the full path: headers, decision, unicast or
+//! flood), `fast.rs` and `copies/` (the fast case), `deliver.rs` (to a
+//! destination, software offloads), `lro_delivery.rs`, `events.rs`
+//! (notifications, descriptor events, publishing), `table.rs` (adding,
+//! changing, resetting ports), `lending.rs`, `spread.rs` and `cross.rs`
+//! (ports given to other ports or workers), `peers.rs` (other workers),
+//! `moves.rs` and `tell.rs` (what is counted and said), `read_ahead.rs`.
 
 mod classify;
 mod copies;
