@@ -3,11 +3,10 @@
 //! FDB and VLANs, a remembered decision for the same flow), then the
 //! egress admission of an uplink it goes to.
 
-use super::{is_lent, Datapath, FlowMemo, Frame, Fwd, Port, MAX_FRAME};
+use super::{Datapath, FlowMemo, Frame, FrameCtx, Fwd, MAX_FRAME};
 use crate::fdb::Place;
 use crate::forward::{decide, Decision, Destination, L2Header};
-use crate::offload::{self, Caps, Reject};
-use crate::port::uplink;
+use crate::offload::{self, Reject};
 use crate::stats::DropReason;
 use crate::vhost_user::buffers::Src;
 use crate::vlan::Tagging;
@@ -15,43 +14,70 @@ use crate::wire::virtio_net::{self, VirtioNetHdr, VirtioNetHdrRepr};
 use crate::PortId;
 use std::time::Instant;
 
+/// The bytes of a frame's headers read before it is classified.
+const PRE_LEN: usize = virtio_net::HEADER_LEN + L2Header::MAX_LEN;
+
 impl Datapath {
     /// Forwards one frame of `total` bytes (virtio-net header of `hdr_len`
     /// first) from slot `i`, switched.
     pub(super) fn forward_frame(
         &mut self,
-        i: usize,
+        cx: FrameCtx,
         src: Src<'_>,
         total: u64,
         hdr_len: usize,
-        now: Instant,
     ) -> Fwd {
-        self.forward_frame_to(i, src, total, hdr_len, now, None)
+        self.forward_frame_to(cx, src, total, hdr_len, None)
     }
 
-    /// Forwards one frame of `total` bytes (virtio-net header of `hdr_len` first) from slot `i`.
-    /// `direct`: a direct-mode port the frame goes to as it is (it came
-    /// in on that port's uplink queue); a frame from a direct-mode port goes
-    /// as it is to its uplink. Neither is switched (no FDB, VLAN or QoS).
+    /// Forwards one frame of `total` bytes (virtio-net header of `hdr_len`
+    /// first) from slot `cx.from`: its headers read and checked
+    /// ([`Datapath::admit`]), then sent as it is ([`Datapath::forward_direct`])
+    /// or switched ([`Datapath::forward_switched`]). `direct`: a
+    /// direct-mode port the frame goes to as it is (it came in on that
+    /// port's uplink queue); a frame from a direct-mode port goes as it is
+    /// to its uplink. Neither is switched (no FDB, VLAN or QoS).
     pub(super) fn forward_frame_to(
         &mut self,
-        i: usize,
+        cx: FrameCtx,
         src: Src<'_>,
         total: u64,
         hdr_len: usize,
-        now: Instant,
         direct: Option<PortId>,
     ) -> Fwd {
-        let Some(stats) = self.slots[i].as_ref().map(|s| &s.stats) else {
+        let mut pre = [0u8; PRE_LEN];
+        let Some((frame, l2)) = self.admit(cx.from, src, total, hdr_len, &mut pre) else {
             return Fwd::Done;
         };
-        let mut pre = [0u8; virtio_net::HEADER_LEN + L2Header::MAX_LEN];
+        let direct = direct.or_else(|| self.slots[cx.from].as_ref().and_then(|s| s.direct_to));
+        if let Some(to) = direct {
+            self.forward_direct(cx, &frame, &l2, to);
+            return Fwd::Done;
+        }
+        self.forward_switched(cx, &frame, &l2)
+    }
+
+    /// Reads and checks the headers of a frame from slot `i` (into
+    /// `pre`): its virtio-net header, its L2 header and the offloads it
+    /// asks for (what the sender may use). The frame counted on the
+    /// sender; None when it is dropped (counted too).
+    #[inline]
+    fn admit<'a>(
+        &self,
+        i: usize,
+        src: Src<'a>,
+        total: u64,
+        hdr_len: usize,
+        pre: &'a mut [u8; PRE_LEN],
+    ) -> Option<(Frame<'a>, L2Header)> {
+        let s = self.slots[i].as_ref()?;
+        let stats = &s.stats;
         let want = (hdr_len + L2Header::MAX_LEN).min(total as usize);
         let got = src.read(0, &mut pre[..want]);
         let frame_len = total.saturating_sub(hdr_len as u64);
         if got < hdr_len || frame_len > MAX_FRAME {
             stats.tx.drop(DropReason::Malformed);
-            return Fwd::Done;
+            return None;
         }
         let vhdr = match VirtioNetHdr::new_checked(&pre[..hdr_len], hdr_len)
             .and_then(|h| VirtioNetHdrRepr::parse(&h))
@@ -59,81 +85,26 @@ impl Datapath {
             Ok(h) => h,
             Err(_) => {
                 stats.tx.drop(DropReason::Malformed);
-                return Fwd::Done;
+                return None;
             }
         };
         let l2 = match L2Header::parse(&pre[hdr_len..got]) {
             Ok(l2) => l2,
             Err(r) => {
                 stats.tx.drop(r);
-                return Fwd::Done;
+                return None;
             }
         };
         let src_tag_len: u64 = if l2.tag.is_some() { 4 } else { 0 };
-        let sender = self.slots[i]
-            .as_ref()
-            .map_or(Caps::NONE, |s| s.port.tx_caps());
-        if let Err(r) = offload::check(&vhdr, frame_len as usize, 14 + src_tag_len as usize, sender)
-        {
+        let l3 = 14 + src_tag_len as usize;
+        if let Err(r) = offload::check(&vhdr, frame_len as usize, l3, s.port.tx_caps()) {
             stats.tx.drop(match r {
                 Reject::Malformed => DropReason::Malformed,
                 Reject::Unsupported => DropReason::Offload,
             });
-            return Fwd::Done;
+            return None;
         }
         stats.tx.frame(frame_len as usize);
-        let direct = direct.or_else(|| self.slots[i].as_ref().and_then(|s| s.direct_to));
-        if let Some(to) = direct {
-            let frame = Frame {
-                src,
-                head: &pre[hdr_len..got],
-                hdr_len,
-                vhdr,
-                macs: pre[hdr_len..hdr_len + 12].try_into().unwrap_or([0; 12]),
-                src_tag_len,
-                tci_pcp: if l2.tag.is_some() {
-                    u16::from(pre[hdr_len + 14] & 0xe0) << 8
-                } else {
-                    0
-                },
-                frame_len,
-            };
-            // The frame leaves with the tag it came with, if any.
-            let tagging = l2.tag.map_or(Tagging::Untagged, Tagging::Tagged);
-            match self
-                .slots
-                .iter()
-                .position(|s| s.as_ref().is_some_and(|s| s.id == to))
-            {
-                Some(j) => self.deliver_to(j, &frame, tagging, now),
-                None => {
-                    if let Some(s) = &self.slots[i] {
-                        s.stats.tx.drop(DropReason::NoRoute);
-                    }
-                }
-            }
-            return Fwd::Done;
-        }
-        let Some(me) = self.slots[i].as_ref() else {
-            return Fwd::Done;
-        };
-        let src_id = me.id;
-        let learn = me.needs_mac;
-        let Some((decision, dest_slot)) = self.flow_decision(i, &l2, now) else {
-            return Fwd::Done;
-        };
-        let d = match decision {
-            Ok(d) => {
-                self.count_learned(i, &l2, d.learned, now);
-                d
-            }
-            Err(r) => {
-                if let Some(me) = self.slots[i].as_ref() {
-                    me.stats.tx.drop(r);
-                }
-                return Fwd::Done;
-            }
-        };
         let tci_pcp = if l2.tag.is_some() {
             u16::from(pre[hdr_len + 14] & 0xe0) << 8
         } else {
@@ -141,6 +112,7 @@ impl Datapath {
         };
         let mut macs = [0u8; 12];
         macs.copy_from_slice(&pre[hdr_len..hdr_len + 12]);
+        let pre: &'a [u8] = pre;
         let frame = Frame {
             src,
             head: &pre[hdr_len..got],
@@ -151,67 +123,138 @@ impl Datapath {
             tci_pcp,
             frame_len,
         };
-        match d.dest {
-            Destination::Port(p, tagging) => {
-                if let Some(j) = dest_slot {
-                    if let Some(w) = self.routed_away(j, &frame) {
-                        self.push_remote(i, w, Some(p), &frame, &d);
-                        if learn {
-                            self.learn_mac(i, l2.src);
-                        }
-                        return Fwd::Done;
-                    }
-                    let to_vtep = self.vtep_of(j, d.vid, l2.dst, now);
-                    let copies = self.copies_to(j, to_vtep);
-                    if self.egress_wait(i, j, frame_len as usize, copies) {
-                        return Fwd::Wait;
-                    }
-                    self.to_vtep = to_vtep;
-                    self.deliver_to(j, &frame, tagging, now);
-                    self.to_vtep = None;
-                } else if let Some(w) = self.remote.iter().find(|r| r.id == p).map(|r| r.worker) {
-                    self.push_remote(i, w, Some(p), &frame, &d);
-                }
-            }
-            Destination::Flood => {
-                let mut sent = false;
-                for j in 0..self.slots.len() {
-                    let Some(s) = self.slots[j].as_ref() else {
-                        continue;
-                    };
-                    // Direct-mode ports are not switched: no floods either.
-                    // A lent uplink queue's lender floods to the wire.
-                    if s.id == src_id || s.direct_to.is_some() || is_lent(&s.port) {
-                        continue;
-                    }
-                    if let Some(tagging) = s.policy.vlan.egress(d.vid) {
-                        if !self.charge_flood(i, j, frame_len as usize) {
-                            continue;
-                        }
-                        self.deliver_to(j, &frame, tagging, now);
-                        sent = true;
-                    }
-                }
-                // Once to every other worker with a member of the VLAN.
-                for k in 0..self.peers.len() {
-                    let w = self.peers[k].worker;
-                    if self
-                        .remote
-                        .iter()
-                        .any(|r| r.worker == w && r.vlan.egress(d.vid).is_some())
-                    {
-                        sent |= self.push_remote(i, w, None, &frame, &d);
-                    }
-                }
-                if let (false, Some(s)) = (sent, &self.slots[i]) {
+        Some((frame, l2))
+    }
+
+    /// Sends a frame as it is to direct-mode port `to`, with the tag it
+    /// came with, if any.
+    fn forward_direct(&mut self, cx: FrameCtx, frame: &Frame<'_>, l2: &L2Header, to: PortId) {
+        let tagging = l2.tag.map_or(Tagging::Untagged, Tagging::Tagged);
+        match self
+            .slots
+            .iter()
+            .position(|s| s.as_ref().is_some_and(|s| s.id == to))
+        {
+            Some(j) => self.deliver_to(j, frame, tagging, cx),
+            None => {
+                if let Some(s) = &self.slots[cx.from] {
                     s.stats.tx.drop(DropReason::NoRoute);
                 }
             }
+        }
+    }
+
+    /// Switches a frame: decided (FDB, VLANs, a remembered decision),
+    /// then to one port ([`Datapath::forward_unicast`]) or flooded
+    /// ([`Datapath::flood`]); a vNIC's first source address learned.
+    fn forward_switched(&mut self, cx: FrameCtx, frame: &Frame<'_>, l2: &L2Header) -> Fwd {
+        let i = cx.from;
+        let Some(me) = self.slots[i].as_ref() else {
+            return Fwd::Done;
+        };
+        let learn = me.needs_mac;
+        let Some((decision, dest_slot)) = self.flow_decision(cx, l2) else {
+            return Fwd::Done;
+        };
+        let d = match decision {
+            Ok(d) => {
+                self.count_learned(cx, l2, d.learned);
+                d
+            }
+            Err(r) => {
+                if let Some(me) = self.slots[i].as_ref() {
+                    me.stats.tx.drop(r);
+                }
+                return Fwd::Done;
+            }
+        };
+        match d.dest {
+            Destination::Port(p, tagging) => {
+                let fwd = self.forward_unicast(cx, frame, l2, &d, (p, tagging), dest_slot);
+                if fwd == Fwd::Wait {
+                    return Fwd::Wait;
+                }
+            }
+            Destination::Flood => self.flood(cx, frame, &d),
         }
         if learn {
             self.learn_mac(i, l2.src);
         }
         Fwd::Done
+    }
+
+    /// Sends a frame to port `to` (with its tagging): on this worker's
+    /// slot `dest_slot`, through the worker serving the pair it steers to,
+    /// or to the other worker that owns the port. `Wait`: the destination's
+    /// egress holds the sender back.
+    fn forward_unicast(
+        &mut self,
+        cx: FrameCtx,
+        frame: &Frame<'_>,
+        l2: &L2Header,
+        d: &Decision,
+        to: (PortId, Tagging),
+        dest_slot: Option<usize>,
+    ) -> Fwd {
+        let (p, tagging) = to;
+        let i = cx.from;
+        if let Some(j) = dest_slot {
+            if let Some(w) = self.routed_away(j, frame) {
+                self.push_remote(i, w, Some(p), frame, d);
+                return Fwd::Done;
+            }
+            let to_vtep = self.vtep_of(j, d.vid, l2.dst, cx.now);
+            let copies = self.copies_to(j, to_vtep);
+            if self.egress_wait(i, j, frame.frame_len as usize, copies) {
+                return Fwd::Wait;
+            }
+            self.deliver_to(j, frame, tagging, FrameCtx { to_vtep, ..cx });
+        } else if let Some(w) = self.remote.iter().find(|r| r.id == p).map(|r| r.worker) {
+            self.push_remote(i, w, Some(p), frame, d);
+        }
+        Fwd::Done
+    }
+
+    /// Floods a frame to every switched port of its VLAN here (their
+    /// egress permitting) and once to every other worker with a member;
+    /// counted as `no_route` on the sender when it reached none.
+    fn flood(&mut self, cx: FrameCtx, frame: &Frame<'_>, d: &Decision) {
+        let i = cx.from;
+        let Some(src_id) = self.slots[i].as_ref().map(|s| s.id) else {
+            return;
+        };
+        let mut sent = false;
+        for j in 0..self.slots.len() {
+            let Some(s) = self.slots[j].as_ref() else {
+                continue;
+            };
+            // Direct-mode ports are not switched: no floods either.
+            // A lent uplink queue's lender floods to the wire.
+            if s.id == src_id || s.direct_to.is_some() || s.port.is_lent() {
+                continue;
+            }
+            if let Some(tagging) = s.policy.vlan.egress(d.vid) {
+                if !self.charge_flood(i, j, frame.frame_len as usize) {
+                    continue;
+                }
+                self.deliver_to(j, frame, tagging, cx);
+                sent = true;
+            }
+        }
+        // Once to every other worker with a member of the VLAN.
+        for k in 0..self.peers.len() {
+            let w = self.peers[k].worker;
+            if self
+                .remote
+                .iter()
+                .any(|r| r.worker == w && r.vlan.egress(d.vid).is_some())
+            {
+                sent |= self.push_remote(i, w, None, frame, d);
+            }
+        }
+        if let (false, Some(s)) = (sent, &self.slots[i]) {
+            s.stats.tx.drop(DropReason::NoRoute);
+        }
     }
 
     /// The decision for a frame with header `l2` from slot `i` at `now`,
@@ -220,14 +263,13 @@ impl Datapath {
     /// ([`Datapath::decide_flow`]). None: no port in `i`.
     pub(super) fn flow_decision(
         &mut self,
-        i: usize,
+        cx: FrameCtx,
         l2: &L2Header,
-        now: Instant,
     ) -> Option<(Result<Decision, DropReason>, Option<usize>)> {
-        if let Some(m) = self.remembered(i, l2, now) {
+        if let Some(m) = self.remembered(cx.from, l2, cx.now) {
             return Some((m.decision, m.to.map(|(j, _)| j)));
         }
-        self.decide_flow(i, l2, now)
+        self.decide_flow(cx, l2)
     }
 
     /// Slot `i`'s remembered decision, when it holds for a frame with
@@ -246,11 +288,10 @@ impl Datapath {
     /// the decision remembered.
     pub(super) fn decide_flow(
         &mut self,
-        i: usize,
+        cx: FrameCtx,
         l2: &L2Header,
-        now: Instant,
     ) -> Option<(Result<Decision, DropReason>, Option<usize>)> {
-        let from_vtep = self.from_vtep;
+        let (i, now) = (cx.from, cx.now);
         let Datapath {
             slots,
             fdb,
@@ -262,7 +303,7 @@ impl Datapath {
         let src_id = me.id;
         let from = Place {
             port: src_id,
-            remote: from_vtep,
+            remote: cx.from_vtep,
         };
         let decision = decide(fdb, from, &me.policy, l2, now, |p, vid| {
             match slots.iter().flatten().find(|s| s.id == p) {
@@ -294,13 +335,9 @@ impl Datapath {
         Some((decision, to.map(|(j, _)| j)))
     }
 
-    /// How many copies of a frame slot `j` sends: a VXLAN port's flood to
-    /// its VTEPs (`to_vtep` unknown) one per VTEP, otherwise one.
+    /// How many copies of a frame slot `j` sends (see [`crate::port::Kind::copies`]).
     fn copies_to(&self, j: usize, to_vtep: Option<std::net::Ipv4Addr>) -> usize {
-        match self.slots[j].as_ref().map(|s| &s.port) {
-            Some(Port::Vxlan(v)) if to_vtep.is_none() => v.fanout().max(1),
-            _ => 1,
-        }
+        self.slots[j].as_ref().map_or(1, |s| s.port.copies(to_vtep))
     }
 
     /// Charges a flood from slot `i` of `bytes` to slot `j`'s egress
@@ -311,26 +348,15 @@ impl Datapath {
         let Some(src) = self.slots[i].as_ref() else {
             return true;
         };
-        let (id, guest) = (src.id, matches!(src.port, Port::VhostUser(_)));
-        let copies = self.copies_to(j, None);
+        let (id, guest) = (src.id, src.port.vhost_user().is_some());
         let Some(dst) = self.slots[j].as_mut() else {
             return true;
         };
-        match &mut dst.port {
-            // As before: a flood counts against the wire, not the sender.
-            Port::Uplink(u) => u.sched.charge(bytes),
-            Port::Vxlan(v) => {
-                let all = bytes * copies;
-                if !guest {
-                    v.sched.charge(all);
-                } else if !v.sched.charge_flood(id, all) {
-                    dst.stats.rx.drop(DropReason::Egress);
-                    return false;
-                }
-            }
-            _ => {}
+        if dst.port.charge_flood(id, guest, bytes) {
+            return true;
         }
-        true
+        dst.stats.rx.drop(DropReason::Egress);
+        false
     }
 
     /// Whether a frame of `bytes` from slot `i` to slot `j`, sent as
@@ -343,14 +369,12 @@ impl Datapath {
         let Some(src) = self.slots[i].as_ref() else {
             return false;
         };
-        let (id, guest) = (src.id, matches!(src.port, Port::VhostUser(_)));
+        let (id, guest) = (src.id, src.port.vhost_user().is_some());
         let Some(dst) = self.slots[j].as_mut().map(|s| &mut s.port) else {
             return false;
         };
-        let ready = match dst {
-            Port::Uplink(u) => u.tx_ready(uplink::HDR_LEN + bytes + 4),
-            _ => true,
-        };
+        // (Room for a tag the frame may leave with.)
+        let ready = dst.tx_ready(bytes + 4);
         let Some(sched) = dst.sched_mut() else {
             return false;
         };

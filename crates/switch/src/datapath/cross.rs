@@ -8,7 +8,7 @@
 //! "not switched" exclusion apply to it unchanged; the fast case knows the
 //! peer's slot (`PortRuntime::cross`) and skips the forwarding decision.
 
-use super::{Datapath, Port, Slot};
+use super::Datapath;
 
 impl Datapath {
     /// Whether a port with policy `cross_connect` can be added here: its
@@ -17,19 +17,13 @@ impl Datapath {
         let Some(name) = cross_connect else {
             return Ok(());
         };
-        match self.find(name).and_then(|j| self.slot(j)) {
-            Some(Slot {
-                port: Port::VhostUser(_),
-                direct_to: None,
-                ..
-            }) => Ok(()),
-            Some(Slot {
-                port: Port::VhostUser(_),
-                ..
-            }) => Err(format!(
+        let peer = self.find(name).and_then(|j| self.slot(j));
+        match peer.filter(|s| s.port.vhost_user().is_some()) {
+            Some(s) if s.direct_to.is_none() => Ok(()),
+            Some(_) => Err(format!(
                 "cross_connect: port {name} is already direct or cross-connected"
             )),
-            _ => Err(format!(
+            None => Err(format!(
                 "cross_connect: no vhost-user port named {name} on the shared worker"
             )),
         }

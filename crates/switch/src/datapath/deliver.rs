@@ -1,14 +1,13 @@
 //! Delivery: a classified frame into a destination port, with the offload
 //! work the destination did not negotiate done in software.
 
-use super::{head_of, Datapath, DeliverError, Frame, Port};
+use super::{head_of, Datapath, DeliverError, Frame, FrameCtx, Scratch, Slot};
 use crate::offload::{self, Caps, Reject, Work};
-use crate::port::uplink::{self};
+use crate::port::DeliverCx;
 use crate::stats::DropReason;
 use crate::vhost_user::buffers::Src;
 use crate::vhost_user::chain::ChainError;
 use crate::vlan::Tagging;
-use crate::wire::virtio_net::{self};
 use std::time::Instant;
 
 impl Datapath {
@@ -19,21 +18,21 @@ impl Datapath {
         j: usize,
         frame: &Frame<'_>,
         tagging: Tagging,
-        now: Instant,
+        cx: FrameCtx,
     ) {
         let Some(caps) = self.slots[j].as_ref().map(|s| s.port.rx_caps()) else {
             return;
         };
-        if self.lro_offer(j, frame, tagging, caps, now) {
+        if self.lro_offer(j, frame, tagging, caps, cx) {
             return;
         }
         let mut f = *frame;
         f.vhdr.flags = offload::egress_flags(f.vhdr.flags, caps);
         match offload::work(&frame.vhdr, caps) {
             Work::Pass => {
-                self.deliver_one(j, &f, tagging, now);
+                self.deliver_one(j, &f, tagging, cx);
             }
-            work => self.deliver_soft(j, frame, work, caps, tagging, now),
+            work => self.deliver_soft(j, frame, work, caps, tagging, cx),
         }
     }
 
@@ -49,7 +48,8 @@ impl Datapath {
 
     /// The software fallback: the frame is copied out once (it is read in
     /// full anyway to checksum it), completed or cut into segments, and each
-    /// result delivered like a frame from a local port.
+    /// result delivered like a frame from a local port. A hostile receive
+    /// ring stops it; its port is reset once the frame is done with.
     pub(super) fn deliver_soft(
         &mut self,
         j: usize,
@@ -57,31 +57,61 @@ impl Datapath {
         work: Work,
         caps: Caps,
         tagging: Tagging,
-        now: Instant,
+        cx: FrameCtx,
     ) {
-        let (Some(mut soft), Some(mut seg)) = (self.soft.take(), self.seg.take()) else {
+        let Datapath {
+            slots,
+            scratch,
+            rx_touched,
+            ..
+        } = self;
+        let Scratch {
+            soft,
+            seg,
+            rx_chain,
+            plan,
+            ..
+        } = scratch;
+        let Some(dst) = slots[j].as_mut() else {
             return;
+        };
+        let mut hostile = None;
+        let mut deliver = |f: &Frame<'_>| {
+            let mut out = DeliverCx {
+                chain: rx_chain,
+                plan,
+                hint: cx.rx_hint,
+                to_vtep: cx.to_vtep,
+                stats: &dst.stats,
+            };
+            let result = dst.port.deliver(f, tagging, &mut out);
+            match account(dst, j, result, rx_touched) {
+                Ok(ok) => ok,
+                Err(e) => {
+                    hostile = Some(e);
+                    false
+                }
+            }
         };
         let len = frame.frame_len as usize;
         let got = frame.src.read(frame.hdr_len as u64, &mut soft[..len]);
         let l3 = 14 + frame.src_tag_len as usize;
-        let local = |bytes, vhdr| Frame {
-            src: Src::Local(bytes),
-            head: head_of(bytes),
-            hdr_len: 0,
-            vhdr,
-            ..*frame
-        };
         let result = if got != len {
             Err(DropReason::Malformed)
         } else if work == Work::Checksum {
             match offload::complete_checksum(&mut soft[..len], &frame.vhdr) {
                 Ok(mut h) => {
                     h.flags = offload::egress_flags(h.flags, caps);
-                    if self.deliver_one(j, &local(&soft[..len], h), tagging, now) {
-                        if let Some(s) = &self.slots[j] {
-                            crate::stats::bump(&s.stats.rx.sw_checksums, 1);
-                        }
+                    let bytes = &soft[..len];
+                    let f = Frame {
+                        src: Src::Local(bytes),
+                        head: head_of(bytes),
+                        hdr_len: 0,
+                        vhdr: h,
+                        ..*frame
+                    };
+                    if deliver(&f) {
+                        crate::stats::bump(&dst.stats.rx.sw_checksums, 1);
                     }
                     Ok(())
                 }
@@ -89,29 +119,22 @@ impl Datapath {
             }
         } else {
             let mut failed = false;
-            let cut = offload::segment(
-                &soft[..len],
-                &frame.vhdr,
-                l3,
-                caps.csum,
-                &mut seg,
-                |b, h| {
-                    let f = Frame {
-                        src: Src::Local(b),
-                        head: head_of(b),
-                        hdr_len: 0,
-                        vhdr: *h,
-                        frame_len: b.len() as u64,
-                        ..*frame
-                    };
-                    failed = !self.deliver_one(j, &f, tagging, now);
-                    !failed
-                },
-            );
+            let cut = offload::segment(&soft[..len], &frame.vhdr, l3, caps.csum, seg, |b, h| {
+                let f = Frame {
+                    src: Src::Local(b),
+                    head: head_of(b),
+                    hdr_len: 0,
+                    vhdr: *h,
+                    frame_len: b.len() as u64,
+                    ..*frame
+                };
+                failed = !deliver(&f);
+                !failed
+            });
             match cut {
                 Ok(_) => {
-                    if let (false, Some(s)) = (failed, &self.slots[j]) {
-                        crate::stats::bump(&s.stats.rx.sw_segmented, 1);
+                    if !failed {
+                        crate::stats::bump(&dst.stats.rx.sw_segmented, 1);
                     }
                     Ok(())
                 }
@@ -119,11 +142,12 @@ impl Datapath {
                 Err(Reject::Unsupported) => Err(DropReason::Offload),
             }
         };
-        if let (Err(r), Some(s)) = (result, &self.slots[j]) {
-            s.stats.rx.drop(r);
+        if let Err(r) = result {
+            dst.stats.rx.drop(r);
         }
-        self.soft = Some(soft);
-        self.seg = Some(seg);
+        if let Some(e) = hostile {
+            self.rx_ring_hostile(j, cx.now, &e);
+        }
     }
 
     pub(super) fn deliver_one(
@@ -131,64 +155,21 @@ impl Datapath {
         j: usize,
         frame: &Frame<'_>,
         tagging: Tagging,
-        now: Instant,
+        cx: FrameCtx,
     ) -> bool {
-        let Datapath {
-            slots,
-            rx_chain,
-            plan,
-            rx_hint,
-            to_vtep,
-            ..
-        } = self;
+        let Datapath { slots, scratch, .. } = self;
         let Some(dst) = slots[j].as_mut() else {
             return false;
         };
-        let result = match &mut dst.port {
-            Port::VhostUser(p) => p.deliver(frame, tagging, plan, rx_chain, *rx_hint, &dst.stats),
-            Port::Tap(t) => {
-                let out = t.out_buf();
-                deliver_local(out, virtio_net::HEADER_LEN, frame, tagging).and_then(
-                    |(len, bytes)| {
-                        if t.send(len) {
-                            Ok(bytes)
-                        } else {
-                            Err(DeliverError::Drop(DropReason::RingFull))
-                        }
-                    },
-                )
-            }
-            Port::Uplink(u) => {
-                let need = uplink::HDR_LEN + frame.egress_l2(tagging).1 + frame.rest().1 as usize;
-                match u.tx_buf(need) {
-                    Some(out) => deliver_local(out, uplink::HDR_LEN, frame, tagging).and_then(
-                        |(len, bytes)| {
-                            if u.tx_commit(len) {
-                                Ok(bytes)
-                            } else {
-                                Err(DeliverError::Drop(DropReason::RingFull))
-                            }
-                        },
-                    ),
-                    None => Err(DeliverError::Drop(DropReason::RingFull)),
-                }
-            }
-            Port::Vxlan(v) => {
-                // The inner frame goes into a send slot behind room for the
-                // UDP and VXLAN headers; no virtio-net header (its offloads
-                // were done in software: the port takes none).
-                let len = frame.egress_l2(tagging).1 + frame.rest().1 as usize;
-                let fanout = if to_vtep.is_some() { 1 } else { v.fanout() };
-                match v.reserve(len, fanout, &dst.stats.rx) {
-                    Ok(()) => deliver_local(v.slot(), 0, frame, tagging).map(|(n, bytes)| {
-                        v.commit(n, *to_vtep);
-                        bytes
-                    }),
-                    Err(r) => Err(DeliverError::Drop(r)),
-                }
-            }
+        let mut out = DeliverCx {
+            chain: &mut scratch.rx_chain,
+            plan: &mut scratch.plan,
+            hint: cx.rx_hint,
+            to_vtep: cx.to_vtep,
+            stats: &dst.stats,
         };
-        self.delivered(j, result, now)
+        let result = dst.port.deliver(frame, tagging, &mut out);
+        self.delivered(j, result, cx.now)
     }
 
     /// Accounts for a delivery to slot `j`: counted, or dropped (a full ring
@@ -203,19 +184,9 @@ impl Datapath {
         let Some(dst) = self.slots[j].as_mut() else {
             return false;
         };
-        match result {
-            Ok(bytes) => {
-                dst.stats.rx.frame(bytes);
-                dst.rt.delivered(j, &mut self.rx_touched);
-                true
-            }
-            Err(DeliverError::Drop(r)) => {
-                dst.stats.rx.drop(r);
-                // The guest must hear about what it has, to return buffers.
-                dst.rt.urgent |= r == DropReason::RingFull;
-                false
-            }
-            Err(DeliverError::Hostile(e)) => {
+        match account(dst, j, result, &mut self.rx_touched) {
+            Ok(ok) => ok,
+            Err(e) => {
                 self.rx_ring_hostile(j, now, &e);
                 false
             }
@@ -223,27 +194,28 @@ impl Datapath {
     }
 }
 
-/// Assembles a frame with a virtio-net header of `hl` bytes in `out`;
-/// returns (bytes to send, frame bytes without the header).
-pub(super) fn deliver_local(
-    out: &mut [u8],
-    hl: usize,
-    f: &Frame<'_>,
-    tagging: Tagging,
-) -> Result<(usize, usize), DeliverError> {
-    let (l2, l2_len) = f.egress_l2(tagging);
-    let (rest_off, rest_len) = f.rest();
-    let total = hl + l2_len + rest_len as usize;
-    if total > out.len() {
-        return Err(DeliverError::Drop(DropReason::Malformed));
+/// Counts a delivery to `dst` (slot `j`): the frame, or its drop (a full
+/// ring calls the guest at once). Whether it was delivered; `Err`: the
+/// receive ring was hostile, for the caller to reset the port.
+#[inline]
+fn account(
+    dst: &mut Slot,
+    j: usize,
+    result: Result<usize, DeliverError>,
+    rx_touched: &mut Vec<usize>,
+) -> Result<bool, ChainError> {
+    match result {
+        Ok(bytes) => {
+            dst.stats.rx.frame(bytes);
+            dst.rt.delivered(j, rx_touched);
+            Ok(true)
+        }
+        Err(DeliverError::Drop(r)) => {
+            dst.stats.rx.drop(r);
+            // The guest must hear about what it has, to return buffers.
+            dst.rt.urgent |= r == DropReason::RingFull;
+            Ok(false)
+        }
+        Err(DeliverError::Hostile(e)) => Err(e),
     }
-    if hl > 0 {
-        let _ = f.egress_vhdr(l2_len, 0).emit(&mut out[..hl], hl);
-    }
-    out[hl..hl + l2_len].copy_from_slice(&l2[..l2_len]);
-    let got = f.src.read(rest_off, &mut out[hl + l2_len..total]);
-    if got != rest_len as usize {
-        return Err(DeliverError::Drop(DropReason::Malformed));
-    }
-    Ok((total, l2_len + rest_len as usize))
 }

@@ -1,7 +1,7 @@
 //! Notifications and descriptor events: when the guest is called, when
 //! it is asked to kick, and what a readable descriptor means.
 
-use super::{Datapath, Port, PortRuntime, Slot};
+use super::{Datapath, FrameCtx, PortRuntime, Slot};
 use crate::coalesce::{Coalescer, Decision};
 use crate::config::Policies;
 use crate::events::Kind;
@@ -49,6 +49,20 @@ impl PortRuntime {
         }
     }
 
+    /// Publishes receive queue `q`'s used entries and calls its guest as
+    /// the coalescing policy says ([`signal_rx`]); the held call's
+    /// deadline, if any.
+    #[inline]
+    pub(crate) fn call_rx(
+        &mut self,
+        q: &mut ActiveQueue,
+        now: Instant,
+        stats: &crate::stats::QueueStats,
+    ) -> Option<Instant> {
+        self.hold = signal_rx(q, self, now, stats);
+        self.hold
+    }
+
     /// Forgets rates and holds (the front-end went away).
     pub(super) fn restart(&mut self) {
         self.coalescer.restart();
@@ -74,14 +88,17 @@ impl Datapath {
 
     /// True when every transmit queue asks its guest for kicks (the worker may sleep).
     pub fn all_tx_armed(&self) -> bool {
-        self.slots.iter().flatten().all(|s| match &s.port {
-            Port::VhostUser(p) => {
-                s.rt.tx_armed
-                    || s.rt.egress_held
-                    || !(0..p.device.queue_pairs()).any(|k| p.device.ready(tx_queue(k)))
-            }
-            _ => true,
-        })
+        self.slots
+            .iter()
+            .flatten()
+            .all(|s| match s.port.vhost_user() {
+                Some(p) => {
+                    s.rt.tx_armed
+                        || s.rt.egress_held
+                        || !(0..p.device.queue_pairs()).any(|k| p.device.ready(tx_queue(k)))
+                }
+                _ => true,
+            })
     }
 
     /// Before sleeping: asks every transmit queue for kicks. Returns true
@@ -94,7 +111,7 @@ impl Datapath {
                 // wakes the worker: a kick would not let them go sooner.
                 continue;
             }
-            if let Port::VhostUser(p) = &mut s.port {
+            if let Some(p) = s.port.vhost_user_mut() {
                 for_tx(p, |q| {
                     pending |= q.enable_notification();
                     s.rt.tx_armed = true;
@@ -107,7 +124,7 @@ impl Datapath {
     /// After waking: tells transmit queues the worker is polling.
     pub fn disarm_notifications(&mut self) {
         for s in self.slots.iter_mut().flatten() {
-            if let Port::VhostUser(p) = &mut s.port {
+            if let Some(p) = s.port.vhost_user_mut() {
                 for_tx(p, |q| q.disable_notification());
                 s.rt.tx_armed = false;
                 s.rt.tx_idle = 0;
@@ -118,7 +135,7 @@ impl Datapath {
     /// Handles an event on one of slot `idx`'s watched descriptors.
     pub fn on_event(&mut self, idx: usize, what: Watch, now: Instant) {
         // A message may replace a memory table or end a port.
-        self.copies.release();
+        self.scratch.copies.release();
         if what == Watch::Connection {
             // The front-end's messages may stop or remap the queues: an LRO
             // aggregate's receive chains are returned first.
@@ -133,18 +150,10 @@ impl Datapath {
         let Some(s) = self.slots.get_mut(idx).and_then(Option::as_mut) else {
             return;
         };
-        let p = match &mut s.port {
-            Port::VhostUser(p) => p,
-            Port::Tap(t) => {
-                t.on_readable();
-                return;
-            }
-            Port::Vxlan(v) => {
-                v.on_readable();
-                return;
-            }
-            // The rings are polled every round; readiness only woke the worker.
-            Port::Uplink(_) => return,
+        // Other kinds only note readiness; a front-end's events are here.
+        let Some(p) = s.port.vhost_user_mut() else {
+            s.port.on_readable();
+            return;
         };
         match what {
             Watch::Listener => {
@@ -168,11 +177,10 @@ impl Datapath {
                             s.name
                         );
                         self.forward_frame(
-                            idx,
+                            FrameCtx::new(idx, now),
                             Src::Local(&f),
                             f.len() as u64,
                             crate::wire::virtio_net::HEADER_LEN,
-                            now,
                         );
                     }
                 }
@@ -202,7 +210,7 @@ impl Datapath {
     pub fn tick(&mut self, now: Instant, changed: &mut Vec<usize>) {
         for (i, s) in self.slots.iter_mut().enumerate() {
             let Some(s) = s else { continue };
-            if let Port::VhostUser(p) = &mut s.port {
+            if let Some(p) = s.port.vhost_user_mut() {
                 if p.tick(now) {
                     s.stats.connections.fetch_add(1, Relaxed);
                     log::info!("port {}: connected to front-end", s.name);
@@ -239,7 +247,7 @@ impl Datapath {
                 continue;
             };
             s.rt.rx_unpublished = false;
-            if let Port::VhostUser(p) = &mut s.port {
+            if let Some(p) = s.port.vhost_user_mut() {
                 for k in 0..p.device.queue_pairs() {
                     if let Some(q) = p.device.queue(rx_queue(k)) {
                         q.flush();
@@ -254,7 +262,7 @@ impl Datapath {
 /// Transmit busy-poll budget: after `tx_poll_budget` empty rounds the
 /// guest is asked to kick again; a frame puts the queue back to polling.
 pub(super) fn tx_budget(s: &mut Slot, popped: usize) {
-    let Port::VhostUser(p) = &mut s.port else {
+    let Some(p) = s.port.vhost_user_mut() else {
         return;
     };
     if p.device.queue_pairs() > 1 {
@@ -321,7 +329,7 @@ fn for_tx(p: &mut VhostUserPort, mut f: impl FnMut(&mut ActiveQueue)) {
 /// A receive queue without a coalescing policy (a multiqueue guest's
 /// pairs after the first): the used ring published, the guest called
 /// when its driver wants a call.
-pub(super) fn signal_now(q: &mut ActiveQueue, stats: &crate::stats::QueueStats) {
+pub(crate) fn signal_now(q: &mut ActiveQueue, stats: &crate::stats::QueueStats) {
     q.flush();
     if !q.used_pending() {
         return;
@@ -336,7 +344,7 @@ pub(super) fn signal_now(q: &mut ActiveQueue, stats: &crate::stats::QueueStats) 
 /// Receive-side calls: the used ring is published every round; the call
 /// goes when the driver wants one and the coalescing policy agrees. Returns
 /// when a held call is due.
-pub(super) fn signal_rx(
+pub(crate) fn signal_rx(
     q: &mut crate::vhost_user::queue::ActiveQueue,
     rt: &mut PortRuntime,
     now: Instant,

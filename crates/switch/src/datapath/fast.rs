@@ -16,7 +16,7 @@
 //! Anything else, or any doubt, takes the full path, which decides the
 //! same way for these frames (and refreshes the remembered decision).
 
-use super::{Datapath, Port, Slot, MAX_FRAME};
+use super::{Datapath, FrameCtx, Port, Slot, MAX_FRAME};
 use crate::fdb::Learned;
 use crate::forward::L2Header;
 use crate::stats::DropReason;
@@ -279,16 +279,16 @@ impl Datapath {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn forward_plain(
         &mut self,
-        i: usize,
+        cx: FrameCtx,
         mem: &Arc<GuestMem>,
         segs: &[Seg],
         len: u64,
         hdr_len: usize,
-        now: Instant,
         route: &mut Option<PlainRoute>,
         tally: &mut PlainTally,
         looked: Option<Look>,
     ) -> bool {
+        let (i, now) = (cx.from, cx.now);
         let Some(r) = route.as_mut() else {
             return false;
         };
@@ -311,9 +311,9 @@ impl Datapath {
             segs,
             &look,
             frame_len,
-            &mut self.rx_chain,
-            self.rx_hint,
-            &mut self.copies,
+            &mut self.scratch.rx_chain,
+            cx.rx_hint,
+            &mut self.scratch.copies,
         ) else {
             return false;
         };
@@ -351,15 +351,15 @@ impl Datapath {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn forward_decided_anew(
         &mut self,
-        i: usize,
+        cx: FrameCtx,
         mem: &Arc<GuestMem>,
         segs: &[Seg],
         len: u64,
         hdr_len: usize,
-        now: Instant,
         route: &mut Option<PlainRoute>,
         tally: &mut PlainTally,
     ) -> bool {
+        let (i, now) = (cx.from, cx.now);
         if route.is_some()
             || len.saturating_sub(hdr_len as u64) > MAX_FRAME
             || !self.slots[i]
@@ -390,18 +390,18 @@ impl Datapath {
         if self.remembered(i, &l2, now).is_some() {
             return false;
         }
-        let Some((decision, _)) = self.decide_flow(i, &l2, now) else {
+        let Some((decision, _)) = self.decide_flow(cx, &l2) else {
             return false;
         };
         *route = self.plain_route(i, now);
         // A destination with LRO looks further into the frame.
         let looked = route.as_ref().filter(|r| !r.lro).map(|_| look);
-        let done = self.forward_plain(i, mem, segs, len, hdr_len, now, route, tally, looked);
+        let done = self.forward_plain(cx, mem, segs, len, hdr_len, route, tally, looked);
         // A flap is counted and said here when the fast case took the
         // frame (else the full path counts it from the remembered decision).
         if let (true, Ok(d)) = (done, decision) {
             if matches!(d.learned, Learned::Flapped { .. }) {
-                self.count_learned(i, &l2, d.learned, now);
+                self.count_learned(cx, &l2, d.learned);
             }
         }
         done
@@ -448,7 +448,7 @@ impl Datapath {
             let frame_len = r.plain_len(&look, len, hdr_len)?;
             Some((*segs.first()?, look, frame_len))
         };
-        let run = p.deliver_plain_run(mem, plain, burst.len() - from, &mut self.copies);
+        let run = p.deliver_plain_run(mem, plain, burst.len() - from, &mut self.scratch.copies);
         if run.taken == 0 {
             return 0;
         }

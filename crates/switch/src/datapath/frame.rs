@@ -4,6 +4,8 @@ use crate::lro;
 use crate::vhost_user::buffers::Src;
 use crate::vlan::Tagging;
 use crate::wire::virtio_net::{VirtioNetHdrRepr, FLAG_NEEDS_CSUM, GSO_NONE};
+use std::net::Ipv4Addr;
+use std::time::Instant;
 
 /// A local frame's first bytes, as [`Frame::head`].
 pub(super) fn head_of(b: &[u8]) -> &[u8] {
@@ -61,5 +63,43 @@ impl Frame<'_> {
         }
         vh.num_buffers = num_buffers;
         vh
+    }
+}
+
+/// What forwarding one frame depends on besides its bytes: where it came
+/// from, when, and what the burst and the tunnel say about it. Passed down
+/// with the frame (a copy: nothing is set around calls).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FrameCtx {
+    /// The slot the frame came from.
+    pub(crate) from: usize,
+    /// The round's time.
+    pub(crate) now: Instant,
+    /// Frames of the transmit burst still to forward, this one included:
+    /// how many receive chains a destination pops ahead when it runs out
+    /// (one frame in flight pops one: no latency for the rest).
+    pub(crate) rx_hint: usize,
+    /// The VTEP the frame came from (a VXLAN port's frame): its source
+    /// address is learned behind it.
+    pub(crate) from_vtep: Option<Ipv4Addr>,
+    /// The VTEP the frame goes to when delivered to a VXLAN port: its
+    /// destination's, from the FDB; `None` floods to the port's remotes.
+    pub(crate) to_vtep: Option<Ipv4Addr>,
+}
+
+impl FrameCtx {
+    /// The source of a frame from another worker: no slot here.
+    pub(crate) const REMOTE: usize = usize::MAX;
+
+    /// A frame from slot `from` at `now`, on its own (no burst, no tunnel).
+    #[inline]
+    pub(crate) fn new(from: usize, now: Instant) -> Self {
+        Self {
+            from,
+            now,
+            rx_hint: 1,
+            from_vtep: None,
+            to_vtep: None,
+        }
     }
 }

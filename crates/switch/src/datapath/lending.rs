@@ -86,7 +86,7 @@ impl Datapath {
     /// Whether every uplink can give a new vNIC the receive queue it asks for.
     pub fn check_queue_request(&self, req: QueueRequest) -> Result<(), String> {
         for s in self.slots.iter().flatten() {
-            if let Port::Uplink(u) = &s.port {
+            if let Some(u) = s.port.uplink() {
                 if u.lent().is_some() {
                     continue;
                 }
@@ -112,7 +112,7 @@ impl Datapath {
         let mut out = Vec::new();
         for (i, s) in self.slots.iter_mut().enumerate() {
             let Some(s) = s else { continue };
-            let Port::Uplink(u) = &mut s.port else {
+            let Some(u) = s.port.uplink_mut() else {
                 continue;
             };
             if u.lent().is_some() {
@@ -169,7 +169,7 @@ impl Datapath {
         for i in 0..self.slots.len() {
             let lent = self.slots[i]
                 .as_ref()
-                .is_some_and(|s| is_lent(&s.port) && of.map_or(true, |u| u == s.id));
+                .is_some_and(|s| s.port.is_lent() && of.map_or(true, |u| u == s.id));
             if !lent {
                 continue;
             }
@@ -195,10 +195,10 @@ impl Datapath {
         for l in lent {
             let at = self.slots.iter().position(|s| {
                 s.as_ref()
-                    .is_some_and(|s| s.id == l.uplink && matches!(s.port, Port::Uplink(_)))
+                    .is_some_and(|s| s.id == l.uplink && s.port.uplink().is_some())
             });
             if let Some(i) = at {
-                if let Some(Port::Uplink(u)) = self.slots[i].as_mut().map(|s| &mut s.port) {
+                if let Some(u) = self.slots[i].as_mut().and_then(|s| s.port.uplink_mut()) {
                     u.take_back(l.port);
                 }
                 self.mark_dirty(i);
@@ -206,7 +206,7 @@ impl Datapath {
         }
         if let Some(id) = leaving {
             for s in self.slots.iter_mut().flatten() {
-                if let Port::Uplink(u) = &mut s.port {
+                if let Some(u) = s.port.uplink_mut() {
                     u.update_queues(|t| t.leave(id));
                 }
             }
@@ -267,16 +267,5 @@ impl Datapath {
                 changed
             });
         }
-    }
-}
-
-/// Whether `port` is an uplink queue lent by another worker's uplink, or a
-/// queue pair lent by another worker's vhost-user port: it takes unicast
-/// frames to its port here, floods reach the port through its owner.
-pub(super) fn is_lent(port: &Port) -> bool {
-    match port {
-        Port::Uplink(u) => u.lent().is_some(),
-        Port::VhostUser(p) => p.lent_pair().is_some(),
-        _ => false,
     }
 }

@@ -1,7 +1,7 @@
 //! LRO toward vhost-user ports: segments merged in place into the
 //! destination's receive buffers, and when an aggregate ends.
 
-use super::{Datapath, Frame, Port};
+use super::{Datapath, Frame, FrameCtx, Port};
 use crate::lro;
 use crate::lro::place::{Delivered, PlaceError};
 use crate::offload::Caps;
@@ -30,15 +30,12 @@ impl Datapath {
         frame: &Frame<'_>,
         tagging: Tagging,
         caps: Caps,
-        now: Instant,
+        cx: FrameCtx,
     ) -> bool {
-        let Datapath {
-            slots,
-            rx_chain,
-            rx_hint,
-            ..
-        } = self;
-        let want = *rx_hint;
+        let now = cx.now;
+        let Datapath { slots, scratch, .. } = self;
+        let rx_chain = &mut scratch.rx_chain;
+        let want = cx.rx_hint;
         let Some(slot) = slots[j].as_mut() else {
             return false;
         };

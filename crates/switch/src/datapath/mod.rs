@@ -5,6 +5,20 @@
 //! No allocation, lock or system call per frame: buffers are fixed arrays
 //! on the stack, counters are relaxed atomics, and notifications (eventfd
 //! writes) happen once per queue per burst, only when the driver wants one.
+//!
+//! The data path keeps the slots, the FDB, classification and the fast
+//! case; each kind of port receives, delivers and ends its round itself
+//! (`crate::port`), reached through one dispatch point. A frame's context
+//! (`FrameCtx`) is an argument, never a field set around a call; the
+//! buffers reused frame after frame are one struct (`Scratch`). The files:
+//! `ingress.rs` (what the port kinds ask of the switch, and a guest's
+//! bursts), `classify.rs` (the full path: headers, decision, unicast or
+//! flood), `fast.rs` and `copies/` (the fast case), `deliver.rs` (to a
+//! destination, software offloads), `lro_delivery.rs`, `events.rs`
+//! (notifications, descriptor events, publishing), `table.rs` (adding,
+//! changing, resetting ports), `lending.rs`, `spread.rs` and `cross.rs`
+//! (ports given to other ports or workers), `peers.rs` (other workers),
+//! `moves.rs` and `tell.rs` (what is counted and said), `read_ahead.rs`.
 
 mod classify;
 mod copies;
@@ -23,13 +37,13 @@ mod spread;
 mod table;
 mod tell;
 
+pub use crate::port::QUEUE_TURN;
 pub(crate) use copies::Copies;
-use events::{signal_now, signal_rx, tx_budget};
+pub(crate) use events::signal_now;
+use events::tx_budget;
 pub(crate) use fast::Look;
 use frame::head_of;
-pub(crate) use frame::Frame;
-pub use ingress::QUEUE_TURN;
-use lending::is_lent;
+pub(crate) use frame::{Frame, FrameCtx};
 pub use lending::Lent;
 pub use lro_delivery::{LRO_HOLD, LRO_IDLE};
 use read_ahead::ReadAhead;
@@ -42,13 +56,12 @@ use crate::forward::{L2Header, PortPolicy};
 use crate::lro::place::InPlace;
 use crate::mesh::{Peer, RemotePort};
 use crate::perf::WorkerPerf;
-use crate::port::tap::{self, TapPort};
-use crate::port::uplink::UplinkPort;
-use crate::port::vhost_user::{RxPlan, VhostUserPort};
-use crate::port::vxlan::VxlanPort;
+use crate::port::vhost_user::RxPlan;
+pub use crate::port::Port;
+use crate::port::RoundCx;
 use crate::stats::{DropReason, PortStats};
 use crate::vhost_user::chain::{Chain, ChainError};
-use crate::vhost_user::device::{rx_queue, tx_queue, RX_QUEUE};
+use crate::vhost_user::device::{tx_queue, RX_QUEUE};
 use crate::vhost_user::queue::Burst;
 use crate::vlan::Tagging;
 use crate::PortId;
@@ -59,21 +72,6 @@ use std::time::Instant;
 pub const MAX_FRAME: u64 = 65535 + 18;
 /// Most receive buffers one frame may span with mergeable buffers.
 pub const MAX_MERGE: usize = 64;
-
-/// The kinds of ports (enum dispatch keeps the loop monomorphic).
-// One value per port: its size does not matter, a Box would add a pointer chase per frame.
-#[allow(clippy::large_enum_variant)]
-#[derive(Debug)]
-pub enum Port {
-    /// vhost-user virtio-net.
-    VhostUser(VhostUserPort),
-    /// A tap interface.
-    Tap(TapPort),
-    /// A host interface through AF_PACKET.
-    Uplink(UplinkPort),
-    /// A VXLAN tunnel endpoint: frames to and from remote VTEPs over UDP.
-    Vxlan(VxlanPort),
-}
 
 /// A port in the switch.
 #[derive(Debug)]
@@ -191,7 +189,7 @@ struct LroCtx {
 
 /// What became of a frame taken from a port.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Fwd {
+pub(crate) enum Fwd {
     /// Forwarded or dropped: the source's buffer can be returned.
     Done,
     /// Held back by the uplink: leave it in the source's ring.
@@ -204,6 +202,35 @@ pub(crate) enum DeliverError {
     Hostile(ChainError),
 }
 
+/// Buffers the data path reuses frame after frame, allocated once. Their
+/// own struct so that each is borrowed alongside the ports (a delivery
+/// gathers receive chains while its destination is borrowed), none taken
+/// out and put back.
+struct Scratch {
+    /// Receive buffers being gathered for one delivery.
+    rx_chain: Box<Chain>,
+    /// Several chains for one frame (mergeable receive buffers).
+    plan: Box<RxPlan>,
+    /// The fast case's frame copies, made at the end of each burst.
+    copies: Box<Copies>,
+    /// A frame materialized for software offload work.
+    soft: Box<[u8]>,
+    /// Where software segmentation builds each segment.
+    seg: Box<[u8]>,
+}
+
+impl Scratch {
+    fn new() -> Self {
+        Self {
+            rx_chain: Box::new(Chain::new()),
+            plan: Box::new(RxPlan::new()),
+            copies: Box::default(),
+            soft: vec![0u8; MAX_FRAME as usize].into_boxed_slice(),
+            seg: vec![0u8; MAX_FRAME as usize].into_boxed_slice(),
+        }
+    }
+}
+
 /// The switch's data plane.
 pub struct Datapath {
     slots: Vec<Option<Slot>>,
@@ -214,37 +241,19 @@ pub struct Datapath {
     sigbus_epoch: u64,
     /// A queue failed to signal its call eventfd this round.
     call_failed: bool,
-    /// Where frames read from tap ports land (moved out while in use).
-    scratch: Option<Box<[u8]>>,
-    /// The transmit chains being forwarded (moved out while in use).
+    /// The transmit chains being forwarded (moved out while in use: the
+    /// whole data path reads them, its full path and its fast case alike).
     tx_burst: Option<Box<Burst>>,
-    /// Receive buffers being gathered for one delivery, reused frame after frame.
-    rx_chain: Box<Chain>,
-    /// The fast case's frame copies, made at the end of each burst.
-    copies: Box<Copies>,
-    plan: Box<RxPlan>,
+    /// Buffers reused frame after frame.
+    scratch: Scratch,
     /// The earliest held call's deadline after the last round.
     next_deadline: Option<Instant>,
     /// The other workers.
     peers: Vec<Peer>,
     /// Ports other workers own.
     remote: Vec<RemotePort>,
-    /// A frame materialized for software offload work (moved out while in use).
-    soft: Option<Box<[u8]>>,
-    /// Where software segmentation builds each segment (moved out while in use).
-    seg: Option<Box<[u8]>>,
     /// Counts changes to the ports and their policies (see [`FlowMemo`]).
     topo_gen: u64,
-    /// Frames of the current transmit burst still to forward, this one
-    /// included: how many receive chains a destination pops ahead when it
-    /// runs out (one frame in flight pops one: no latency for the rest).
-    rx_hint: usize,
-    /// The VTEP the frame being forwarded came from (a VXLAN port's frame):
-    /// its source address is learned behind it.
-    from_vtep: Option<std::net::Ipv4Addr>,
-    /// The VTEP the frame being delivered to a VXLAN port goes to: its
-    /// destination's, from the FDB; `None` floods to the port's remotes.
-    to_vtep: Option<std::net::Ipv4Addr>,
     /// Slots whose receive queues have used entries to publish after the
     /// transmit burst being forwarded (see [`Datapath::publish_burst`]).
     rx_touched: Vec<usize>,
@@ -275,20 +284,12 @@ impl Datapath {
             dirty: Vec::with_capacity(64),
             sigbus_epoch: crate::sys::sigbus::epoch(),
             call_failed: false,
-            scratch: Some(vec![0u8; tap::BUF_LEN].into_boxed_slice()),
             tx_burst: Some(Box::new(Burst::new())),
-            rx_chain: Box::new(Chain::new()),
-            copies: Box::default(),
-            plan: Box::new(RxPlan::new()),
+            scratch: Scratch::new(),
             next_deadline: None,
             peers: Vec::new(),
             remote: Vec::new(),
-            soft: Some(vec![0u8; MAX_FRAME as usize].into_boxed_slice()),
-            seg: Some(vec![0u8; MAX_FRAME as usize].into_boxed_slice()),
             topo_gen: 0,
-            rx_hint: 1,
-            from_vtep: None,
-            to_vtep: None,
             rx_touched: Vec::with_capacity(64),
             perf: Arc::default(),
             broken_pairs: Vec::new(),
@@ -306,7 +307,7 @@ impl Datapath {
         let work = self.poll_round(now, budget);
         if work == 0 {
             self.prepare_rx(now);
-            self.copies.release();
+            self.scratch.copies.release();
         }
         let end = crate::perf::clock();
         let cycles = end.wrapping_sub(self.perf_mark);
@@ -322,11 +323,7 @@ impl Datapath {
     /// `bad_descriptor` drop and resets its port, as it would at delivery.
     fn prepare_rx(&mut self, now: Instant) {
         for j in 0..self.slots.len() {
-            let Some(Slot {
-                port: Port::VhostUser(p),
-                ..
-            }) = self.slots[j].as_mut()
-            else {
+            let Some(p) = self.slots[j].as_mut().and_then(|s| s.port.vhost_user_mut()) else {
                 continue;
             };
             if p.lent_pair().is_some() {
@@ -381,7 +378,7 @@ impl Datapath {
         // round's frames (TCP sends them again) instead of having them sent
         // again by their guests and delivered twice.
         for s in self.slots.iter_mut().flatten() {
-            if let Port::VhostUser(p) = &mut s.port {
+            if let Some(p) = s.port.vhost_user_mut() {
                 for k in 0..p.device.queue_pairs() {
                     if let Some(vq) = p.device.queue(tx_queue(k)) {
                         vq.signal(&s.stats.tx);
@@ -393,40 +390,14 @@ impl Datapath {
         // (Frames from other kinds of ports, and other workers'.)
         self.publish_rx();
         for s in self.slots.iter_mut().flatten() {
-            match &mut s.port {
-                Port::VhostUser(p) => {
-                    if let Some(vq) = p.device.queue(RX_QUEUE) {
-                        s.rt.hold = signal_rx(vq, &mut s.rt, now, &s.stats.rx);
-                        if let Some(t) = s.rt.hold {
-                            next = Some(next.map_or(t, |n| n.min(t)));
-                        }
-                        self.call_failed |= vq.call_failed();
-                    }
-                    // A multiqueue guest's other receive queues: called
-                    // when their driver wants it (coalescing holds pair 0's).
-                    for k in 1..p.device.queue_pairs() {
-                        if let Some(vq) = p.device.queue(rx_queue(k)) {
-                            signal_now(vq, &s.stats.rx);
-                            self.call_failed |= vq.call_failed();
-                        }
-                    }
-                }
-                // The round's frames to the wire leave in one system call;
-                // frames the scheduler held are tried again soon.
-                Port::Uplink(u) => {
-                    u.flush();
-                    if let Some(t) = u.sched.wake_at(now) {
-                        next = Some(next.map_or(t, |n| n.min(t)));
-                    }
-                }
-                // The round's datagrams leave in one sendmmsg.
-                Port::Vxlan(v) => {
-                    v.flush(&s.stats.rx);
-                    if let Some(t) = v.sched.wake_at(now) {
-                        next = Some(next.map_or(t, |n| n.min(t)));
-                    }
-                }
-                Port::Tap(_) => {}
+            let cx = RoundCx {
+                now,
+                stats: &s.stats,
+                rt: &mut s.rt,
+                call_failed: &mut self.call_failed,
+            };
+            if let Some(t) = s.port.end_round(cx) {
+                next = Some(next.map_or(t, |n| n.min(t)));
             }
         }
         self.next_deadline = next;

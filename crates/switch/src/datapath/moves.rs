@@ -4,12 +4,12 @@
 //! both ports (at most one line a second per worker: an attacker who
 //! keeps flapping addresses shows in the counters, not in a flooded log).
 
-use super::Datapath;
+use super::{Datapath, FrameCtx};
 use crate::events::{Kind, Name};
 use crate::fdb::Learned;
 use crate::forward::L2Header;
 use crate::stats::{bump, DropReason};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Least time between two lines about flaps.
 const SAY_EVERY: Duration = Duration::from_secs(1);
@@ -17,13 +17,8 @@ const SAY_EVERY: Duration = Duration::from_secs(1);
 impl Datapath {
     /// Counts what learning the source of a frame from slot `i` (header
     /// `l2`) did, when it was not a plain refresh or addition.
-    pub(super) fn count_learned(
-        &mut self,
-        i: usize,
-        l2: &L2Header,
-        learned: Learned,
-        now: Instant,
-    ) {
+    pub(super) fn count_learned(&mut self, cx: FrameCtx, l2: &L2Header, learned: Learned) {
+        let (i, now) = (cx.from, cx.now);
         let Some(me) = self.slots[i].as_ref() else {
             return;
         };
@@ -50,7 +45,7 @@ impl Datapath {
                 }
                 self.flap_said = Some(now);
                 let taker = taker.map_or_else(|| format!("port {}", from.0), |t| t.name.clone());
-                let vtep = self
+                let vtep = cx
                     .from_vtep
                     .map(|v| format!(" behind VTEP {v}"))
                     .unwrap_or_default();

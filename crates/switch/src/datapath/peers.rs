@@ -1,7 +1,7 @@
 //! Traffic between workers: frames and flushes through the rings to the
 //! workers that own other ports.
 
-use super::{head_of, is_lent, Datapath, Frame, Port};
+use super::{head_of, Datapath, Frame, FrameCtx};
 use crate::mesh::{Kind, PeerSetup, Record, RemotePort, WorkerId, RECORD_HEADER};
 use crate::stats::DropReason;
 use crate::vhost_user::buffers::Src;
@@ -141,18 +141,18 @@ impl Datapath {
             // A flood reached the wire through the uplink's own worker.
             let wanted = match r.dest {
                 Some(p) => s.id == p,
-                None => s.id != r.src && !is_lent(&s.port),
+                None => s.id != r.src && !s.port.is_lent(),
             };
             if !wanted {
                 continue;
             }
             if let Some(tagging) = s.policy.vlan.egress(r.vid) {
+                let mut cx = FrameCtx::new(FrameCtx::REMOTE, now);
                 if r.dest.is_some() {
                     let dst = crate::wire::EthernetAddress::from_bytes(&bytes[..6]);
-                    self.to_vtep = self.vtep_of(j, r.vid, dst, now);
+                    cx.to_vtep = self.vtep_of(j, r.vid, dst, now);
                 }
-                self.deliver_to(j, &frame, tagging, now);
-                self.to_vtep = None;
+                self.deliver_to(j, &frame, tagging, cx);
             }
             if r.dest.is_some() {
                 return;
@@ -216,9 +216,8 @@ impl Datapath {
         dst: crate::wire::EthernetAddress,
         now: Instant,
     ) -> Option<std::net::Ipv4Addr> {
-        match self.slots[j].as_ref().map(|s| &s.port) {
-            Some(Port::Vxlan(_)) => self.fdb.remote(vid, dst, now),
-            _ => None,
-        }
+        let s = self.slots[j].as_ref()?;
+        s.port.vxlan()?;
+        self.fdb.remote(vid, dst, now)
     }
 }

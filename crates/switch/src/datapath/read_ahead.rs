@@ -2,11 +2,10 @@
 //! are popped: the read-ahead, chosen by measuring it.
 //!
 //! Its sign depends on where the host runs the switch's core and the
-//! guest's. In the shared harness (packed rings, 64 B, paired by round)
-//! reading ahead made the rate 1.04-1.17 times as high when the two cores
-//! shared a cache, and 0.72-1.14 times (median 0.94) when they did not
-//! (docs/switch.md, "The transmit read-ahead"); the host moves the two
-//! between those placements every few seconds to minutes. So the worker
+//! guest's: reading ahead raises the rate when the two cores share a
+//! cache, and may lower it when they do not (docs/switch.md, "The
+//! transmit read-ahead"); the host moves the two between those placements
+//! every few seconds to minutes. So the worker
 //! measures: every period it runs a short trial, slices of busy rounds
 //! alternately without and with the read-ahead, compares the median frames
 //! per cycle of each setting's slices, and keeps the faster setting until
@@ -15,10 +14,9 @@
 //!
 //! The cycles counted are all of a slice's, idle rounds' too: the rate, not
 //! the switch's own cost per frame. The two differ where it matters: when
-//! the cores did not share a cache, the read-ahead made the switch's busy
-//! nanoseconds per frame lower (88 against 97) but left it idle a fifth of
-//! the time, the guest's side slowed down; a trial on busy cycles chose it
-//! there, and lost.
+//! the cores do not share a cache, the read-ahead can make the switch's
+//! busy time per frame lower yet leave it idle longer, the guest's side
+//! slowed down; a trial on busy cycles would choose it there, and lose.
 
 use serde::{Deserialize, Serialize};
 
@@ -35,14 +33,13 @@ pub enum ReadAheadMode {
     Off,
 }
 
-/// Busy rounds in one slice of a trial (at 32 frames a round and 10
-/// Mpps, about 0.4 ms: several ring-fulls, so the guest's side runs at the
-/// slice's pace).
+/// Busy rounds in one slice of a trial: several ring-fulls, so the
+/// guest's side runs at the slice's pace.
 const SLICE: u32 = 128;
 /// Slices in a trial, alternating off and on (an even number).
 const TRIAL_SLICES: u32 = 16;
-/// Busy rounds between two trials (at 32 frames a round and 10 Mpps,
-/// about 200 ms; a trial is then about 7 ms).
+/// Busy rounds between two trials: a trial is a thirty-second of the
+/// period.
 const PERIOD: u32 = 32 * SLICE * TRIAL_SLICES;
 
 /// One worker's read-ahead choice.

@@ -61,21 +61,18 @@ impl Datapath {
         j: usize,
         f: &super::Frame<'_>,
     ) -> Option<crate::mesh::WorkerId> {
-        match self.slots[j].as_ref() {
-            Some(Slot {
-                routed: true,
-                port: Port::VhostUser(p),
-                ..
-            }) => p.steer_away(f),
-            _ => None,
-        }
+        let s = self.slots[j].as_ref().filter(|s| s.routed)?;
+        s.port.vhost_user()?.steer_away(f)
     }
 
     /// The slot serving pair `pair` of port `id` lent here.
     pub fn find_lent_pair(&self, id: PortId, pair: usize) -> Option<usize> {
         self.slots.iter().position(|s| {
             s.as_ref().is_some_and(|s| {
-                s.id == id && matches!(&s.port, Port::VhostUser(p) if p.lent_pair() == Some(pair))
+                s.id == id
+                    && s.port
+                        .vhost_user()
+                        .is_some_and(|p| p.lent_pair() == Some(pair))
             })
         })
     }
@@ -93,13 +90,16 @@ impl Datapath {
         self.take_held_pairs();
         for i in 0..self.slots.len() {
             let Some(Slot {
-                port: Port::VhostUser(p),
+                port,
                 name,
                 policy,
                 policies,
                 ..
             }) = self.slots[i].as_mut()
             else {
+                continue;
+            };
+            let Some(p) = port.vhost_user_mut() else {
                 continue;
             };
             if p.spread_state().is_none() {

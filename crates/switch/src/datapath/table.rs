@@ -1,12 +1,11 @@
 //! The port table: adding, finding, changing and removing ports, and the
 //! one path by which a port is reset.
 
-use super::{is_lent, Datapath, LroCtx, Port, PortRuntime, Slot};
+use super::{Datapath, LroCtx, Port, PortRuntime, Slot};
 use crate::config::Policies;
 use crate::fdb::Fdb;
 use crate::forward::PortPolicy;
 use crate::lro::place::InPlace;
-use crate::offload::Caps;
 use crate::port::Watched;
 use crate::stats::PortStats;
 use crate::vlan::Tagging;
@@ -14,66 +13,10 @@ use crate::PortId;
 use std::sync::Arc;
 use std::time::Instant;
 
-impl Port {
-    /// The egress scheduler of a port whose frames leave the host (an
-    /// uplink, a VXLAN port): the vNICs' shares, limits and reservations
-    /// apply to what they send to it.
-    pub(super) fn sched_mut(&mut self) -> Option<&mut crate::egress::Scheduler> {
-        match self {
-            Port::Uplink(u) => Some(&mut u.sched),
-            Port::Vxlan(v) => Some(&mut v.sched),
-            _ => None,
-        }
-    }
-
-    pub(super) fn sched(&self) -> Option<&crate::egress::Scheduler> {
-        match self {
-            Port::Uplink(u) => Some(&u.sched),
-            Port::Vxlan(v) => Some(&v.sched),
-            _ => None,
-        }
-    }
-
-    /// The offloads the port takes as a destination.
-    pub(super) fn rx_caps(&self) -> Caps {
-        match self {
-            Port::VhostUser(p) => Caps::guest_rx(p.device.acked_features()),
-            // tun and AF_PACKET sockets hand any TCP GSO or partially
-            // checksummed frame to the kernel, which completes it as needed.
-            Port::Tap(_) | Port::Uplink(_) => Caps::ALL,
-            // A datagram carries a finished frame: TSO super-frames and
-            // partial checksums are completed in software before
-            // encapsulation (`deliver_soft`), as for a guest without offloads.
-            Port::Vxlan(_) => Caps::NONE,
-        }
-    }
-
-    /// The offloads the port may use as a source.
-    pub(super) fn tx_caps(&self) -> Caps {
-        match self {
-            Port::VhostUser(p) => Caps::guest_tx(p.device.acked_features()),
-            // The kernel sends what TUNSETOFFLOAD (tap) allowed, and a packet
-            // socket passes the stack's own TCP GSO frames.
-            Port::Tap(_) | Port::Uplink(_) => Caps::ALL,
-            // Received frames are as their sender finished them.
-            Port::Vxlan(_) => Caps::NONE,
-        }
-    }
-
-    pub(super) fn watched(&self, out: &mut Vec<Watched>) {
-        match self {
-            Port::VhostUser(p) => p.watched(out),
-            Port::Tap(p) => p.watched(out),
-            Port::Uplink(p) => p.watched(out),
-            Port::Vxlan(p) => p.watched(out),
-        }
-    }
-}
-
 impl Slot {
     /// A virtual NIC (vhost-user or tap), as opposed to an uplink.
     pub fn is_vnic(&self) -> bool {
-        matches!(self.port, Port::VhostUser(_) | Port::Tap(_))
+        self.port.is_vnic()
     }
 }
 
@@ -102,7 +45,7 @@ impl Datapath {
             routed: false,
         };
         slot.needs_mac = slot.is_vnic() && mac.is_none();
-        if matches!(slot.port, Port::VhostUser(_)) {
+        if slot.port.vhost_user().is_some() {
             // Reserved once per port: aggregating never allocates.
             slot.rt.lro = Some(Box::new(LroCtx {
                 agg: InPlace::new(),
@@ -119,7 +62,7 @@ impl Datapath {
         self.topo_gen += 1;
         // A lent uplink queue is the uplink only for unicast frames: floods
         // to the wire still go through the uplink's own worker.
-        if !is_lent(&slot.port) {
+        if !slot.port.is_lent() {
             self.remote.retain(|r| r.id != slot.id);
         }
         // What was learned on it here came through another worker's ring.
@@ -134,7 +77,10 @@ impl Datapath {
                 self.slots.len() - 1
             }
         };
-        let pair = matches!(&self.slots[idx], Some(Slot { port: Port::VhostUser(p), .. }) if p.lent_pair().is_some());
+        let pair = self.slots[idx]
+            .as_ref()
+            .and_then(|s| s.port.vhost_user())
+            .is_some_and(|p| p.lent_pair().is_some());
         // A lent pair's port joined the uplinks' tables on its owner.
         if !pair && !self.bind_direct(idx) {
             self.join_queues(idx);
@@ -153,7 +99,7 @@ impl Datapath {
         s.mac = Some(mac);
         let id = s.id;
         for s in self.slots.iter_mut().flatten() {
-            if let Port::Uplink(u) = &mut s.port {
+            if let Some(u) = s.port.uplink_mut() {
                 u.update_queues(|t| t.set_mac(id, mac));
             }
         }
@@ -161,7 +107,7 @@ impl Datapath {
 
     /// Removes the port in slot `idx`, forgetting its addresses.
     pub fn remove(&mut self, idx: usize) -> Option<Slot> {
-        self.copies.release();
+        self.scratch.copies.release();
         // The aggregate's chains go back with a delivery, not with the port.
         self.lro_deliver(idx, Instant::now());
         self.topo_gen += 1;
@@ -172,7 +118,7 @@ impl Datapath {
             if let Some(sched) = u.port.sched_mut() {
                 sched.remove(s.id);
             }
-            if let Port::Uplink(u) = &mut u.port {
+            if let Some(u) = u.port.uplink_mut() {
                 u.update_queues(|t| t.leave(s.id));
                 for q in 0..u.queue_count() {
                     if let Some(rx) = u.queue_mut(q).filter(|rx| rx.direct == Some(s.id)) {
@@ -293,22 +239,16 @@ impl Datapath {
     /// True when slot `idx` has descriptors to close once the worker
     /// unwatched them ([`Datapath::release_retired`]).
     pub fn has_retired(&mut self, idx: usize) -> bool {
-        match self.slots.get_mut(idx).and_then(Option::as_mut) {
-            Some(Slot {
-                port: Port::VhostUser(p),
-                ..
-            }) => p.has_retired(),
-            _ => false,
-        }
+        self.slots
+            .get_mut(idx)
+            .and_then(Option::as_mut)
+            .and_then(|s| s.port.vhost_user_mut())
+            .is_some_and(|p| p.has_retired())
     }
 
     /// Closes slot `idx`'s retired descriptors (the worker unwatched them).
     pub fn release_retired(&mut self, idx: usize) {
-        if let Some(Slot {
-            port: Port::VhostUser(p),
-            ..
-        }) = self.slots.get_mut(idx).and_then(Option::as_mut)
-        {
+        if let Some(p) = self.slot_mut(idx).and_then(|s| s.port.vhost_user_mut()) {
             p.release_retired();
         }
     }
@@ -317,7 +257,7 @@ impl Datapath {
     /// and restarts it (the one restart path).
     pub fn reset(&mut self, idx: usize, now: Instant, why: &dyn std::fmt::Display) {
         // Copies into or from its memory are made before it may go.
-        self.copies.release();
+        self.scratch.copies.release();
         let Some(s) = self.slots.get_mut(idx).and_then(Option::as_mut) else {
             return;
         };
@@ -336,19 +276,17 @@ impl Datapath {
     /// descriptors retired until unwatched), its run-time state restarted,
     /// its addresses forgotten here and in the other workers.
     pub(super) fn restart(&mut self, idx: usize, now: Instant) {
-        self.copies.release();
+        self.scratch.copies.release();
         let Some(s) = self.slots.get_mut(idx).and_then(Option::as_mut) else {
             return;
         };
-        match &mut s.port {
-            Port::VhostUser(p) => {
-                p.reset(now);
-                if p.lent_pair().is_some() {
-                    // Its owner resets the port once it has the pair back.
-                    self.broken_pairs.push(idx);
-                }
+        // Only a vhost-user port has a front-end to drop.
+        if let Some(p) = s.port.vhost_user_mut() {
+            p.reset(now);
+            if p.lent_pair().is_some() {
+                // Its owner resets the port once it has the pair back.
+                self.broken_pairs.push(idx);
             }
-            Port::Tap(_) | Port::Uplink(_) | Port::Vxlan(_) => {}
         }
         s.rt.restart();
         let id = s.id;
@@ -369,11 +307,7 @@ impl Datapath {
         self.sigbus_epoch = epoch;
         self.call_failed = false;
         for i in 0..self.slots.len() {
-            let Some(Slot {
-                port: Port::VhostUser(p),
-                ..
-            }) = self.slots[i].as_mut()
-            else {
+            let Some(p) = self.slots[i].as_mut().and_then(|s| s.port.vhost_user_mut()) else {
                 continue;
             };
             if lost && p.device.memory_lost() {

@@ -2,7 +2,7 @@
 //! shared bounded queue, never waiting and never allocating. Only on
 //! rare paths (a connection, a front-end's messages, a reset, a flap).
 
-use super::{Datapath, Port, Slot};
+use super::Datapath;
 use crate::events::{EventQueue, Kind};
 use crate::vhost_user::device::{rx_queue, Device};
 use std::sync::Arc;
@@ -14,6 +14,11 @@ impl Datapath {
     }
 
     /// Says `kind` (built only when the queue has room) about slot `idx`.
+    /// Slot `idx`'s port, when it is a vhost-user port.
+    fn vhost_user(&self, idx: usize) -> Option<&crate::port::vhost_user::VhostUserPort> {
+        self.slots.get(idx)?.as_ref()?.port.vhost_user()
+    }
+
     #[cold]
     pub(super) fn tell(&self, idx: usize, kind: impl FnOnce() -> Kind) {
         if let (Some(q), Some(s)) = (&self.events, self.slots.get(idx).and_then(Option::as_ref)) {
@@ -23,13 +28,7 @@ impl Datapath {
 
     /// The running queues of vhost-user slot `idx`, one bit each.
     pub(super) fn running_queues(&self, idx: usize) -> u64 {
-        match self.slots.get(idx).and_then(Option::as_ref) {
-            Some(Slot {
-                port: Port::VhostUser(p),
-                ..
-            }) => running(&p.device),
-            _ => 0,
-        }
+        self.vhost_user(idx).map_or(0, |p| running(&p.device))
     }
 
     /// Says what a front-end's messages changed on slot `idx`, whose
@@ -42,19 +41,12 @@ impl Datapath {
             return;
         }
         // A front-end that went: its disconnection or reset says so.
-        let connected = matches!(
-            self.slots.get(idx).and_then(Option::as_ref),
-            Some(Slot { port: Port::VhostUser(p), .. }) if p.connected()
-        );
+        let connected = self.vhost_user(idx).is_some_and(|p| p.connected());
         if !connected {
             return;
         }
         if before == 0 {
-            if let Some(Slot {
-                port: Port::VhostUser(p),
-                ..
-            }) = self.slots.get(idx).and_then(Option::as_ref)
-            {
+            if let Some(p) = self.vhost_user(idx) {
                 let d = &p.device;
                 self.tell(idx, || Kind::Negotiated {
                     features: d.acked_features(),

@@ -3,12 +3,18 @@
 //! header as virtio ports. Reads happen only after epoll reports the tap
 //! readable, until it would block; each frame costs one read or write.
 
-use super::{Watch, Watched};
+use super::{DeliverCx, Kind, Port, Switch, Watch, Watched};
+use crate::datapath::{DeliverError, Frame, FrameCtx};
+use crate::offload::Caps;
+use crate::stats::DropReason;
 use crate::sys::tun;
+use crate::vhost_user::buffers::Src;
+use crate::vlan::Tagging;
 use crate::wire::virtio_net;
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::fd::AsRawFd;
+use std::time::Instant;
 
 /// Largest frame plus header a tap read returns.
 pub const BUF_LEN: usize = virtio_net::HEADER_LEN + 65535 + 18;
@@ -30,6 +36,8 @@ pub struct TapPort {
     file: File,
     ifname: String,
     readable: bool,
+    /// Where frames are read (taken out while they are forwarded).
+    rx: Option<Box<[u8]>>,
     out: Box<[u8]>,
     /// In another namespace, made persistent (see [`TapPort::in_netns`]).
     persistent: bool,
@@ -55,6 +63,7 @@ impl TapPort {
             file,
             ifname,
             readable: true,
+            rx: Some(vec![0u8; BUF_LEN].into_boxed_slice()),
             out: vec![0u8; BUF_LEN].into_boxed_slice(),
             persistent: false,
         })
@@ -77,6 +86,7 @@ impl TapPort {
             file,
             ifname,
             readable: true,
+            rx: Some(vec![0u8; BUF_LEN].into_boxed_slice()),
             out: vec![0u8; BUF_LEN].into_boxed_slice(),
             persistent: true,
         })
@@ -133,5 +143,72 @@ impl TapPort {
     /// Writes the first `len` bytes of the output buffer; false when the tap is full or down.
     pub fn send(&mut self, len: usize) -> bool {
         matches!((&self.file).write(&self.out[..len]), Ok(n) if n == len)
+    }
+}
+
+impl Kind for TapPort {
+    // The kernel sends what TUNSETOFFLOAD allowed, and takes any TCP GSO or
+    // partially checksummed frame, completing it as needed.
+    fn rx_caps(&self) -> Caps {
+        Caps::ALL
+    }
+
+    fn tx_caps(&self) -> Caps {
+        Caps::ALL
+    }
+
+    fn watched(&self, out: &mut Vec<Watched>) {
+        TapPort::watched(self, out)
+    }
+
+    fn on_readable(&mut self) {
+        TapPort::on_readable(self)
+    }
+
+    /// One write per frame, its virtio-net header first.
+    #[inline]
+    fn deliver(
+        &mut self,
+        f: &Frame<'_>,
+        tagging: Tagging,
+        _cx: &mut DeliverCx<'_>,
+    ) -> Result<usize, DeliverError> {
+        let (len, bytes) = super::assemble(self.out_buf(), virtio_net::HEADER_LEN, f, tagging)?;
+        if self.send(len) {
+            Ok(bytes)
+        } else {
+            Err(DeliverError::Drop(DropReason::RingFull))
+        }
+    }
+
+    /// One read per frame, until the tap would block.
+    fn receive<S: Switch>(sw: &mut S, i: usize, now: Instant, budget: usize) -> usize {
+        let Some(Port::Tap(t)) = sw.port_mut(i) else {
+            return 0;
+        };
+        let Some(mut buf) = t.rx.take() else {
+            return 0;
+        };
+        let mut n = 0;
+        while n < budget {
+            let got = match sw.port_mut(i) {
+                Some(Port::Tap(t)) => t.read(&mut buf),
+                _ => None,
+            };
+            let Some(len) = got else { break };
+            n += 1;
+            let src = Src::Local(&buf[..len]);
+            sw.forward(
+                FrameCtx::new(i, now),
+                src,
+                len as u64,
+                virtio_net::HEADER_LEN,
+                None,
+            );
+        }
+        if let Some(Port::Tap(t)) = sw.port_mut(i) {
+            t.rx = Some(buf);
+        }
+        n
     }
 }

@@ -163,6 +163,61 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
     }
 }
 
+/// A checked view of an IPv4 header alone: the first bytes of a packet,
+/// as far as a flow hash reads them (the packet's payload need not be
+/// there). The version and the header length are checked, and the buffer
+/// holds the whole header with its options.
+#[derive(Debug, Clone)]
+pub struct Ipv4Header<T: AsRef<[u8]>> {
+    buffer: T,
+}
+
+impl<T: AsRef<[u8]>> Ipv4Header<T> {
+    /// Wraps `buffer` after checking the version and that it holds the
+    /// header, options included.
+    pub fn new_checked(buffer: T) -> Result<Self> {
+        let b = buffer.as_ref();
+        if b.len() < HEADER_LEN {
+            return Err(Error::Truncated);
+        }
+        if b[0] >> 4 != 4 {
+            return Err(Error::Malformed);
+        }
+        let ihl = usize::from(b[0] & 0x0f) * 4;
+        if ihl < HEADER_LEN {
+            return Err(Error::Malformed);
+        }
+        if b.len() < ihl {
+            return Err(Error::Truncated);
+        }
+        Ok(Self { buffer })
+    }
+
+    fn b(&self) -> &[u8] {
+        self.buffer.as_ref()
+    }
+
+    /// Header length in bytes (with options).
+    pub fn header_len(&self) -> usize {
+        usize::from(self.b()[0] & 0x0f) * 4
+    }
+
+    /// True when the packet is a fragment (MF set or a non-zero offset).
+    pub fn is_fragment(&self) -> bool {
+        be16(self.b(), 6) & 0x3fff != 0
+    }
+
+    /// The protocol number.
+    pub fn protocol(&self) -> u8 {
+        self.b()[9]
+    }
+
+    /// What the buffer holds after the header.
+    pub fn rest(&self) -> &[u8] {
+        &self.b()[self.header_len()..]
+    }
+}
+
 /// The validated meaning of an IPv4 header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Ipv4Repr {

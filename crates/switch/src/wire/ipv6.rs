@@ -77,6 +77,39 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv6Packet<T> {
     }
 }
 
+/// A checked view of an IPv6 fixed header alone: the first bytes of a
+/// packet, as far as a flow hash reads them (the payload need not be
+/// there).
+#[derive(Debug, Clone)]
+pub struct Ipv6Header<T: AsRef<[u8]>> {
+    buffer: T,
+}
+
+impl<T: AsRef<[u8]>> Ipv6Header<T> {
+    /// Wraps `buffer` after checking the version and that it holds the
+    /// fixed header.
+    pub fn new_checked(buffer: T) -> Result<Self> {
+        let b = buffer.as_ref();
+        if b.len() < HEADER_LEN {
+            return Err(Error::Truncated);
+        }
+        if b[0] >> 4 != 6 {
+            return Err(Error::Malformed);
+        }
+        Ok(Self { buffer })
+    }
+
+    /// Next header (the upper-layer protocol when there are no extension headers).
+    pub fn next_header(&self) -> u8 {
+        self.buffer.as_ref()[6]
+    }
+
+    /// What the buffer holds after the fixed header.
+    pub fn rest(&self) -> &[u8] {
+        &self.buffer.as_ref()[HEADER_LEN..]
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

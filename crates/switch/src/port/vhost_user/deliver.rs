@@ -61,7 +61,7 @@ impl VhostUserPort {
     /// counters): the first available chain when it fits (most frames),
     /// else several with mergeable receive buffers; `hint`: chains to pop
     /// ahead (frames still to come in the burst).
-    pub(crate) fn deliver(
+    pub(crate) fn deliver_frame(
         &mut self,
         f: &Frame<'_>,
         tagging: Tagging,
@@ -87,7 +87,7 @@ impl VhostUserPort {
         r
     }
 
-    /// [`VhostUserPort::deliver`] into receive queue `qi`.
+    /// [`VhostUserPort::deliver_frame`] into receive queue `qi`.
     #[inline]
     fn deliver_on(
         &mut self,
@@ -271,7 +271,7 @@ impl VhostUserPort {
     /// forward. That load then waited for every older store to commit,
     /// the frame's own stores into the guest's lines among them: in the
     /// placement where those lines live on the other core, the worker
-    /// stalled there for about half its time (`perf annotate`), once per frame.
+    /// stalled there, once per frame (`perf annotate` shows it).
     ///
     /// The copy of a frame that fits one receive buffer waits in `copies`
     /// for the end of the burst (`datapath/copies.rs`): the caller makes

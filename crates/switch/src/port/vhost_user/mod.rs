@@ -6,17 +6,22 @@
 //! port listens (server) or reconnects (client) again. Nothing else is affected.
 
 mod deliver;
+mod receive;
 mod spread;
 mod steer;
 pub(crate) use deliver::RxPlan;
 pub use spread::{LentPair, Returned, Spread, WorkerHandle, LEND_QUIET};
 pub use steer::{flow_hash, pick_pair, SteerKey};
 
-use super::{SocketMode, Watch, Watched};
+use super::{DeliverCx, Kind, RoundCx, SocketMode, Switch, Watch, Watched};
+use crate::datapath::{signal_now, DeliverError, Frame};
+use crate::offload::Caps;
 use crate::vhost_user::conn::{ConnError, Connection};
+use crate::vhost_user::device::{rx_queue, RX_QUEUE};
 use crate::vhost_user::device::{Device, Reply};
 use crate::vhost_user::memory::DEFAULT_MAX_MEMORY;
 use crate::vhost_user::protocol::{self, code, parse_request};
+use crate::vlan::Tagging;
 use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
@@ -334,6 +339,56 @@ impl VhostUserPort {
     /// True when the port is as a fresh one: no front-end, no device state.
     pub fn is_pristine(&self) -> bool {
         self.conn.is_none() && format!("{:?}", self.device) == format!("{:?}", self.fresh_device())
+    }
+}
+
+impl Kind for VhostUserPort {
+    fn rx_caps(&self) -> Caps {
+        Caps::guest_rx(self.device.acked_features())
+    }
+
+    fn tx_caps(&self) -> Caps {
+        Caps::guest_tx(self.device.acked_features())
+    }
+
+    fn watched(&self, out: &mut Vec<Watched>) {
+        VhostUserPort::watched(self, out)
+    }
+
+    fn is_lent(&self) -> bool {
+        self.lent_pair().is_some()
+    }
+
+    #[inline]
+    fn deliver(
+        &mut self,
+        f: &Frame<'_>,
+        tagging: Tagging,
+        cx: &mut DeliverCx<'_>,
+    ) -> Result<usize, DeliverError> {
+        self.deliver_frame(f, tagging, cx.plan, cx.chain, cx.hint, cx.stats)
+    }
+
+    /// The receive queues' used entries are published and the guest
+    /// called: pair 0's as its coalescing policy says, a multiqueue
+    /// guest's other pairs when their driver wants it.
+    fn end_round(&mut self, cx: RoundCx<'_>) -> Option<Instant> {
+        let mut hold = None;
+        if let Some(vq) = self.device.queue(RX_QUEUE) {
+            hold = cx.rt.call_rx(vq, cx.now, &cx.stats.rx);
+            *cx.call_failed |= vq.call_failed();
+        }
+        for k in 1..self.device.queue_pairs() {
+            if let Some(vq) = self.device.queue(rx_queue(k)) {
+                signal_now(vq, &cx.stats.rx);
+                *cx.call_failed |= vq.call_failed();
+            }
+        }
+        hold
+    }
+
+    fn receive<S: Switch>(sw: &mut S, i: usize, now: Instant, budget: usize) -> usize {
+        VhostUserPort::receive_from(sw, i, now, budget)
     }
 }
 

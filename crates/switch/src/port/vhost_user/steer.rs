@@ -9,105 +9,26 @@
 //! the first enabled pair (pair 0 in practice: front-ends never disable it).
 //! A single-pair port never gets here (see [`super::VhostUserPort::deliver`]).
 //!
-//! The hash is keyed per port ([`SteerKey`], drawn from the operating
-//! system's randomness when the port is created, kept across reconnects
-//! and given to the workers serving its lent pairs): with an unkeyed hash
-//! anyone who can send to the guest could compute which flows share a
-//! victim flow's queue and crowd it (its ring overflows, its vCPU's
-//! interrupts go to the sender's frames). Keyed, the same crafted flows
-//! land on unrelated queues of another port, and which flows share a queue
-//! on this one cannot be computed without the key. The keyed function is
-//! foldhash (already a dependency of the switch), its quality variant:
-//! two or three folded 64x64-bit multiplies for an IPv4 flow, where keyed
-//! SipHash-1-3 runs a round of 14 operations per 8 bytes of input and 3
-//! more to finish, and a software Toeplitz hash a step per bit. (The
-//! fast variant, one multiply fewer, left the queue pick uneven, as it
-//! reads the hash's top bits: with one key, 4000 consecutive source ports
-//! put none on one queue of four.) Foldhash is not a
-//! cryptographic MAC: a sender who could watch which queue each of many
-//! probe flows reached might learn enough to aim again; the receive queue a
-//! frame took is visible only inside the guest, and a port's key lives as
-//! long as the port.
+//! The hash is the crate's one flow hash (`port/flow_hash.rs`), keyed
+//! per port ([`SteerKey`], drawn from the operating system's randomness
+//! when the port is created, kept across reconnects and given to the
+//! workers serving its lent pairs): with an unkeyed hash anyone who can
+//! send to the guest could compute which flows share a victim flow's queue
+//! and crowd it (its ring overflows, its vCPU's interrupts go to the
+//! sender's frames). Keyed, the same crafted flows land on unrelated
+//! queues of another port, and which flows share a queue on this one
+//! cannot be computed without the key. Foldhash is not a cryptographic
+//! MAC: a sender who could watch which queue each of many probe flows
+//! reached might learn enough to aim again; the receive queue a frame took
+//! is visible only inside the guest, and a port's key lives as long as the
+//! port.
 
 use crate::datapath::Frame;
-use std::hash::{BuildHasher, Hasher};
+pub use crate::port::flow_hash::{flow_hash, SteerKey};
 
 /// Bytes of a frame the hash may look at: a tagged Ethernet header, an
 /// IPv4 header with its longest options, and the ports.
 const HASH_PEEK: usize = 18 + 60 + 4;
-
-/// A port's key for the flow hash.
-#[derive(Clone)]
-pub struct SteerKey {
-    seed: u64,
-    shared: foldhash::SharedSeed,
-}
-
-impl std::fmt::Debug for SteerKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // The key stays out of logs and debug output.
-        f.write_str("SteerKey(..)")
-    }
-}
-
-impl SteerKey {
-    /// A fresh random key: 128 bits from std's `RandomState`, whose
-    /// SipHash keys come from the operating system's random source.
-    pub fn random() -> Self {
-        let r = std::collections::hash_map::RandomState::new();
-        Self::from_seeds(r.hash_one(1u64), r.hash_one(2u64))
-    }
-
-    /// The key made of two 64-bit seeds (tests, and a key known in advance).
-    pub fn from_seeds(seed: u64, shared: u64) -> Self {
-        Self {
-            seed,
-            shared: foldhash::SharedSeed::from_u64(shared),
-        }
-    }
-}
-
-/// The flow hash under `key` of a frame whose bytes (from the destination
-/// MAC on) are `l2`; `None` for a frame that is not IPv4 or IPv6 (or is
-/// truncated).
-pub fn flow_hash(key: &SteerKey, l2: &[u8]) -> Option<u32> {
-    let be16 = |at: usize| l2.get(at..at + 2).map(|b| u16::from_be_bytes([b[0], b[1]]));
-    let mut l3 = 14;
-    let mut ethertype = be16(12)?;
-    if matches!(ethertype, 0x8100 | 0x88a8) {
-        ethertype = be16(16)?;
-        l3 = 18;
-    }
-    let (proto, addrs, l4) = match ethertype {
-        0x0800 => {
-            let ihl = usize::from(*l2.get(l3)? & 0x0f) * 4;
-            if ihl < 20 {
-                return None;
-            }
-            // More fragments, or an offset: the addresses only.
-            let fragment = be16(l3 + 6)? & 0x3fff != 0;
-            let l4 = (!fragment).then_some(l3 + ihl);
-            (*l2.get(l3 + 9)?, l2.get(l3 + 12..l3 + 20)?, l4)
-        }
-        0x86dd => (*l2.get(l3 + 6)?, l2.get(l3 + 8..l3 + 40)?, Some(l3 + 40)),
-        _ => return None,
-    };
-    let mut h = foldhash::quality::FoldHasher::with_seed(key.seed, &key.shared);
-    h.write_u8(proto);
-    for w in addrs.chunks(8) {
-        let mut b = [0u8; 8];
-        b[..w.len()].copy_from_slice(w);
-        h.write_u64(u64::from_ne_bytes(b));
-    }
-    // TCP, UDP, SCTP: the ports, when the frame carries them.
-    if let (Some(at), 6 | 17 | 132) = (l4, proto) {
-        if let Some(p) = l2.get(at..at + 4) {
-            h.write_u32(u32::from_ne_bytes([p[0], p[1], p[2], p[3]]));
-        }
-    }
-    let x = h.finish();
-    Some((x >> 32) as u32 ^ x as u32)
-}
 
 /// The pair a frame with flow hash `hash` goes to, among the pairs whose
 /// bits are set in `ready` (bit k: pair k); non-IP (`None`) goes to the

@@ -26,5 +26,4 @@ use crate::vhost_user::queue::BURST;
 pub(crate) type Copies = CopyBatch<BURST>;
 
 #[cfg(test)]
-#[path = "copies_tests.rs"]
 mod tests;

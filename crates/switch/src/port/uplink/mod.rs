@@ -13,12 +13,22 @@
 //! completes or segments them for destinations that did not negotiate
 //! those offloads.
 
-use super::{Watch, Watched};
+mod deliver;
+mod queue;
+mod receive;
+
+pub use queue::{Rx, RxQueue};
+
+use super::{DeliverCx, Kind, RoundCx, Switch, Watch, Watched};
+use crate::datapath::{DeliverError, Frame};
 use crate::egress::Scheduler;
 use crate::netqueue::QueueTable;
-use crate::sys::packet::{self, BpfInsn, PlainTx, RxRing, SocketHandle, TxRing};
+use crate::offload::Caps;
+use crate::sys::packet::{self, BpfInsn, PlainTx, SocketHandle, TxRing};
+use crate::vlan::Tagging;
 use std::io;
 use std::os::fd::AsRawFd;
+use std::time::Instant;
 
 /// The virtio-net header length on packet sockets (no `num_buffers`).
 pub const HDR_LEN: usize = crate::wire::virtio_net::LEGACY_HEADER_LEN;
@@ -67,120 +77,11 @@ impl Default for UplinkOptions {
     }
 }
 
-/// What the receive ring handed over.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Rx<'a> {
-    /// A frame, virtio-net header first.
-    Frame(&'a [u8]),
-    /// A frame the kernel truncated (larger than a slot, and no full copy
-    /// could be queued).
-    Unsupported,
-}
-
-/// One receive queue: a socket and its ring.
-#[derive(Debug)]
-pub struct RxQueue {
-    ring: RxRing,
-    /// Frames larger than a slot land here.
-    big: Box<[u8]>,
-    /// The filter program in force.
-    program: Vec<BpfInsn>,
-    /// When the kernel received the frame last peeked (CLOCK_REALTIME).
-    pub stamp: std::time::Duration,
-    /// The direct-mode port this queue belongs to: its frames go straight
-    /// there, without switching.
-    pub direct: Option<crate::PortId>,
-    /// Frames and bytes taken from this queue (written by the worker only).
-    pub packets: u64,
-    /// Bytes of those frames (virtio-net header included).
-    pub bytes: u64,
-    kernel_drops: u64,
-}
-
-impl RxQueue {
-    fn open(
-        ifname: &str,
-        frame_size: usize,
-        frames: usize,
-        program: Vec<BpfInsn>,
-    ) -> io::Result<Self> {
-        Ok(Self {
-            ring: RxRing::open(ifname, frame_size, frames, Some(&program))?,
-            big: vec![0u8; BUF_LEN].into_boxed_slice(),
-            program,
-            stamp: std::time::Duration::ZERO,
-            direct: None,
-            packets: 0,
-            bytes: 0,
-            kernel_drops: 0,
-        })
-    }
-
-    /// The next received frame, its stripped tag re-inserted in place.
-    /// Call [`RxQueue::release`] once done with it.
-    #[inline]
-    pub fn peek(&mut self) -> Option<Rx<'_>> {
-        let f = self.ring.peek()?;
-        self.stamp = f.stamp;
-        if f.copied {
-            return Some(self.peek_copy());
-        }
-        let f = self.ring.peek()?;
-        if f.truncated || f.len < HDR_LEN + 14 {
-            return Some(Rx::Unsupported);
-        }
-        // The slot has room before the header for a tag.
-        reinsert_tag(f.buf, f.at, f.len, f.vlan_tci)
-    }
-
-    /// The full copy of a frame larger than a slot, from the socket.
-    #[cold]
-    fn peek_copy(&mut self) -> Rx<'_> {
-        match self.ring.recv_copy(&mut self.big[4..]) {
-            Ok((n, tci)) if n >= HDR_LEN + 14 => {
-                reinsert_tag(&mut self.big, 4, n, tci).unwrap_or(Rx::Unsupported)
-            }
-            _ => Rx::Unsupported,
-        }
-    }
-
-    /// Hands the frame [`RxQueue::peek`] returned back to the kernel.
-    #[inline]
-    pub fn release(&mut self) {
-        self.ring.release();
-    }
-
-    /// Frames the kernel dropped because this queue's ring was full.
-    pub fn kernel_drops(&mut self) -> u64 {
-        // The kernel's counter resets on every read: keep the total here.
-        self.kernel_drops += self.ring.take_drops().map_or(0, u64::from);
-        self.kernel_drops
-    }
-}
-
 /// The interface's link speed in bit/s, when the kernel reports one.
 fn link_speed_bps(ifname: &str) -> Option<u64> {
     let s = std::fs::read_to_string(format!("/sys/class/net/{ifname}/speed")).ok()?;
     let mbps: i64 = s.trim().parse().ok()?;
     (mbps > 0).then(|| mbps as u64 * 1_000_000)
-}
-
-/// `buf[at..at + len]` is a header and frame; with `tci`, moves [hdr][dst
-/// src] 4 bytes back and puts the tag after the MACs.
-#[inline]
-fn reinsert_tag(buf: &mut [u8], at: usize, len: usize, tci: Option<u16>) -> Option<Rx<'_>> {
-    let Some(tci) = tci else {
-        return Some(Rx::Frame(&buf[at..at + len]));
-    };
-    if at < 4 {
-        return Some(Rx::Unsupported);
-    }
-    let at = at - 4;
-    buf.copy_within(at + 4..at + 4 + HDR_LEN + 12, at);
-    buf[at + HDR_LEN + 12..at + HDR_LEN + 14].copy_from_slice(&[0x81, 0x00]);
-    buf[at + HDR_LEN + 14..at + HDR_LEN + 16].copy_from_slice(&tci.to_be_bytes());
-    shift_offload_offsets(&mut buf[at..at + HDR_LEN], 4);
-    Some(Rx::Frame(&buf[at..at + len + 4]))
 }
 
 /// The port.
@@ -497,6 +398,70 @@ impl UplinkPort {
     }
 }
 
+impl Kind for UplinkPort {
+    // A packet socket hands any TCP GSO or partially checksummed frame to
+    // the kernel, which completes it as needed, and passes the stack's own
+    // TCP GSO frames.
+    fn rx_caps(&self) -> Caps {
+        Caps::ALL
+    }
+
+    fn tx_caps(&self) -> Caps {
+        Caps::ALL
+    }
+
+    fn watched(&self, out: &mut Vec<Watched>) {
+        UplinkPort::watched(self, out)
+    }
+
+    // The rings are polled every round; readiness only woke the worker.
+
+    fn sched(&self) -> Option<&Scheduler> {
+        Some(&self.sched)
+    }
+
+    #[inline]
+    fn sched_mut(&mut self) -> Option<&mut Scheduler> {
+        Some(&mut self.sched)
+    }
+
+    fn is_lent(&self) -> bool {
+        self.lent.is_some()
+    }
+
+    #[inline]
+    fn tx_ready(&mut self, len: usize) -> bool {
+        UplinkPort::tx_ready(self, HDR_LEN + len)
+    }
+
+    /// A flood counts against the wire, not the sender.
+    fn charge_flood(&mut self, _from: crate::PortId, _guest: bool, bytes: usize) -> bool {
+        self.sched.charge(bytes);
+        true
+    }
+
+    #[inline]
+    fn deliver(
+        &mut self,
+        f: &Frame<'_>,
+        tagging: Tagging,
+        _cx: &mut DeliverCx<'_>,
+    ) -> Result<usize, DeliverError> {
+        self.deliver_frame(f, tagging)
+    }
+
+    /// The round's frames to the wire leave in one system call; frames
+    /// the scheduler held are tried again soon.
+    fn end_round(&mut self, cx: RoundCx<'_>) -> Option<Instant> {
+        self.flush();
+        self.sched.wake_at(cx.now)
+    }
+
+    fn receive<S: Switch>(sw: &mut S, i: usize, now: Instant, budget: usize) -> usize {
+        UplinkPort::receive_from(sw, i, now, budget)
+    }
+}
+
 /// The ring slot size for `ifname`'s MTU.
 fn frame_size(ifname: &str) -> io::Result<usize> {
     Ok(packet::frame_size_for(packet::mtu(ifname)?))
@@ -512,36 +477,4 @@ fn open_tx(
         .map_err(|e| ("transmit ring", e))?;
     let big_tx = PlainTx::open(ifname, opts.qdisc_bypass).map_err(|e| ("transmit socket", e))?;
     Ok((tx, big_tx))
-}
-
-/// Moves a virtio-net header's offsets (checksum start, GSO header length)
-/// by `by` bytes: the kernel counts them in the frame without the tag the
-/// driver stripped, and the tag goes back in before them.
-fn shift_offload_offsets(h: &mut [u8], by: u16) {
-    use crate::wire::virtio_net::{FLAG_NEEDS_CSUM, GSO_NONE};
-    let bump = |h: &mut [u8], at: usize| {
-        let v = u16::from_le_bytes([h[at], h[at + 1]]).wrapping_add(by);
-        h[at..at + 2].copy_from_slice(&v.to_le_bytes());
-    };
-    if h[0] & FLAG_NEEDS_CSUM != 0 {
-        bump(h, 6);
-    }
-    if h[1] != GSO_NONE {
-        bump(h, 2);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn offsets_follow_a_reinserted_tag() {
-        let mut h = [1u8, 1, 54, 0, 0xa8, 5, 34, 0, 16, 0];
-        shift_offload_offsets(&mut h, 4);
-        assert_eq!(h, [1, 1, 58, 0, 0xa8, 5, 38, 0, 16, 0]);
-        let mut plain = [0u8, 0, 54, 0, 0, 0, 34, 0, 16, 0];
-        shift_offload_offsets(&mut plain, 4);
-        assert_eq!(plain, [0, 0, 54, 0, 0, 0, 34, 0, 16, 0]);
-    }
 }

@@ -23,21 +23,24 @@
 //! dropped and counted (`too_big`) before it is copied, and the kernel's
 //! EMSGSIZE for a route with a smaller MTU is counted the same way.
 
-use super::{Watch, Watched};
-use crate::stats::{DropReason, QueueStats};
+use super::{DeliverCx, Kind, RoundCx, Switch, Watch, Watched};
+use crate::datapath::{DeliverError, Frame};
+use crate::egress::Scheduler;
+use crate::offload::Caps;
 use crate::sys::udp::{self, Incoming, Outgoing, MAX_BATCH};
-use crate::wire::vxlan::{self, VxlanRepr};
+use crate::vlan::Tagging;
+use crate::wire::vxlan;
 use crate::wire::{udp as wudp, virtio_net};
 use serde::{Deserialize, Serialize};
 use std::io;
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::os::fd::{AsRawFd, OwnedFd};
+use std::time::Instant;
 
-#[path = "vxlan_flow.rs"]
+mod deliver;
 mod flow;
-#[path = "vxlan_peers.rs"]
 mod peers;
-#[path = "vxlan_rx.rs"]
+mod receive;
 mod rx;
 
 pub use flow::flow_port;
@@ -298,116 +301,6 @@ impl VxlanPort {
         self.rx = Some(rx);
     }
 
-    /// Whether the port can take an inner frame of `len` bytes to
-    /// `fanout` VTEPs now; a full batch is sent first. `Err`: the frame is
-    /// dropped for that reason.
-    pub fn reserve(
-        &mut self,
-        len: usize,
-        fanout: usize,
-        stats: &QueueStats,
-    ) -> Result<(), DropReason> {
-        if len > self.max_inner() {
-            return Err(DropReason::TooBig);
-        }
-        if fanout == 0 {
-            return Err(DropReason::NoRoute);
-        }
-        if self.tx_used == TX_SLOTS || self.nout + fanout > MAX_BATCH {
-            self.flush(stats);
-        }
-        Ok(())
-    }
-
-    /// The next free slot's room for an inner frame (after
-    /// [`VxlanPort::reserve`]).
-    pub fn slot(&mut self) -> &mut [u8] {
-        let at = self.tx_used * self.tx_slot;
-        &mut self.tx[at + TX_HDR..at + self.tx_slot]
-    }
-
-    /// Encapsulates the `len` bytes written at the start of
-    /// [`VxlanPort::slot`] and queues them to `to`, or to every remote in
-    /// the flood list when `to` is `None`.
-    pub fn commit(&mut self, len: usize, to: Option<Ipv4Addr>) {
-        let at = self.tx_used * self.tx_slot;
-        let s = &mut self.tx[at..at + TX_HDR + len];
-        let sport = flow_port(&s[TX_HDR..]);
-        let ulen = (TX_HDR + len) as u16;
-        // The UDP checksum stays zero (§5: SHOULD be zero over IPv4; the
-        // inner frame carries its own checksums).
-        s[..wudp::HEADER_LEN].copy_from_slice(&[
-            (sport >> 8) as u8,
-            sport as u8,
-            (self.opts.dstport >> 8) as u8,
-            self.opts.dstport as u8,
-            (ulen >> 8) as u8,
-            ulen as u8,
-            0,
-            0,
-        ]);
-        let _ = VxlanRepr { vni: self.opts.vni }.emit(&mut s[wudp::HEADER_LEN..]);
-        self.tx_used += 1;
-        let (off, dlen, port) = if self.raw.is_some() {
-            (at, TX_HDR + len, 0)
-        } else {
-            (
-                at + wudp::HEADER_LEN,
-                vxlan::HEADER_LEN + len,
-                self.opts.dstport,
-            )
-        };
-        let mut push = |ip: Ipv4Addr, v: usize| {
-            self.out[self.nout] = Outgoing {
-                off,
-                len: dlen,
-                to: SocketAddrV4::new(ip, port),
-            };
-            self.out_vtep[self.nout] = (v as u16, len as u32);
-            self.nout += 1;
-        };
-        match to {
-            Some(ip) => push(ip, vtep_index(&self.opts.remotes, ip)),
-            None => {
-                for (v, &ip) in self.opts.remotes.iter().enumerate() {
-                    push(ip, v);
-                }
-            }
-        }
-    }
-
-    /// Sends the queued datagrams (one `sendmmsg`, more only when the
-    /// kernel refuses one: it is counted and the rest go on).
-    pub fn flush(&mut self, stats: &QueueStats) {
-        let fd = match &self.raw {
-            Some(r) => r.as_raw_fd(),
-            None => self.sock.as_raw_fd(),
-        };
-        let mut done = 0;
-        while done < self.nout {
-            match udp::send_batch(fd, &self.tx, &self.out[done..self.nout]) {
-                Ok(n) => {
-                    for &(v, len) in &self.out_vtep[done..done + n] {
-                        let c = &mut self.counts_out[usize::from(v)];
-                        c.packets += 1;
-                        c.bytes += u64::from(len);
-                    }
-                    done += n.max(1);
-                }
-                Err(e) => {
-                    stats.drop(match e.raw_os_error() {
-                        Some(libc::EMSGSIZE) => DropReason::TooBig,
-                        Some(libc::EAGAIN | libc::ENOBUFS) => DropReason::RingFull,
-                        _ => DropReason::NoRoute,
-                    });
-                    done += 1;
-                }
-            }
-        }
-        self.nout = 0;
-        self.tx_used = 0;
-    }
-
     /// Number of remote VTEPs a flood goes to.
     pub fn fanout(&self) -> usize {
         self.opts.remotes.len()
@@ -439,6 +332,75 @@ impl VxlanPort {
     }
 }
 
+impl Kind for VxlanPort {
+    // A datagram carries a finished frame: TSO super-frames and partial
+    // checksums are completed in software before encapsulation
+    // (`deliver_soft`), as for a guest without offloads; received frames
+    // are as their sender finished them.
+    fn rx_caps(&self) -> Caps {
+        Caps::NONE
+    }
+
+    fn tx_caps(&self) -> Caps {
+        Caps::NONE
+    }
+
+    fn watched(&self, out: &mut Vec<Watched>) {
+        VxlanPort::watched(self, out)
+    }
+
+    fn on_readable(&mut self) {
+        VxlanPort::on_readable(self)
+    }
+
+    fn sched(&self) -> Option<&Scheduler> {
+        Some(&self.sched)
+    }
+
+    #[inline]
+    fn sched_mut(&mut self) -> Option<&mut Scheduler> {
+        Some(&mut self.sched)
+    }
+
+    /// A flood (no VTEP known) goes to every VTEP of the flood list.
+    #[inline]
+    fn copies(&self, to_vtep: Option<Ipv4Addr>) -> usize {
+        match to_vtep {
+            Some(_) => 1,
+            None => self.fanout().max(1),
+        }
+    }
+
+    /// Charged once per VTEP; a guest's flood, to its own limit too.
+    fn charge_flood(&mut self, from: crate::PortId, guest: bool, bytes: usize) -> bool {
+        let all = bytes * self.copies(None);
+        if !guest {
+            self.sched.charge(all);
+            return true;
+        }
+        self.sched.charge_flood(from, all)
+    }
+
+    #[inline]
+    fn deliver(
+        &mut self,
+        f: &Frame<'_>,
+        tagging: Tagging,
+        cx: &mut DeliverCx<'_>,
+    ) -> Result<usize, DeliverError> {
+        self.deliver_frame(f, tagging, cx.to_vtep, &cx.stats.rx)
+    }
+
+    /// The round's datagrams leave in one sendmmsg.
+    fn end_round(&mut self, cx: RoundCx<'_>) -> Option<Instant> {
+        self.flush(&cx.stats.rx);
+        self.sched.wake_at(cx.now)
+    }
+
+    fn receive<S: Switch>(sw: &mut S, i: usize, now: Instant, budget: usize) -> usize {
+        VxlanPort::receive_from(sw, i, now, budget)
+    }
+}
+
 #[cfg(test)]
-#[path = "vxlan_tests.rs"]
 mod tests;
