@@ -75,7 +75,10 @@ impl Dwell {
     #[inline]
     pub fn record(&self, cycles: u64, frames: u64) {
         self.buckets[bucket(cycles)].fetch_add(frames, Relaxed);
-        self.max.fetch_max(cycles, Relaxed);
+        // A read in the common case; the atomic maximum only for a new one.
+        if cycles > self.max.load(Relaxed) {
+            self.max.fetch_max(cycles, Relaxed);
+        }
     }
 
     /// The counts now, in cycles.
@@ -94,16 +97,27 @@ pub struct DwellCounts {
     pub max_cycles: u64,
 }
 
+/// Upper bounds of the cumulative counts reported with a summary (ns), for
+/// a Prometheus histogram: 1 µs to 10 ms in 1-2-5 steps.
+pub const LE_NS: [u64; 13] = [
+    1_000, 2_000, 5_000, 10_000, 20_000, 50_000, 100_000, 200_000, 500_000, 1_000_000, 2_000_000,
+    5_000_000, 10_000_000,
+];
+
 /// Time in the switch as reported: nanoseconds, percentiles of the frames.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DwellSummary {
     /// Frames counted.
     pub frames: u64,
-    pub p50_ns: f64,
-    pub p99_ns: f64,
-    pub p999_ns: f64,
-    /// The longest round since the port was added (not a difference).
-    pub max_ns: f64,
+    pub p50_ns: u64,
+    pub p99_ns: u64,
+    pub p999_ns: u64,
+    /// The longest round that delivered to the port.
+    pub max_ns: u64,
+    /// Frames that stayed at most each of [`LE_NS`].
+    pub le: Vec<u64>,
+    /// The frames' times added up (bucket middles), ns.
+    pub sum_ns: u64,
 }
 
 impl DwellCounts {
@@ -167,13 +181,29 @@ impl DwellCounts {
 
     /// The percentiles in nanoseconds at `cycles_per_ns`.
     pub fn summary(&self, cycles_per_ns: f64) -> DwellSummary {
-        let ns = |c: Option<f64>| c.map_or(0.0, |c| c / cycles_per_ns);
+        let ns = |c: f64| (c / cycles_per_ns).round() as u64;
+        let q = |p: f64| self.quantile(p).map_or(0, ns);
+        let sum: f64 = self
+            .buckets
+            .iter()
+            .enumerate()
+            .filter(|(_, &c)| c > 0)
+            .map(|(i, &c)| {
+                let (lo, w) = bucket_range(i);
+                c as f64 * (lo as f64 + (w as f64 - 1.0) / 2.0)
+            })
+            .sum();
         DwellSummary {
             frames: self.frames(),
-            p50_ns: ns(self.quantile(0.5)),
-            p99_ns: ns(self.quantile(0.99)),
-            p999_ns: ns(self.quantile(0.999)),
-            max_ns: self.max_cycles as f64 / cycles_per_ns,
+            p50_ns: q(0.5),
+            p99_ns: q(0.99),
+            p999_ns: q(0.999),
+            max_ns: ns(self.max_cycles as f64),
+            le: LE_NS
+                .iter()
+                .map(|&b| self.at_most(b as f64 * cycles_per_ns))
+                .collect(),
+            sum_ns: ns(sum),
         }
     }
 }
@@ -221,8 +251,14 @@ mod tests {
         assert!(near(c.quantile(1.0), 1_000_000.0));
         assert_eq!(c.max_cycles, 1_000_000);
         let s = c.summary(2.0);
-        assert!((s.p50_ns - 500.0).abs() < 500.0 / 32.0, "{s:?}");
-        assert_eq!(s.max_ns, 500_000.0);
+        assert!(s.p50_ns.abs_diff(500) <= 500 / 32, "{s:?}");
+        assert_eq!(s.max_ns, 500_000);
+        // 990 frames by 1 µs (2 000 cycles), all by 10 ms.
+        assert_eq!((s.le[0], s.le[12]), (990, 1_000));
+        assert!(
+            s.sum_ns.abs_diff(990 * 500 + 9 * 5_000 + 500_000) < 20_000,
+            "{s:?}"
+        );
         assert_eq!(c.at_most(2_000.0), 990);
         assert_eq!(c.at_most(f64::MAX), 1_000);
     }

@@ -249,6 +249,8 @@ pub struct PortStats {
     /// Per queue pair counters of a multiqueue vNIC (the port's `tx` and
     /// `rx` count every pair's frames too).
     pairs: [PairStats; crate::vhost_user::device::MAX_QUEUE_PAIRS],
+    /// How long frames delivered to the port stayed in the switch.
+    pub dwell: crate::dwell::Dwell,
 }
 
 impl PortStats {
@@ -267,6 +269,10 @@ impl PortStats {
             connections: self.connections.load(Ordering::Relaxed),
             uplink_queues: Vec::new(),
             vteps: Vec::new(),
+            time_in_switch: {
+                let c = self.dwell.snapshot();
+                (c.frames() > 0).then(|| c.summary(crate::sys::tsc::calibrated_rate()))
+            },
             queue_pairs: match self.queue_pairs.load(Ordering::Relaxed) as usize {
                 0 | 1 => Vec::new(),
                 n => self.pairs[..n.min(self.pairs.len())]
@@ -344,6 +350,10 @@ pub struct PortStatsSnapshot {
     /// A multiqueue vNIC's queue pairs (empty for other ports).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub queue_pairs: Vec<QueuePairSnapshot>,
+    /// How long frames delivered to the port stayed in the switch, since
+    /// it was added ([`crate::dwell`]); none before the first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_in_switch: Option<crate::dwell::DwellSummary>,
 }
 
 /// Counters of one queue pair of a multiqueue vNIC.

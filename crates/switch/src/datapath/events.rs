@@ -39,6 +39,12 @@ impl PortRuntime {
         self.delivered_n(j, 1, touched);
     }
 
+    /// Frames delivered to the receive queues this round.
+    #[inline]
+    pub(crate) fn round_rx(&self) -> u32 {
+        self.round_rx
+    }
+
     /// `n` frames delivered to slot `j` (a run of them, `datapath/fast.rs`).
     #[inline]
     pub(super) fn delivered_n(&mut self, j: usize, n: u32, touched: &mut Vec<usize>) {

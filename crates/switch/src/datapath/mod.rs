@@ -267,6 +267,9 @@ pub struct Datapath {
     /// polling ([`Datapath::perf_resume`]): a round's cost is the time
     /// since, one counter read per round.
     perf_mark: u64,
+    /// The counter read that ended the last busy round's forwarding: it
+    /// times that round's frames in the switch and ends its accounting.
+    round_end: u64,
     /// Whether transmit bursts are read ahead (measured when `Auto`).
     read_ahead: ReadAhead,
     /// When a flap was last said in the log (`moves.rs`).
@@ -295,6 +298,7 @@ impl Datapath {
             broken_pairs: Vec::new(),
             pair_inbox: None,
             perf_mark: crate::perf::clock(),
+            round_end: 0,
             read_ahead: ReadAhead::new(ReadAheadMode::Off),
             flap_said: None,
             events: None,
@@ -309,7 +313,12 @@ impl Datapath {
             self.prepare_rx(now);
             self.scratch.copies.release();
         }
-        let end = crate::perf::clock();
+        // A busy round read the counter before its calls (`poll_round`).
+        let end = if work > 0 {
+            self.round_end
+        } else {
+            crate::perf::clock()
+        };
         let cycles = end.wrapping_sub(self.perf_mark);
         self.perf.round(cycles, work, self.read_ahead.on());
         self.read_ahead.round(cycles, work);
@@ -389,9 +398,18 @@ impl Datapath {
         }
         // (Frames from other kinds of ports, and other workers'.)
         self.publish_rx();
+        // Every frame of the round is published now: it stayed in the
+        // switch at most since the round began (`crate::dwell`).
+        let round_cycles = if work > 0 {
+            self.round_end = crate::perf::clock();
+            self.round_end.wrapping_sub(self.perf_mark)
+        } else {
+            0
+        };
         for s in self.slots.iter_mut().flatten() {
             let cx = RoundCx {
                 now,
+                round_cycles,
                 stats: &s.stats,
                 rt: &mut s.rt,
                 call_failed: &mut self.call_failed,

@@ -148,6 +148,9 @@ pub(crate) struct DeliverCx<'a> {
 pub(crate) struct RoundCx<'a> {
     /// The round's time.
     pub now: Instant,
+    /// Counter cycles since the round began (0 in an idle round): how long
+    /// the frames it delivered stayed in the switch at most.
+    pub round_cycles: u64,
     /// The port's counters.
     pub stats: &'a PortStats,
     /// The port's latency policies' state.

@@ -373,6 +373,10 @@ impl Kind for VhostUserPort {
     /// called: pair 0's as its coalescing policy says, a multiqueue
     /// guest's other pairs when their driver wants it.
     fn end_round(&mut self, cx: RoundCx<'_>) -> Option<Instant> {
+        let delivered = cx.rt.round_rx();
+        if delivered > 0 && cx.round_cycles > 0 {
+            cx.stats.dwell.record(cx.round_cycles, u64::from(delivered));
+        }
         let mut hold = None;
         if let Some(vq) = self.device.queue(RX_QUEUE) {
             hold = cx.rt.call_rx(vq, cx.now, &cx.stats.rx);
