@@ -1,7 +1,7 @@
 //! Worker threads as the control plane runs them: starting one (connected
 //! to every other worker, told where every port is), stopping a dedicated
 //! one, and choosing and keeping the cores dedicated workers are pinned
-//! to. Separate from the port registry in `workers.rs`: this is about
+//! to. Separate from the port registry in `pool/mod.rs`: this is about
 //! threads and CPUs, not ports.
 
 use super::{Link, Workers, ANSWER_TIMEOUT};

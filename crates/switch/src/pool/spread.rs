@@ -1,5 +1,7 @@
-//! Which shared worker serves each queue pair of a multiqueue port
-//! (`[switch] workers`; see `port/vhost_user/spread.rs`).
+//! Spreading, the pool's part: which shared worker serves each queue pair
+//! of a multiqueue port (`[switch] workers`). The pairs themselves are
+//! lent and taken back by the port (`port/vhost_user/spread.rs`), held by
+//! the worker chosen here (`worker/spread.rs`, `datapath/spread.rs`).
 
 use super::{Command, Link, Workers};
 use std::sync::Arc;

@@ -1,7 +1,9 @@
-//! Uplink receive queues lent to dedicated workers: a latency-high port's
-//! own queues go to its worker, and come back to the shared worker when
-//! the port leaves or changes latency. Separate from the port registry:
-//! the orchestration of one datapath mechanism across workers.
+//! Lending, the pool's part: uplink receive queues lent to dedicated
+//! workers. A latency-high port's own queues go to its worker, and come
+//! back to the shared worker when the port leaves or changes latency.
+//! Separate from the port registry: the orchestration of one data path
+//! mechanism (`datapath/lending.rs`) across workers. Not to be confused
+//! with spreading (`pool/spread.rs`), which moves a vNIC's queue pairs.
 
 use super::Workers;
 use crate::config::Latency;

@@ -4,7 +4,12 @@
 //! epoll on kick eventfds, front-end sockets, its command eventfd and its
 //! doorbell (other workers' frames, see [`crate::mesh`]). A dedicated
 //! worker (a latency-high port's) is pinned to its core and never sleeps.
-//! The control plane talks to it only through [`Command`]s.
+//! The control plane talks to it only through [`Command`]s; the set of
+//! workers is [`crate::pool`].
+//!
+//! The loop is here; `ports` holds its port commands, `info` what it
+//! reports about its ports, `spread` its part in spreading a multiqueue
+//! port's queue pairs over workers (see [`crate::pool`]).
 
 use crate::config::{PolicyUpdate, PortSpec, SwitchConfig};
 use crate::datapath::{Datapath, Lent, Slot};
@@ -21,11 +26,8 @@ use vmm_sys_util::timerfd::TimerFd;
 
 pub use crate::port_info::{EgressInfo, PolicyInfo, PortInfo, QueuePairsInfo, VirtqueueInfo};
 
-#[path = "worker_info.rs"]
 mod info;
-#[path = "worker_ports.rs"]
 mod ports;
-#[path = "worker_spread.rs"]
 mod spread;
 
 /// Requests to the worker; each carries where to answer.

@@ -1,10 +1,20 @@
-//! The control plane's view of the workers: which worker owns which port,
-//! which cores are dedicated, and the operations that start, move and stop
-//! workers. Worker 0 is the shared worker (every latency-normal port); each
+//! The pool of workers, as the control plane sees it: which worker owns
+//! which port, which cores are dedicated, and the operations that start,
+//! move and stop workers. One worker thread is [`crate::worker`]; this is
+//! the set of them. Worker 0 is the shared worker (every latency-normal port); each
 //! latency-high port gets a worker of its own, pinned to a core nobody else
 //! in the switch uses, connected to every other worker by a pair of rings
 //! ([`crate::mesh`]). Nothing here is on the data path: the control plane
 //! takes a lock, the workers never do.
+//!
+//! - `threads`: starting and stopping worker threads, the dedicated cores.
+//! - `spread`: *spreading*, a multiqueue vNIC's queue pairs served by
+//!   several shared workers (each pair is lent to the worker that holds
+//!   it); the worker's side is `worker/spread.rs`, the data path's
+//!   `datapath/spread.rs`, the port's `port/vhost_user/spread.rs`.
+//! - `lending`: *lending*, an uplink's receive queues lent to a
+//!   latency-high port's dedicated worker; the data path's side is
+//!   `datapath/lending.rs`.
 
 use crate::config::{Latency, Policies, PolicyUpdate, PortKind, PortSpec, SwitchConfig};
 use crate::datapath::Slot;
@@ -21,11 +31,8 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 use vmm_sys_util::eventfd::EventFd;
 
-#[path = "workers_lend.rs"]
-mod lend;
-#[path = "workers_spread.rs"]
+mod lending;
 mod spread;
-#[path = "workers_threads.rs"]
 mod threads;
 
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);

@@ -1,6 +1,7 @@
-//! The worker's part in spreading a multiqueue port's pairs over workers
-//! (see `port/vhost_user/spread.rs`): holding and returning pairs, and
-//! showing where each pair is served.
+//! Spreading, one worker's part: a multiqueue port's queue pairs served by
+//! several workers (chosen in `pool/spread.rs`, lent and taken back by the
+//! port in `port/vhost_user/spread.rs`, served in `datapath/spread.rs`):
+//! holding and returning pairs, and showing where each pair is served.
 
 use super::{QueuePairsInfo, Worker};
 use crate::datapath::{Port, Slot};
