@@ -1,6 +1,6 @@
 //! Software TSO: cutting a TCP GSO frame into MSS-sized segments for a
 //! destination that cannot take it, as a NIC would. Separate from the
-//! decisions in `offload.rs` because it is the one heavy piece of work
+//! decisions in `mod.rs` because it is the one heavy piece of work
 //! (headers rewritten and checksummed per segment), with its own header
 //! parsing.
 

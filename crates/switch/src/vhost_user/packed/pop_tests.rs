@@ -1,7 +1,7 @@
-//! Unit tests of popping a packed ring's chains (`packed_pop.rs`): one by
+//! Unit tests of popping a packed ring's chains (`pop.rs`): one by
 //! one and in bursts (lines of four), indirect tables, hostile chains and
 //! giving chains back; driven through `ActiveQueue` by the
-//! driver of `packed_tests.rs`.
+//! driver of `tests.rs`.
 use super::tests::{heads, pair, BUFS, F_WRITE, MEM, PLAIN};
 use super::*;
 use crate::vhost_user::chain::Chain;

@@ -543,5 +543,4 @@ pub fn encode_request(request: u32, flags: u32, body: &[u8]) -> Vec<u8> {
 }
 
 #[cfg(test)]
-#[path = "protocol_tests.rs"]
 mod tests;

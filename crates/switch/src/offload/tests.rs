@@ -1,4 +1,4 @@
-//! Unit tests of [`super`] (offload.rs and offload_segment.rs): the
+//! Unit tests of [`super`] (offload/mod.rs and segment.rs): the
 //! decisions per destination, checksum completion, and segmentation
 //! checked field by field against what a TSO NIC does.
 

@@ -1,4 +1,4 @@
-//! Unit tests of [`super`] (egress.rs): the scheduler over simulated
+//! Unit tests of [`super`] (egress/mod.rs): the scheduler over simulated
 //! polling rounds, with time passed in.
 
 use super::{EgressPolicy, Scheduler, Wait};

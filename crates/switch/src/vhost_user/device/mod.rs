@@ -595,5 +595,4 @@ impl Device {
     }
 }
 
-#[path = "device_lend.rs"]
 mod lend;

@@ -15,7 +15,6 @@ use crate::wire::{checksum, EthernetAddress, Ipv4Address};
 use virtio_queue::desc::split::Descriptor;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
 
-#[path = "fuzzing_packed.rs"]
 mod packed;
 pub use packed::packed_ring;
 

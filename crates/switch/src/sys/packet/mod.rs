@@ -13,18 +13,15 @@
 //! round hands the whole batch to the kernel, optionally straight to the
 //! driver (PACKET_QDISC_BYPASS).
 //!
-//! The mapped ring is in `packet_ring.rs`, the two sides in `packet_rx.rs`
-//! and `packet_tx.rs`; this file holds the socket set-up they share.
+//! The mapped ring is in `ring.rs`, the two sides in `rx.rs`
+//! and `tx.rs`; this file holds the socket set-up they share.
 
 use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
-#[path = "packet_ring.rs"]
 mod ring;
-#[path = "packet_rx.rs"]
 mod rx;
-#[path = "packet_tx.rs"]
 mod tx;
 
 pub use rx::RxRing;

@@ -24,7 +24,6 @@ use crate::PortId;
 use serde::{Deserialize, Serialize};
 use std::time::{Duration, Instant};
 
-#[path = "egress_bucket.rs"]
 mod bucket;
 use bucket::Bucket;
 
@@ -377,5 +376,4 @@ impl Scheduler {
 }
 
 #[cfg(test)]
-#[path = "egress_tests.rs"]
 mod tests;

@@ -1,7 +1,7 @@
 //! A packed ring's event suppression (virtio 1.1 §2.8.10): the driver's
 //! area says when it wants a call, the device's area when it wants a kick.
 //! Their DESC mode is EVENT_IDX's. Kept apart from the ring's chains
-//! (`packed.rs`): they share only the positions.
+//! (`mod.rs`): they share only the positions.
 
 use super::{
     PackedRing, EVENT_DESC, EVENT_DISABLE, EVENT_ENABLE, EVENT_FLAGS, EVENT_OFF_WRAP, WRAP_BIT,

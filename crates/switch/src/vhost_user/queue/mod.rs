@@ -1,6 +1,6 @@
 //! A started virtqueue on the device side: popping validated chains,
 //! returning used buffers, and notifying the driver, in either ring layout:
-//! split (`split.rs`) or packed (`packed.rs`), chosen when the queue
+//! split (`vhost_user/split.rs`) or packed (`vhost_user/packed/`), chosen when the queue
 //! starts. The layout is an enum matched in each call (one
 //! predictable branch); what both share lives here: chains popped ahead
 //! for the receive path, and the call eventfd. Chain walking is
@@ -604,5 +604,4 @@ fn pop_and_record(
 }
 
 #[cfg(test)]
-#[path = "queue_tests.rs"]
 mod tests;

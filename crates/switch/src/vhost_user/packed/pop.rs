@@ -2,7 +2,7 @@
 //! descriptors or an indirect table, each buffer checked as a split
 //! ring's), or a burst at a time, whose lines of four single-buffer chains
 //! are read and checked at once; and giving back chains popped and not
-//! used. Kept apart from the rest of the ring (`packed.rs`: starting,
+//! used. Kept apart from the rest of the ring (`mod.rs`: starting,
 //! returning used chains, the dirty log) so that each file fits in a
 //! head; they share the positions and the in-flight bookkeeping.
 

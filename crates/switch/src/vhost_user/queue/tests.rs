@@ -1,4 +1,4 @@
-//! Unit tests of [`super`] (queue.rs).
+//! Unit tests of [`super`] (queue/mod.rs).
 use super::*;
 use crate::endpoint::ring::{DriverRing, RingLayout};
 use crate::stats::QueueStats;

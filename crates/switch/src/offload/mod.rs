@@ -18,7 +18,6 @@ use crate::wire::virtio_net::{
     VirtioNetHdrRepr, FLAG_DATA_VALID, FLAG_NEEDS_CSUM, GSO_ECN, GSO_NONE, GSO_TCPV4, GSO_TCPV6,
 };
 
-#[path = "offload_segment.rs"]
 mod segment;
 pub use segment::segment;
 
@@ -191,5 +190,4 @@ pub fn complete_checksum(
 }
 
 #[cfg(test)]
-#[path = "offload_tests.rs"]
 mod tests;

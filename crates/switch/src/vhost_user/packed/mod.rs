@@ -14,11 +14,11 @@
 //! Event suppression replaces the split ring's flags and event indexes: two
 //! 4-byte areas (offset and wrap, flags), the driver's telling the device
 //! when to call, the device's telling the driver when to kick; their DESC
-//! mode is EVENT_IDX's (`packed_event.rs`). With VIRTIO_F_IN_ORDER the
+//! mode is EVENT_IDX's (`event.rs`). With VIRTIO_F_IN_ORDER the
 //! transmit queue (whose used lengths are all zero) writes one used
 //! descriptor per flush, naming the batch's last buffer, as the spec allows.
 //!
-//! Chains are popped in `packed_pop.rs` (one by one, or a burst's lines of
+//! Chains are popped in `pop.rs` (one by one, or a burst's lines of
 //! four at once, and indirect tables); this file starts the ring and
 //! returns used chains. Every chain goes through the same checks as a split
 //! ring's ([`chain::check_buffer`](super::chain::check_buffer)); the ring
@@ -402,16 +402,12 @@ impl PackedRing {
     }
 }
 
-#[path = "packed_event.rs"]
 mod event;
 
-#[path = "packed_pop.rs"]
 mod pop;
 
 #[cfg(test)]
-#[path = "packed_tests.rs"]
 mod tests;
 
 #[cfg(test)]
-#[path = "packed_pop_tests.rs"]
 mod pop_tests;

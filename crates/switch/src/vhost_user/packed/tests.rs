@@ -1,8 +1,8 @@
-//! Unit tests of [`super`] (packed.rs): a packed queue driven through
+//! Unit tests of [`super`] (packed/mod.rs): a packed queue driven through
 //! [`ActiveQueue`] by a small driver written here from the spec, on the
 //! same memfd. Here: starting, returning used chains (in order, in
 //! batches, at the flush), event suppression and the dirty log; popping
-//! chains is tested in `packed_pop_tests.rs`, with the same driver.
+//! chains is tested in `pop_tests.rs`, with the same driver.
 use super::*;
 use crate::stats::QueueStats;
 use crate::vhost_user::protocol::MemoryRegion;
