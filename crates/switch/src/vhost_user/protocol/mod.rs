@@ -343,81 +343,18 @@ pub fn parse_request(h: &Header, body: &[u8], fds: Vec<File>) -> Result<Request,
     if !fd_carrier {
         expect_fds(h, &fds, 0)?;
     }
+    let empty = |r: Request| expect_size(h, body, 0).map(|()| r);
     Ok(match h.request {
-        GET_FEATURES => {
-            expect_size(h, body, 0)?;
-            Request::GetFeatures
-        }
+        GET_FEATURES => empty(Request::GetFeatures)?,
         SET_FEATURES => Request::SetFeatures(u64_body(h, body)?),
-        SET_OWNER => {
-            expect_size(h, body, 0)?;
-            Request::SetOwner
-        }
-        RESET_OWNER => {
-            expect_size(h, body, 0)?;
-            Request::ResetOwner
-        }
-        SET_MEM_TABLE => {
-            if body.len() < 8 {
-                return Err(ProtocolError::BadSize {
-                    request: h.request,
-                    got: body.len(),
-                    expected: 8,
-                });
-            }
-            let n = u32_at(body, 0) as usize;
-            if n == 0 || n > MAX_REGIONS {
-                return Err(ProtocolError::BadValue {
-                    request: h.request,
-                    what: "region count",
-                });
-            }
-            expect_size(h, body, 8 + 32 * n)?;
-            expect_fds(h, &fds, n)?;
-            let mut out = Vec::with_capacity(n);
-            for (i, f) in fds.into_iter().enumerate() {
-                let r = &body[8 + 32 * i..];
-                let region = MemoryRegion {
-                    guest_phys_addr: u64_at(r, 0),
-                    memory_size: u64_at(r, 8),
-                    userspace_addr: u64_at(r, 16),
-                    mmap_offset: u64_at(r, 24),
-                };
-                if region.memory_size == 0
-                    || region
-                        .guest_phys_addr
-                        .checked_add(region.memory_size)
-                        .is_none()
-                    || region
-                        .userspace_addr
-                        .checked_add(region.memory_size)
-                        .is_none()
-                    || region.mmap_offset.checked_add(region.memory_size).is_none()
-                {
-                    return Err(ProtocolError::BadValue {
-                        request: h.request,
-                        what: "memory region",
-                    });
-                }
-                out.push((region, f));
-            }
-            Request::SetMemTable(out)
-        }
+        SET_OWNER => empty(Request::SetOwner)?,
+        RESET_OWNER => empty(Request::ResetOwner)?,
+        SET_MEM_TABLE => Request::SetMemTable(mem_table(h, body, fds)?),
         SET_VRING_NUM => {
             let (index, num) = vring_state(h, body)?;
             Request::SetVringNum { index, num }
         }
-        SET_VRING_ADDR => {
-            expect_size(h, body, 40)?;
-            Request::SetVringAddr(VringAddr {
-                index: u32_at(body, 0),
-                flags: u32_at(body, 4),
-                desc: u64_at(body, 8),
-                used: u64_at(body, 16),
-                avail: u64_at(body, 24),
-                log: u64_at(body, 32),
-            })
-        }
+        SET_VRING_ADDR => Request::SetVringAddr(vring_addr(h, body)?),
         SET_VRING_BASE => {
             let (index, num) = vring_state(h, body)?;
             Request::SetVringBase { index, num }
@@ -438,29 +375,10 @@ pub fn parse_request(h: &Header, body: &[u8], fds: Vec<File>) -> Result<Request,
             let (index, fd) = vring_fd(h, body, fds)?;
             Request::SetVringErr { index, fd }
         }
-        GET_PROTOCOL_FEATURES => {
-            expect_size(h, body, 0)?;
-            Request::GetProtocolFeatures
-        }
+        GET_PROTOCOL_FEATURES => empty(Request::GetProtocolFeatures)?,
         SET_PROTOCOL_FEATURES => Request::SetProtocolFeatures(u64_body(h, body)?),
-        GET_QUEUE_NUM => {
-            expect_size(h, body, 0)?;
-            Request::GetQueueNum
-        }
-        SET_VRING_ENABLE => {
-            let (index, num) = vring_state(h, body)?;
-            let enable = match num {
-                0 => false,
-                1 => true,
-                _ => {
-                    return Err(ProtocolError::BadValue {
-                        request: h.request,
-                        what: "enable flag",
-                    })
-                }
-            };
-            Request::SetVringEnable { index, enable }
-        }
+        GET_QUEUE_NUM => empty(Request::GetQueueNum)?,
+        SET_VRING_ENABLE => vring_enable(h, body)?,
         SEND_RARP => {
             expect_size(h, body, 8)?;
             let mut mac = [0u8; 6];
@@ -486,16 +404,93 @@ pub fn parse_request(h: &Header, body: &[u8], fds: Vec<File>) -> Result<Request,
             Request::SetLogFd(one_fd(h, fds)?)
         }
         NET_SET_MTU => Request::NetSetMtu(u64_body(h, body)?),
-        RESET_DEVICE => {
-            expect_size(h, body, 0)?;
-            Request::ResetDevice
-        }
-        GET_MAX_MEM_SLOTS => {
-            expect_size(h, body, 0)?;
-            Request::GetMaxMemSlots
-        }
+        RESET_DEVICE => empty(Request::ResetDevice)?,
+        GET_MAX_MEM_SLOTS => empty(Request::GetMaxMemSlots)?,
         other => Request::Unsupported(other),
     })
+}
+
+/// SET_MEM_TABLE's regions, each with the descriptor that maps it.
+fn mem_table(
+    h: &Header,
+    body: &[u8],
+    fds: Vec<File>,
+) -> Result<Vec<(MemoryRegion, File)>, ProtocolError> {
+    if body.len() < 8 {
+        return Err(ProtocolError::BadSize {
+            request: h.request,
+            got: body.len(),
+            expected: 8,
+        });
+    }
+    let n = u32_at(body, 0) as usize;
+    if n == 0 || n > MAX_REGIONS {
+        return Err(ProtocolError::BadValue {
+            request: h.request,
+            what: "region count",
+        });
+    }
+    expect_size(h, body, 8 + 32 * n)?;
+    expect_fds(h, &fds, n)?;
+    let mut out = Vec::with_capacity(n);
+    for (i, f) in fds.into_iter().enumerate() {
+        out.push((memory_region(h, &body[8 + 32 * i..])?, f));
+    }
+    Ok(out)
+}
+
+/// One region of SET_MEM_TABLE: not empty, no end past 2^64.
+fn memory_region(h: &Header, r: &[u8]) -> Result<MemoryRegion, ProtocolError> {
+    let region = MemoryRegion {
+        guest_phys_addr: u64_at(r, 0),
+        memory_size: u64_at(r, 8),
+        userspace_addr: u64_at(r, 16),
+        mmap_offset: u64_at(r, 24),
+    };
+    if region.memory_size == 0
+        || region
+            .guest_phys_addr
+            .checked_add(region.memory_size)
+            .is_none()
+        || region
+            .userspace_addr
+            .checked_add(region.memory_size)
+            .is_none()
+        || region.mmap_offset.checked_add(region.memory_size).is_none()
+    {
+        return Err(ProtocolError::BadValue {
+            request: h.request,
+            what: "memory region",
+        });
+    }
+    Ok(region)
+}
+
+fn vring_addr(h: &Header, body: &[u8]) -> Result<VringAddr, ProtocolError> {
+    expect_size(h, body, 40)?;
+    Ok(VringAddr {
+        index: u32_at(body, 0),
+        flags: u32_at(body, 4),
+        desc: u64_at(body, 8),
+        used: u64_at(body, 16),
+        avail: u64_at(body, 24),
+        log: u64_at(body, 32),
+    })
+}
+
+fn vring_enable(h: &Header, body: &[u8]) -> Result<Request, ProtocolError> {
+    let (index, num) = vring_state(h, body)?;
+    let enable = match num {
+        0 => false,
+        1 => true,
+        _ => {
+            return Err(ProtocolError::BadValue {
+                request: h.request,
+                what: "enable flag",
+            })
+        }
+    };
+    Ok(Request::SetVringEnable { index, enable })
 }
 
 /// A reply message carrying a u64 (features, acks, counts).

@@ -1,4 +1,4 @@
-//! The packed-ring harness of [`super`]: a descriptor ring written from the
+//! The packed-ring harness of [`crate::fuzzing`]: a descriptor ring written from the
 //! input and driven through [`ActiveQueue`] as the data path drives it,
 //! while the input, playing a hostile driver, rewrites descriptors and its
 //! event area between the device's steps. A model of what the device
@@ -6,12 +6,10 @@
 //! holds, ids in flight are never handed out twice, positions and used
 //! descriptors land where the spec puts them.
 
-use crate::stats::QueueStats;
 use crate::vhost_user::chain::{ChainError, Seg, MAX_SEGS};
-use crate::vhost_user::log::{DirtyLog, LogBounds, QueueLog};
 use crate::vhost_user::memory::GuestMem;
 use crate::vhost_user::protocol::MemoryRegion;
-use crate::vhost_user::queue::{ActiveQueue, Burst, PackedFeatures, QueueError, RingAddrs, BURST};
+use crate::vhost_user::queue::ActiveQueue;
 use std::sync::Arc;
 use virtio_bindings::virtio_ring as vr;
 use vm_memory::{Bytes, GuestAddress};
@@ -27,6 +25,9 @@ const F_WRITE: u16 = vr::VRING_DESC_F_WRITE as u16;
 const F_INDIRECT: u16 = vr::VRING_DESC_F_INDIRECT as u16;
 const F_AVAIL: u16 = 1 << vr::VRING_PACKED_DESC_F_AVAIL;
 const F_USED: u16 = 1 << vr::VRING_PACKED_DESC_F_USED;
+
+mod run;
+pub use run::packed_ring;
 
 /// The input, read front to back; None once it runs out.
 struct Input<'a>(&'a [u8]);
@@ -284,219 +285,4 @@ fn memory() -> Option<Arc<GuestMem>> {
         (region(REGION_A, MEM_END - REGION_A), f),
     ];
     GuestMem::from_table(table, MEM_END).ok().map(Arc::new)
-}
-
-/// A packed ring written from the input and driven as the data path
-/// drives it.
-///
-/// Bytes 0-3: the ring's size (bits 0-3 of byte 0) and features (in_order,
-/// a receive queue, indirect, event_idx: bits 4-7); the start position
-/// (byte 1); whether descriptors are made likely valid (byte 2, bit 0) and
-/// the dirty log is on from the start (bit 1); how many 32-byte pieces of
-/// guest memory from address 0 (ring, event areas, indirect tables) the
-/// next bytes fill (byte 3). Then operations, one byte each (and their
-/// arguments): pop a burst or one chain, return an id popped or any id,
-/// return a burst, give chains back, flush, signal, ask for kicks or not,
-/// rewrite a descriptor or the driver's event area, log or not.
-pub fn packed_ring(data: &[u8]) {
-    let mut input = Input(data);
-    let (Some(b0), Some(b1), Some(b2), Some(b3)) =
-        (input.byte(), input.byte(), input.byte(), input.byte())
-    else {
-        return;
-    };
-    let Some(mem) = memory() else { return };
-    let size = SIZES[usize::from(b0 & 15)];
-    let features = PackedFeatures {
-        in_order: b0 & 0x10 != 0,
-        event_idx: b0 & 0x80 != 0,
-        indirect: b0 & 0x40 != 0,
-    };
-    let writable = b0 & 0x20 != 0;
-    let near_mode = b2 & 1 != 0;
-    let start = Pos {
-        idx: u16::from(b1 & 0x7f) % (size + 1),
-        wrap: b1 & 0x80 != 0,
-    };
-    let chunks = (usize::from(b3) * 2).min(input.0.len() / 16);
-    let nc = Near {
-        size,
-        writable,
-        image: 16 * chunks as u64,
-    };
-    for k in 0..chunks {
-        let Some(mut d) = input.desc() else { break };
-        if near_mode {
-            let wrap = start.wrap == (k >= usize::from(start.idx));
-            near(&mut d, &nc, k as u64, wrap);
-        }
-        let _ = mem.mem().write_slice(&d, GuestAddress(16 * k as u64));
-    }
-    let ring_end = 16 * u64::from(size);
-    let addrs = RingAddrs {
-        desc: GuestAddress(0),
-        avail: GuestAddress(ring_end),
-        used: GuestAddress(ring_end + 4),
-    };
-    let started = ActiveQueue::start_packed(
-        Arc::clone(&mem),
-        size,
-        addrs,
-        u32::from(start.encode()),
-        features,
-        None,
-        writable,
-    );
-    let mut q = match started {
-        Ok(q) => q,
-        Err(QueueError::Size(0)) if size == 0 => return,
-        Err(QueueError::Base(_)) if start.idx == size => return,
-        Err(e) => panic!("a ring of {size} in memory refused: {e}"),
-    };
-    let mut m = Model {
-        size,
-        writable,
-        indirect: features.indirect,
-        batching: features.in_order && !writable,
-        avail: start,
-        used: start,
-        in_flight: Vec::new(),
-        tail: 0,
-        noted: Vec::new(),
-        rewritten: Vec::new(),
-        batch_from: start,
-        batch_id: 0,
-    };
-    let log = crate::sys::memfd::create("fuzz-packed-log", 8)
-        .ok()
-        .and_then(|f| {
-            DirtyLog::map(
-                f,
-                8,
-                0,
-                LogBounds {
-                    mem_end: MEM_END,
-                    left: 1 << 30,
-                },
-            )
-            .ok()
-        })
-        .map(Arc::new);
-    let log_on = |q: &mut ActiveQueue, on: bool| {
-        q.set_log(log.as_ref().filter(|_| on).map(|l| QueueLog {
-            log: Arc::clone(l),
-            used: 0,
-        }));
-    };
-    let mut logging = b2 & 2 != 0;
-    log_on(&mut q, logging);
-    let stats = QueueStats::default();
-    let mut b = Burst::new();
-    while let Some(op) = input.byte() {
-        let arg = op >> 4;
-        match op & 15 {
-            0 | 1 => {
-                // Op 1 pops as a worker that reads transmit bursts ahead.
-                b.set_read_ahead(op & 1 == 1);
-                let r = q.pop_burst(&mut b, usize::from(arg) * 3);
-                assert!(b.len() <= (usize::from(arg) * 3).min(BURST));
-                for k in 0..b.len() {
-                    let (id, segs, len) = b.chain(k);
-                    m.popped(&mem, id, segs, len);
-                }
-                assert_ne!(r, Err(ChainError::Ring));
-            }
-            2 => match q.pop() {
-                Ok(Some(c)) => {
-                    m.popped(&mem, c.head(), c.segs(), c.len());
-                }
-                Ok(None) => assert_eq!(q.has_available(), Ok(false)),
-                Err(e) => assert_ne!(e, ChainError::Ring),
-            },
-            3 | 4 => {
-                let id = match m.in_flight.len() {
-                    n if arg & 8 != 0 && n > 0 => m.in_flight[usize::from(arg & 7) % n].id,
-                    _ => match input.u16() {
-                        Some(id) if near_mode => id % (size + 1),
-                        Some(id) => id,
-                        None => break,
-                    },
-                };
-                let len = u32::from(input.byte().unwrap_or(0)) * 37;
-                assert_eq!(q.add_used(id, len), m.used(id, len));
-            }
-            5 => {
-                let n = usize::from(arg) * 3;
-                let mut want = Ok(());
-                for k in 0..n.min(b.len()) {
-                    want = m.used(b.chain(k).0, 0);
-                    if want.is_err() {
-                        break;
-                    }
-                }
-                assert_eq!(q.add_used_burst(&b, n), want);
-            }
-            6 => {
-                let n = usize::from(arg) % (m.tail + 1);
-                q.unpop_n(n as u16);
-                if n > 0 {
-                    let from = m.in_flight.len() - n;
-                    m.avail = m.in_flight[from].at;
-                    m.in_flight.truncate(from);
-                    m.tail -= n;
-                }
-            }
-            7 => {
-                q.flush();
-                m.flush(&mem);
-            }
-            8 => {
-                q.signal(&stats);
-                m.flush(&mem);
-            }
-            9 => {
-                let _ = q.driver_wants_call();
-                let _ = q.used_pending();
-            }
-            10 => {
-                if !q.enable_notification() {
-                    assert_eq!(q.has_available(), Ok(false));
-                }
-            }
-            11 => q.disable_notification(),
-            12 => q.set_event_idx(arg & 1 != 0),
-            13 => {
-                // The driver rewrites a descriptor (any: in flight, used,
-                // not reached yet).
-                let (Some(slot), Some(mut d)) = (input.u16(), input.desc()) else {
-                    break;
-                };
-                let slot = slot % size;
-                if near_mode {
-                    let wrap = m.avail.wrap == (slot >= m.avail.idx);
-                    near(&mut d, &nc, u64::from(slot), wrap);
-                }
-                let _ = mem
-                    .mem()
-                    .write_slice(&d, GuestAddress(16 * u64::from(slot)));
-                m.rewritten.push(slot);
-            }
-            14 => {
-                let (Some(off_wrap), Some(flags)) = (input.u16(), input.u16()) else {
-                    break;
-                };
-                let _ = mem.mem().write_obj(off_wrap, addrs.avail);
-                let _ = mem.mem().write_obj(flags, GuestAddress(ring_end + 2));
-            }
-            _ => {
-                logging = !logging;
-                log_on(&mut q, logging);
-            }
-        }
-        m.check(&q);
-    }
-    let state = q.stop_state();
-    m.flush(&mem);
-    let expect = u32::from(m.avail.encode()) | u32::from(m.used.encode()) << 16;
-    assert_eq!(state, expect, "the vring state at the stop");
 }
