@@ -14,14 +14,14 @@ use vmm_sys_util::sock_ctrl_msg::ScmSocket;
 use vnio_switch::endpoint::ring::{DriverRing, RingLayout};
 use vnio_switch::vhost_user::protocol::{code, encode_request};
 
-use super::packed::PackedRing;
+use crate::packed::PackedRing;
 
 pub const QSIZE: u16 = 256;
 pub const BUF: u32 = 2048;
 const VERSION_1: u64 = 1 << 32;
 const PROTOCOL_FEATURES: u64 = 1 << 30;
 const MRG_RXBUF: u64 = 1 << 15;
-const EVENT_IDX: u64 = 1 << 29;
+pub const EVENT_IDX: u64 = 1 << 29;
 const RING_PACKED: u64 = 1 << 34;
 
 /// Which order the handshake uses.

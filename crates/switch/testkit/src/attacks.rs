@@ -3,9 +3,9 @@
 //! hostile-frontend suite (`tests/hostile_suite.rs`) and by the soak
 //! (`examples/hostile_frontend.rs`).
 
-use super::mac;
-use super::packed::{F_AVAIL as F_AVAIL_PACKED, F_USED as F_USED_PACKED};
-use super::raw::RawFrontend;
+use crate::mac;
+use crate::packed::{F_AVAIL as F_AVAIL_PACKED, F_USED as F_USED_PACKED};
+use crate::raw::RawFrontend;
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 use vmm_sys_util::eventfd::EventFd;
