@@ -441,5 +441,5 @@ impl Device {
     }
 }
 
-mod lend;
 mod requests;
+mod spread;

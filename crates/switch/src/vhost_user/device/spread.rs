@@ -1,5 +1,6 @@
-//! A queue pair moved out of its device to be served by another worker,
-//! and back (see `port/vhost_user/spread.rs`).
+//! Spreading, the device's part: a queue pair lent out of its device to
+//! be served by another worker, and taken back (see
+//! `port/vhost_user/spread.rs`, and `pool/spread.rs` for the whole).
 
 use super::{feature, rx_queue, tx_queue, Device};
 
