@@ -21,6 +21,7 @@
 //! the endpoints' share is the same from one build of the switch to the next,
 //! so two builds compare by it).
 
+use std::path::Path;
 use std::time::{Duration, Instant};
 use vnio_switch::config::{PortSpec, SwitchConfig};
 use vnio_switch::datapath::{Datapath, Port};
@@ -29,72 +30,22 @@ use vnio_switch::endpoint::{Endpoint, EndpointConfig};
 use vnio_switch::fdb::Fdb;
 use vnio_switch::port::vhost_user::VhostUserPort;
 use vnio_switch::port::{SocketMode, Watch};
-use vnio_switch::wire::Ipv4Address;
+use vnio_switch::wire::{EthernetAddress, Ipv4Address};
 use vnio_switch::PortId;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let mut args = std::env::args().skip(1);
-    let len: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(64);
-    let secs: f64 = args.next().map(|a| a.parse()).transpose()?.unwrap_or(1.0);
-    let rounds: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(5);
-    let (round_trip, swap) = match args.next().as_deref() {
-        None => (false, false),
-        Some("bounce") => (true, false),
-        Some("swap") => (true, true),
-        Some(other) => return Err(format!("unknown mode {other:?} (bounce, swap)").into()),
-    };
+    let Args {
+        len,
+        secs,
+        rounds,
+        round_trip,
+        swap,
+    } = Args::parse()?;
     let dir = std::env::temp_dir().join(format!("vnio-dpcost-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    let sw = SwitchConfig::default();
-    let mut dp = Datapath::new(Fdb::new(sw.fdb_capacity, sw.aging()));
-    for (n, name) in ["a", "b"].iter().enumerate() {
-        let spec = PortSpec::vhost_user(name, dir.join(format!("{name}.sock")), SocketMode::Server);
-        let port = Port::VhostUser(VhostUserPort::new(
-            &dir.join(format!("{name}.sock")),
-            SocketMode::Server,
-        )?);
-        dp.add(
-            PortId(n as u32),
-            name.to_string(),
-            spec.policy()?,
-            spec.policies(&sw),
-            port,
-        );
-    }
-    // The endpoints' handshakes wait for answers: a helper thread connects
-    // them while this one serves the switch's side.
+    let mut dp = two_ports(&dir)?;
     let (ma, mb) = ("02:00:00:00:00:01".parse()?, "02:00:00:00:00:02".parse()?);
-    let d = dir.clone();
-    let connect = std::thread::spawn(move || {
-        let a = Endpoint::connect(
-            &d.join("a.sock"),
-            EndpointConfig::new(ma, Ipv4Address([10, 0, 0, 1])),
-        );
-        let b = Endpoint::connect(
-            &d.join("b.sock"),
-            EndpointConfig::new(mb, Ipv4Address([10, 0, 0, 2])),
-        );
-        (a, b)
-    });
-    let running = |dp: &Datapath| {
-        dp.slots().all(|(_, s)| matches!(&s.port, Port::VhostUser(p) if p.device.ready(0) && p.device.ready(1)))
-    };
-    // The last requests need no answer: the endpoints may be done before
-    // the switch has read them.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !connect.is_finished() || !running(&dp) {
-        if Instant::now() > deadline {
-            return Err("the endpoints did not connect".into());
-        }
-        let now = Instant::now();
-        for slot in 0..2 {
-            dp.on_event(slot, Watch::Listener, now);
-            dp.on_event(slot, Watch::Connection, now);
-        }
-        std::thread::sleep(Duration::from_micros(100));
-    }
-    let (a, b) = connect.join().map_err(|_| "connect thread panicked")?;
-    let (mut a, mut b) = (a?, b?);
+    let (mut a, mut b) = connect(&mut dp, &dir, ma, mb)?;
 
     let mut ab = vec![0x11u8; len];
     ab[..6].copy_from_slice(&mb.0);
@@ -166,6 +117,101 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     drop(dp);
     std::fs::remove_dir_all(&dir)?;
     Ok(())
+}
+
+/// The command line: `[FRAME_LEN [SECONDS [ROUNDS [bounce|swap]]]]`.
+struct Args {
+    len: usize,
+    secs: f64,
+    rounds: usize,
+    round_trip: bool,
+    swap: bool,
+}
+
+impl Args {
+    fn parse() -> Result<Args, Box<dyn std::error::Error>> {
+        let mut args = std::env::args().skip(1);
+        let len: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(64);
+        let secs: f64 = args.next().map(|a| a.parse()).transpose()?.unwrap_or(1.0);
+        let rounds: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(5);
+        let (round_trip, swap) = match args.next().as_deref() {
+            None => (false, false),
+            Some("bounce") => (true, false),
+            Some("swap") => (true, true),
+            Some(other) => return Err(format!("unknown mode {other:?} (bounce, swap)").into()),
+        };
+        Ok(Args {
+            len,
+            secs,
+            rounds,
+            round_trip,
+            swap,
+        })
+    }
+}
+
+/// A datapath with two vhost-user ports, a and b, listening in `dir`.
+fn two_ports(dir: &Path) -> Result<Datapath, Box<dyn std::error::Error>> {
+    let sw = SwitchConfig::default();
+    let mut dp = Datapath::new(Fdb::new(sw.fdb_capacity, sw.aging()));
+    for (n, name) in ["a", "b"].iter().enumerate() {
+        let spec = PortSpec::vhost_user(name, dir.join(format!("{name}.sock")), SocketMode::Server);
+        let port = Port::VhostUser(VhostUserPort::new(
+            &dir.join(format!("{name}.sock")),
+            SocketMode::Server,
+        )?);
+        dp.add(
+            PortId(n as u32),
+            name.to_string(),
+            spec.policy()?,
+            spec.policies(&sw),
+            port,
+        );
+    }
+    Ok(dp)
+}
+
+/// Connects an endpoint to each port, serving the switch's side until both
+/// ports' queues run.
+fn connect(
+    dp: &mut Datapath,
+    dir: &Path,
+    ma: EthernetAddress,
+    mb: EthernetAddress,
+) -> Result<(Endpoint, Endpoint), Box<dyn std::error::Error>> {
+    // The endpoints' handshakes wait for answers: a helper thread connects
+    // them while this one serves the switch's side.
+    let d = dir.to_path_buf();
+    let connect = std::thread::spawn(move || {
+        let a = Endpoint::connect(
+            &d.join("a.sock"),
+            EndpointConfig::new(ma, Ipv4Address([10, 0, 0, 1])),
+        );
+        let b = Endpoint::connect(
+            &d.join("b.sock"),
+            EndpointConfig::new(mb, Ipv4Address([10, 0, 0, 2])),
+        );
+        (a, b)
+    });
+    let running = |dp: &Datapath| {
+        dp.slots().all(|(_, s)| matches!(&s.port, Port::VhostUser(p) if p.device.ready(0) && p.device.ready(1)))
+    };
+    // The last requests need no answer: the endpoints may be done before
+    // the switch has read them.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !connect.is_finished() || !running(dp) {
+        if Instant::now() > deadline {
+            return Err("the endpoints did not connect".into());
+        }
+        let now = Instant::now();
+        for slot in 0..2 {
+            dp.on_event(slot, Watch::Listener, now);
+            dp.on_event(slot, Watch::Connection, now);
+        }
+        std::thread::sleep(Duration::from_micros(100));
+    }
+    let (a, b) = connect.join().map_err(|_| "connect thread panicked")?;
+    Ok((a?, b?))
 }
 
 /// This thread's CPU time.

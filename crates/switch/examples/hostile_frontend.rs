@@ -12,14 +12,10 @@
 //! cargo run --release -p vnio-switch --example hostile_frontend -- /run/vnio/p1.sock 600
 //! ```
 
-#[path = "../tests/common/mod.rs"]
-#[allow(unused_imports)]
-mod common;
-
-use common::attacks::{clear_nonblock, frame, Expect, CHAINS, DESCRIPTORS};
-use common::raw::{Order, RawFrontend};
 use std::path::Path;
 use std::time::{Duration, Instant};
+use vnio_switch_testkit::attacks::{clear_nonblock, frame, Expect, CHAINS, DESCRIPTORS};
+use vnio_switch_testkit::raw::{Order, RawFrontend};
 
 /// A well-behaved front-end: the handshake completes and a frame is taken
 /// off its transmit ring.

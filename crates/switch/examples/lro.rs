@@ -36,6 +36,7 @@
 //! each case; `VNIO_BENCH_COALESCE` sets the receiving port's interrupt
 //! coalescing (default: the switch's default, adaptive).
 
+use std::path::Path;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 use vnio_switch::coalesce::Coalesce;
@@ -135,7 +136,12 @@ fn pct(v: &[Duration], p: f64) -> f64 {
     v[((v.len() - 1) as f64 * p) as usize].as_secs_f64() * 1e6
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+type Res<T> = Result<T, Box<dyn std::error::Error>>;
+
+/// (LRO, the sender leaves checksums to offload), in the order they run.
+const CASES: [(bool, bool); 4] = [(false, false), (true, false), (false, true), (true, true)];
+
+fn main() -> Res<()> {
     let mut args = std::env::args().skip(1);
     let reps: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(3);
     let secs: f64 = args.next().map(|a| a.parse()).transpose()?.unwrap_or(2.0);
@@ -143,6 +149,58 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let verbose = std::env::var_os("VNIO_BENCH_VERBOSE").is_some();
     let dir = std::env::temp_dir().join(format!("vnio-lro-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
+    let (sw, mut a, mut b) = start(&dir)?;
+    let mut buf = vec![0u8; 70_000];
+    // The receiving port's interrupt coalescing (VNIO_BENCH_COALESCE; the default policy otherwise).
+    let coalesce: Coalesce = match std::env::var("VNIO_BENCH_COALESCE") {
+        Ok(c) => c.parse()?,
+        Err(_) => Coalesce::default(),
+    };
+    println!(
+        "# stream: {MSS}-byte TCP segments in bursts of {BURST}; window {} KiB; queues of {QUEUE}; receiver's coalescing {coalesce}; {secs} s per case; {reps} rounds of LRO off then on, with full checksums (the sender has no offloads: the switch verifies what it merges) then partial ones (checksum offload: trusted); receiver: NAPI polls of 64, sleeps on its call eventfd, copies out, software checksum unless offloaded, byte check; the switch worker sleeps when idle",
+        WINDOW / 1024
+    );
+    println!("# request-response: one 100-byte PSH segment each way between busy-polling endpoints, {} s per case", secs / 2.0);
+    let mut runs: Vec<Vec<Stream>> = CASES.iter().map(|_| Vec::new()).collect();
+    let mut rrs: [Vec<Vec<Duration>>; 2] = [Vec::new(), Vec::new()];
+    for _ in 0..reps {
+        for (i, &(on, partial)) in CASES.iter().enumerate() {
+            let name = format!(
+                "{}-{}",
+                if on { "on" } else { "off" },
+                if partial { "partial" } else { "full" }
+            );
+            if only.as_deref().is_some_and(|c| !name.starts_with(c)) {
+                continue;
+            }
+            let case = Case {
+                on,
+                partial,
+                secs,
+                coalesce,
+                verbose,
+            };
+            runs[i].push(case.run(&sw, &mut a, &mut b)?);
+            // Nothing of this case may reach the next one (an aggregate waits 50 µs at most).
+            std::thread::sleep(Duration::from_millis(2));
+            while a.poll_recv(&mut buf).is_some() || b.poll_recv(&mut buf).is_some() {}
+            if !partial {
+                rrs[usize::from(on)].push(rr(&mut a, &mut b, secs / 2.0));
+            }
+        }
+    }
+    let res = print_streams(&mut runs);
+    print_ratios(&res);
+    print_rr(&mut rrs);
+    drop(sw);
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+/// A switch with ports a and b in `dir`, an endpoint on each (a sends
+/// with checksum offload, b takes TSO frames), both known to the switch
+/// and their rings empty.
+fn start(dir: &Path) -> Res<(Switch, Endpoint, Endpoint)> {
     let sw = Switch::start(Config {
         switch: SwitchConfig {
             control: dir.join("ctl.sock"),
@@ -173,91 +231,78 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut buf = vec![0u8; 70_000];
     while a.poll_recv(&mut buf).is_some() {}
     while b.poll_recv(&mut buf).is_some() {}
-    // The receiving port's interrupt coalescing (VNIO_BENCH_COALESCE; the default policy otherwise).
-    let coalesce: Coalesce = match std::env::var("VNIO_BENCH_COALESCE") {
-        Ok(c) => c.parse()?,
-        Err(_) => Coalesce::default(),
-    };
-    let set = |on: bool| {
+    Ok((sw, a, b))
+}
+
+/// One case of one round.
+struct Case {
+    on: bool,
+    partial: bool,
+    secs: f64,
+    coalesce: Coalesce,
+    verbose: bool,
+}
+
+impl Case {
+    /// Sets the receiving port's LRO, runs the stream and checks that every
+    /// byte came, as sent.
+    fn run(&self, sw: &Switch, a: &mut Endpoint, b: &mut Endpoint) -> Res<Stream> {
+        let (on, partial) = (self.on, self.partial);
         sw.handle()
             .set_port(
                 "b",
                 PolicyUpdate {
                     lro: Some(on),
-                    coalesce: Some(coalesce),
+                    coalesce: Some(self.coalesce),
                     ..Default::default()
                 },
             )
             .unwrap();
-    };
-    println!(
-        "# stream: {MSS}-byte TCP segments in bursts of {BURST}; window {} KiB; queues of {QUEUE}; receiver's coalescing {coalesce}; {secs} s per case; {reps} rounds of LRO off then on, with full checksums (the sender has no offloads: the switch verifies what it merges) then partial ones (checksum offload: trusted); receiver: NAPI polls of 64, sleeps on its call eventfd, copies out, software checksum unless offloaded, byte check; the switch worker sleeps when idle",
-        WINDOW / 1024
-    );
-    println!("# request-response: one 100-byte PSH segment each way between busy-polling endpoints, {} s per case", secs / 2.0);
-    // (LRO, the sender leaves checksums to offload)
-    let cases = [(false, false), (true, false), (false, true), (true, true)];
-    let mut runs: Vec<Vec<Stream>> = cases.iter().map(|_| Vec::new()).collect();
-    let mut rrs: [Vec<Vec<Duration>>; 2] = [Vec::new(), Vec::new()];
-    for _ in 0..reps {
-        for (i, &(on, partial)) in cases.iter().enumerate() {
-            let name = format!(
-                "{}-{}",
-                if on { "on" } else { "off" },
-                if partial { "partial" } else { "full" }
-            );
-            if only.as_deref().is_some_and(|c| !name.starts_with(c)) {
-                continue;
-            }
-            set(on);
-            let calls = || -> Result<u64, Box<dyn std::error::Error>> {
-                Ok(sw
-                    .handle()
-                    .list()?
-                    .iter()
-                    .find(|p| p.name == "b")
-                    .map_or(0, |p| p.stats.rx.notifications_sent))
-            };
-            let c0 = calls()?;
-            let mut run = stream(&mut a, &mut b, secs, partial);
-            run.calls = calls()? - c0;
-            let s = &run.s;
-            assert_eq!(s.bad, 0, "bytes not as sent (LRO {on})");
-            // The window keeps the receiver's ring from overflowing: nothing is dropped.
-            assert_eq!(s.lost, 0, "bytes lost (LRO {on})");
-            if verbose {
-                for p in sw.handle().list()? {
-                    let drops: u64 = p.stats.rx.drops.values().sum();
-                    eprintln!(
-                        "  lro {on} partial {partial}: port {}: tx {} rx {} rx drops {} lro_merged {} calls {} (receiver: verified {} lost {} timeouts {})",
-                        p.name,
-                        p.stats.tx.packets,
-                        p.stats.rx.packets,
-                        drops,
-                        p.stats.rx.lro_merged,
-                        p.stats.rx.notifications_sent,
-                        s.verified,
-                        s.lost,
-                        s.rx_timeouts
-                    );
-                }
-            }
-            runs[i].push(run);
-            // Nothing of this case may reach the next one (an aggregate waits 50 µs at most).
-            std::thread::sleep(Duration::from_millis(2));
-            while a.poll_recv(&mut buf).is_some() || b.poll_recv(&mut buf).is_some() {}
-            if !partial {
-                rrs[usize::from(on)].push(rr(&mut a, &mut b, secs / 2.0));
+        let calls = || -> Res<u64> {
+            Ok(sw
+                .handle()
+                .list()?
+                .iter()
+                .find(|p| p.name == "b")
+                .map_or(0, |p| p.stats.rx.notifications_sent))
+        };
+        let c0 = calls()?;
+        let mut run = stream(a, b, self.secs, partial);
+        run.calls = calls()? - c0;
+        let s = &run.s;
+        assert_eq!(s.bad, 0, "bytes not as sent (LRO {on})");
+        // The window keeps the receiver's ring from overflowing: nothing is dropped.
+        assert_eq!(s.lost, 0, "bytes lost (LRO {on})");
+        if self.verbose {
+            for p in sw.handle().list()? {
+                let drops: u64 = p.stats.rx.drops.values().sum();
+                eprintln!(
+                    "  lro {on} partial {partial}: port {}: tx {} rx {} rx drops {} lro_merged {} calls {} (receiver: verified {} lost {} timeouts {})",
+                    p.name,
+                    p.stats.tx.packets,
+                    p.stats.rx.packets,
+                    drops,
+                    p.stats.rx.lro_merged,
+                    p.stats.rx.notifications_sent,
+                    s.verified,
+                    s.lost,
+                    s.rx_timeouts
+                );
             }
         }
+        Ok(run)
     }
+}
+
+/// Prints each case's medians; returns them (None: the case did not run).
+fn print_streams(runs: &mut [Vec<Stream>]) -> Vec<Option<[f64; 7]>> {
     let mib = |r: &Stream| r.s.bytes as f64 / (1 << 20) as f64;
     let med = |v: &mut [Stream], key: &dyn Fn(&Stream) -> f64| {
         v.sort_by(|x, y| key(x).total_cmp(&key(y)));
         key(&v[v.len() / 2])
     };
     let mut res = Vec::new();
-    for (i, &(on, partial)) in cases.iter().enumerate() {
+    for (i, &(on, partial)) in CASES.iter().enumerate() {
         let v = &mut runs[i];
         if v.is_empty() {
             res.push(None);
@@ -280,6 +325,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         );
         res.push(Some(r));
     }
+    res
+}
+
+/// Prints LRO on against off, for each kind of checksum.
+fn print_ratios(res: &[Option<[f64; 7]>]) {
     for k in [0, 2] {
         let (Some(off), Some(on)) = (&res[k], &res[k + 1]) else {
             continue;
@@ -295,6 +345,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 on[6] / off[6]
             );
     }
+}
+
+/// Prints the request-response percentiles, LRO off and on.
+fn print_rr(rrs: &mut [Vec<Vec<Duration>>; 2]) {
     let mut p = [[0.0; 2]; 2];
     for (i, name) in ["LRO off", "LRO on"].iter().enumerate() {
         let r = &mut rrs[i];
@@ -317,7 +371,4 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             p[1][1] / p[0][1]
         );
     }
-    drop(sw);
-    let _ = std::fs::remove_dir_all(&dir);
-    Ok(())
 }

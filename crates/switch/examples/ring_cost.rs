@@ -5,7 +5,7 @@
 //! a length), on the same memory, so no line crosses cores. The layouts
 //! alternate round by round; the medians and the ratio packed/split are
 //! printed. The drivers are the split one of the poll-mode endpoint and the
-//! packed one of the tests (`tests/common/packed.rs`).
+//! packed one of the tests (`vnio_switch_testkit::packed`).
 //!
 //! `cargo run --release -p vnio-switch --example ring_cost [-- SECONDS [ROUNDS]]`
 //!
@@ -15,11 +15,6 @@
 //! instruction count of `Pair::device` divided by 2 FRAMES is a measure
 //! this host's noise does not move.
 
-#[path = "../tests/common/packed.rs"]
-#[allow(dead_code)]
-mod packed_driver;
-
-use packed_driver::PackedRing;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use vm_memory::{FileOffset, GuestAddress, GuestMemoryMmap};
@@ -28,6 +23,7 @@ use vnio_switch::vhost_user::chain::Chain;
 use vnio_switch::vhost_user::memory::{GuestMem, DEFAULT_MAX_MEMORY};
 use vnio_switch::vhost_user::protocol::MemoryRegion;
 use vnio_switch::vhost_user::queue::{ActiveQueue, Burst, PackedFeatures, RingAddrs};
+use vnio_switch_testkit::packed::PackedRing;
 
 const SIZE: u16 = 256;
 const BURST: usize = 32;

@@ -1,5 +1,5 @@
 //! The switch process: worker threads owning the data path (the shared one,
-//! and one per latency-high port, see [`crate::workers`]), and a control
+//! and one per latency-high port, see [`crate::pool`]), and a control
 //! thread serving the Unix control socket. [`Switch::start`] is what
 //! `vnio switch --config` runs; tests start it in-process.
 
@@ -8,12 +8,12 @@ use crate::config::{Config, PortSpec};
 use crate::control::{Request, Response};
 use crate::events::{EventQueue, Kind};
 use crate::events_hub::Hub;
+use crate::pool::Workers;
 use crate::serve::{self, ClientLimits, Clients, LineError};
 use crate::sockpath;
 use crate::state::PortState;
 use crate::stats;
 use crate::worker::PortInfo;
-use crate::workers::Workers;
 use crate::PortId;
 use std::io::BufReader;
 use std::os::unix::net::{UnixListener, UnixStream};

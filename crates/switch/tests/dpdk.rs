@@ -76,95 +76,10 @@ fn macswap(tag: &'static str, options: &str, want: u64) {
     bounded(Duration::from_secs(50), move || {
         let dir = Dir::new(&format!("dpdk-{tag}"));
         let sw = switch(&dir, 2);
-        let peer = [2, 0, 0, 0, 0, 0x09];
-        let vdev = format!(
-            "net_virtio_user0,path={},queues=1,queue_size=256,mac=02:00:00:00:00:09{options}",
-            dir.sock("p1").display()
-        );
-        let prefix = format!("vnio-test-{}-{tag}", std::process::id());
-        // testpmd exits when stdin closes: keep a pipe open until it is killed.
-        // `timeout` bounds testpmd's life even if the test process dies without killing it.
-        let child = Command::new("timeout")
-            .args(["120", "dpdk-testpmd"])
-            .args([
-                "--lcores",
-                "0@0,1@0",
-                "--no-pci",
-                "--no-huge",
-                "-m",
-                "512",
-                "--file-prefix",
-                &prefix,
-                "--vdev",
-                &vdev,
-                "--log-level=pmd.net.virtio.init:debug",
-            ])
-            .args(["--", "--forward-mode=macswap", "--total-num-mbufs=2048"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut tp = Testpmd(child, prefix);
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !sw
-            .handle()
-            .list()
-            .unwrap()
-            .iter()
-            .any(|p| p.name == "p1" && p.running)
-        {
-            if let Ok(Some(status)) = tp.0.try_wait() {
-                let mut err = String::new();
-                let _ = tp.0.stderr.take().map(|mut e| e.read_to_string(&mut err));
-                panic!("testpmd exited ({status}): {err}");
-            }
-            assert!(
-                Instant::now() < deadline,
-                "testpmd never started its queues"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let mut tp = start_testpmd(&dir, tag, &options);
+        wait_running(&sw, &mut tp);
         let mut ep = endpoint(&dir, 2, 2);
-        let mut f = vec![0x42u8; 64];
-        f[..6].copy_from_slice(&peer);
-        f[6..12].copy_from_slice(&mac(2).0);
-        f[12..14].copy_from_slice(&[0x88, 0xb5]);
-        let mut buf = [0u8; 2048];
-        let mut rtts = Vec::new();
-        // testpmd's forwarding starts a little after its queues: retry the first frame.
-        let start = Instant::now();
-        let mut first = true;
-        while rtts.len() < 1000 {
-            f[20..24].copy_from_slice(&(rtts.len() as u32).to_le_bytes());
-            let t0 = Instant::now();
-            ep.send_frame(&f).unwrap();
-            let wait_until = t0 + if first { Duration::from_millis(200) } else { T };
-            let got = loop {
-                if let Some(n) = ep.poll_recv(&mut buf) {
-                    break Some(n);
-                }
-                if Instant::now() > wait_until {
-                    break None;
-                }
-                std::hint::spin_loop();
-            };
-            match got {
-                Some(n) => {
-                    assert_eq!(n, 64);
-                    assert_eq!(&buf[..6], &mac(2).0, "destination swapped back to us");
-                    assert_eq!(&buf[6..12], &peer, "source is testpmd");
-                    assert_eq!(&buf[12..64], &f[12..64], "payload intact");
-                    rtts.push(t0.elapsed());
-                    first = false;
-                }
-                None if first => assert!(
-                    start.elapsed() < Duration::from_secs(15),
-                    "testpmd never returned a frame"
-                ),
-                None => panic!("frame {} lost", rtts.len()),
-            }
-        }
+        let mut rtts = round_trips(&mut ep);
         rtts.sort();
         println!(
             "testpmd ({tag}) macswap round trip through the switch (64 B, unpinned, debug build): p50 {:?} p99 {:?}",
@@ -191,18 +106,131 @@ fn macswap(tag: &'static str, options: &str, want: u64) {
             (want & RING_PACKED != 0, want & IN_ORDER != 0),
             "the switch serves {served}"
         );
-        drop(tp.0.stdin.take());
-        let mut out = String::new();
-        let _ = tp.0.stdout.take().map(|mut o| o.read_to_string(&mut out));
-        let mut err = String::new();
-        let _ = tp.0.stderr.take().map(|mut e| e.read_to_string(&mut err));
-        let features = negotiated(&out)
-            .or_else(|| negotiated(&err))
-            .expect("DPDK logs the negotiated features");
+        let features = tp.negotiated();
         assert_eq!(
             features & (RING_PACKED | IN_ORDER),
             want,
             "negotiated {features:#x}"
         );
     });
+}
+
+/// The MAC address testpmd's port answers from.
+const PEER: [u8; 6] = [2, 0, 0, 0, 0, 0x09];
+
+/// testpmd in macswap mode on a virtio-user port on the switch's p1.
+fn start_testpmd(dir: &Dir, tag: &str, options: &str) -> Testpmd {
+    let vdev = format!(
+        "net_virtio_user0,path={},queues=1,queue_size=256,mac=02:00:00:00:00:09{options}",
+        dir.sock("p1").display()
+    );
+    let prefix = format!("vnio-test-{}-{tag}", std::process::id());
+    // testpmd exits when stdin closes: keep a pipe open until it is killed.
+    // `timeout` bounds testpmd's life even if the test process dies without killing it.
+    let child = Command::new("timeout")
+        .args(["120", "dpdk-testpmd"])
+        .args([
+            "--lcores",
+            "0@0,1@0",
+            "--no-pci",
+            "--no-huge",
+            "-m",
+            "512",
+            "--file-prefix",
+            &prefix,
+            "--vdev",
+            &vdev,
+            "--log-level=pmd.net.virtio.init:debug",
+        ])
+        .args(["--", "--forward-mode=macswap", "--total-num-mbufs=2048"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    Testpmd(child, prefix)
+}
+
+/// Waits until p1's queues run (testpmd started them).
+fn wait_running(sw: &vnio_switch::daemon::Switch, tp: &mut Testpmd) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !sw
+        .handle()
+        .list()
+        .unwrap()
+        .iter()
+        .any(|p| p.name == "p1" && p.running)
+    {
+        if let Ok(Some(status)) = tp.0.try_wait() {
+            let mut err = String::new();
+            let _ = tp.0.stderr.take().map(|mut e| e.read_to_string(&mut err));
+            panic!("testpmd exited ({status}): {err}");
+        }
+        assert!(
+            Instant::now() < deadline,
+            "testpmd never started its queues"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// 1000 round trips from `ep` to testpmd and back, each frame swapped and
+/// intact; their times.
+fn round_trips(ep: &mut vnio_switch::endpoint::Endpoint) -> Vec<Duration> {
+    let peer = PEER;
+    let mut f = vec![0x42u8; 64];
+    f[..6].copy_from_slice(&peer);
+    f[6..12].copy_from_slice(&mac(2).0);
+    f[12..14].copy_from_slice(&[0x88, 0xb5]);
+    let mut buf = [0u8; 2048];
+    let mut rtts = Vec::new();
+    // testpmd's forwarding starts a little after its queues: retry the first frame.
+    let start = Instant::now();
+    let mut first = true;
+    while rtts.len() < 1000 {
+        f[20..24].copy_from_slice(&(rtts.len() as u32).to_le_bytes());
+        let t0 = Instant::now();
+        ep.send_frame(&f).unwrap();
+        let wait_until = t0 + if first { Duration::from_millis(200) } else { T };
+        let got = loop {
+            if let Some(n) = ep.poll_recv(&mut buf) {
+                break Some(n);
+            }
+            if Instant::now() > wait_until {
+                break None;
+            }
+            std::hint::spin_loop();
+        };
+        match got {
+            Some(n) => {
+                assert_eq!(n, 64);
+                assert_eq!(&buf[..6], &mac(2).0, "destination swapped back to us");
+                assert_eq!(&buf[6..12], &peer, "source is testpmd");
+                assert_eq!(&buf[12..64], &f[12..64], "payload intact");
+                rtts.push(t0.elapsed());
+                first = false;
+            }
+            None if first => assert!(
+                start.elapsed() < Duration::from_secs(15),
+                "testpmd never returned a frame"
+            ),
+            None => panic!("frame {} lost", rtts.len()),
+        }
+    }
+    rtts
+}
+
+impl Testpmd {
+    /// Closes testpmd's stdin (it exits) and reads the features its
+    /// driver negotiated from its log.
+    fn negotiated(&mut self) -> u64 {
+        drop(self.0.stdin.take());
+        let mut out = String::new();
+        let _ = self.0.stdout.take().map(|mut o| o.read_to_string(&mut out));
+        let mut err = String::new();
+        let _ = self.0.stderr.take().map(|mut e| e.read_to_string(&mut err));
+        negotiated(&out)
+            .or_else(|| negotiated(&err))
+            .expect("DPDK logs the negotiated features")
+    }
 }

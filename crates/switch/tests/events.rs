@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use vnio_switch::config::{Config, PolicyUpdate, PortSpec, SwitchConfig};
 use vnio_switch::control::{Client, ClientError, Events, Request};
 use vnio_switch::daemon::Switch;
+use vnio_switch::endpoint::Endpoint;
 use vnio_switch::events::{EventLine, Streamed, What};
 use vnio_switch::port::SocketMode;
 use vnio_switch::serve::ClientLimits;
@@ -218,48 +219,12 @@ fn a_mac_flap_names_both_ports() {
 fn a_subscriber_that_never_reads_loses_events_and_slows_nothing() {
     bounded(Duration::from_secs(120), || {
         let dir = Dir::new("ev-slow");
-        let cfg = Config {
-            switch: SwitchConfig {
-                control: dir.sock("control"),
-                idle_polls: 4,
-                // Traffic here may drop; only the ports' events count.
-                drop_event_rate: 0,
-                ..SwitchConfig::default()
-            },
-            ports: (1..=2)
-                .map(|i| {
-                    let n = format!("p{i}");
-                    PortSpec::vhost_user(&n, dir.sock(&n), SocketMode::Server)
-                })
-                .collect(),
-        };
-        let limits = ClientLimits {
-            events_buffer: 16,
-            ..ClientLimits::default()
-        };
-        let sw = Switch::start_with_limits(cfg, limits).unwrap();
+        let sw = switch_with_small_event_buffers(&dir);
         let mut reader = subscribe(&sw);
-        let (mut e1, mut e2) = (endpoint(&dir, 1, 1), endpoint(&dir, 2, 2));
+        let (e1, mut e2) = (endpoint(&dir, 1, 1), endpoint(&dir, 2, 2));
         // The sleeper subscribes once the reader has seen both front-ends'
         // queues start: every event after that reaches both.
-        let mut started = Vec::new();
-        while started.len() < 2 {
-            match next_line(&mut reader) {
-                Some(Streamed::Event(e))
-                    if matches!(
-                        e.what,
-                        What::Queue {
-                            queue: 1,
-                            enabled: true
-                        }
-                    ) =>
-                {
-                    started.push(e.port)
-                }
-                Some(Streamed::Event(_)) => {}
-                other => panic!("{other:?} before both queues started ({started:?})"),
-            }
-        }
+        both_queues_started(&mut reader);
         let mut sleeper = subscribe(&sw);
         // Frames from p1 to p2 all along, counted at both ends (p2's
         // address known first: no flood).
@@ -268,77 +233,19 @@ fn a_subscriber_that_never_reads_loses_events_and_slows_nothing() {
             sw.handle().fdb().unwrap().iter().any(|e| e.mac == mac(2))
         });
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let st = stop.clone();
-        let traffic = std::thread::spawn(move || {
-            let f = frame(mac(2).0, 1, 0x0800);
-            let (mut sent, mut got) = (0u64, 0u64);
-            let mut buf = [0u8; 2048];
-            while !st.load(std::sync::atomic::Ordering::SeqCst) {
-                let n = e1.send_burst(&[&f[..]; 16]) as u64;
-                sent += n;
-                let deadline = Instant::now() + T;
-                while got < sent {
-                    assert!(Instant::now() < deadline, "{got} of {sent} frames arrived");
-                    if e2.poll_recv(&mut buf).is_some() {
-                        got += 1;
-                    } else {
-                        std::thread::yield_now();
-                    }
-                }
-            }
-            // The endpoints stay: their leaving would be events.
-            (sent, got, e1, e2)
-        });
+        let traffic = traffic(e1, e2, stop.clone());
         // Events: a port added and removed, again and again; the reader
         // takes each pair before the next (it never falls behind).
         let mut c = Client::connect(sw.control_path()).unwrap();
-        let mut all = Vec::new();
         let cycles = 400;
-        for i in 0..cycles {
-            let name = format!("x{i}");
-            let spec = PortSpec::vhost_user(&name, dir.sock(&name), SocketMode::Server);
-            c.request(&Request::PortAdd { port: spec }).unwrap();
-            c.request(&Request::PortDel { name: name.clone() }).unwrap();
-            all.extend(until(&mut reader, &name, |w| {
-                matches!(w, What::PortRemoved)
-            }));
-        }
+        let all = add_and_remove(&mut c, &mut reader, &dir, cycles);
         stop.store(true, std::sync::atomic::Ordering::SeqCst);
         let (sent, got, _e1, _e2) = traffic.join().unwrap();
         assert_eq!(all.len(), 2 * cycles, "the reader got every event");
         for w in all.windows(2) {
             assert_eq!(w[1].seq, w[0].seq + 1, "numbered without a gap");
         }
-        // The sleeper reads at last: what it was given, then how many it
-        // lost. Together: every event.
-        let mut given = Vec::new();
-        let lost = loop {
-            match next_line(&mut sleeper).expect("the sleeper is told what it lost") {
-                Streamed::Lost { lost } => break lost,
-                Streamed::Event(e) => given.push(e),
-            }
-        };
-        // Then the next event, and nothing between.
-        let spec = PortSpec::vhost_user("last", dir.sock("last"), SocketMode::Server);
-        c.request(&Request::PortAdd { port: spec }).unwrap();
-        match next_line(&mut sleeper) {
-            Some(Streamed::Event(e)) if e.port == "last" => {
-                assert_eq!(e.seq, all.last().unwrap().seq + 1)
-            }
-            other => panic!("after the gap: {other:?}"),
-        }
-        assert!(lost > 0, "a subscriber that never read lost events");
-        assert!(given.len() < all.len());
-        assert_eq!(
-            given[..],
-            all[..given.len()],
-            "given in order, up to the gap"
-        );
-        assert_eq!(
-            given.len() as u64 + lost,
-            all.len() as u64,
-            "told every loss"
-        );
+        the_sleeper_is_told_what_it_lost(&mut sleeper, &mut c, &dir, &all);
         // The data path went on meanwhile: every frame sent arrived.
         assert!(sent >= 16, "frames went through ({sent})");
         assert_eq!(sent, got);
@@ -349,6 +256,133 @@ fn a_subscriber_that_never_reads_loses_events_and_slows_nothing() {
         );
         assert!(p1.stats.tx.drops.values().all(|d| *d == 0), "{p1:?}");
     });
+}
+
+/// A switch with ports p1 and p2 whose subscribers have 16 events of
+/// buffer.
+fn switch_with_small_event_buffers(dir: &Dir) -> Switch {
+    let cfg = Config {
+        switch: SwitchConfig {
+            control: dir.sock("control"),
+            idle_polls: 4,
+            // Traffic here may drop; only the ports' events count.
+            drop_event_rate: 0,
+            ..SwitchConfig::default()
+        },
+        ports: (1..=2)
+            .map(|i| {
+                let n = format!("p{i}");
+                PortSpec::vhost_user(&n, dir.sock(&n), SocketMode::Server)
+            })
+            .collect(),
+    };
+    let limits = ClientLimits {
+        events_buffer: 16,
+        ..ClientLimits::default()
+    };
+    Switch::start_with_limits(cfg, limits).unwrap()
+}
+
+/// Reads events until both ports' receive queues started.
+fn both_queues_started(reader: &mut Events) {
+    let mut started = Vec::new();
+    while started.len() < 2 {
+        match next_line(reader) {
+            Some(Streamed::Event(e))
+                if matches!(
+                    e.what,
+                    What::Queue {
+                        queue: 1,
+                        enabled: true
+                    }
+                ) =>
+            {
+                started.push(e.port)
+            }
+            Some(Streamed::Event(_)) => {}
+            other => panic!("{other:?} before both queues started ({started:?})"),
+        }
+    }
+}
+
+/// Bursts from e1 to e2 until `stop`, each burst all arrived before the
+/// next; gives back (sent, arrived) and the endpoints.
+fn traffic(
+    mut e1: Endpoint,
+    mut e2: Endpoint,
+    st: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<(u64, u64, Endpoint, Endpoint)> {
+    std::thread::spawn(move || {
+        let f = frame(mac(2).0, 1, 0x0800);
+        let (mut sent, mut got) = (0u64, 0u64);
+        let mut buf = [0u8; 2048];
+        while !st.load(std::sync::atomic::Ordering::SeqCst) {
+            let n = e1.send_burst(&[&f[..]; 16]) as u64;
+            sent += n;
+            let deadline = Instant::now() + T;
+            while got < sent {
+                assert!(Instant::now() < deadline, "{got} of {sent} frames arrived");
+                if e2.poll_recv(&mut buf).is_some() {
+                    got += 1;
+                } else {
+                    std::thread::yield_now();
+                }
+            }
+        }
+        // The endpoints stay: their leaving would be events.
+        (sent, got, e1, e2)
+    })
+}
+
+/// Adds and removes a port `cycles` times; the events the reader got.
+fn add_and_remove(c: &mut Client, reader: &mut Events, dir: &Dir, cycles: usize) -> Vec<EventLine> {
+    let mut all = Vec::new();
+    for i in 0..cycles {
+        let name = format!("x{i}");
+        let spec = PortSpec::vhost_user(&name, dir.sock(&name), SocketMode::Server);
+        c.request(&Request::PortAdd { port: spec }).unwrap();
+        c.request(&Request::PortDel { name: name.clone() }).unwrap();
+        all.extend(until(reader, &name, |w| matches!(w, What::PortRemoved)));
+    }
+    all
+}
+
+/// The sleeper reads at last: what it was given, then how many it lost.
+/// Together: every event of `all`; then the next event, and nothing
+/// between.
+fn the_sleeper_is_told_what_it_lost(
+    sleeper: &mut Events,
+    c: &mut Client,
+    dir: &Dir,
+    all: &[EventLine],
+) {
+    let mut given = Vec::new();
+    let lost = loop {
+        match next_line(sleeper).expect("the sleeper is told what it lost") {
+            Streamed::Lost { lost } => break lost,
+            Streamed::Event(e) => given.push(e),
+        }
+    };
+    let spec = PortSpec::vhost_user("last", dir.sock("last"), SocketMode::Server);
+    c.request(&Request::PortAdd { port: spec }).unwrap();
+    match next_line(sleeper) {
+        Some(Streamed::Event(e)) if e.port == "last" => {
+            assert_eq!(e.seq, all.last().unwrap().seq + 1)
+        }
+        other => panic!("after the gap: {other:?}"),
+    }
+    assert!(lost > 0, "a subscriber that never read lost events");
+    assert!(given.len() < all.len());
+    assert_eq!(
+        given[..],
+        all[..given.len()],
+        "given in order, up to the gap"
+    );
+    assert_eq!(
+        given.len() as u64 + lost,
+        all.len() as u64,
+        "told every loss"
+    );
 }
 
 /// A switch with ports p1, p2 and its settings changed by `tune`.

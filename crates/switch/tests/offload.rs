@@ -118,18 +118,7 @@ fn gso_and_partial_checksums_meet_every_kind_of_receiver() {
     bounded(Duration::from_secs(60), || {
         let dir = Dir::new("offload");
         let sw = switch_with_trunk(&dir);
-        // 1: sends with offloads; 2: takes nothing; 3: takes everything;
-        // 4: takes partial checksums but not TSO; 5: takes everything, on a trunk.
-        let mut a = ep(&dir, 1, 1, TX_OFFLOADS);
-        let mut plain = ep(&dir, 2, 2, 0);
-        let mut full = ep(&dir, 3, 3, RX_OFFLOADS);
-        let mut csum_only = ep(&dir, 4, 4, feature::GUEST_CSUM);
-        let mut tagged = ep(&dir, 5, 5, RX_OFFLOADS);
-        learn(
-            &mut [&mut a, &mut plain, &mut full, &mut csum_only, &mut tagged],
-            Some(5),
-        );
-
+        let mut r = Receivers::connect(&dir);
         for v6 in [false, true] {
             let f = TcpFrame {
                 v6,
@@ -139,86 +128,12 @@ fn gso_and_partial_checksums_meet_every_kind_of_receiver() {
                 ..Default::default()
             };
             let h = gso(&f, 1448);
-            let nseg = 30_000usize.div_ceil(1448);
-            let hdr_end = f.l4() + 32;
-
-            // Both sides negotiated TSO: the super-frame crosses as it is.
-            let sent = addressed(&f, true, 1, 3);
-            a.send_frame_with(&h, &sent).unwrap();
-            let got = recv(&mut full, 1);
-            assert_eq!(got[0].1, sent, "v6={v6}: bytes unchanged");
-            assert_eq!(
-                VirtioNetHdrRepr {
-                    num_buffers: 0,
-                    ..got[0].0
-                },
-                h,
-                "v6={v6}: metadata unchanged"
-            );
-
-            // The same through a trunk: one tag in, offsets moved by 4.
-            a.send_frame_with(&h, &addressed(&f, true, 1, 5)).unwrap();
-            let got = recv(&mut tagged, 1);
-            assert_eq!(&got[0].1[12..16], &[0x81, 0, 0, 1], "tagged");
-            assert_eq!(got[0].0.csum_start, h.csum_start + 4);
-            assert_eq!(got[0].0.hdr_len, h.hdr_len + 4);
-            assert_eq!(&got[0].1[16..], &sent[12..]);
-
-            // No offloads: segments with complete checksums, the stream intact.
-            a.send_frame_with(&h, &addressed(&f, true, 1, 2)).unwrap();
-            let segs = recv(&mut plain, nseg);
-            let mut stream = Vec::new();
-            for (i, (sh, s)) in segs.iter().enumerate() {
-                assert_eq!((sh.flags, sh.gso_type), (0, GSO_NONE));
-                assert!(tcp_checksums_ok(s, f.l3(), v6), "v6={v6} segment {i}");
-                let t = TcpSegment::new_checked(&s[f.l4()..]).unwrap();
-                assert_eq!(t.seq(), f.seq + (i * 1448) as u32);
-                assert_eq!(t.flags() & flags::PSH != 0, i + 1 == nseg);
-                stream.extend_from_slice(&s[hdr_end..]);
-            }
-            assert_eq!(stream, f.payload, "v6={v6}: byte-identical stream");
-
-            // Partial checksums accepted, TSO not: segments left partial.
-            a.send_frame_with(&h, &addressed(&f, true, 1, 4)).unwrap();
-            let segs = recv(&mut csum_only, nseg);
-            for (sh, s) in &segs {
-                assert_eq!(sh.flags, FLAG_NEEDS_CSUM);
-                assert_eq!(usize::from(sh.csum_start), f.l4());
-                let mut s = s.clone();
-                vnio_switch::offload::complete_checksum(&mut s, sh).unwrap();
-                assert!(tcp_checksums_ok(&s, f.l3(), v6));
-            }
+            r.tso_receivers_take_the_super_frame(&f, &h);
+            r.a_plain_receiver_gets_checksummed_segments(&f, &h);
+            r.a_checksum_receiver_gets_partial_segments(&f, &h);
         }
-
-        // A partially checksummed (non-GSO) frame: completed for the port without
-        // checksum offload, passed as it is to the one with it.
-        let f = TcpFrame {
-            payload: pattern(1000, 11),
-            ..Default::default()
-        };
-        let h = VirtioNetHdrRepr {
-            gso_type: GSO_NONE,
-            gso_size: 0,
-            hdr_len: 0,
-            ..gso(&f, 0)
-        };
-        a.send_frame_with(&h, &addressed(&f, true, 1, 2)).unwrap();
-        let got = recv(&mut plain, 1);
-        assert_eq!(got[0].0.flags, 0);
-        assert_eq!(got[0].1, addressed(&f, false, 1, 2), "checksum completed");
-        a.send_frame_with(&h, &addressed(&f, true, 1, 3)).unwrap();
-        let got = recv(&mut full, 1);
-        assert_eq!(got[0].0.flags, FLAG_NEEDS_CSUM);
-        assert_eq!(got[0].1, addressed(&f, true, 1, 3));
-
-        // A 9000-byte frame (a descriptor chain from the endpoint) crosses as it is.
-        let jumbo = TcpFrame {
-            payload: pattern(9000, 12),
-            ..Default::default()
-        };
-        let j = addressed(&jumbo, false, 1, 2);
-        a.send_frame(&j).unwrap();
-        assert_eq!(recv(&mut plain, 1)[0].1, j);
+        r.a_partial_checksum_is_completed_or_passed();
+        r.a_jumbo_frame_crosses_as_it_is();
 
         let stats = |n: &str| {
             sw.handle()
@@ -235,6 +150,142 @@ fn gso_and_partial_checksums_meet_every_kind_of_receiver() {
         assert_eq!(stats("p4").rx.sw_segmented, 2);
         assert_eq!(stats("p1").tx.drops["malformed"], 0);
     });
+}
+
+/// 1: sends with offloads; 2: takes nothing; 3: takes everything;
+/// 4: takes partial checksums but not TSO; 5: takes everything, on a trunk.
+struct Receivers {
+    a: Endpoint,
+    plain: Endpoint,
+    full: Endpoint,
+    csum_only: Endpoint,
+    tagged: Endpoint,
+}
+
+impl Receivers {
+    fn connect(dir: &Dir) -> Receivers {
+        let mut r = Receivers {
+            a: ep(dir, 1, 1, TX_OFFLOADS),
+            plain: ep(dir, 2, 2, 0),
+            full: ep(dir, 3, 3, RX_OFFLOADS),
+            csum_only: ep(dir, 4, 4, feature::GUEST_CSUM),
+            tagged: ep(dir, 5, 5, RX_OFFLOADS),
+        };
+        learn(
+            &mut [
+                &mut r.a,
+                &mut r.plain,
+                &mut r.full,
+                &mut r.csum_only,
+                &mut r.tagged,
+            ],
+            Some(5),
+        );
+        r
+    }
+
+    /// Both sides negotiated TSO: the super-frame crosses as it is; through
+    /// a trunk with one tag in, offsets moved by 4.
+    fn tso_receivers_take_the_super_frame(&mut self, f: &TcpFrame, h: &VirtioNetHdrRepr) {
+        let v6 = f.v6;
+        let sent = addressed(f, true, 1, 3);
+        self.a.send_frame_with(h, &sent).unwrap();
+        let got = recv(&mut self.full, 1);
+        assert_eq!(got[0].1, sent, "v6={v6}: bytes unchanged");
+        assert_eq!(
+            VirtioNetHdrRepr {
+                num_buffers: 0,
+                ..got[0].0
+            },
+            *h,
+            "v6={v6}: metadata unchanged"
+        );
+
+        // The same through a trunk: one tag in, offsets moved by 4.
+        self.a
+            .send_frame_with(h, &addressed(f, true, 1, 5))
+            .unwrap();
+        let got = recv(&mut self.tagged, 1);
+        assert_eq!(&got[0].1[12..16], &[0x81, 0, 0, 1], "tagged");
+        assert_eq!(got[0].0.csum_start, h.csum_start + 4);
+        assert_eq!(got[0].0.hdr_len, h.hdr_len + 4);
+        assert_eq!(&got[0].1[16..], &sent[12..]);
+    }
+
+    /// No offloads: segments with complete checksums, the stream intact.
+    fn a_plain_receiver_gets_checksummed_segments(&mut self, f: &TcpFrame, h: &VirtioNetHdrRepr) {
+        let v6 = f.v6;
+        let nseg = 30_000usize.div_ceil(1448);
+        let hdr_end = f.l4() + 32;
+        self.a
+            .send_frame_with(h, &addressed(f, true, 1, 2))
+            .unwrap();
+        let segs = recv(&mut self.plain, nseg);
+        let mut stream = Vec::new();
+        for (i, (sh, s)) in segs.iter().enumerate() {
+            assert_eq!((sh.flags, sh.gso_type), (0, GSO_NONE));
+            assert!(tcp_checksums_ok(s, f.l3(), v6), "v6={v6} segment {i}");
+            let t = TcpSegment::new_checked(&s[f.l4()..]).unwrap();
+            assert_eq!(t.seq(), f.seq + (i * 1448) as u32);
+            assert_eq!(t.flags() & flags::PSH != 0, i + 1 == nseg);
+            stream.extend_from_slice(&s[hdr_end..]);
+        }
+        assert_eq!(stream, f.payload, "v6={v6}: byte-identical stream");
+    }
+
+    /// Partial checksums accepted, TSO not: segments left partial.
+    fn a_checksum_receiver_gets_partial_segments(&mut self, f: &TcpFrame, h: &VirtioNetHdrRepr) {
+        let nseg = 30_000usize.div_ceil(1448);
+        self.a
+            .send_frame_with(h, &addressed(f, true, 1, 4))
+            .unwrap();
+        let segs = recv(&mut self.csum_only, nseg);
+        for (sh, s) in &segs {
+            assert_eq!(sh.flags, FLAG_NEEDS_CSUM);
+            assert_eq!(usize::from(sh.csum_start), f.l4());
+            let mut s = s.clone();
+            vnio_switch::offload::complete_checksum(&mut s, sh).unwrap();
+            assert!(tcp_checksums_ok(&s, f.l3(), f.v6));
+        }
+    }
+
+    /// A partially checksummed (non-GSO) frame: completed for the port
+    /// without checksum offload, passed as it is to the one with it.
+    fn a_partial_checksum_is_completed_or_passed(&mut self) {
+        let f = TcpFrame {
+            payload: pattern(1000, 11),
+            ..Default::default()
+        };
+        let h = VirtioNetHdrRepr {
+            gso_type: GSO_NONE,
+            gso_size: 0,
+            hdr_len: 0,
+            ..gso(&f, 0)
+        };
+        self.a
+            .send_frame_with(&h, &addressed(&f, true, 1, 2))
+            .unwrap();
+        let got = recv(&mut self.plain, 1);
+        assert_eq!(got[0].0.flags, 0);
+        assert_eq!(got[0].1, addressed(&f, false, 1, 2), "checksum completed");
+        self.a
+            .send_frame_with(&h, &addressed(&f, true, 1, 3))
+            .unwrap();
+        let got = recv(&mut self.full, 1);
+        assert_eq!(got[0].0.flags, FLAG_NEEDS_CSUM);
+        assert_eq!(got[0].1, addressed(&f, true, 1, 3));
+    }
+
+    /// A 9000-byte frame (a descriptor chain from the endpoint) crosses as it is.
+    fn a_jumbo_frame_crosses_as_it_is(&mut self) {
+        let jumbo = TcpFrame {
+            payload: pattern(9000, 12),
+            ..Default::default()
+        };
+        let j = addressed(&jumbo, false, 1, 2);
+        self.a.send_frame(&j).unwrap();
+        assert_eq!(recv(&mut self.plain, 1)[0].1, j);
+    }
 }
 
 #[test]

@@ -253,9 +253,34 @@ fn vnio_and_the_kernel_vxlan_device_learn_each_other() {
         return;
     }
     bounded(Duration::from_secs(90), || {
-        let n = tag();
-        // V: the vnio switch (and a tap whose kernel stack does TCP);
-        // K: the kernel VTEP and a bridge; H: a host on that bridge.
+        let k = KernelSide::new(tag());
+        let dir = Dir::new("vxk");
+        let sw = k.vnio_with_a_tap(&dir);
+        // The endpoint stays connected to the end, as the kernel learns it.
+        let _a = k.endpoint_talks_to_the_host(&dir);
+        k.tcp_between_the_tap_and_the_host(&dir);
+        k.vnio_learned_the_host(&sw);
+        k.the_kernel_learned_the_endpoint();
+        drop(sw);
+    });
+}
+
+/// V: the vnio switch (and a tap whose kernel stack does TCP); K: the
+/// kernel VTEP and a bridge; H: a host on that bridge.
+struct KernelSide {
+    nv: Netns,
+    nk: Netns,
+    nh: Netns,
+    /// V's and K's addresses on the underlay.
+    uv: Ipv4Addr,
+    uk: Ipv4Addr,
+    /// H's address on the overlay.
+    host: Ipv4Address,
+}
+
+impl KernelSide {
+    /// The namespaces, the underlay, K's VTEP and bridge, and H on it.
+    fn new(n: u8) -> KernelSide {
         let (nv, nk, nh) = (
             ns(&format!("vnvx{n}v")),
             ns(&format!("vnvx{n}k")),
@@ -303,28 +328,42 @@ fn vnio_and_the_kernel_vxlan_device_learn_each_other() {
         // the bytes do not), and a UDP socket hands vnio the bytes. A real
         // NIC would have finished them; here H finishes them itself.
         nh.run(|| tx_checksum_off("hh")).unwrap().unwrap();
+        KernelSide {
+            nv,
+            nk,
+            nh,
+            uv,
+            uk,
+            host,
+        }
+    }
 
-        let dir = Dir::new("vxk");
+    /// vnio in V: a VXLAN port toward K and a tap (vxt0) with an address.
+    fn vnio_with_a_tap(&self, dir: &Dir) -> Switch {
         let sw = switch_in(
-            &nv,
-            &dir,
+            &self.nv,
+            dir,
             vec![
-                PortSpec::vxlan("vx", 42, uv, &[uk]),
+                PortSpec::vxlan("vx", 42, self.uv, &[self.uk]),
                 PortSpec::tap("tap", "vxt0"),
             ],
         );
+        let nv = &self.nv;
         let tap_ip = common::ip(3);
-        ip(&nv, &["link", "set", "vxt0", "mtu", "1450"]);
-        ip(
-            &nv,
-            &["addr", "add", &format!("{tap_ip}/24"), "dev", "vxt0"],
-        );
-        ip(&nv, &["link", "set", "vxt0", "up"]);
+        ip(nv, &["link", "set", "vxt0", "mtu", "1450"]);
+        ip(nv, &["addr", "add", &format!("{tap_ip}/24"), "dev", "vxt0"]);
+        ip(nv, &["link", "set", "vxt0", "up"]);
+        sw
+    }
 
-        // H echoes UDP on port 7.
+    /// An endpoint behind vnio: ARP, ping and UDP echoes from H (which
+    /// echoes UDP on port 7).
+    fn endpoint_talks_to_the_host(&self, dir: &Dir) -> Endpoint {
+        let host = self.host;
         let stop = Arc::new(AtomicBool::new(false));
         let s = stop.clone();
-        let u = nh
+        let u = self
+            .nh
             .run(move || UdpSocket::bind(SocketAddrV4::new(host.into(), 7)).unwrap())
             .unwrap();
         let echo = std::thread::spawn(move || {
@@ -336,19 +375,24 @@ fn vnio_and_the_kernel_vxlan_device_learn_each_other() {
                 }
             }
         });
-        let mut a = endpoint_on(&dir, 1);
+        let mut a = endpoint_on(dir, 1);
         talk(&mut a, host, None);
         stop.store(true, Ordering::SeqCst);
         echo.join().unwrap();
         println!("endpoint behind vnio: ARP, ping and 50 UDP echoes with the kernel behind vx0");
+        a
+    }
 
-        // TCP between the tap's stack (V) and H, both ways, through vnio's
-        // software segmentation (the tap sends 64 KiB TSO frames) and the
-        // kernel VTEP.
+    /// TCP between the tap's stack (V) and H, both ways, through vnio's
+    /// software segmentation (the tap sends 64 KiB TSO frames) and the
+    /// kernel VTEP: every byte arrives.
+    fn tcp_between_the_tap_and_the_host(&self, dir: &Dir) {
+        let host = self.host;
         let up = blob(4 << 20, 1);
         let down = blob(2 << 20, 2);
         let (up2, down2) = (up.clone(), down.clone());
-        let listener = nh
+        let listener = self
+            .nh
             .run(move || TcpListener::bind(SocketAddrV4::new(host.into(), 5001)).unwrap())
             .unwrap();
         let server = std::thread::spawn(move || {
@@ -360,7 +404,8 @@ fn vnio_and_the_kernel_vxlan_device_learn_each_other() {
             c.shutdown(std::net::Shutdown::Write).unwrap();
             got
         });
-        let mut c = nv
+        let mut c = self
+            .nv
             .run(move || {
                 TcpStream::connect_timeout(&SocketAddrV4::new(host.into(), 5001).into(), T).unwrap()
             })
@@ -394,10 +439,13 @@ fn vnio_and_the_kernel_vxlan_device_learn_each_other() {
         assert_eq!(sums[0], sums[1]);
         assert_eq!(sums[2], sums[3]);
         assert!(!sums[0].is_empty());
+    }
 
-        // Learning on both sides.
+    /// vnio learned H's address behind K's VTEP, and cut the tap's TSO
+    /// frames before encapsulating them.
+    fn vnio_learned_the_host(&self, sw: &Switch) {
         let out = Command::new("ip")
-            .args(["-n", nh.name(), "-o", "link", "show", "hh"])
+            .args(["-n", self.nh.name(), "-o", "link", "show", "hh"])
             .output()
             .unwrap();
         let hh_mac = String::from_utf8_lossy(&out.stdout)
@@ -423,16 +471,20 @@ fn vnio_and_the_kernel_vxlan_device_learn_each_other() {
             vx.stats.rx.sw_checksums,
             vx.stats.rx.drops
         );
-        assert_eq!((e.port.0, e.remote), (vx.id, Some(uk)));
+        assert_eq!((e.port.0, e.remote), (vx.id, Some(self.uk)));
         assert!(
             vx.stats.rx.sw_segmented > 0,
             "the tap's TSO frames were cut before encapsulation"
         );
+    }
+
+    /// K's bridge learned the endpoint's address behind vnio's VTEP.
+    fn the_kernel_learned_the_endpoint(&self) {
         let out = Command::new("ip")
             .args([
                 "netns",
                 "exec",
-                nk.name(),
+                self.nk.name(),
                 "bridge",
                 "fdb",
                 "show",
@@ -447,7 +499,6 @@ fn vnio_and_the_kernel_vxlan_device_learn_each_other() {
             .find(|l| l.starts_with(&mac(1).to_string()) && l.contains("dst"))
             .unwrap_or_else(|| panic!("the endpoint's MAC behind vnio in:\n{kernel}"));
         println!("kernel: bridge fdb show dev vx0: {line}");
-        assert!(line.contains(&format!("dst {uv}")), "{line}");
-        drop(sw);
-    });
+        assert!(line.contains(&format!("dst {}", self.uv)), "{line}");
+    }
 }

@@ -16,12 +16,15 @@ use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use vnio_lab::Netns;
 use vnio_switch::config::{Config, PortSpec, SwitchConfig};
 use vnio_switch::daemon::Switch;
 use vnio_switch::endpoint::stack::Event;
 use vnio_switch::endpoint::{Endpoint, EndpointConfig};
+use vnio_switch::fdb::FdbEntry;
 use vnio_switch::port::SocketMode;
 use vnio_switch::wire::{EthernetAddress, Ipv4Address};
+use vnio_switch::worker::PortInfo;
 
 /// Datagrams the stranger sends.
 const STRANGER_DATAGRAMS: u32 = 100_000;
@@ -114,8 +117,70 @@ fn a_stranger_and_a_forging_vtep_move_nothing_and_stop_nobody() {
         return;
     }
     bounded(Duration::from_secs(120), || {
-        let n = tag();
-        // V: vnio's switch; K: the kernel VTEP (listed) and the stranger.
+        let u = Underlay::new(tag());
+        let dir = Dir::new("vxt");
+        let sw = u.vnio(&dir);
+        let connect = |name: &str, k: u8| {
+            Endpoint::connect(&dir.sock(name), EndpointConfig::new(mac(k), common::ip(k))).unwrap()
+        };
+        let mut a = connect("p1", 1);
+        let b = connect("p2", 2);
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        let rb = std::thread::spawn(move || {
+            let mut b = b;
+            b.serve(Duration::from_secs(100), &move || s.load(Ordering::SeqCst))
+                .unwrap();
+            b
+        });
+        let peer_b = SocketAddrV4::new(common::ip(2).into(), 7);
+        a.resolve(common::ip(2), T).expect("b answers ARP");
+        a.resolve(u.kernel, T)
+            .expect("the kernel behind the VTEP answers ARP");
+        assert!(udp_echo(&mut a, peer_b, 0) && echo(&mut a, u.kernel, 0));
+
+        let (attacking, attack) = u.attack();
+        let start = Instant::now();
+        let (to_b, to_kernel) = echoes_while(&attacking, &mut a, peer_b, u.kernel);
+        let sent = attack.join().unwrap();
+        let took = start.elapsed();
+        stop.store(true, Ordering::SeqCst);
+        // Kept connected until the FDB is read: a port that goes is forgotten.
+        let _b = rb.join().unwrap();
+        println!(
+            "stranger sent {sent} datagrams in {took:.2?}; a<->b {to_b:?}; a<->kernel {to_kernel:?}"
+        );
+
+        let fdb = sw.handle().fdb().unwrap();
+        let ports = sw.handle().list().unwrap();
+        nothing_moved(&fdb, &ports, u.uk);
+        // Nobody stopped.
+        for (who, ans) in [("b", &to_b), ("the kernel", &to_kernel)] {
+            assert!(
+                ans.longest_gap < MAX_GAP,
+                "{who} went unanswered for {:?}",
+                ans.longest_gap
+            );
+            assert!(ans.answered >= 10, "{who}: {ans:?}");
+        }
+        counters_say_why(&ports, sent, u.uk);
+        drop(sw);
+    });
+}
+
+/// V: vnio's switch; K: the kernel VTEP (listed) and the stranger, with
+/// an address on the overlay behind the VTEP.
+struct Underlay {
+    nv: Netns,
+    nk: Netns,
+    uv: Ipv4Addr,
+    uk: Ipv4Addr,
+    stranger: Ipv4Addr,
+    kernel: Ipv4Address,
+}
+
+impl Underlay {
+    fn new(n: u8) -> Underlay {
         let (nv, nk) = (ns(&format!("vnvt{n}v")), ns(&format!("vnvt{n}k")));
         let (uv, uk) = (Ipv4Addr::new(10, 79, n, 1), Ipv4Addr::new(10, 79, n, 2));
         let stranger = Ipv4Addr::new(10, 79, n, 9);
@@ -135,8 +200,18 @@ fn a_stranger_and_a_forging_vtep_move_nothing_and_stop_nobody() {
         let kernel = common::ip(3);
         ip(&nk, &["addr", "add", &format!("{kernel}/24"), "dev", "vx0"]);
         ip(&nk, &["link", "set", "vx0", "mtu", "1450", "up"]);
+        Underlay {
+            nv,
+            nk,
+            uv,
+            uk,
+            stranger,
+            kernel,
+        }
+    }
 
-        let dir = Dir::new("vxt");
+    /// vnio in V: two vNIC ports and a VXLAN port that lists K's VTEP only.
+    fn vnio(&self, dir: &Dir) -> Switch {
         let cfg = Config {
             switch: SwitchConfig {
                 control: dir.sock("control"),
@@ -146,33 +221,22 @@ fn a_stranger_and_a_forging_vtep_move_nothing_and_stop_nobody() {
             ports: vec![
                 PortSpec::vhost_user("p1", dir.sock("p1"), SocketMode::Server),
                 PortSpec::vhost_user("p2", dir.sock("p2"), SocketMode::Server),
-                PortSpec::vxlan("vx", 42, uv, &[uk]),
+                PortSpec::vxlan("vx", 42, self.uv, &[self.uk]),
             ],
         };
-        let sw = nv.run(move || Switch::start(cfg)).unwrap().unwrap();
-        let connect = |name: &str, k: u8| {
-            Endpoint::connect(&dir.sock(name), EndpointConfig::new(mac(k), common::ip(k))).unwrap()
-        };
-        let mut a = connect("p1", 1);
-        let b = connect("p2", 2);
-        let stop = Arc::new(AtomicBool::new(false));
-        let s = stop.clone();
-        let rb = std::thread::spawn(move || {
-            let mut b = b;
-            b.serve(Duration::from_secs(100), &move || s.load(Ordering::SeqCst))
-                .unwrap();
-            b
-        });
-        let peer_b = SocketAddrV4::new(common::ip(2).into(), 7);
-        a.resolve(common::ip(2), T).expect("b answers ARP");
-        a.resolve(kernel, T)
-            .expect("the kernel behind the VTEP answers ARP");
-        assert!(udp_echo(&mut a, peer_b, 0) && echo(&mut a, kernel, 0));
+        self.nv.run(move || Switch::start(cfg)).unwrap().unwrap()
+    }
 
-        // The attackers, both on K's side of the underlay.
+    /// The attackers, both on K's side of the underlay: the stranger
+    /// floods datagrams from ever new addresses, the listed VTEP now and
+    /// then forges a frame from a's or b's. Returns the flag that is true
+    /// while they run and the thread that says how many the stranger sent.
+    fn attack(&self) -> (Arc<AtomicBool>, std::thread::JoinHandle<u32>) {
+        let (uv, uk, stranger) = (self.uv, self.uk, self.stranger);
         let attacking = Arc::new(AtomicBool::new(true));
         let flag = attacking.clone();
-        let attack = nk
+        let attack = self
+            .nk
             .run(move || {
                 let to = SocketAddrV4::new(uv, 4789);
                 let st = UdpSocket::bind(SocketAddrV4::new(stranger, 0)).unwrap();
@@ -197,75 +261,72 @@ fn a_stranger_and_a_forging_vtep_move_nothing_and_stop_nobody() {
                 })
             })
             .unwrap();
+        (attacking, attack)
+    }
+}
 
-        let start = Instant::now();
-        let (mut to_b, mut to_kernel) = (Answers::default(), Answers::default());
-        let mut k = 1u32;
-        let mut after = None;
-        while after.map_or(true, |t: Instant| t.elapsed() < Duration::from_millis(500)) {
-            if after.is_none() && !attacking.load(Ordering::SeqCst) {
-                after = Some(Instant::now());
-            }
-            to_b.record(udp_echo(&mut a, peer_b, k), start);
-            to_kernel.record(echo(&mut a, kernel, k as u16), start);
-            k += 1;
+/// a's echoes with b and with the kernel, while `attacking` and for 500 ms
+/// after.
+fn echoes_while(
+    attacking: &AtomicBool,
+    a: &mut Endpoint,
+    peer_b: SocketAddrV4,
+    kernel: Ipv4Address,
+) -> (Answers, Answers) {
+    let start = Instant::now();
+    let (mut to_b, mut to_kernel) = (Answers::default(), Answers::default());
+    let mut k = 1u32;
+    let mut after = None;
+    while after.map_or(true, |t: Instant| t.elapsed() < Duration::from_millis(500)) {
+        if after.is_none() && !attacking.load(Ordering::SeqCst) {
+            after = Some(Instant::now());
         }
-        let sent = attack.join().unwrap();
-        let took = start.elapsed();
-        stop.store(true, Ordering::SeqCst);
-        // Kept connected until the FDB is read: a port that goes is forgotten.
-        let _b = rb.join().unwrap();
-        println!(
-            "stranger sent {sent} datagrams in {took:.2?}; a<->b {to_b:?}; a<->kernel {to_kernel:?}"
-        );
+        to_b.record(udp_echo(a, peer_b, k), start);
+        to_kernel.record(echo(a, kernel, k as u16), start);
+        k += 1;
+    }
+    (to_b, to_kernel)
+}
 
-        // Nothing moved.
-        let fdb = sw.handle().fdb().unwrap();
-        let ports = sw.handle().list().unwrap();
-        let id = |name: &str| ports.iter().find(|p| p.name == name).unwrap().id;
-        let on = |m: EthernetAddress| fdb.iter().find(|e| e.mac == m).map(|e| e.port.0);
-        assert_eq!(on(mac(1)), Some(id("p1")), "a's address stays on p1");
-        assert_eq!(on(mac(2)), Some(id("p2")), "b's address stays on p2");
-        assert!(
-            fdb.iter().all(|e| e.remote.map_or(true, |r| r == uk)),
-            "nothing learned behind the stranger: {fdb:?}"
-        );
-        assert!(fdb.len() <= 4, "only the neighbours are known: {fdb:?}");
-        // Nobody stopped.
-        for (who, ans) in [("b", &to_b), ("the kernel", &to_kernel)] {
-            assert!(
-                ans.longest_gap < MAX_GAP,
-                "{who} went unanswered for {:?}",
-                ans.longest_gap
-            );
-            assert!(ans.answered >= 10, "{who}: {ans:?}");
-        }
-        // The counters say what was dropped and why.
-        let port = |name: &str| ports.iter().find(|p| p.name == name).unwrap();
-        let vx = port("vx");
-        let unknown = vx.stats.tx.drops["unknown_vtep"];
-        println!(
-            "vx: unknown_vtep {unknown}, mac_kept {}, vtep rows {:?}; p1 flaps {}, p2 flaps {}",
-            vx.stats.tx.mac_kept,
-            vx.stats.vteps,
-            port("p1").stats.tx.mac_flaps,
-            port("p2").stats.tx.mac_flaps
-        );
-        // The kernel may drop some of the burst at the socket: what
-        // reached the switch was dropped, every one of it.
-        assert!(unknown > u64::from(sent) / 2, "{unknown} of {sent}");
-        assert!(unknown <= u64::from(sent));
-        assert!(
-            vx.stats.tx.mac_kept >= u64::from(FORGED) / 2,
-            "forged frames kept"
-        );
-        assert!(vx.stats.vteps.iter().all(|r| r.remote == uk.to_string()));
-        assert_eq!(
-            port("p1").stats.tx.mac_flaps + port("p2").stats.tx.mac_flaps,
-            0
-        );
-        drop(sw);
-    });
+/// Nothing moved: a's and b's addresses stay on their ports, nothing is
+/// learned behind the stranger.
+fn nothing_moved(fdb: &[FdbEntry], ports: &[PortInfo], uk: Ipv4Addr) {
+    let id = |name: &str| ports.iter().find(|p| p.name == name).unwrap().id;
+    let on = |m: EthernetAddress| fdb.iter().find(|e| e.mac == m).map(|e| e.port.0);
+    assert_eq!(on(mac(1)), Some(id("p1")), "a's address stays on p1");
+    assert_eq!(on(mac(2)), Some(id("p2")), "b's address stays on p2");
+    assert!(
+        fdb.iter().all(|e| e.remote.map_or(true, |r| r == uk)),
+        "nothing learned behind the stranger: {fdb:?}"
+    );
+    assert!(fdb.len() <= 4, "only the neighbours are known: {fdb:?}");
+}
+
+/// The counters say what was dropped and why.
+fn counters_say_why(ports: &[PortInfo], sent: u32, uk: Ipv4Addr) {
+    let port = |name: &str| ports.iter().find(|p| p.name == name).unwrap();
+    let vx = port("vx");
+    let unknown = vx.stats.tx.drops["unknown_vtep"];
+    println!(
+        "vx: unknown_vtep {unknown}, mac_kept {}, vtep rows {:?}; p1 flaps {}, p2 flaps {}",
+        vx.stats.tx.mac_kept,
+        vx.stats.vteps,
+        port("p1").stats.tx.mac_flaps,
+        port("p2").stats.tx.mac_flaps
+    );
+    // The kernel may drop some of the burst at the socket: what
+    // reached the switch was dropped, every one of it.
+    assert!(unknown > u64::from(sent) / 2, "{unknown} of {sent}");
+    assert!(unknown <= u64::from(sent));
+    assert!(
+        vx.stats.tx.mac_kept >= u64::from(FORGED) / 2,
+        "forged frames kept"
+    );
+    assert!(vx.stats.vteps.iter().all(|r| r.remote == uk.to_string()));
+    assert_eq!(
+        port("p1").stats.tx.mac_flaps + port("p2").stats.tx.mac_flaps,
+        0
+    );
 }
 
 /// A vNIC limited to 10 Mbit/s floods broadcast frames toward a VXLAN

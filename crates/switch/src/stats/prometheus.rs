@@ -6,97 +6,125 @@ use std::fmt::Write as _;
 /// Renders ports' counters in the Prometheus text exposition format.
 pub fn prometheus(ports: &[(String, PortStatsSnapshot)]) -> String {
     let mut out = String::new();
-    let mut family =
-        |name: &str, help: &str, kind: &str, rows: &mut dyn Iterator<Item = (String, u64)>| {
-            let _ = writeln!(out, "# HELP vnio_switch_{name} {help}");
-            let _ = writeln!(out, "# TYPE vnio_switch_{name} {kind}");
-            for (labels, v) in rows {
-                let _ = writeln!(out, "vnio_switch_{name}{{{labels}}} {v}");
-            }
-        };
-    let dirs = |f: fn(&QueueSnapshot) -> u64| {
-        ports
-            .iter()
-            .flat_map(move |(p, s)| {
-                [("tx", &s.tx), ("rx", &s.rx)]
-                    .into_iter()
-                    .map(move |(d, q)| (format!("port=\"{p}\",direction=\"{d}\""), f(q)))
-            })
-            .collect::<Vec<_>>()
-    };
+    for (name, help, f) in DIRECTION_FAMILIES {
+        family(&mut out, name, help, by_direction(ports, *f));
+    }
     family(
+        &mut out,
+        "drops_total",
+        "Frames dropped, by reason.",
+        drops(ports),
+    );
+    uplink_queue_families(&mut out, ports);
+    queue_pair_families(&mut out, ports);
+    vtep_families(&mut out, ports);
+    let resets = ports
+        .iter()
+        .map(|(p, s)| (format!("port=\"{p}\""), s.resets));
+    family(
+        &mut out,
+        "port_resets_total",
+        "Port resets after protocol or ring errors.",
+        resets,
+    );
+    out
+}
+
+/// A counter family in each direction of a port: name, help, the counter.
+type DirectionFamily = (&'static str, &'static str, fn(&QueueSnapshot) -> u64);
+
+/// The per-direction counter families, in the order they are rendered.
+const DIRECTION_FAMILIES: &[DirectionFamily] = &[
+    (
         "packets_total",
         "Frames through the port, by the frontend's direction.",
-        "counter",
-        &mut dirs(|q| q.packets).into_iter(),
-    );
-    family(
+        |q| q.packets,
+    ),
+    (
         "bytes_total",
         "Bytes through the port, by the frontend's direction.",
-        "counter",
-        &mut dirs(|q| q.bytes).into_iter(),
-    );
-    family(
+        |q| q.bytes,
+    ),
+    (
         "notifications_sent_total",
         "Call eventfd writes to the frontend.",
-        "counter",
-        &mut dirs(|q| q.notifications_sent).into_iter(),
-    );
-    family(
+        |q| q.notifications_sent,
+    ),
+    (
         "notifications_received_total",
         "Kicks from the frontend.",
-        "counter",
-        &mut dirs(|q| q.notifications_received).into_iter(),
-    );
-    family(
+        |q| q.notifications_received,
+    ),
+    (
         "notifications_suppressed_total",
         "Calls the frontend did not want (EVENT_IDX or VRING_AVAIL_F_NO_INTERRUPT).",
-        "counter",
-        &mut dirs(|q| q.notifications_suppressed).into_iter(),
-    );
-    family(
+        |q| q.notifications_suppressed,
+    ),
+    (
         "notifications_coalesced_total",
         "Calls held back by the port's coalescing policy.",
-        "counter",
-        &mut dirs(|q| q.notifications_coalesced).into_iter(),
-    );
-    family(
+        |q| q.notifications_coalesced,
+    ),
+    (
         "sw_checksums_total",
         "Checksums the switch completed in software for a destination without checksum offload.",
-        "counter",
-        &mut dirs(|q| q.sw_checksums).into_iter(),
-    );
-    family(
+        |q| q.sw_checksums,
+    ),
+    (
         "lro_merged_total",
         "TCP segments LRO merged into a frame toward the port (deliveries saved).",
-        "counter",
-        &mut dirs(|q| q.lro_merged).into_iter(),
-    );
-    family(
+        |q| q.lro_merged,
+    ),
+    (
         "egress_waits_total",
         "Rounds in which an uplink's egress scheduler held the port's next frame in the guest's ring.",
-        "counter",
-        &mut dirs(|q| q.egress_waits).into_iter(),
-    );
-    family(
+        |q| q.egress_waits,
+    ),
+    (
         "mac_kept_total",
         "Frames whose source address another port holds and is still sending from: not moved (FDB rule for moves).",
-        "counter",
-        &mut dirs(|q| q.mac_kept).into_iter(),
-    );
-    family(
+        |q| q.mac_kept,
+    ),
+    (
         "mac_flaps_total",
         "Addresses the port took that their previous holder claimed back: held there.",
-        "counter",
-        &mut dirs(|q| q.mac_flaps).into_iter(),
-    );
-    family(
+        |q| q.mac_flaps,
+    ),
+    (
         "sw_segmented_total",
         "GSO frames the switch segmented in software for a destination without TSO.",
-        "counter",
-        &mut dirs(|q| q.sw_segmented).into_iter(),
-    );
-    let drops: Vec<(String, u64)> = ports
+        |q| q.sw_segmented,
+    ),
+];
+
+/// Writes one counter family: its help, its type and a line per row
+/// (labels, value).
+fn family(out: &mut String, name: &str, help: &str, rows: impl IntoIterator<Item = (String, u64)>) {
+    let _ = writeln!(out, "# HELP vnio_switch_{name} {help}");
+    let _ = writeln!(out, "# TYPE vnio_switch_{name} counter");
+    for (labels, v) in rows {
+        let _ = writeln!(out, "vnio_switch_{name}{{{labels}}} {v}");
+    }
+}
+
+/// One row per port and direction (the frontend's: tx, then rx).
+fn by_direction(
+    ports: &[(String, PortStatsSnapshot)],
+    f: fn(&QueueSnapshot) -> u64,
+) -> Vec<(String, u64)> {
+    ports
+        .iter()
+        .flat_map(move |(p, s)| {
+            [("tx", &s.tx), ("rx", &s.rx)]
+                .into_iter()
+                .map(move |(d, q)| (format!("port=\"{p}\",direction=\"{d}\""), f(q)))
+        })
+        .collect()
+}
+
+/// One row per port, direction and drop reason.
+fn drops(ports: &[(String, PortStatsSnapshot)]) -> Vec<(String, u64)> {
+    ports
         .iter()
         .flat_map(|(p, s)| {
             [("tx", &s.tx), ("rx", &s.rx)]
@@ -107,13 +135,11 @@ pub fn prometheus(ports: &[(String, PortStatsSnapshot)]) -> String {
                     })
                 })
         })
-        .collect();
-    family(
-        "drops_total",
-        "Frames dropped, by reason.",
-        "counter",
-        &mut drops.into_iter(),
-    );
+        .collect()
+}
+
+/// An uplink's receive queues, each with its owner.
+fn uplink_queue_families(out: &mut String, ports: &[(String, PortStatsSnapshot)]) {
     let uq = |f: fn(&UplinkQueueSnapshot) -> u64| {
         ports
             .iter()
@@ -129,23 +155,27 @@ pub fn prometheus(ports: &[(String, PortStatsSnapshot)]) -> String {
             .collect::<Vec<_>>()
     };
     family(
+        out,
         "uplink_queue_packets_total",
         "Frames taken from an uplink receive queue.",
-        "counter",
-        &mut uq(|q| q.packets).into_iter(),
+        uq(|q| q.packets),
     );
     family(
+        out,
         "uplink_queue_bytes_total",
         "Bytes taken from an uplink receive queue.",
-        "counter",
-        &mut uq(|q| q.bytes).into_iter(),
+        uq(|q| q.bytes),
     );
     family(
+        out,
         "uplink_queue_kernel_drops_total",
         "Frames the kernel dropped because an uplink receive queue was full.",
-        "counter",
-        &mut uq(|q| q.kernel_drops).into_iter(),
+        uq(|q| q.kernel_drops),
     );
+}
+
+/// A multiqueue vNIC's queue pairs, by the guest's direction.
+fn queue_pair_families(out: &mut String, ports: &[(String, PortStatsSnapshot)]) {
     let qp = |f: fn(&QueuePairSnapshot) -> (u64, u64)| {
         ports
             .iter()
@@ -163,17 +193,21 @@ pub fn prometheus(ports: &[(String, PortStatsSnapshot)]) -> String {
             .collect::<Vec<_>>()
     };
     family(
+        out,
         "queue_packets_total",
         "Frames through one queue pair of a multiqueue vNIC, by the guest's direction.",
-        "counter",
-        &mut qp(|q| (q.tx_packets, q.rx_packets)).into_iter(),
+        qp(|q| (q.tx_packets, q.rx_packets)),
     );
     family(
+        out,
         "queue_bytes_total",
         "Bytes through one queue pair of a multiqueue vNIC, by the guest's direction.",
-        "counter",
-        &mut qp(|q| (q.tx_bytes, q.rx_bytes)).into_iter(),
+        qp(|q| (q.tx_bytes, q.rx_bytes)),
     );
+}
+
+/// A VXLAN port's remote VTEPs, in and out.
+fn vtep_families(out: &mut String, ports: &[(String, PortStatsSnapshot)]) {
     let vt = |f: fn(&crate::port::vxlan::VtepSnapshot) -> (u64, u64)| {
         ports
             .iter()
@@ -191,26 +225,15 @@ pub fn prometheus(ports: &[(String, PortStatsSnapshot)]) -> String {
             .collect::<Vec<_>>()
     };
     family(
+        out,
         "vtep_packets_total",
         "VXLAN datagrams from (in) and to (out) a remote VTEP.",
-        "counter",
-        &mut vt(|v| (v.packets_in, v.packets_out)).into_iter(),
+        vt(|v| (v.packets_in, v.packets_out)),
     );
     family(
+        out,
         "vtep_bytes_total",
         "Inner frame bytes from (in) and to (out) a remote VTEP.",
-        "counter",
-        &mut vt(|v| (v.bytes_in, v.bytes_out)).into_iter(),
+        vt(|v| (v.bytes_in, v.bytes_out)),
     );
-    let resets: Vec<(String, u64)> = ports
-        .iter()
-        .map(|(p, s)| (format!("port=\"{p}\""), s.resets))
-        .collect();
-    family(
-        "port_resets_total",
-        "Port resets after protocol or ring errors.",
-        "counter",
-        &mut resets.into_iter(),
-    );
-    out
 }

@@ -1,13 +1,15 @@
 //! Shared helpers: a switch in a private temporary directory, endpoints,
-//! and a hand-driven front-end ([`raw`]).
+//! and a hand-driven front-end ([`raw`], from the `vnio-switch-testkit`
+//! crate the examples share).
 
 #![allow(dead_code)]
 
-pub mod attacks;
-pub mod packed;
-pub mod raw;
 pub mod testpmd;
 pub mod underlay;
+
+// Each test uses some of them.
+#[allow(unused_imports)]
+pub use vnio_switch_testkit::{attacks, mac, packed, raw};
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -19,7 +21,7 @@ use vnio_switch::endpoint::{Endpoint, EndpointConfig};
 use vnio_switch::port::vhost_user::VhostUserPort;
 use vnio_switch::port::SocketMode;
 use vnio_switch::port::Watch;
-use vnio_switch::wire::{EthernetAddress, Ipv4Address};
+use vnio_switch::wire::Ipv4Address;
 
 pub const T: Duration = Duration::from_secs(5);
 
@@ -46,10 +48,6 @@ impl Drop for Dir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
-}
-
-pub fn mac(n: u8) -> EthernetAddress {
-    EthernetAddress([2, 0, 0, 0, 0, n])
 }
 
 pub fn ip(n: u8) -> Ipv4Address {
