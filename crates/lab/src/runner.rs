@@ -9,7 +9,6 @@
 //! early; what was measured is kept, no further point starts, and the
 //! testbed is torn down as usual.
 
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -17,13 +16,14 @@ use serde::{Deserialize, Serialize};
 use vnio_measure::result::Document;
 
 use crate::contention::{ContentionReport, Running};
-use crate::guest::GuestKit;
+pub use crate::host::RunnerOptions;
+pub use crate::outcome::{PointOutcome, Status};
 use std::net::SocketAddr;
-use vnio_topo::Journal;
 
 use crate::scenario::{HostKind, Plan, Point, Protocol, RunSpec, Scenario, WorkloadKind};
 use crate::testbed::{BedContext, BedDescription, Testbed};
 
+pub mod interleave;
 mod via;
 use via::rr_via;
 
@@ -82,47 +82,6 @@ impl Observer for Silent {
     fn event(&self, _: Event<'_>) {}
 }
 
-/// How a point ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Status {
-    /// Measured.
-    Ok,
-    /// Measured in part: the run was stopped during it.
-    Interrupted,
-    /// Not measured: setup or the workload failed.
-    Failed,
-    /// Not measured: this build cannot (the reason is in `error`).
-    Skipped,
-}
-
-impl Status {
-    /// The stored name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Status::Ok => "ok",
-            Status::Interrupted => "interrupted",
-            Status::Failed => "failed",
-            Status::Skipped => "skipped",
-        }
-    }
-}
-
-/// Everything known about one point after it ran.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct PointOutcome {
-    /// The point as planned.
-    pub point: Point,
-    /// How it ended.
-    pub status: Status,
-    /// Why it failed or was skipped, or errors during measurement.
-    pub error: Option<String>,
-    /// The measurement engine's result (`vnio.result/2`).
-    pub document: Option<Document>,
-    /// What the contention achieved.
-    pub contention: Option<ContentionReport>,
-}
-
 /// What a whole scenario run did.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct RunSummary {
@@ -138,18 +97,6 @@ pub struct RunSummary {
     pub stopped: bool,
     /// The testbeds as built, per configuration.
     pub testbeds: Vec<BedDescription>,
-}
-
-/// Runner settings.
-#[derive(Debug, Clone)]
-pub struct RunnerOptions {
-    /// The `vnio` binary run in the hosts (agents, switch, generators).
-    pub vnio: PathBuf,
-    /// Journal for everything created.
-    pub journal: Journal,
-    /// Image and accelerator for VM hosts ([`GuestKit::prepare`]); `None`
-    /// when the run has no VM host.
-    pub guests: Option<GuestKit>,
 }
 
 /// Why a run could not start. (Failures of single configurations or points
@@ -181,7 +128,7 @@ pub fn run(
         return Err(RunError::NotRoot);
     }
     if plan.run.interleave && plan.run.repetition_cap() > 1 {
-        return crate::interleave::run(scenario, plan, opts, stop, observer, sink);
+        return interleave::run(scenario, plan, opts, stop, observer, sink);
     }
     if !plan.missing.is_empty() {
         let list: Vec<String> = plan

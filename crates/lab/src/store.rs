@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use vnio_measure::env::Environment;
 
 use crate::guest::GuestEnvironment;
-use crate::runner::{PointOutcome, Status};
+use crate::outcome::{PointOutcome, Status};
 use crate::scenario::Overrides;
 use crate::testbed::BedDescription;
 

@@ -10,7 +10,7 @@
 //! it all: guests first, then processes, then namespaces (which take their
 //! interfaces along).
 //!
-//! Here: building and tearing down a configuration; `testbed/process.rs`:
+//! Here: building and tearing down a configuration; [`crate::host`]:
 //! starting and watching its processes; `testbed/description.rs`: the
 //! record of what was built; `testbed/rings.rs`: the virtqueue layout the
 //! vnio switch serves.
@@ -34,53 +34,29 @@ mod anchors;
 mod description;
 mod guests;
 mod own_cpu;
-mod process;
+pub mod program;
 mod rings;
+pub mod span;
 mod switch;
 mod wires;
+pub use crate::host::{
+    log_tail, pin_process, pin_self, spawn, wait_log, wait_or_interrupt, wait_ready, BedError,
+    Scratch, AGENT_PORT, SCRATCH_ROOT,
+};
+use crate::host::{setup, READY};
 pub use anchors::endpoints_listen;
 pub use description::{BedDescription, GuestDescription, HostDescription};
 pub use own_cpu::{per_iteration, CpuSample};
-pub use process::{
-    log_tail, pin_process, pin_self, spawn, wait_log, wait_or_interrupt, wait_ready, Scratch,
+pub use rings::{
+    describe as describe_virtqueues, mismatch as virtqueue_mismatch, virtqueue_offered, Served,
+    HUGE_MB,
 };
-pub use rings::{describe as describe_virtqueues, mismatch as virtqueue_mismatch, Served};
 
-/// Port every agent listens on.
-pub const AGENT_PORT: u16 = 7700;
 /// Prefix length of the testbed's subnet.
 const PREFIX: u8 = 24;
-/// How long a part may take to come up.
-const READY: Duration = Duration::from_secs(10);
 /// How long a booted guest's agent may take to answer over the wire (the
 /// first frames wait for ARP, under TCG slowly).
 const AGENT_REACH: Duration = Duration::from_secs(60);
-/// Where scratch directories go (sockets, the switch's configuration, logs).
-pub const SCRATCH_ROOT: &str = "/run/vnio/lab";
-
-/// Why a testbed could not be built. One line.
-#[derive(Debug, thiserror::Error)]
-pub enum BedError {
-    /// A netlink, namespace or journal operation failed.
-    #[error(transparent)]
-    Topology(#[from] crate::Error),
-    /// A process or part did not come up.
-    #[error("{what}: {detail}")]
-    Setup {
-        /// What was being done.
-        what: String,
-        /// What went wrong.
-        detail: String,
-    },
-}
-
-fn setup(what: impl Into<String>, detail: impl std::fmt::Display) -> BedError {
-    BedError::Setup {
-        what: what.into(),
-        detail: detail.to_string(),
-    }
-}
-
 /// One endpoint as built.
 #[derive(Debug)]
 pub struct BedHost {
@@ -128,7 +104,7 @@ impl BedHost {
 #[derive(Debug)]
 pub struct Testbed {
     // First: the other machines' sides go before anything here.
-    span: Option<crate::machine::span::Span>,
+    span: Option<span::Span>,
     hosts: Vec<BedHost>,
     switch: Option<Process>,
     /// OVS-DPDK or testpmd (anchor wires), with its hugepages.
@@ -166,7 +142,7 @@ impl Testbed {
         let scratch = Scratch::create(&ctx.journal)?;
         let (id, n) = unique_id();
         let octet = (n % 256) as u8;
-        let span = crate::machine::span::Span::connect(s, cfg.wire, ctx, &id, octet)?;
+        let span = span::Span::connect(s, cfg.wire, ctx, &id, octet)?;
         let mut bed = Testbed {
             span,
             hosts: Vec::new(),
@@ -229,8 +205,7 @@ impl Testbed {
         }
         let dpdk = knobs.endpoints == Some(crate::scenario::Endpoints::Dpdk);
         if dpdk {
-            let program =
-                crate::pair::program::build(None).map_err(|e| setup("the DPDK endpoints", e))?;
+            let program = program::build(None).map_err(|e| setup("the DPDK endpoints", e))?;
             bed.description.notes.push(format!(
                 "poll-mode pair driven by the lab's DPDK program {} (one lcore, 16384 mbufs{}, {})",
                 program.display(),
@@ -239,18 +214,14 @@ impl Testbed {
                 } else {
                     ", no hugepages"
                 },
-                crate::pair::virtqueue_offered(knobs.virtqueue.unwrap_or_default())
+                virtqueue_offered(knobs.virtqueue.unwrap_or_default())
             ));
             bed.dpdk_program = Some(program);
         }
         if knobs.endpoint_hugepages == Some(true) {
             // The DPDK program's memory (and a page to spare); else a 2 MiB
             // page for each of the pair's endpoints, one to spare.
-            let pages = if dpdk {
-                crate::pair::HUGE_MB / 2 + 8
-            } else {
-                3
-            };
+            let pages = if dpdk { HUGE_MB / 2 + 8 } else { 3 };
             let pages = vnio_topo::Hugepages::reserve(
                 &bed.scratch().join("endpoint-hugepages"),
                 pages,

@@ -25,122 +25,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
 use vnio_measure::cpu::{Cost, CpuTime};
 use vnio_measure::env::Environment;
 use vnio_measure::result::{Document, Iteration, Measured};
 
-use crate::runner::RunnerOptions;
-use crate::scenario::{Point, Protocol, RunSpec, WorkloadKind};
+use crate::host::RunnerOptions;
+pub use crate::scenario::Instrument;
+use crate::scenario::{Point, Protocol, RunSpec};
 use crate::testbed::{BedHost, Testbed};
-
-/// The instrument a configuration measures with.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Hash, Default)]
-#[serde(rename_all = "kebab-case")]
-pub enum Instrument {
-    /// vnio's own (`vnio rr`, `ping`, `stream`).
-    #[default]
-    Vnio,
-    /// sockperf ping-pong (request-response, UDP or TCP).
-    Sockperf,
-    /// iperf3 (TCP streams).
-    Iperf3,
-    /// The least a request-response loop can do on a socket (the floor).
-    RawEcho,
-}
-
-impl Instrument {
-    /// The name used in files and messages.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Instrument::Vnio => "vnio",
-            Instrument::Sockperf => "sockperf",
-            Instrument::Iperf3 => "iperf3",
-            Instrument::RawEcho => "raw-echo",
-        }
-    }
-
-    /// The program it runs, when it is not vnio's own.
-    fn program(self) -> Option<&'static str> {
-        match self {
-            Instrument::Sockperf => Some("sockperf"),
-            Instrument::Iperf3 => Some("iperf3"),
-            _ => None,
-        }
-    }
-}
-
-/// Why `tool` cannot run here (its program is not installed), or None.
-pub fn missing(tool: Instrument) -> Option<String> {
-    let prog = tool.program()?;
-    let found = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).any(|d| d.join(prog).is_file()))
-        .unwrap_or(false);
-    (!found).then(|| {
-        format!("{prog} is not installed: apt-get install {prog} (or scripts/setup --bench)")
-    })
-}
-
-/// Why workload `kind` over `protocol` cannot be measured with `tool`
-/// (None: it can).
-pub fn skip_reason(tool: Instrument, kind: WorkloadKind, protocol: Protocol) -> Option<String> {
-    let fits = match tool {
-        Instrument::Vnio => true,
-        Instrument::Sockperf | Instrument::RawEcho => kind == WorkloadKind::Rr,
-        Instrument::Iperf3 => kind == WorkloadKind::Stream && protocol == Protocol::Tcp,
-    };
-    if !fits {
-        let does = match tool {
-            Instrument::Iperf3 => "TCP streams",
-            _ => "request-response",
-        };
-        return Some(format!(
-            "the {} configuration measures {does} only, not {} over {}",
-            tool.as_str(),
-            kind.as_str(),
-            if protocol == Protocol::Udp {
-                "UDP"
-            } else {
-                "TCP"
-            }
-        ));
-    }
-    missing(tool)
-}
-
-/// Why workload `w` cannot run in a configuration measuring with `tool`,
-/// its hosts' kinds given by `kind_of` (None: it can).
-pub fn plan_skip(
-    tool: Instrument,
-    w: &crate::scenario::WorkloadSpec,
-    kind_of: impl Fn(&str) -> crate::scenario::HostKind,
-) -> Option<String> {
-    use crate::scenario::HostKind;
-    if tool == Instrument::Vnio {
-        return None;
-    }
-    let hosts = std::iter::once(&w.from).chain(&w.to);
-    if let Some(h) = hosts.clone().find(|h| kind_of(h) != HostKind::Namespace) {
-        return Some(format!(
-            "the {} configuration runs between namespace hosts: `{h}` is not one",
-            tool.as_str()
-        ));
-    }
-    let _ = hosts;
-    if w.to.len() != 1
-        || w.sessions.unwrap_or(1) != 1
-        || w.burst.unwrap_or(1) != 1
-        || w.rate.is_some()
-        || w.reverse == Some(true)
-        || w.response_size.is_some_and(|r| Some(r) != w.size)
-    {
-        return Some(format!(
-            "the {} configuration runs one closed-loop session to one target, same size both ways",
-            tool.as_str()
-        ));
-    }
-    skip_reason(tool, w.kind, w.protocol.unwrap_or_default())
-}
 
 /// Run point `p` from `from` to `to` with the configuration's instrument.
 pub fn measure(

@@ -13,8 +13,7 @@ pub mod placement;
 pub mod rule;
 pub mod samples;
 pub mod significance;
-pub mod spec;
-pub mod statistic;
+pub use crate::scenario::finding as spec;
 mod words;
 
 use serde::{Deserialize, Serialize};
@@ -24,9 +23,8 @@ pub use rule::{Band, Outcome, SampleSource, Samples};
 pub use spec::{Expect, FindingSpec, PointRef, Quantity, Statistic, SweepRef};
 pub use words::{by_placement, measured, number, reference};
 
-use crate::report::sweep_value;
-use crate::runner::PointOutcome;
-use crate::scenario::{LabFile, Scenario, SweepParam};
+use crate::outcome::PointOutcome;
+use crate::scenario::{sweep_value, LabFile, Scenario, SweepParam};
 use crate::store::{StoredRun, StoredScenario};
 
 /// One side of a comparison as measured.

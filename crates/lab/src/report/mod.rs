@@ -6,6 +6,7 @@
 mod compare;
 mod environment;
 mod figures;
+mod machines;
 pub use compare::{compare, pairs, Pair};
 use environment::{describe_overrides, environment, knobs_banner, scenario_knobs};
 mod verdicts;
@@ -14,7 +15,8 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use crate::findings::{self, Verdict};
-use crate::runner::{PointOutcome, Status};
+use crate::outcome::{PointOutcome, Status};
+pub use crate::scenario::sweep_value;
 use crate::scenario::{SweepParam, WorkloadKind};
 use crate::store::{StoredRun, StoredScenario};
 
@@ -145,18 +147,6 @@ impl Row {
             None => self.configuration.clone(),
             Some((p, v)) => format!("{} @ {}", self.configuration, sweep_value(p, v)),
         }
-    }
-}
-
-/// A sweep value with its unit, short.
-pub fn sweep_value(p: SweepParam, v: u64) -> String {
-    match p {
-        SweepParam::Size => format!("{v} B"),
-        SweepParam::Burst => format!("burst {v}"),
-        SweepParam::Sessions => format!("{v} sessions"),
-        SweepParam::Rate => format!("{v}/s"),
-        SweepParam::FloodRate => format!("{} Kpps", v as f64 / 1e3),
-        SweepParam::Loads => format!("{v} loads"),
     }
 }
 
@@ -453,7 +443,7 @@ fn scenario_section(
             );
         }
         h.push_str("</table></details>\n");
-        h.push_str(&crate::machine::report::html(&s.testbeds, escape));
+        h.push_str(&machines::html(&s.testbeds, escape));
     }
     let _ = writeln!(
         h,

@@ -161,7 +161,7 @@ pub struct Knobs {
     /// The instrument that measures: vnio's own (default), or sockperf,
     /// iperf3 or a raw echo loop in its place, to compare them point by
     /// point ([`crate::tools`]).
-    pub instrument: Option<crate::tools::Instrument>,
+    pub instrument: Option<super::Instrument>,
     /// Account the CPU of the testbed's own processes (the vnio switch,
     /// poll-mode endpoints, guests' QEMU) per iteration, so findings can
     /// read `switch-busy` and `testbed-cpu-per-op`; the iterations of a

@@ -272,8 +272,7 @@ pub(super) fn scenario(origin: &str, s: &Scenario) -> Result<(), ScenarioError> 
     }
     super::knobs::check("knobs", &s.knobs, WireKind::Switch)
         .or_else(|(field, message)| c.fail(field, message))?;
-    if let Err((field, message)) = crate::machine::spec::check(s, |cfg, name| kind_in(s, cfg, name))
-    {
+    if let Err((field, message)) = super::machines::check(s, |cfg, name| kind_in(s, cfg, name)) {
         return c.fail(field, message);
     }
 
@@ -423,7 +422,7 @@ pub(super) fn scenario(origin: &str, s: &Scenario) -> Result<(), ScenarioError> 
     }
 
     // Findings: they name configurations, workloads and sweep values.
-    if let Err((field, message)) = crate::findings::spec::check(s) {
+    if let Err((field, message)) = super::finding::check(s) {
         return c.fail(field, message);
     }
     Ok(())

@@ -5,7 +5,7 @@
 use rusqlite::params;
 
 use super::{EnvColumn, RunRow, Store, StoreError, StoredRun, StoredScenario};
-use crate::runner::PointOutcome;
+use crate::outcome::PointOutcome;
 use crate::scenario::Overrides;
 
 impl Store {

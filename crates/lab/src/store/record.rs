@@ -8,7 +8,7 @@ use vnio_measure::env::Environment;
 
 use super::{now_ns, EnvColumn, Store, StoreError};
 use crate::guest::GuestEnvironment;
-use crate::runner::PointOutcome;
+use crate::outcome::PointOutcome;
 use crate::scenario::{Overrides, Plan, Source};
 use crate::testbed::BedDescription;
 

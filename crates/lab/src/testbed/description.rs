@@ -23,7 +23,7 @@ pub struct BedDescription {
     pub notes: Vec<String>,
     /// The other machines hosts were placed on.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub machines: Vec<crate::machine::span::MachineDescription>,
+    pub machines: Vec<super::span::MachineDescription>,
 }
 
 /// One host as built.

@@ -15,13 +15,13 @@ pub(super) fn check_endpoints(
     s: &Scenario,
     cfg: &Configuration,
     endpoints: Option<Endpoints>,
-    instrument: Option<crate::tools::Instrument>,
+    instrument: Option<crate::scenario::Instrument>,
 ) -> Result<(), ScenarioError> {
     if endpoints != Some(Endpoints::Dpdk) {
         return Ok(());
     }
     let at = format!("configuration `{}`: knobs.endpoints", cfg.name);
-    if instrument.is_some_and(|i| i != crate::tools::Instrument::Vnio) {
+    if instrument.is_some_and(|i| i != crate::scenario::Instrument::Vnio) {
         return c.fail(
             at,
             "\"dpdk\" is itself the instrument: leave `instrument` out",
@@ -63,14 +63,14 @@ pub(super) fn check_endpoints(
                 );
             }
         }
-        if w.size.is_some_and(|n| n > crate::pair::MAX_PAYLOAD) {
+        if w.size.is_some_and(|n| n > crate::scenario::MAX_PAYLOAD) {
             return c.fail(
                 at,
                 format!(
                     "\"dpdk\" sends frames up to 1518 B: workload `{}` has size {} (at most {} B of UDP payload)",
                     w.name,
                     w.size.unwrap_or_default(),
-                    crate::pair::MAX_PAYLOAD
+                    crate::scenario::MAX_PAYLOAD
                 ),
             );
         }

@@ -5,7 +5,7 @@ use std::collections::HashSet;
 
 use serde::{Deserialize, Serialize};
 
-use crate::scenario::{Configuration, HostKind, Scenario, WireKind};
+use super::model::{Configuration, HostKind, Scenario, WireKind};
 
 /// Longest machine name (it becomes part of directory names).
 const NAME_MAX: usize = 12;

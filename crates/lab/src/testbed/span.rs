@@ -11,11 +11,11 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use super::clock::ClockOffset;
-use super::remote::Remote;
-use super::side::{self, SideHost, SideSpec, SideWire};
+use super::{BedContext, BedError, BedHost, AGENT_PORT};
+use crate::machine::clock::ClockOffset;
+use crate::machine::remote::Remote;
+use crate::machine::side::{self, SideHost, SideSpec, SideWire};
 use crate::scenario::{HostKind, Scenario, WireKind};
-use crate::testbed::{BedContext, BedError, BedHost, AGENT_PORT};
 use vnio_topo::{Handle, Journal, Netns};
 
 /// Clock exchanges per machine (the shortest round trip is kept).
