@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-pub(super) use super::knobs::{Knobs, PortPolicy};
+pub(super) use super::knobs::Knobs;
 
 /// One scenario: hosts, the configurations compared side by side, knobs,
 /// contention, workloads, an optional sweep, and how long to measure.
