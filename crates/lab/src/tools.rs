@@ -66,51 +66,7 @@ pub fn measure(
     let log = bed
         .scratch()
         .join(format!("{}-server-{}.log", tool.as_str(), p.seq));
-    let stop_server = Arc::new(AtomicBool::new(false));
-    let _server = match tool {
-        Instrument::RawEcho => {
-            server
-                .spawn({
-                    let stop = stop_server.clone();
-                    let cpus = agent_cpus.clone();
-                    move || {
-                        pin_this_thread(&cpus);
-                        raw_echo::serve(udp, target, &stop)
-                    }
-                })
-                .map_err(|e| format!("starting the raw echo server: {e}"))?;
-            Server {
-                _process: None,
-                stop: Some(stop_server.clone()),
-            }
-        }
-        _ => {
-            let mut cmd = server.command(tool.program().expect("an external tool"));
-            match tool {
-                Instrument::Sockperf => {
-                    cmd.args(["server", "-i", &to.addr.to_string()])
-                        .args(["-p", &TOOL_PORT.to_string()]);
-                    if !udp {
-                        cmd.arg("--tcp");
-                    }
-                }
-                _ => {
-                    cmd.args(["-s", "-B", &to.addr.to_string()])
-                        .args(["-p", &TOOL_PORT.to_string()]);
-                }
-            }
-            cmd.stdout(Stdio::null());
-            let p =
-                crate::testbed::spawn(&mut cmd, &opts.journal, &log).map_err(|e| e.to_string())?;
-            if !agent_cpus.is_empty() {
-                crate::testbed::pin_process(p.id() as i32, &agent_cpus)?;
-            }
-            Server {
-                _process: Some(p),
-                stop: None,
-            }
-        }
-    };
+    let _server = start_server(tool, server, to, udp, &agent_cpus, &log, opts)?;
     wait_listening(client, target, udp, tool)?;
     for i in 0..run.iterations.max(1) {
         if stop.load(Ordering::Relaxed) {
@@ -119,37 +75,13 @@ pub fn measure(
         }
         let cpu0 = children_cpu();
         // The raw loop runs in a thread of this process: its own CPU.
-        let mut thread_cpu = None;
         let got = match tool {
-            Instrument::RawEcho => {
-                let size = w.size as usize;
-                let (warm, dur) = (run.warmup, run.duration);
-                let cpus = client_cpus.clone();
-                client
-                    .run(move || {
-                        pin_this_thread(&cpus);
-                        let t0 = CpuTime::thread();
-                        raw_echo::client(udp, target, size, warm)?;
-                        let lat = raw_echo::client(udp, target, size, dur)?;
-                        Ok::<_, String>((lat, CpuTime::thread().since(t0)))
-                    })
-                    .map_err(|e| e.to_string())?
-                    .map(|(lat, cpu)| {
-                        thread_cpu = Some(cpu);
-                        let mut m = Measured {
-                            target: "all".into(),
-                            ops: lat.count(),
-                            sent: lat.count(),
-                            bytes: lat.count() * 2 * w.size as u64,
-                            ..Default::default()
-                        };
-                        m.finish(Some(&lat), run.duration.as_secs_f64());
-                        m
-                    })
-            }
-            _ => run_client(bed, p, tool, client, to, run, opts, stop, i, &client_cpus),
+            Instrument::RawEcho => raw_echo_client(client, udp, target, w.size, run, &client_cpus)?
+                .map(|(m, cpu)| (m, Some(cpu))),
+            _ => run_client(bed, p, tool, client, to, run, opts, stop, i, &client_cpus)
+                .map(|m| (m, None)),
         };
-        let mut m = match got {
+        let (mut m, thread_cpu) = match got {
             Ok(m) => m,
             Err(e) if doc.iterations.is_empty() => return Err(e),
             Err(e) => {
@@ -180,6 +112,100 @@ const TOOL_PORT: u16 = 7711;
 
 /// A point's server: a process (stopped when dropped), or the raw loop's
 /// thread, told to stop when this is dropped.
+/// The instrument's server in `server` (the target's namespace) on
+/// `to`'s address, its threads on `cpus`, for the whole point: the raw
+/// loop's in a thread of this process, the others' as a process logging
+/// to `log`.
+fn start_server(
+    tool: Instrument,
+    server: &vnio_topo::Netns,
+    to: &BedHost,
+    udp: bool,
+    cpus: &[usize],
+    log: &std::path::Path,
+    opts: &RunnerOptions,
+) -> Result<Server, String> {
+    let target = SocketAddr::from((to.addr, TOOL_PORT));
+    if tool == Instrument::RawEcho {
+        let stop_server = Arc::new(AtomicBool::new(false));
+        server
+            .spawn({
+                let stop = stop_server.clone();
+                let cpus = cpus.to_vec();
+                move || {
+                    pin_this_thread(&cpus);
+                    raw_echo::serve(udp, target, &stop)
+                }
+            })
+            .map_err(|e| format!("starting the raw echo server: {e}"))?;
+        return Ok(Server {
+            _process: None,
+            stop: Some(stop_server),
+        });
+    }
+    let mut cmd = server.command(tool.program().expect("an external tool"));
+    match tool {
+        Instrument::Sockperf => {
+            cmd.args(["server", "-i", &to.addr.to_string()])
+                .args(["-p", &TOOL_PORT.to_string()]);
+            if !udp {
+                cmd.arg("--tcp");
+            }
+        }
+        _ => {
+            cmd.args(["-s", "-B", &to.addr.to_string()])
+                .args(["-p", &TOOL_PORT.to_string()]);
+        }
+    }
+    cmd.stdout(Stdio::null());
+    let p = crate::testbed::spawn(&mut cmd, &opts.journal, log).map_err(|e| e.to_string())?;
+    if !cpus.is_empty() {
+        crate::testbed::pin_process(p.id() as i32, cpus)?;
+    }
+    Ok(Server {
+        _process: Some(p),
+        stop: None,
+    })
+}
+
+/// One iteration of the raw loop's client in `client` (a thread of this
+/// process on `cpus`): the warm-up, then the measured duration; what it
+/// measured and the thread's CPU (the outer error: the thread did not
+/// run; the inner one: the loop failed).
+fn raw_echo_client(
+    client: &vnio_topo::Netns,
+    udp: bool,
+    target: SocketAddr,
+    size: u32,
+    run: &RunSpec,
+    cpus: &[usize],
+) -> Result<Result<(Measured, CpuTime), String>, String> {
+    let (warm, dur) = (run.warmup, run.duration);
+    let cpus = cpus.to_vec();
+    let got = client
+        .run(move || {
+            pin_this_thread(&cpus);
+            let t0 = CpuTime::thread();
+            raw_echo::client(udp, target, size as usize, warm)?;
+            let lat = raw_echo::client(udp, target, size as usize, dur)?;
+            Ok::<_, String>((lat, CpuTime::thread().since(t0)))
+        })
+        .map_err(|e| e.to_string())?;
+    let (lat, cpu) = match got {
+        Ok(got) => got,
+        Err(e) => return Ok(Err(e)),
+    };
+    let mut m = Measured {
+        target: "all".into(),
+        ops: lat.count(),
+        sent: lat.count(),
+        bytes: lat.count() * 2 * size as u64,
+        ..Default::default()
+    };
+    m.finish(Some(&lat), run.duration.as_secs_f64());
+    Ok(Ok((m, cpu)))
+}
+
 struct Server {
     _process: Option<vnio_topo::Process>,
     stop: Option<Arc<AtomicBool>>,
