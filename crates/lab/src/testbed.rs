@@ -164,34 +164,7 @@ impl Testbed {
             },
         };
         for (i, h) in s.hosts.iter().enumerate() {
-            let kind = cfg.hosts.get(&h.name).copied().unwrap_or(h.kind);
-            if kind == HostKind::Vm && ctx.guests.is_none() {
-                return Err(setup(
-                    format!("host {}", h.name),
-                    "a VM host needs the guest image and QEMU, which this run did not prepare",
-                ));
-            }
-            let netns = match kind {
-                HostKind::Namespace if h.machine.is_none() => Some(Netns::create_with_journal(
-                    &format!("vnio-{id}-h-{}", h.name),
-                    &ctx.journal,
-                )?),
-                _ => None,
-            };
-            bed.hosts.push(BedHost {
-                name: h.name.clone(),
-                kind,
-                remote: h.remote,
-                machine: h.machine.clone(),
-                // Hosts are numbered from 1 in scenario order.
-                addr: Ipv4Addr::new(10, 77, octet, i as u8 + 1),
-                ifname: None,
-                vhost_user: None,
-                guest: None,
-                agent: None,
-                endpoint: None,
-                netns,
-            });
+            bed.add_host(cfg, ctx, &id, octet, i, h)?;
         }
         if let Some(cpus) = &knobs.shield {
             // Before anything starts: what the runner starts from now on
@@ -203,10 +176,65 @@ impl Testbed {
             ));
             bed.shield = Some(shield);
         }
+        bed.prepare_endpoints(ctx, &knobs)?;
+        bed.wire(s, cfg, ctx, &knobs, &id, octet)?;
+        bed.apply_knobs(&knobs)?;
+        bed.start_agents(ctx)?;
+        bed.start_machines(ctx, octet)?;
+        let guests = bed.start_guests(ctx, cfg.wire, octet)?;
+        bed.describe_hosts(&guests);
+        Ok(bed)
+    }
+
+    /// Host `i` of the scenario, `h`, as it is in `cfg`: its namespace
+    /// (a namespace host on this machine) and its address.
+    fn add_host(
+        &mut self,
+        cfg: &Configuration,
+        ctx: &BedContext,
+        id: &str,
+        octet: u8,
+        i: usize,
+        h: &crate::scenario::HostSpec,
+    ) -> Result<(), BedError> {
+        let kind = cfg.hosts.get(&h.name).copied().unwrap_or(h.kind);
+        if kind == HostKind::Vm && ctx.guests.is_none() {
+            return Err(setup(
+                format!("host {}", h.name),
+                "a VM host needs the guest image and QEMU, which this run did not prepare",
+            ));
+        }
+        let netns = match kind {
+            HostKind::Namespace if h.machine.is_none() => Some(Netns::create_with_journal(
+                &format!("vnio-{id}-h-{}", h.name),
+                &ctx.journal,
+            )?),
+            _ => None,
+        };
+        self.hosts.push(BedHost {
+            name: h.name.clone(),
+            kind,
+            remote: h.remote,
+            machine: h.machine.clone(),
+            // Hosts are numbered from 1 in scenario order.
+            addr: Ipv4Addr::new(10, 77, octet, i as u8 + 1),
+            ifname: None,
+            vhost_user: None,
+            guest: None,
+            agent: None,
+            endpoint: None,
+            netns,
+        });
+        Ok(())
+    }
+
+    /// The DPDK endpoint program (knob `endpoints = "dpdk"`), built, and
+    /// the endpoints' hugepages (knob `endpoint_hugepages`), reserved.
+    fn prepare_endpoints(&mut self, ctx: &BedContext, knobs: &Knobs) -> Result<(), BedError> {
         let dpdk = knobs.endpoints == Some(crate::scenario::Endpoints::Dpdk);
         if dpdk {
             let program = program::build(None).map_err(|e| setup("the DPDK endpoints", e))?;
-            bed.description.notes.push(format!(
+            self.description.notes.push(format!(
                 "poll-mode pair driven by the lab's DPDK program {} (one lcore, 16384 mbufs{}, {})",
                 program.display(),
                 if knobs.endpoint_hugepages == Some(true) {
@@ -216,39 +244,50 @@ impl Testbed {
                 },
                 virtqueue_offered(knobs.virtqueue.unwrap_or_default())
             ));
-            bed.dpdk_program = Some(program);
+            self.dpdk_program = Some(program);
         }
         if knobs.endpoint_hugepages == Some(true) {
             // The DPDK program's memory (and a page to spare); else a 2 MiB
             // page for each of the pair's endpoints, one to spare.
             let pages = if dpdk { HUGE_MB / 2 + 8 } else { 3 };
             let pages = vnio_topo::Hugepages::reserve(
-                &bed.scratch().join("endpoint-hugepages"),
+                &self.scratch().join("endpoint-hugepages"),
                 pages,
                 &ctx.journal,
             )?;
-            bed.endpoint_pages = Some(pages);
+            self.endpoint_pages = Some(pages);
         }
+        Ok(())
+    }
+
+    /// The wire `cfg` names, joining the hosts.
+    fn wire(
+        &mut self,
+        s: &Scenario,
+        cfg: &Configuration,
+        ctx: &BedContext,
+        knobs: &Knobs,
+        id: &str,
+        octet: u8,
+    ) -> Result<(), BedError> {
         match cfg.wire {
-            WireKind::Veth if bed.span.is_some() => bed.wire_plain()?,
-            WireKind::Veth => bed.wire_veth()?,
-            WireKind::Bridge => bed.wire_bridge(&id, &ctx.journal)?,
+            WireKind::Veth if self.span.is_some() => self.wire_plain(),
+            WireKind::Veth => self.wire_veth(),
+            WireKind::Bridge => self.wire_bridge(id, &ctx.journal),
             WireKind::Switch => {
                 // A poll-mode host that is some workload's client is driven
                 // by that workload's `vnio rr --via`; the others answer as
                 // responders for the whole configuration.
                 let clients: Vec<&str> = s.workloads.iter().map(|w| w.from.as_str()).collect();
-                bed.wire_switch(&id, octet, ctx, &knobs, &clients, &paired(s, cfg))?
+                self.wire_switch(id, octet, ctx, knobs, &clients, &paired(s, cfg))
             }
-            WireKind::OvsDpdk | WireKind::Testpmd => {
-                bed.wire_anchor(cfg.wire, octet, ctx, &knobs)?
-            }
+            WireKind::OvsDpdk | WireKind::Testpmd => self.wire_anchor(cfg.wire, octet, ctx, knobs),
         }
-        bed.apply_knobs(&knobs)?;
-        bed.start_agents(ctx)?;
-        bed.start_machines(ctx, octet)?;
-        let guests = bed.start_guests(ctx, cfg.wire, octet)?;
-        bed.description.hosts = bed
+    }
+
+    /// The hosts as built, into the description.
+    fn describe_hosts(&mut self, guests: &[(String, GuestDescription)]) {
+        self.description.hosts = self
             .hosts
             .iter()
             .map(|h| HostDescription {
@@ -264,7 +303,6 @@ impl Testbed {
                     .map(|(_, g)| g.clone()),
             })
             .collect();
-        Ok(bed)
     }
 
     /// The host called `name`.
