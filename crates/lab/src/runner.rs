@@ -295,7 +295,6 @@ fn workload(
     stop: &Arc<AtomicBool>,
     observer: &dyn Observer,
 ) -> Result<Document, String> {
-    use vnio_measure::proto::Transport;
     let w = &p.workload;
     let knobs = &bed.description().knobs;
     let from = bed
@@ -326,6 +325,24 @@ fn workload(
     let client = from
         .netns()
         .ok_or_else(|| format!("client {} is not a namespace host", w.from))?;
+    in_namespace(client, &targets, p, run, knobs, stop, observer)
+}
+
+/// Point `p` measured by the measurement library from `client`'s
+/// namespace. The client's threads run in its namespace: threads started
+/// from a thread that joined a namespace are in it too, so every session
+/// socket the measurement library opens belongs there.
+fn in_namespace(
+    client: &vnio_topo::Netns,
+    targets: &[&crate::testbed::BedHost],
+    p: &Point,
+    run: &RunSpec,
+    knobs: &crate::scenario::Knobs,
+    stop: &Arc<AtomicBool>,
+    observer: &dyn Observer,
+) -> Result<Document, String> {
+    use vnio_measure::proto::Transport;
+    let w = &p.workload;
     // Poll-mode targets answer UDP echo (RFC 862), not the agent protocol.
     let echo = targets.iter().all(|h| h.kind == HostKind::PollMode);
     let progress = |msg: &str| observer.event(Event::Progress(msg));
@@ -356,67 +373,87 @@ fn workload(
         ci_goal: w.ci_goal(),
     };
     let stop = stop.clone();
-    // The client's threads run in its namespace: threads started from a
-    // thread that joined a namespace are in it too, so every session socket
-    // the measurement library opens belongs there.
-    match w.kind {
-        WorkloadKind::Rr => {
-            let params = vnio_measure::rr::RrParams {
-                transport,
-                request: w.size,
-                response: w.response_size,
-                burst: w.burst,
-                nodelay: w.nodelay,
-                dirty: w.dirty,
-                rate_per_session: w.rate.map(|r| (r / u64::from(w.sessions.max(1))).max(1)),
-                busy_poll_us: knobs.busy_poll_us,
-                rx_timestamp: knobs.rx_timestamp.unwrap_or(false),
-                via: None,
-            };
-            let job = vnio_measure::rr::job(&common, params);
-            client
-                .run(|| vnio_measure::run::run(&common, &job, stop, &progress))
-                .map_err(|e| e.to_string())?
-                .map_err(|e| e.to_string())
-        }
+    let job = match w.kind {
+        WorkloadKind::Rr => vnio_measure::rr::job(&common, rr_params(p, knobs, transport)),
         WorkloadKind::Stream => {
-            use vnio_measure::stream::{Direction, StreamParams};
-            let params = StreamParams {
-                transport,
-                direction: if w.reverse {
-                    Direction::Receive
-                } else {
-                    Direction::Send
-                },
-                size: w.size,
-                rate_per_session: w.rate.map(|r| (r / u64::from(w.sessions.max(1))).max(1)),
-                burst: w.burst.max(1),
-                busy_poll_us: knobs.busy_poll_us,
-            };
-            let job = vnio_measure::stream::job(&common, params);
-            client
-                .run(|| vnio_measure::run::run(&common, &job, stop, &progress))
-                .map_err(|e| e.to_string())?
-                .map_err(|e| e.to_string())
+            vnio_measure::stream::job(&common, stream_params(p, knobs, transport))
         }
         WorkloadKind::Ping => {
-            let params = vnio_measure::ping::PingParams {
-                targets: targets.iter().map(|h| h.addr.to_string()).collect(),
-                interval: w.interval,
-                sessions: w.sessions,
-                size: w.size as usize,
-                duration: run.duration,
-                warmup: run.warmup,
-                iterations: run.iterations,
-                cpus: knobs.client_cpus.clone().unwrap_or_default(),
-                rx_timestamp: knobs.rx_timestamp.unwrap_or(false),
-                ci_goal: w.ci_goal(),
-            };
-            client
+            let params = ping_params(targets, p, run, knobs);
+            return client
                 .run(|| vnio_measure::ping::run(&params, stop, &progress))
                 .map_err(|e| e.to_string())?
-                .map_err(|e| e.to_string())
+                .map_err(|e| e.to_string());
         }
+    };
+    client
+        .run(|| vnio_measure::run::run(&common, &job, stop, &progress))
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())
+}
+
+/// A request-response workload's parameters.
+fn rr_params(
+    p: &Point,
+    knobs: &crate::scenario::Knobs,
+    transport: vnio_measure::proto::Transport,
+) -> vnio_measure::rr::RrParams {
+    let w = &p.workload;
+    vnio_measure::rr::RrParams {
+        transport,
+        request: w.size,
+        response: w.response_size,
+        burst: w.burst,
+        nodelay: w.nodelay,
+        dirty: w.dirty,
+        rate_per_session: w.rate.map(|r| (r / u64::from(w.sessions.max(1))).max(1)),
+        busy_poll_us: knobs.busy_poll_us,
+        rx_timestamp: knobs.rx_timestamp.unwrap_or(false),
+        via: None,
+    }
+}
+
+/// A stream workload's parameters.
+fn stream_params(
+    p: &Point,
+    knobs: &crate::scenario::Knobs,
+    transport: vnio_measure::proto::Transport,
+) -> vnio_measure::stream::StreamParams {
+    use vnio_measure::stream::{Direction, StreamParams};
+    let w = &p.workload;
+    StreamParams {
+        transport,
+        direction: if w.reverse {
+            Direction::Receive
+        } else {
+            Direction::Send
+        },
+        size: w.size,
+        rate_per_session: w.rate.map(|r| (r / u64::from(w.sessions.max(1))).max(1)),
+        burst: w.burst.max(1),
+        busy_poll_us: knobs.busy_poll_us,
+    }
+}
+
+/// A ping workload's parameters.
+fn ping_params(
+    targets: &[&crate::testbed::BedHost],
+    p: &Point,
+    run: &RunSpec,
+    knobs: &crate::scenario::Knobs,
+) -> vnio_measure::ping::PingParams {
+    let w = &p.workload;
+    vnio_measure::ping::PingParams {
+        targets: targets.iter().map(|h| h.addr.to_string()).collect(),
+        interval: w.interval,
+        sessions: w.sessions,
+        size: w.size as usize,
+        duration: run.duration,
+        warmup: run.warmup,
+        iterations: run.iterations,
+        cpus: knobs.client_cpus.clone().unwrap_or_default(),
+        rx_timestamp: knobs.rx_timestamp.unwrap_or(false),
+        ci_goal: w.ci_goal(),
     }
 }
 
