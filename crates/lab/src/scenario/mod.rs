@@ -12,6 +12,7 @@
 pub mod capabilities;
 pub mod finding;
 mod instrument;
+mod judging;
 mod knob_override;
 mod knobs;
 mod library;
@@ -24,6 +25,7 @@ mod validate;
 
 pub use capabilities::Capabilities;
 pub use instrument::Instrument;
+pub use judging::{FindingsAsRun, ResolvedFinding};
 pub use knob_override::{knob_names, with_knobs, KnobOverride, KnobOverrideError};
 pub use knobs::{Endpoints, Knobs, PortPolicy, Virtqueue};
 pub use library::{shipped, Shipped, SHIPPED};
