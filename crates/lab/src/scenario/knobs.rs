@@ -252,6 +252,12 @@ pub(super) fn cpus_ok(cpus: &[usize]) -> Result<(), String> {
 /// Ranges and the wires knobs need, for knobs `k` at `at` ("knobs" or a
 /// configuration's) on `wire`.
 pub(super) fn check(at: &str, k: &Knobs, wire: WireKind) -> Result<(), KnobError> {
+    check_values(at, k)?;
+    check_for_wire(at, k, wire)
+}
+
+/// The knobs' own ranges: CPU lists, numbers, per-host maps.
+fn check_values(at: &str, k: &Knobs) -> Result<(), KnobError> {
     for (name, cpus) in [
         ("client_cpus", &k.client_cpus),
         ("agent_cpus", &k.agent_cpus),
@@ -302,6 +308,11 @@ pub(super) fn check(at: &str, k: &Knobs, wire: WireKind) -> Result<(), KnobError
             return fail(at, "shield", "names no CPU");
         }
     }
+    Ok(())
+}
+
+/// The knobs that need a given wire (vnio's switch, a switch at all).
+fn check_for_wire(at: &str, k: &Knobs, wire: WireKind) -> Result<(), KnobError> {
     if let Some(b) = &k.switch_binary {
         if wire != WireKind::Switch {
             return fail(at, "switch_binary", "needs wire = \"switch\"");
