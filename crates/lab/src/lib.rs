@@ -10,8 +10,9 @@
 //! [`session`] is the API the command line drives all of it through.
 //!
 //! Layers, bottom up (a module uses only those below it; the order is
-//! `tests/layers.rs`): [`scenario`] (data) and [`guest`]; [`outcome`],
-//! [`probe`] and [`host`]; [`anchor_switch`] and [`machine`]; [`testbed`];
+//! `tests/layers.rs`): [`scenario`] (data) and [`guest`]; [`probe`] and
+//! [`host`]; [`anchor_switch`] and [`machine`]; [`outcome`] (what a run
+//! measured and built, as stored); [`testbed`];
 //! [`contention`], [`pair`] and [`tools`]; [`store`], [`findings`],
 //! [`report`] and [`export`] (stored data only); [`runner`]; [`session`].
 //!

@@ -15,9 +15,9 @@ use serde::{Deserialize, Serialize};
 use vnio_measure::env::Environment;
 
 use crate::guest::GuestEnvironment;
+use crate::outcome::BedDescription;
 use crate::outcome::{PointOutcome, Status};
 use crate::scenario::{FindingsAsRun, Overrides};
-use crate::testbed::BedDescription;
 
 mod load;
 mod record;

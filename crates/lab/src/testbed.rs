@@ -31,7 +31,6 @@ use vnio_topo::Process;
 use vnio_topo::{Netem, RateLimit};
 
 mod anchors;
-mod description;
 mod guests;
 mod own_cpu;
 pub mod program;
@@ -44,8 +43,8 @@ pub use crate::host::{
     Scratch, AGENT_PORT, SCRATCH_ROOT,
 };
 use crate::host::{setup, READY};
+pub use crate::outcome::{BedDescription, GuestDescription, HostDescription};
 pub use anchors::endpoints_listen;
-pub use description::{BedDescription, GuestDescription, HostDescription};
 pub use own_cpu::{per_iteration, CpuSample};
 pub use rings::{
     describe as describe_virtqueues, mismatch as virtqueue_mismatch, virtqueue_offered, Served,

@@ -18,7 +18,6 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("scenario", &[]),
     ("guest", &[]),
     // What a run measured, point by point.
-    ("outcome", &["scenario"]),
     // What this machine has installed (capabilities).
     ("probe", &["scenario"]),
     // Processes on this machine: spawn, logs, pinning, scratch.
@@ -26,6 +25,9 @@ const LAYERS: &[(&str, &[&str])] = &[
     // Parts of a testbed.
     ("anchor_switch", &["scenario", "probe", "host"]),
     ("machine", &["scenario", "host"]),
+    // What a run measured and built, as stored (a machine's clock offset
+    // is part of it).
+    ("outcome", &["scenario", "machine"]),
     (
         "testbed",
         &[

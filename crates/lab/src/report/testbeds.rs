@@ -5,7 +5,7 @@
 use std::fmt::Write;
 
 use super::escape;
-use crate::testbed::BedDescription;
+use crate::outcome::BedDescription;
 
 /// The table, appended to `h`.
 pub(super) fn html(h: &mut String, testbeds: &[BedDescription]) {

@@ -8,9 +8,9 @@ use vnio_measure::env::Environment;
 
 use super::{now_ns, EnvColumn, Store, StoreError};
 use crate::guest::GuestEnvironment;
+use crate::outcome::BedDescription;
 use crate::outcome::PointOutcome;
 use crate::scenario::{FindingsAsRun, Overrides, Plan, Source};
-use crate::testbed::BedDescription;
 
 impl Store {
     /// Record a new run; returns its id.

@@ -1,12 +1,16 @@
 //! What a run measured, point by point: how each point ended, its
-//! result document and the contention achieved around it. Data written by
-//! the runner and read back from the store by judging and the reports, so
-//! it sits below all of them.
+//! result document and the contention achieved around it; and what each
+//! configuration was built as (`outcome/testbed.rs`). Data written by the runner
+//! and read back from the store by judging and the reports, so it sits
+//! below all of them.
 
 use serde::{Deserialize, Serialize};
 use vnio_measure::result::Document;
 
 use crate::scenario::Point;
+
+mod testbed;
+pub use testbed::{BedDescription, GuestDescription, HostDescription, MachineDescription};
 
 /// How a point ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
