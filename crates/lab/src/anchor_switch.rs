@@ -22,13 +22,11 @@ use std::time::{Duration, Instant};
 
 use vnio_topo::{Hugepages, Journal, Process};
 
+use crate::host::{log_tail, spawn, BedError};
 use crate::scenario::WireKind;
-use crate::testbed::{log_tail, spawn, BedError};
 
-/// testpmd's binary (package dpdk-dev).
-pub const TESTPMD: &str = "dpdk-testpmd";
-/// OVS's DPDK build of the switch daemon (package openvswitch-switch-dpdk).
-pub const OVS_VSWITCHD_DPDK: &str = "/usr/lib/openvswitch-switch-dpdk/ovs-vswitchd-dpdk";
+pub use crate::probe::anchor_switch as missing;
+pub use crate::scenario::capabilities::{not_installed, OVS_VSWITCHD_DPDK, TESTPMD};
 /// OVS's database schema (package openvswitch-common).
 const OVS_SCHEMA: &str = "/usr/share/openvswitch/vswitch.ovsschema";
 /// 2 MiB pages reserved: 1 GiB for the switch, as the anchor harness gives
@@ -36,34 +34,6 @@ const OVS_SCHEMA: &str = "/usr/share/openvswitch/vswitch.ovsschema";
 const HUGEPAGES: u64 = 640;
 /// How long a switch may take to come up (OVS initialises DPDK first).
 const START: Duration = Duration::from_secs(60);
-
-/// Why an anchor switch cannot run on this machine (None: it can).
-pub fn missing(kind: WireKind) -> Option<String> {
-    let installed = match kind {
-        WireKind::Testpmd => which(TESTPMD).is_some(),
-        WireKind::OvsDpdk => Path::new(OVS_VSWITCHD_DPDK).exists(),
-        _ => true,
-    };
-    (!installed).then(|| not_installed(kind))
-}
-
-/// What to install for an anchor switch, as one line.
-pub fn not_installed(kind: WireKind) -> String {
-    match kind {
-        WireKind::Testpmd => format!("{TESTPMD} is not installed (apt install dpdk-dev)"),
-        WireKind::OvsDpdk => {
-            format!("{OVS_VSWITCHD_DPDK} is not installed (apt install openvswitch-switch-dpdk)")
-        }
-        other => format!("{} needs nothing installed", other.as_str()),
-    }
-}
-
-fn which(program: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join(program))
-        .find(|p| p.is_file())
-}
 
 /// A running anchor switch. Fields drop in order: the switch's processes
 /// first, then the hugepages they used.

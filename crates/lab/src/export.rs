@@ -26,8 +26,8 @@ use hdrhistogram::serialization::V2DeflateSerializer;
 use vnio_measure::result::Document;
 use vnio_measure::stats::Latency;
 
+use crate::outcome::PointOutcome;
 use crate::report::{sweep_value, Row};
-use crate::runner::PointOutcome;
 use crate::store::StoredRun;
 
 /// Why an export failed. One line.

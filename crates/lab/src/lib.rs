@@ -9,6 +9,13 @@
 //! studies' findings a scenario declares, and [`report`] renders it all;
 //! [`session`] is the API the command line drives all of it through.
 //!
+//! Layers, bottom up (a module uses only those below it; the order is
+//! `tests/layers.rs`): [`scenario`] (data) and [`guest`]; [`probe`] and
+//! [`host`]; [`anchor_switch`] and [`machine`]; [`outcome`] (what a run
+//! measured and built, as stored); [`testbed`];
+//! [`contention`], [`pair`] and [`tools`]; [`store`], [`findings`],
+//! [`report`] and [`export`] (stored data only); [`runner`]; [`session`].
+//!
 //! The kernel topology layer (namespaces, links, tc, the crash journal)
 //! is the `vnio-topo` crate, re-exported here.
 
@@ -20,9 +27,11 @@ pub mod contention;
 pub mod export;
 pub mod findings;
 pub mod guest;
-pub mod interleave;
+pub mod host;
 pub mod machine;
+pub mod outcome;
 pub mod pair;
+pub mod probe;
 pub mod report;
 pub mod runner;
 pub mod scenario;

@@ -40,24 +40,23 @@ use vnio_switch::endpoint::{Endpoint, EndpointConfig};
 use vnio_switch::error_chain;
 use vnio_switch::wire::{EthernetAddress, Ipv4Address};
 
-use crate::runner::RunnerOptions;
+use crate::host::RunnerOptions;
 use crate::scenario::{Point, RunSpec, WorkloadKind};
 use crate::testbed::{endpoints_listen, BedHost, Testbed};
 
 mod dpdk;
 mod placement;
-pub mod program;
+pub use crate::testbed::program;
 mod records;
 mod tcp;
 
-pub use dpdk::{virtqueue_offered, HUGE_MB};
+pub use crate::testbed::{virtqueue_offered, HUGE_MB};
 
 /// UDP echo port the responder answers on (RFC 862).
 const ECHO_PORT: u16 = 7;
 /// Ethernet, IPv4 and UDP headers: a frame is the payload plus these.
 pub const FRAME_OVERHEAD: u32 = 42;
-/// The largest payload whose frame fits a 1500-byte MTU port (1518 B).
-pub const MAX_PAYLOAD: u32 = 1476;
+pub use crate::scenario::MAX_PAYLOAD;
 /// How long an endpoint waits for its switch.
 const OPEN: Duration = Duration::from_secs(15);
 

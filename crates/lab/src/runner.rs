@@ -9,7 +9,6 @@
 //! early; what was measured is kept, no further point starts, and the
 //! testbed is torn down as usual.
 
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -17,13 +16,14 @@ use serde::{Deserialize, Serialize};
 use vnio_measure::result::Document;
 
 use crate::contention::{ContentionReport, Running};
-use crate::guest::GuestKit;
+pub use crate::host::RunnerOptions;
+pub use crate::outcome::{PointOutcome, Status};
 use std::net::SocketAddr;
-use vnio_topo::Journal;
 
 use crate::scenario::{HostKind, Plan, Point, Protocol, RunSpec, Scenario, WorkloadKind};
 use crate::testbed::{BedContext, BedDescription, Testbed};
 
+pub mod interleave;
 mod via;
 use via::rr_via;
 
@@ -82,47 +82,6 @@ impl Observer for Silent {
     fn event(&self, _: Event<'_>) {}
 }
 
-/// How a point ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Status {
-    /// Measured.
-    Ok,
-    /// Measured in part: the run was stopped during it.
-    Interrupted,
-    /// Not measured: setup or the workload failed.
-    Failed,
-    /// Not measured: this build cannot (the reason is in `error`).
-    Skipped,
-}
-
-impl Status {
-    /// The stored name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Status::Ok => "ok",
-            Status::Interrupted => "interrupted",
-            Status::Failed => "failed",
-            Status::Skipped => "skipped",
-        }
-    }
-}
-
-/// Everything known about one point after it ran.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct PointOutcome {
-    /// The point as planned.
-    pub point: Point,
-    /// How it ended.
-    pub status: Status,
-    /// Why it failed or was skipped, or errors during measurement.
-    pub error: Option<String>,
-    /// The measurement engine's result (`vnio.result/2`).
-    pub document: Option<Document>,
-    /// What the contention achieved.
-    pub contention: Option<ContentionReport>,
-}
-
 /// What a whole scenario run did.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct RunSummary {
@@ -138,18 +97,6 @@ pub struct RunSummary {
     pub stopped: bool,
     /// The testbeds as built, per configuration.
     pub testbeds: Vec<BedDescription>,
-}
-
-/// Runner settings.
-#[derive(Debug, Clone)]
-pub struct RunnerOptions {
-    /// The `vnio` binary run in the hosts (agents, switch, generators).
-    pub vnio: PathBuf,
-    /// Journal for everything created.
-    pub journal: Journal,
-    /// Image and accelerator for VM hosts ([`GuestKit::prepare`]); `None`
-    /// when the run has no VM host.
-    pub guests: Option<GuestKit>,
 }
 
 /// Why a run could not start. (Failures of single configurations or points
@@ -181,7 +128,7 @@ pub fn run(
         return Err(RunError::NotRoot);
     }
     if plan.run.interleave && plan.run.repetition_cap() > 1 {
-        return crate::interleave::run(scenario, plan, opts, stop, observer, sink);
+        return interleave::run(scenario, plan, opts, stop, observer, sink);
     }
     if !plan.missing.is_empty() {
         let list: Vec<String> = plan
@@ -348,7 +295,6 @@ fn workload(
     stop: &Arc<AtomicBool>,
     observer: &dyn Observer,
 ) -> Result<Document, String> {
-    use vnio_measure::proto::Transport;
     let w = &p.workload;
     let knobs = &bed.description().knobs;
     let from = bed
@@ -379,6 +325,24 @@ fn workload(
     let client = from
         .netns()
         .ok_or_else(|| format!("client {} is not a namespace host", w.from))?;
+    in_namespace(client, &targets, p, run, knobs, stop, observer)
+}
+
+/// Point `p` measured by the measurement library from `client`'s
+/// namespace. The client's threads run in its namespace: threads started
+/// from a thread that joined a namespace are in it too, so every session
+/// socket the measurement library opens belongs there.
+fn in_namespace(
+    client: &vnio_topo::Netns,
+    targets: &[&crate::testbed::BedHost],
+    p: &Point,
+    run: &RunSpec,
+    knobs: &crate::scenario::Knobs,
+    stop: &Arc<AtomicBool>,
+    observer: &dyn Observer,
+) -> Result<Document, String> {
+    use vnio_measure::proto::Transport;
+    let w = &p.workload;
     // Poll-mode targets answer UDP echo (RFC 862), not the agent protocol.
     let echo = targets.iter().all(|h| h.kind == HostKind::PollMode);
     let progress = |msg: &str| observer.event(Event::Progress(msg));
@@ -409,68 +373,88 @@ fn workload(
         ci_goal: w.ci_goal(),
     };
     let stop = stop.clone();
-    // The client's threads run in its namespace: threads started from a
-    // thread that joined a namespace are in it too, so every session socket
-    // the measurement library opens belongs there.
-    match w.kind {
-        WorkloadKind::Rr => {
-            let params = vnio_measure::rr::RrParams {
-                transport,
-                request: w.size,
-                response: w.response_size,
-                burst: w.burst,
-                nodelay: w.nodelay,
-                dirty: w.dirty,
-                rate_per_session: w.rate.map(|r| (r / u64::from(w.sessions.max(1))).max(1)),
-                arrival: Default::default(),
-                busy_poll_us: knobs.busy_poll_us,
-                rx_timestamp: knobs.rx_timestamp.unwrap_or(false),
-                via: None,
-            };
-            let job = vnio_measure::rr::job(&common, params);
-            client
-                .run(|| vnio_measure::run::run(&common, &job, stop, &progress))
-                .map_err(|e| e.to_string())?
-                .map_err(|e| e.to_string())
-        }
+    let job = match w.kind {
+        WorkloadKind::Rr => vnio_measure::rr::job(&common, rr_params(p, knobs, transport)),
         WorkloadKind::Stream => {
-            use vnio_measure::stream::{Direction, StreamParams};
-            let params = StreamParams {
-                transport,
-                direction: if w.reverse {
-                    Direction::Receive
-                } else {
-                    Direction::Send
-                },
-                size: w.size,
-                rate_per_session: w.rate.map(|r| (r / u64::from(w.sessions.max(1))).max(1)),
-                burst: w.burst.max(1),
-                busy_poll_us: knobs.busy_poll_us,
-            };
-            let job = vnio_measure::stream::job(&common, params);
-            client
-                .run(|| vnio_measure::run::run(&common, &job, stop, &progress))
-                .map_err(|e| e.to_string())?
-                .map_err(|e| e.to_string())
+            vnio_measure::stream::job(&common, stream_params(p, knobs, transport))
         }
         WorkloadKind::Ping => {
-            let params = vnio_measure::ping::PingParams {
-                targets: targets.iter().map(|h| h.addr.to_string()).collect(),
-                interval: w.interval,
-                sessions: w.sessions,
-                size: w.size as usize,
-                duration: run.duration,
-                warmup: run.warmup,
-                iterations: run.iterations,
-                cpus: knobs.client_cpus.clone().unwrap_or_default(),
-                rx_timestamp: knobs.rx_timestamp.unwrap_or(false),
-                ci_goal: w.ci_goal(),
-            };
-            client
+            let params = ping_params(targets, p, run, knobs);
+            return client
                 .run(|| vnio_measure::ping::run(&params, stop, &progress))
                 .map_err(|e| e.to_string())?
-                .map_err(|e| e.to_string())
+                .map_err(|e| e.to_string());
         }
+    };
+    client
+        .run(|| vnio_measure::run::run(&common, &job, stop, &progress))
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())
+}
+
+/// A request-response workload's parameters.
+fn rr_params(
+    p: &Point,
+    knobs: &crate::scenario::Knobs,
+    transport: vnio_measure::proto::Transport,
+) -> vnio_measure::rr::RrParams {
+    let w = &p.workload;
+    vnio_measure::rr::RrParams {
+        transport,
+        request: w.size,
+        response: w.response_size,
+        burst: w.burst,
+        nodelay: w.nodelay,
+        dirty: w.dirty,
+        rate_per_session: w.rate.map(|r| (r / u64::from(w.sessions.max(1))).max(1)),
+        arrival: w.arrivals,
+        busy_poll_us: knobs.busy_poll_us,
+        rx_timestamp: knobs.rx_timestamp.unwrap_or(false),
+        via: None,
+    }
+}
+
+/// A stream workload's parameters.
+fn stream_params(
+    p: &Point,
+    knobs: &crate::scenario::Knobs,
+    transport: vnio_measure::proto::Transport,
+) -> vnio_measure::stream::StreamParams {
+    use vnio_measure::stream::{Direction, StreamParams};
+    let w = &p.workload;
+    StreamParams {
+        transport,
+        direction: if w.reverse {
+            Direction::Receive
+        } else {
+            Direction::Send
+        },
+        size: w.size,
+        rate_per_session: w.rate.map(|r| (r / u64::from(w.sessions.max(1))).max(1)),
+        burst: w.burst.max(1),
+        busy_poll_us: knobs.busy_poll_us,
+    }
+}
+
+/// A ping workload's parameters.
+fn ping_params(
+    targets: &[&crate::testbed::BedHost],
+    p: &Point,
+    run: &RunSpec,
+    knobs: &crate::scenario::Knobs,
+) -> vnio_measure::ping::PingParams {
+    let w = &p.workload;
+    vnio_measure::ping::PingParams {
+        targets: targets.iter().map(|h| h.addr.to_string()).collect(),
+        interval: w.interval,
+        sessions: w.sessions,
+        size: w.size as usize,
+        duration: run.duration,
+        warmup: run.warmup,
+        iterations: run.iterations,
+        cpus: knobs.client_cpus.clone().unwrap_or_default(),
+        rx_timestamp: knobs.rx_timestamp.unwrap_or(false),
+        ci_goal: w.ci_goal(),
     }
 }
 

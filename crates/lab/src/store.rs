@@ -15,9 +15,9 @@ use serde::{Deserialize, Serialize};
 use vnio_measure::env::Environment;
 
 use crate::guest::GuestEnvironment;
-use crate::runner::{PointOutcome, Status};
-use crate::scenario::Overrides;
-use crate::testbed::BedDescription;
+use crate::outcome::BedDescription;
+use crate::outcome::{PointOutcome, Status};
+use crate::scenario::{FindingsAsRun, Overrides};
 
 mod load;
 mod record;
@@ -97,6 +97,9 @@ CREATE TABLE IF NOT EXISTS points (
 ///   `placement_probe`); its seconds are in the document.
 /// - `points.p50_lo_ns` .. `points.p9999_hi_ns`: the bounds of each
 ///   percentile's 95% confidence interval (null: too few samples).
+/// - `scenarios.findings`: what judging the scenario's findings needs
+///   ([`FindingsAsRun`], JSON); null in a run stored before it, whose
+///   findings are read from its scenario text.
 const ADDED_COLUMNS: &[(&str, &str, &str)] = &[
     ("points", "line_rtt_ns", "REAL"),
     ("points", "p50_lo_ns", "INTEGER"),
@@ -109,6 +112,7 @@ const ADDED_COLUMNS: &[(&str, &str, &str)] = &[
     ("points", "p999_hi_ns", "INTEGER"),
     ("points", "p9999_lo_ns", "INTEGER"),
     ("points", "p9999_hi_ns", "INTEGER"),
+    ("scenarios", "findings", "TEXT"),
 ];
 
 /// Why the store failed. One line.
@@ -209,6 +213,10 @@ pub struct StoredScenario {
     pub testbeds: Vec<BedDescription>,
     /// Its points, in plan order.
     pub points: Vec<PointOutcome>,
+    /// What judging its findings needs, as the run stored it; none for a
+    /// run stored before the lab kept it (judged from `text` then).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub findings: Option<FindingsAsRun>,
 }
 
 /// Everything about one run, enough to render its report.

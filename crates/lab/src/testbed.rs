@@ -10,7 +10,7 @@
 //! it all: guests first, then processes, then namespaces (which take their
 //! interfaces along).
 //!
-//! Here: building and tearing down a configuration; `testbed/process.rs`:
+//! Here: building and tearing down a configuration; [`crate::host`]:
 //! starting and watching its processes; `testbed/description.rs`: the
 //! record of what was built; `testbed/rings.rs`: the virtqueue layout the
 //! vnio switch serves.
@@ -31,56 +31,31 @@ use vnio_topo::Process;
 use vnio_topo::{Netem, RateLimit};
 
 mod anchors;
-mod description;
 mod guests;
 mod own_cpu;
-mod process;
+pub mod program;
 mod rings;
+pub mod span;
 mod switch;
 mod wires;
-pub use anchors::endpoints_listen;
-pub use description::{BedDescription, GuestDescription, HostDescription};
-pub use own_cpu::{per_iteration, CpuSample};
-pub use process::{
-    log_tail, pin_process, pin_self, spawn, wait_log, wait_or_interrupt, wait_ready, Scratch,
+pub use crate::host::{
+    log_tail, pin_process, pin_self, spawn, wait_log, wait_or_interrupt, wait_ready, BedError,
+    Scratch, AGENT_PORT, SCRATCH_ROOT,
 };
-pub use rings::{describe as describe_virtqueues, mismatch as virtqueue_mismatch, Served};
+use crate::host::{setup, READY};
+pub use crate::outcome::{BedDescription, GuestDescription, HostDescription};
+pub use anchors::endpoints_listen;
+pub use own_cpu::{per_iteration, CpuSample};
+pub use rings::{
+    describe as describe_virtqueues, mismatch as virtqueue_mismatch, virtqueue_offered, Served,
+    HUGE_MB,
+};
 
-/// Port every agent listens on.
-pub const AGENT_PORT: u16 = 7700;
 /// Prefix length of the testbed's subnet.
 const PREFIX: u8 = 24;
-/// How long a part may take to come up.
-const READY: Duration = Duration::from_secs(10);
 /// How long a booted guest's agent may take to answer over the wire (the
 /// first frames wait for ARP, under TCG slowly).
 const AGENT_REACH: Duration = Duration::from_secs(60);
-/// Where scratch directories go (sockets, the switch's configuration, logs).
-pub const SCRATCH_ROOT: &str = "/run/vnio/lab";
-
-/// Why a testbed could not be built. One line.
-#[derive(Debug, thiserror::Error)]
-pub enum BedError {
-    /// A netlink, namespace or journal operation failed.
-    #[error(transparent)]
-    Topology(#[from] crate::Error),
-    /// A process or part did not come up.
-    #[error("{what}: {detail}")]
-    Setup {
-        /// What was being done.
-        what: String,
-        /// What went wrong.
-        detail: String,
-    },
-}
-
-fn setup(what: impl Into<String>, detail: impl std::fmt::Display) -> BedError {
-    BedError::Setup {
-        what: what.into(),
-        detail: detail.to_string(),
-    }
-}
-
 /// One endpoint as built.
 #[derive(Debug)]
 pub struct BedHost {
@@ -128,7 +103,7 @@ impl BedHost {
 #[derive(Debug)]
 pub struct Testbed {
     // First: the other machines' sides go before anything here.
-    span: Option<crate::machine::span::Span>,
+    span: Option<span::Span>,
     hosts: Vec<BedHost>,
     switch: Option<Process>,
     /// OVS-DPDK or testpmd (anchor wires), with its hugepages.
@@ -166,7 +141,7 @@ impl Testbed {
         let scratch = Scratch::create(&ctx.journal)?;
         let (id, n) = unique_id();
         let octet = (n % 256) as u8;
-        let span = crate::machine::span::Span::connect(s, cfg.wire, ctx, &id, octet)?;
+        let span = span::Span::connect(s, cfg.wire, ctx, &id, octet)?;
         let mut bed = Testbed {
             span,
             hosts: Vec::new(),
@@ -188,34 +163,7 @@ impl Testbed {
             },
         };
         for (i, h) in s.hosts.iter().enumerate() {
-            let kind = cfg.hosts.get(&h.name).copied().unwrap_or(h.kind);
-            if kind == HostKind::Vm && ctx.guests.is_none() {
-                return Err(setup(
-                    format!("host {}", h.name),
-                    "a VM host needs the guest image and QEMU, which this run did not prepare",
-                ));
-            }
-            let netns = match kind {
-                HostKind::Namespace if h.machine.is_none() => Some(Netns::create_with_journal(
-                    &format!("vnio-{id}-h-{}", h.name),
-                    &ctx.journal,
-                )?),
-                _ => None,
-            };
-            bed.hosts.push(BedHost {
-                name: h.name.clone(),
-                kind,
-                remote: h.remote,
-                machine: h.machine.clone(),
-                // Hosts are numbered from 1 in scenario order.
-                addr: Ipv4Addr::new(10, 77, octet, i as u8 + 1),
-                ifname: None,
-                vhost_user: None,
-                guest: None,
-                agent: None,
-                endpoint: None,
-                netns,
-            });
+            bed.add_host(cfg, ctx, &id, octet, i, h)?;
         }
         if let Some(cpus) = &knobs.shield {
             // Before anything starts: what the runner starts from now on
@@ -227,11 +175,65 @@ impl Testbed {
             ));
             bed.shield = Some(shield);
         }
+        bed.prepare_endpoints(ctx, &knobs)?;
+        bed.wire(s, cfg, ctx, &knobs, &id, octet)?;
+        bed.apply_knobs(&knobs)?;
+        bed.start_agents(ctx)?;
+        bed.start_machines(ctx, octet)?;
+        let guests = bed.start_guests(ctx, cfg.wire, octet)?;
+        bed.describe_hosts(&guests);
+        Ok(bed)
+    }
+
+    /// Host `i` of the scenario, `h`, as it is in `cfg`: its namespace
+    /// (a namespace host on this machine) and its address.
+    fn add_host(
+        &mut self,
+        cfg: &Configuration,
+        ctx: &BedContext,
+        id: &str,
+        octet: u8,
+        i: usize,
+        h: &crate::scenario::HostSpec,
+    ) -> Result<(), BedError> {
+        let kind = cfg.hosts.get(&h.name).copied().unwrap_or(h.kind);
+        if kind == HostKind::Vm && ctx.guests.is_none() {
+            return Err(setup(
+                format!("host {}", h.name),
+                "a VM host needs the guest image and QEMU, which this run did not prepare",
+            ));
+        }
+        let netns = match kind {
+            HostKind::Namespace if h.machine.is_none() => Some(Netns::create_with_journal(
+                &format!("vnio-{id}-h-{}", h.name),
+                &ctx.journal,
+            )?),
+            _ => None,
+        };
+        self.hosts.push(BedHost {
+            name: h.name.clone(),
+            kind,
+            remote: h.remote,
+            machine: h.machine.clone(),
+            // Hosts are numbered from 1 in scenario order.
+            addr: Ipv4Addr::new(10, 77, octet, i as u8 + 1),
+            ifname: None,
+            vhost_user: None,
+            guest: None,
+            agent: None,
+            endpoint: None,
+            netns,
+        });
+        Ok(())
+    }
+
+    /// The DPDK endpoint program (knob `endpoints = "dpdk"`), built, and
+    /// the endpoints' hugepages (knob `endpoint_hugepages`), reserved.
+    fn prepare_endpoints(&mut self, ctx: &BedContext, knobs: &Knobs) -> Result<(), BedError> {
         let dpdk = knobs.endpoints == Some(crate::scenario::Endpoints::Dpdk);
         if dpdk {
-            let program =
-                crate::pair::program::build(None).map_err(|e| setup("the DPDK endpoints", e))?;
-            bed.description.notes.push(format!(
+            let program = program::build(None).map_err(|e| setup("the DPDK endpoints", e))?;
+            self.description.notes.push(format!(
                 "poll-mode pair driven by the lab's DPDK program {} (one lcore, 16384 mbufs{}, {})",
                 program.display(),
                 if knobs.endpoint_hugepages == Some(true) {
@@ -239,45 +241,52 @@ impl Testbed {
                 } else {
                     ", no hugepages"
                 },
-                crate::pair::virtqueue_offered(knobs.virtqueue.unwrap_or_default())
+                virtqueue_offered(knobs.virtqueue.unwrap_or_default())
             ));
-            bed.dpdk_program = Some(program);
+            self.dpdk_program = Some(program);
         }
         if knobs.endpoint_hugepages == Some(true) {
             // The DPDK program's memory (and a page to spare); else a 2 MiB
             // page for each of the pair's endpoints, one to spare.
-            let pages = if dpdk {
-                crate::pair::HUGE_MB / 2 + 8
-            } else {
-                3
-            };
+            let pages = if dpdk { HUGE_MB / 2 + 8 } else { 3 };
             let pages = vnio_topo::Hugepages::reserve(
-                &bed.scratch().join("endpoint-hugepages"),
+                &self.scratch().join("endpoint-hugepages"),
                 pages,
                 &ctx.journal,
             )?;
-            bed.endpoint_pages = Some(pages);
+            self.endpoint_pages = Some(pages);
         }
+        Ok(())
+    }
+
+    /// The wire `cfg` names, joining the hosts.
+    fn wire(
+        &mut self,
+        s: &Scenario,
+        cfg: &Configuration,
+        ctx: &BedContext,
+        knobs: &Knobs,
+        id: &str,
+        octet: u8,
+    ) -> Result<(), BedError> {
         match cfg.wire {
-            WireKind::Veth if bed.span.is_some() => bed.wire_plain()?,
-            WireKind::Veth => bed.wire_veth()?,
-            WireKind::Bridge => bed.wire_bridge(&id, &ctx.journal)?,
+            WireKind::Veth if self.span.is_some() => self.wire_plain(),
+            WireKind::Veth => self.wire_veth(),
+            WireKind::Bridge => self.wire_bridge(id, &ctx.journal),
             WireKind::Switch => {
                 // A poll-mode host that is some workload's client is driven
                 // by that workload's `vnio rr --via`; the others answer as
                 // responders for the whole configuration.
                 let clients: Vec<&str> = s.workloads.iter().map(|w| w.from.as_str()).collect();
-                bed.wire_switch(&id, octet, ctx, &knobs, &clients, &paired(s, cfg))?
+                self.wire_switch(id, octet, ctx, knobs, &clients, &paired(s, cfg))
             }
-            WireKind::OvsDpdk | WireKind::Testpmd => {
-                bed.wire_anchor(cfg.wire, octet, ctx, &knobs)?
-            }
+            WireKind::OvsDpdk | WireKind::Testpmd => self.wire_anchor(cfg.wire, octet, ctx, knobs),
         }
-        bed.apply_knobs(&knobs)?;
-        bed.start_agents(ctx)?;
-        bed.start_machines(ctx, octet)?;
-        let guests = bed.start_guests(ctx, cfg.wire, octet)?;
-        bed.description.hosts = bed
+    }
+
+    /// The hosts as built, into the description.
+    fn describe_hosts(&mut self, guests: &[(String, GuestDescription)]) {
+        self.description.hosts = self
             .hosts
             .iter()
             .map(|h| HostDescription {
@@ -293,7 +302,6 @@ impl Testbed {
                     .map(|(_, g)| g.clone()),
             })
             .collect();
-        Ok(bed)
     }
 
     /// The host called `name`.

@@ -25,122 +25,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
 use vnio_measure::cpu::{Cost, CpuTime};
 use vnio_measure::env::Environment;
 use vnio_measure::result::{Document, Iteration, Measured};
 
-use crate::runner::RunnerOptions;
-use crate::scenario::{Point, Protocol, RunSpec, WorkloadKind};
+use crate::host::RunnerOptions;
+pub use crate::scenario::Instrument;
+use crate::scenario::{Point, Protocol, RunSpec};
 use crate::testbed::{BedHost, Testbed};
-
-/// The instrument a configuration measures with.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Hash, Default)]
-#[serde(rename_all = "kebab-case")]
-pub enum Instrument {
-    /// vnio's own (`vnio rr`, `ping`, `stream`).
-    #[default]
-    Vnio,
-    /// sockperf ping-pong (request-response, UDP or TCP).
-    Sockperf,
-    /// iperf3 (TCP streams).
-    Iperf3,
-    /// The least a request-response loop can do on a socket (the floor).
-    RawEcho,
-}
-
-impl Instrument {
-    /// The name used in files and messages.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Instrument::Vnio => "vnio",
-            Instrument::Sockperf => "sockperf",
-            Instrument::Iperf3 => "iperf3",
-            Instrument::RawEcho => "raw-echo",
-        }
-    }
-
-    /// The program it runs, when it is not vnio's own.
-    fn program(self) -> Option<&'static str> {
-        match self {
-            Instrument::Sockperf => Some("sockperf"),
-            Instrument::Iperf3 => Some("iperf3"),
-            _ => None,
-        }
-    }
-}
-
-/// Why `tool` cannot run here (its program is not installed), or None.
-pub fn missing(tool: Instrument) -> Option<String> {
-    let prog = tool.program()?;
-    let found = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).any(|d| d.join(prog).is_file()))
-        .unwrap_or(false);
-    (!found).then(|| {
-        format!("{prog} is not installed: apt-get install {prog} (or scripts/setup --bench)")
-    })
-}
-
-/// Why workload `kind` over `protocol` cannot be measured with `tool`
-/// (None: it can).
-pub fn skip_reason(tool: Instrument, kind: WorkloadKind, protocol: Protocol) -> Option<String> {
-    let fits = match tool {
-        Instrument::Vnio => true,
-        Instrument::Sockperf | Instrument::RawEcho => kind == WorkloadKind::Rr,
-        Instrument::Iperf3 => kind == WorkloadKind::Stream && protocol == Protocol::Tcp,
-    };
-    if !fits {
-        let does = match tool {
-            Instrument::Iperf3 => "TCP streams",
-            _ => "request-response",
-        };
-        return Some(format!(
-            "the {} configuration measures {does} only, not {} over {}",
-            tool.as_str(),
-            kind.as_str(),
-            if protocol == Protocol::Udp {
-                "UDP"
-            } else {
-                "TCP"
-            }
-        ));
-    }
-    missing(tool)
-}
-
-/// Why workload `w` cannot run in a configuration measuring with `tool`,
-/// its hosts' kinds given by `kind_of` (None: it can).
-pub fn plan_skip(
-    tool: Instrument,
-    w: &crate::scenario::WorkloadSpec,
-    kind_of: impl Fn(&str) -> crate::scenario::HostKind,
-) -> Option<String> {
-    use crate::scenario::HostKind;
-    if tool == Instrument::Vnio {
-        return None;
-    }
-    let hosts = std::iter::once(&w.from).chain(&w.to);
-    if let Some(h) = hosts.clone().find(|h| kind_of(h) != HostKind::Namespace) {
-        return Some(format!(
-            "the {} configuration runs between namespace hosts: `{h}` is not one",
-            tool.as_str()
-        ));
-    }
-    let _ = hosts;
-    if w.to.len() != 1
-        || w.sessions.unwrap_or(1) != 1
-        || w.burst.unwrap_or(1) != 1
-        || w.rate.is_some()
-        || w.reverse == Some(true)
-        || w.response_size.is_some_and(|r| Some(r) != w.size)
-    {
-        return Some(format!(
-            "the {} configuration runs one closed-loop session to one target, same size both ways",
-            tool.as_str()
-        ));
-    }
-    skip_reason(tool, w.kind, w.protocol.unwrap_or_default())
-}
 
 /// Run point `p` from `from` to `to` with the configuration's instrument.
 pub fn measure(
@@ -174,51 +66,7 @@ pub fn measure(
     let log = bed
         .scratch()
         .join(format!("{}-server-{}.log", tool.as_str(), p.seq));
-    let stop_server = Arc::new(AtomicBool::new(false));
-    let _server = match tool {
-        Instrument::RawEcho => {
-            server
-                .spawn({
-                    let stop = stop_server.clone();
-                    let cpus = agent_cpus.clone();
-                    move || {
-                        pin_this_thread(&cpus);
-                        raw_echo::serve(udp, target, &stop)
-                    }
-                })
-                .map_err(|e| format!("starting the raw echo server: {e}"))?;
-            Server {
-                _process: None,
-                stop: Some(stop_server.clone()),
-            }
-        }
-        _ => {
-            let mut cmd = server.command(tool.program().expect("an external tool"));
-            match tool {
-                Instrument::Sockperf => {
-                    cmd.args(["server", "-i", &to.addr.to_string()])
-                        .args(["-p", &TOOL_PORT.to_string()]);
-                    if !udp {
-                        cmd.arg("--tcp");
-                    }
-                }
-                _ => {
-                    cmd.args(["-s", "-B", &to.addr.to_string()])
-                        .args(["-p", &TOOL_PORT.to_string()]);
-                }
-            }
-            cmd.stdout(Stdio::null());
-            let p =
-                crate::testbed::spawn(&mut cmd, &opts.journal, &log).map_err(|e| e.to_string())?;
-            if !agent_cpus.is_empty() {
-                crate::testbed::pin_process(p.id() as i32, &agent_cpus)?;
-            }
-            Server {
-                _process: Some(p),
-                stop: None,
-            }
-        }
-    };
+    let _server = start_server(tool, server, to, udp, &agent_cpus, &log, opts)?;
     wait_listening(client, target, udp, tool)?;
     for i in 0..run.iterations.max(1) {
         if stop.load(Ordering::Relaxed) {
@@ -227,37 +75,13 @@ pub fn measure(
         }
         let cpu0 = children_cpu();
         // The raw loop runs in a thread of this process: its own CPU.
-        let mut thread_cpu = None;
         let got = match tool {
-            Instrument::RawEcho => {
-                let size = w.size as usize;
-                let (warm, dur) = (run.warmup, run.duration);
-                let cpus = client_cpus.clone();
-                client
-                    .run(move || {
-                        pin_this_thread(&cpus);
-                        let t0 = CpuTime::thread();
-                        raw_echo::client(udp, target, size, warm)?;
-                        let lat = raw_echo::client(udp, target, size, dur)?;
-                        Ok::<_, String>((lat, CpuTime::thread().since(t0)))
-                    })
-                    .map_err(|e| e.to_string())?
-                    .map(|(lat, cpu)| {
-                        thread_cpu = Some(cpu);
-                        let mut m = Measured {
-                            target: "all".into(),
-                            ops: lat.count(),
-                            sent: lat.count(),
-                            bytes: lat.count() * 2 * w.size as u64,
-                            ..Default::default()
-                        };
-                        m.finish(Some(&lat), run.duration.as_secs_f64());
-                        m
-                    })
-            }
-            _ => run_client(bed, p, tool, client, to, run, opts, stop, i, &client_cpus),
+            Instrument::RawEcho => raw_echo_client(client, udp, target, w.size, run, &client_cpus)?
+                .map(|(m, cpu)| (m, Some(cpu))),
+            _ => run_client(bed, p, tool, client, to, run, opts, stop, i, &client_cpus)
+                .map(|m| (m, None)),
         };
-        let mut m = match got {
+        let (mut m, thread_cpu) = match got {
             Ok(m) => m,
             Err(e) if doc.iterations.is_empty() => return Err(e),
             Err(e) => {
@@ -288,6 +112,100 @@ const TOOL_PORT: u16 = 7711;
 
 /// A point's server: a process (stopped when dropped), or the raw loop's
 /// thread, told to stop when this is dropped.
+/// The instrument's server in `server` (the target's namespace) on
+/// `to`'s address, its threads on `cpus`, for the whole point: the raw
+/// loop's in a thread of this process, the others' as a process logging
+/// to `log`.
+fn start_server(
+    tool: Instrument,
+    server: &vnio_topo::Netns,
+    to: &BedHost,
+    udp: bool,
+    cpus: &[usize],
+    log: &std::path::Path,
+    opts: &RunnerOptions,
+) -> Result<Server, String> {
+    let target = SocketAddr::from((to.addr, TOOL_PORT));
+    if tool == Instrument::RawEcho {
+        let stop_server = Arc::new(AtomicBool::new(false));
+        server
+            .spawn({
+                let stop = stop_server.clone();
+                let cpus = cpus.to_vec();
+                move || {
+                    pin_this_thread(&cpus);
+                    raw_echo::serve(udp, target, &stop)
+                }
+            })
+            .map_err(|e| format!("starting the raw echo server: {e}"))?;
+        return Ok(Server {
+            _process: None,
+            stop: Some(stop_server),
+        });
+    }
+    let mut cmd = server.command(tool.program().expect("an external tool"));
+    match tool {
+        Instrument::Sockperf => {
+            cmd.args(["server", "-i", &to.addr.to_string()])
+                .args(["-p", &TOOL_PORT.to_string()]);
+            if !udp {
+                cmd.arg("--tcp");
+            }
+        }
+        _ => {
+            cmd.args(["-s", "-B", &to.addr.to_string()])
+                .args(["-p", &TOOL_PORT.to_string()]);
+        }
+    }
+    cmd.stdout(Stdio::null());
+    let p = crate::testbed::spawn(&mut cmd, &opts.journal, log).map_err(|e| e.to_string())?;
+    if !cpus.is_empty() {
+        crate::testbed::pin_process(p.id() as i32, cpus)?;
+    }
+    Ok(Server {
+        _process: Some(p),
+        stop: None,
+    })
+}
+
+/// One iteration of the raw loop's client in `client` (a thread of this
+/// process on `cpus`): the warm-up, then the measured duration; what it
+/// measured and the thread's CPU (the outer error: the thread did not
+/// run; the inner one: the loop failed).
+fn raw_echo_client(
+    client: &vnio_topo::Netns,
+    udp: bool,
+    target: SocketAddr,
+    size: u32,
+    run: &RunSpec,
+    cpus: &[usize],
+) -> Result<Result<(Measured, CpuTime), String>, String> {
+    let (warm, dur) = (run.warmup, run.duration);
+    let cpus = cpus.to_vec();
+    let got = client
+        .run(move || {
+            pin_this_thread(&cpus);
+            let t0 = CpuTime::thread();
+            raw_echo::client(udp, target, size as usize, warm)?;
+            let lat = raw_echo::client(udp, target, size as usize, dur)?;
+            Ok::<_, String>((lat, CpuTime::thread().since(t0)))
+        })
+        .map_err(|e| e.to_string())?;
+    let (lat, cpu) = match got {
+        Ok(got) => got,
+        Err(e) => return Ok(Err(e)),
+    };
+    let mut m = Measured {
+        target: "all".into(),
+        ops: lat.count(),
+        sent: lat.count(),
+        bytes: lat.count() * 2 * size as u64,
+        ..Default::default()
+    };
+    m.finish(Some(&lat), run.duration.as_secs_f64());
+    Ok(Ok((m, cpu)))
+}
+
 struct Server {
     _process: Option<vnio_topo::Process>,
     stop: Option<Arc<AtomicBool>>,

@@ -218,7 +218,7 @@ fn interleaved_repetitions_merge_into_one_document_per_point() {
             contention: None,
         }
     };
-    let merged = vnio_lab::interleave::merge(vec![rep(3.0), rep(1.0), rep(2.0)]);
+    let merged = vnio_lab::runner::interleave::merge(vec![rep(3.0), rep(1.0), rep(2.0)]);
     assert_eq!(merged.status, Status::Ok);
     let doc = merged.document.unwrap();
     let idx: Vec<usize> = doc.iterations.iter().map(|i| i.index).collect();
@@ -230,7 +230,7 @@ fn interleaved_repetitions_merge_into_one_document_per_point() {
     bad.status = Status::Failed;
     bad.document = None;
     bad.error = Some("switch died".into());
-    let merged = vnio_lab::interleave::merge(vec![rep(5.0), bad]);
+    let merged = vnio_lab::runner::interleave::merge(vec![rep(5.0), bad]);
     assert_eq!(merged.status, Status::Ok);
     assert_eq!(merged.error.as_deref(), Some("switch died"));
     assert_eq!(merged.document.unwrap().iterations.len(), 1);

@@ -507,3 +507,41 @@ fn findings_are_checked_at_load() {
         "{e}"
     );
 }
+
+#[test]
+fn a_run_is_judged_from_what_it_stored_and_an_older_run_from_its_text() {
+    let db = temp_db("stored");
+    let store = Store::open(&db).unwrap();
+    let id = store_run(&store, SCENARIO, &[], |cfg| match cfg {
+        "native" | "bridge" => vec![20, 21, 23],
+        _ => vec![60, 61, 63],
+    });
+    let run = store.load(id).unwrap();
+    assert!(run.scenarios[0].findings.is_some());
+    let before = findings::judge_run(&run);
+    assert_eq!(before.verdicts.len(), 4);
+    let c = rusqlite::Connection::open(&db).unwrap();
+    let set_text = |text: &str| {
+        c.execute(
+            "UPDATE scenarios SET text = ?2 WHERE run_id = ?1",
+            rusqlite::params![id, text],
+        )
+        .unwrap()
+    };
+    // Judged from what the run stored: its text is not parsed again.
+    set_text("not a scenario [");
+    assert_eq!(findings::judge_run(&store.load(id).unwrap()), before);
+    // A run stored before the lab kept its findings: judged from its text.
+    c.execute(
+        "UPDATE scenarios SET findings = NULL WHERE run_id = ?1",
+        rusqlite::params![id],
+    )
+    .unwrap();
+    set_text(SCENARIO);
+    assert_eq!(findings::judge_run(&store.load(id).unwrap()), before);
+    // ...whose text no longer parses: said, scenario by scenario.
+    set_text("not a scenario [");
+    let f = findings::judge_run(&store.load(id).unwrap());
+    assert!(f.verdicts.is_empty(), "{f:?}");
+    assert_eq!(f.unreadable.len(), 1, "{f:?}");
+}

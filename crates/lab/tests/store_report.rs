@@ -441,8 +441,8 @@ fn a_stored_run_exports_as_interval_logs_and_csv_that_read_back() {
 
 #[test]
 fn machines_and_their_clocks_are_stored_and_reported() {
-    use vnio_lab::machine::span::MachineDescription;
     use vnio_lab::machine::ClockOffset;
+    use vnio_lab::testbed::span::MachineDescription;
     use vnio_lab::testbed::{BedDescription, HostDescription};
     let db = temp_db("machines");
     let (store, id, _) = stored_run(&db, "native-bridge-switch");

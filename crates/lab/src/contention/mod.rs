@@ -10,8 +10,9 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
+pub use crate::outcome::{ContentionReport, FloodOutcome, LoadsOutcome};
 use crate::scenario::ResolvedContention;
 use crate::testbed::{spawn, wait_ready, BedError, Testbed};
 pub use generators::{DriveReport, FloodReport, ServeReport};
@@ -27,44 +28,6 @@ pub const SINK_PORT: u16 = 9200;
 const SETTLE: Duration = Duration::from_millis(300);
 /// How long a generator has to exit after SIGTERM before it is killed.
 const STOP_GRACE: Duration = Duration::from_secs(3);
-
-/// What the contention achieved during one point.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct ContentionReport {
-    /// Background loads.
-    pub loads: Option<LoadsOutcome>,
-    /// Neighbour flood.
-    pub flood: Option<FloodOutcome>,
-    /// Anything that went wrong with the generators (the point still counts:
-    /// the achieved figures say how much contention there really was).
-    pub errors: Vec<String>,
-}
-
-/// Background loads, asked and achieved.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct LoadsOutcome {
-    /// Load servers.
-    pub count: u32,
-    /// Requests per second asked for, all servers.
-    pub requested_rate: f64,
-    /// Requests per second answered, all servers.
-    pub achieved_rate: f64,
-    /// CPU the servers used, in % of one core (all servers).
-    pub cpu_pct: f64,
-}
-
-/// Neighbour flood, asked and achieved.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct FloodOutcome {
-    /// Packets per second asked for.
-    pub requested_pps: f64,
-    /// Packets per second sent.
-    pub sent_pps: f64,
-    /// Packets per second the neighbour received.
-    pub received_pps: f64,
-    /// Payload bytes per packet.
-    pub size: u32,
-}
 
 struct Child {
     role: String,

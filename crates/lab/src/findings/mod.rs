@@ -3,9 +3,12 @@
 //! A scenario declares the findings it tests (`[[finding]]`, see [`spec`]);
 //! after a run, each is judged from the stored points alone by the rule in
 //! [`rule`], on the run's own spread ([`samples`]). Findings are read from
-//! the scenario text stored with the run, so a run is judged by what it
-//! declared when it ran and old runs (whose scenarios declared none) simply
-//! have no findings; nothing new is stored. A ratio whose points carry the
+//! what the run stored with each scenario ([`FindingsAsRun`]: the findings,
+//! the sweep values they name, whether it interleaved), so a run is judged
+//! by what it declared when it ran, without parsing its scenario again; a
+//! run stored before the lab kept them is judged from its stored scenario
+//! text, and old runs (whose scenarios declared none) simply have no
+//! findings. A ratio whose points carry the
 //! line probe's round trips is also given per placement ([`placement`]),
 //! beside the verdict.
 
@@ -13,8 +16,7 @@ pub mod placement;
 pub mod rule;
 pub mod samples;
 pub mod significance;
-pub mod spec;
-pub mod statistic;
+pub use crate::scenario::finding as spec;
 mod words;
 
 use serde::{Deserialize, Serialize};
@@ -24,9 +26,8 @@ pub use rule::{Band, Outcome, SampleSource, Samples};
 pub use spec::{Expect, FindingSpec, PointRef, Quantity, Statistic, SweepRef};
 pub use words::{by_placement, measured, number, reference};
 
-use crate::report::sweep_value;
-use crate::runner::PointOutcome;
-use crate::scenario::{LabFile, Scenario, SweepParam};
+use crate::outcome::PointOutcome;
+use crate::scenario::{sweep_value, FindingsAsRun, LabFile, ResolvedFinding, Scenario, SweepParam};
 use crate::store::{StoredRun, StoredScenario};
 
 /// One side of a comparison as measured.
@@ -150,33 +151,50 @@ pub fn judge_run(run: &StoredRun) -> RunFindings {
         knob_overrides: run.overrides.knobs.clone(),
     };
     for s in &run.scenarios {
-        match crate::scenario::parse(&s.origin, &s.text) {
-            Ok(LabFile::Scenario(sc)) if sc.findings.is_empty() => out.without.push(s.name.clone()),
-            Ok(LabFile::Scenario(sc)) => out.verdicts.extend(judge(&sc, s)),
-            Ok(LabFile::Set(_)) => out.unreadable.push(Unreadable {
+        match as_run(s) {
+            Ok(judged) if judged.findings.is_empty() => out.without.push(s.name.clone()),
+            Ok(judged) => out.verdicts.extend(judge_as_run(&judged, s)),
+            Err(error) => out.unreadable.push(Unreadable {
                 scenario: s.name.clone(),
-                error: "stored as a set, not a scenario".into(),
-            }),
-            Err(e) => out.unreadable.push(Unreadable {
-                scenario: s.name.clone(),
-                error: e.to_string(),
+                error,
             }),
         }
     }
     out
 }
 
-/// Judge the findings `sc` declares on its stored points.
-pub fn judge(sc: &Scenario, stored: &StoredScenario) -> Vec<Verdict> {
-    sc.findings.iter().map(|f| verdict(sc, stored, f)).collect()
+/// What judging `s` needs: as the run stored it, or for a run stored
+/// before the lab kept it, read from its scenario text.
+fn as_run(s: &StoredScenario) -> Result<FindingsAsRun, String> {
+    if let Some(judged) = &s.findings {
+        return Ok(judged.clone());
+    }
+    match crate::scenario::parse(&s.origin, &s.text) {
+        Ok(LabFile::Scenario(sc)) => Ok(FindingsAsRun::of(&sc)),
+        Ok(LabFile::Set(_)) => Err("stored as a set, not a scenario".into()),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
-fn verdict(sc: &Scenario, stored: &StoredScenario, f: &FindingSpec) -> Verdict {
+/// Judge the findings `sc` declares on its stored points.
+pub fn judge(sc: &Scenario, stored: &StoredScenario) -> Vec<Verdict> {
+    judge_as_run(&FindingsAsRun::of(sc), stored)
+}
+
+/// Judge findings as a run stored them on its stored points.
+pub fn judge_as_run(judged: &FindingsAsRun, stored: &StoredScenario) -> Vec<Verdict> {
+    (judged.findings.iter())
+        .map(|f| verdict(judged.interleave, stored, f))
+        .collect()
+}
+
+fn verdict(in_step: bool, stored: &StoredScenario, rf: &ResolvedFinding) -> Verdict {
+    let f = &rf.spec;
     let quantity = f.quantity();
     let than = f.threshold();
     let stat = f.statistic;
-    let subject = read(sc, stored, f, &f.subject);
-    let against = f.against.as_ref().map(|a| read(sc, stored, f, a));
+    let subject = read(in_step, stored, f, &f.subject, rf.subject_sweep);
+    let against = (f.against.as_ref()).map(|a| read(in_step, stored, f, a, rf.against_sweep));
     let mut v = Verdict {
         scenario: stored.name.clone(),
         id: f.id.clone(),
@@ -220,8 +238,12 @@ fn verdict(sc: &Scenario, stored: &StoredScenario, f: &FindingSpec) -> Verdict {
         Some((side, None)) => return unmeasured(v, side),
     };
     if let (Quantity::Ratio, Some(ap)) = (quantity, &f.against) {
-        let point = |p| find(sc, stored, f, p).filter(|o| crate::store::measured(o.status));
-        if let (Some(so), Some(ao)) = (point(&f.subject), point(ap)) {
+        let point =
+            |p, sweep| find(stored, f, p, sweep).filter(|o| crate::store::measured(o.status));
+        if let (Some(so), Some(ao)) = (
+            point(&f.subject, rf.subject_sweep),
+            point(ap, rf.against_sweep),
+        ) {
             v.by_placement = placement::ratios(stat, so, ao);
         }
     }
@@ -234,23 +256,14 @@ fn verdict(sc: &Scenario, stored: &StoredScenario, f: &FindingSpec) -> Verdict {
     v
 }
 
-/// The sweep value `p` names, with its parameter.
-fn sweep_of(sc: &Scenario, p: &PointRef) -> Option<(SweepParam, u64)> {
-    sc.sweep.as_ref().and_then(|sw| {
-        p.sweep
-            .and_then(|r| r.resolve(&sw.values))
-            .map(|v| (sw.parameter, v))
-    })
-}
-
-/// The stored point `p` names for finding `f`.
+/// The stored point `p` names for finding `f`, at `sweep` (the sweep
+/// value `p` names, with its parameter).
 fn find<'a>(
-    sc: &Scenario,
     stored: &'a StoredScenario,
     f: &FindingSpec,
     p: &PointRef,
+    sweep: Option<(SweepParam, u64)>,
 ) -> Option<&'a PointOutcome> {
-    let sweep = sweep_of(sc, p);
     stored.points.iter().find(|o| {
         o.point.configuration == p.configuration
             && o.point.workload.name == f.workload
@@ -258,14 +271,15 @@ fn find<'a>(
     })
 }
 
-/// One side's description and samples (`None`: not measured).
+/// One side's description and samples (`None`: not measured); `in_step`:
+/// the run interleaved its configurations.
 fn read(
-    sc: &Scenario,
+    in_step: bool,
     stored: &StoredScenario,
     f: &FindingSpec,
     p: &PointRef,
+    sweep: Option<(SweepParam, u64)>,
 ) -> (Side, Option<Samples>) {
-    let sweep = sweep_of(sc, p);
     let mut side = Side {
         point: label(&p.configuration, sweep),
         configuration: p.configuration.clone(),
@@ -276,13 +290,13 @@ fn read(
         source: None,
         missing: None,
     };
-    let Some(o) = find(sc, stored, f, p) else {
+    let Some(o) = find(stored, f, p, sweep) else {
         side.missing = Some("not in this run (left out by --configuration or --quick?)".into());
         return (side, None);
     };
     match samples::of_point(o, f.statistic) {
         Ok(mut s) => {
-            s.in_step = sc.run.interleave;
+            s.in_step = in_step;
             side.value = Some(s.value);
             side.band = Some(s.band());
             // A percentile's samples are its round trips.

@@ -18,7 +18,7 @@ use vnio_measure::stats::median;
 
 use super::samples::{of_second, whole_seconds};
 use super::spec::Statistic;
-use crate::runner::PointOutcome;
+use crate::outcome::PointOutcome;
 
 /// The ratio at one placement.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

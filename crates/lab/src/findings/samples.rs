@@ -15,7 +15,7 @@ use vnio_measure::result::{Document, IntervalPoint, Iteration};
 
 use super::rule::{Band, OrderStat, SampleSource, Samples};
 use super::spec::Statistic;
-use crate::runner::{PointOutcome, Status};
+use crate::outcome::{PointOutcome, Status};
 
 /// Fewer round trips than this in a second make no per-second percentile.
 const MIN_OPS_PER_SECOND: u64 = 10;

@@ -8,7 +8,7 @@
 use super::rule::{self, Band, Outcome, Reason};
 use super::samples;
 use super::spec::{Expect, Quantity, Statistic};
-use crate::runner::PointOutcome;
+use crate::outcome::PointOutcome;
 
 /// The verdict on one percentile of one pair of points.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

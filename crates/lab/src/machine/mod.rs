@@ -30,20 +30,20 @@
 //! clean --all` over SSH and removes the directory, then ends the SSH
 //! connection master.
 //!
-//! Modules: [`spec`] (the scenario's entries and their checks; SSH itself
-//! is `vnio_topo::ssh`), [`journal`] (the local record of remote
-//! effects), [`clock`] (offsets between machines), [`side`] (what runs on
-//! a machine), [`remote`] (the controller's handle on one machine during a
-//! configuration), [`report`] (machines and clocks in the report), [`span`] (the controller's own half of a spanning
-//! configuration).
+//! Modules: [`spec`] (the scenario's entries and their checks, data of
+//! the scenario: `crate::scenario::machines`; SSH itself is
+//! `vnio_topo::ssh`), [`journal`] (the local record of remote effects),
+//! [`clock`] (offsets between machines), [`side`] (what runs on a
+//! machine), [`remote`] (the controller's handle on one machine during a
+//! configuration). The controller's own half of a spanning configuration
+//! is part of the testbed (`crate::testbed::span`), and machines and
+//! clocks in the report are the report's (`crate::report`).
 
 pub mod clock;
 pub mod journal;
 pub mod remote;
-pub mod report;
 pub mod side;
-pub mod span;
-pub mod spec;
+pub use crate::scenario::machines as spec;
 
 pub use clock::{ClockOffset, ClockSample};
 pub use journal::MachineJournal;

@@ -16,7 +16,7 @@ use super::clock::{now_ns, ClockOffset, ClockSample};
 use super::journal::{clean_one, MachineEntry, MachineJournal, REMOTE_ROOT};
 use super::side::{SideReady, SideSpec};
 use super::MachineSpec;
-use crate::testbed::Scratch;
+use crate::host::Scratch;
 use vnio_topo::ssh::quote;
 use vnio_topo::{Journal, Process, SCRATCH_PREFIX};
 
@@ -179,7 +179,7 @@ impl Remote {
             format!(
                 "machine {}: the far side did not come up: {}",
                 self.name,
-                crate::testbed::log_tail(&log)
+                crate::host::log_tail(&log)
             )
         })?;
         if let Some(json) = line.strip_prefix("ready ") {

@@ -20,8 +20,8 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use crate::host::{log_tail, spawn, wait_log, AGENT_PORT};
 use crate::scenario::HostKind;
-use crate::testbed::{log_tail, spawn, wait_log, AGENT_PORT};
 use vnio_topo::{Entry, Handle, Journal, MacvlanMode, Netns, Process};
 
 /// Inner MTU of hosts on the overlay: 1500 less the 50 bytes of outer

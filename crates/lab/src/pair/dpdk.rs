@@ -26,14 +26,11 @@ use super::records::{parse, Record, Total};
 use super::{placement, FRAME_OVERHEAD};
 use crate::anchor_switch::RuntimeDir;
 use crate::scenario::{Point, RunSpec, Virtqueue, WorkloadKind};
-use crate::testbed::{endpoints_listen, log_tail, BedHost, Testbed};
+use crate::testbed::{endpoints_listen, log_tail, BedHost, Testbed, HUGE_MB};
 
 /// How long the program may take to bring both ports up (it waits 30 s
 /// for a switch that connects to listening ports, OVS's way).
 const START: Duration = Duration::from_secs(45);
-/// Memory for the program on hugepages (`-m`, MiB): the 16384-mbuf pool
-/// (about 40 MiB) and the rings, with room to spare.
-pub const HUGE_MB: u64 = 128;
 /// Virtio ring size, as the anchor harness gives its endpoints.
 const QUEUE_SIZE: u32 = 256;
 
@@ -213,14 +210,6 @@ fn vdev_options(virtqueue: Virtqueue) -> &'static str {
     match virtqueue {
         Virtqueue::Split => "",
         Virtqueue::Packed => ",packed_vq=1,in_order=1",
-    }
-}
-
-/// What the program's devices offer, for the testbed's notes.
-pub fn virtqueue_offered(virtqueue: Virtqueue) -> &'static str {
-    match virtqueue {
-        Virtqueue::Split => "split virtqueues",
-        Virtqueue::Packed => "packed virtqueues in order (packed_vq=1,in_order=1)",
     }
 }
 

@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::findings::{self, significance, Statistic};
-use crate::runner::PointOutcome;
+use crate::outcome::PointOutcome;
 use crate::store::StoredRun;
 use std::fmt::Write;
 

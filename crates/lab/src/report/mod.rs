@@ -6,6 +6,8 @@
 mod compare;
 mod environment;
 mod figures;
+mod machines;
+mod testbeds;
 pub use compare::{compare, pairs, Pair};
 use environment::{describe_overrides, environment, knobs_banner, scenario_knobs};
 mod verdicts;
@@ -14,7 +16,8 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use crate::findings::{self, Verdict};
-use crate::runner::{PointOutcome, Status};
+use crate::outcome::{PointOutcome, Status};
+pub use crate::scenario::sweep_value;
 use crate::scenario::{SweepParam, WorkloadKind};
 use crate::store::{StoredRun, StoredScenario};
 
@@ -148,18 +151,6 @@ impl Row {
     }
 }
 
-/// A sweep value with its unit, short.
-pub fn sweep_value(p: SweepParam, v: u64) -> String {
-    match p {
-        SweepParam::Size => format!("{v} B"),
-        SweepParam::Burst => format!("burst {v}"),
-        SweepParam::Sessions => format!("{v} sessions"),
-        SweepParam::Rate => format!("{v}/s"),
-        SweepParam::FloodRate => format!("{} Kpps", v as f64 / 1e3),
-        SweepParam::Loads => format!("{v} loads"),
-    }
-}
-
 /// HTML-escape text.
 pub fn escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
@@ -286,6 +277,48 @@ fn scenario_section(
     overrides: &crate::scenario::Overrides,
     verdicts: &[Verdict],
 ) {
+    scenario_header(h, index, s);
+    scenario_knobs(h, s, overrides);
+    // Configuration order as run, then workloads in plan order.
+    let cfg_index: BTreeMap<&str, usize> = s
+        .configurations
+        .iter()
+        .enumerate()
+        .map(|(i, (c, _))| (c.as_str(), i))
+        .collect();
+    let mut workloads: Vec<&str> = Vec::new();
+    for p in &s.points {
+        if !workloads.contains(&p.point.workload.name.as_str()) {
+            workloads.push(&p.point.workload.name);
+        }
+    }
+    let rows: Vec<Row> = s.points.iter().map(Row::of).collect();
+    for w in workloads {
+        let mine: Vec<&Row> = rows.iter().filter(|r| r.workload == w).collect();
+        let Some(first) = mine.first() else { continue };
+        let _ = writeln!(
+            h,
+            "<h3>{} <small class=\"meta\">{}</small></h3>",
+            escape(w),
+            escape(&first.describe)
+        );
+        workload_figures(h, s, w, &mine, &cfg_index, verdicts);
+        table(h, &mine);
+    }
+    if !s.testbeds.is_empty() {
+        testbeds::html(h, &s.testbeds);
+        h.push_str(&machines::html(&s.testbeds, escape));
+    }
+    let _ = writeln!(
+        h,
+        "<details><summary>Scenario file</summary><pre>{}</pre></details>",
+        escape(&s.text)
+    );
+    h.push_str("</section>\n");
+}
+
+/// The section's title, the study it stands for, and how it was run.
+fn scenario_header(h: &mut String, index: usize, s: &StoredScenario) {
     let _ = writeln!(
         h,
         "<section id=\"s{index}\"><h2 id=\"s-{}\">{}</h2>",
@@ -317,150 +350,95 @@ fn scenario_section(
         crate::scenario::humantime::format(run.duration),
         crate::scenario::humantime::format(run.warmup)
     );
-    scenario_knobs(h, s, overrides);
-    // Configuration order as run, then workloads in plan order.
-    let cfg_index: BTreeMap<&str, usize> = s
-        .configurations
+}
+
+/// Workload `w`'s figures: throughput for streams, percentiles (and
+/// their course over a sweep) for the others.
+fn workload_figures(
+    h: &mut String,
+    s: &StoredScenario,
+    w: &str,
+    mine: &[&Row],
+    cfg_index: &BTreeMap<&str, usize>,
+    verdicts: &[Verdict],
+) {
+    let first = mine[0];
+    let swept = first.sweep.map(|(p, _)| p);
+    let measured: Vec<&&Row> = mine
         .iter()
-        .enumerate()
-        .map(|(i, (c, _))| (c.as_str(), i))
+        .filter(|r| r.latency_us.is_some() || r.ops_per_s > 0.0)
         .collect();
-    let mut workloads: Vec<&str> = Vec::new();
-    for p in &s.points {
-        if !workloads.contains(&p.point.workload.name.as_str()) {
-            workloads.push(&p.point.workload.name);
-        }
-    }
-    let rows: Vec<Row> = s.points.iter().map(Row::of).collect();
-    for w in workloads {
-        let mine: Vec<&Row> = rows.iter().filter(|r| r.workload == w).collect();
-        let Some(first) = mine.first() else { continue };
-        let _ = writeln!(
+    if measured.is_empty() {
+        h.push_str("<p class=\"meta\">nothing measured for this workload (see the table).</p>\n");
+    } else if first.kind == WorkloadKind::Stream {
+        let marks = verdicts::marks(verdicts, w, false);
+        figure(
             h,
-            "<h3>{} <small class=\"meta\">{}</small></h3>",
-            escape(w),
-            escape(&first.describe)
+            &throughput_figure(s, w, &measured, swept, cfg_index, &marks),
         );
-        let swept = first.sweep.map(|(p, _)| p);
-        let measured: Vec<&&Row> = mine
-            .iter()
-            .filter(|r| r.latency_us.is_some() || r.ops_per_s > 0.0)
-            .collect();
-        if measured.is_empty() {
-            h.push_str(
-                "<p class=\"meta\">nothing measured for this workload (see the table).</p>\n",
-            );
-        } else if first.kind == WorkloadKind::Stream {
-            let marks = verdicts::marks(verdicts, w, false);
-            figure(
-                h,
-                &throughput_figure(s, w, &measured, swept, &cfg_index, &marks),
-            );
-        } else {
-            let marks = verdicts::marks(verdicts, w, true);
-            let groups: Vec<figures::PercentileGroup> = measured
-                .iter()
-                .filter_map(|r| {
-                    let l = r.latency_us?;
-                    Some(figures::PercentileGroup {
-                        label: r.label(),
-                        us: [l[1], l[2], l[3], l[4], l[5]],
-                        ci_us: r.ci_us,
-                    })
-                })
-                .collect();
-            match swept {
-                Some(p) => {
-                    figure(
-                        h,
-                        &latency_sweep_figure(s, w, &measured, p, &cfg_index, &marks),
-                    );
-                    // The bars at the first and the last value, as in the
-                    // studies' percentile figures.
-                    let values: Vec<u64> = measured
-                        .iter()
-                        .filter_map(|r| r.sweep.map(|x| x.1))
-                        .collect();
-                    let (lo, hi) = (values.iter().min().copied(), values.iter().max().copied());
-                    let ends: Vec<figures::PercentileGroup> = groups
-                        .into_iter()
-                        .zip(measured.iter())
-                        .filter(|(_, r)| r.sweep.map(|x| x.1) == lo || r.sweep.map(|x| x.1) == hi)
-                        .map(|(g, _)| g)
-                        .collect();
-                    figure(
-                        h,
-                        &figures::percentile_bars(
-                            &format!("{}: {w}, percentiles at the ends of the sweep", s.name),
-                            &ends,
-                            &marks,
-                        ),
-                    );
-                }
-                None => figure(
-                    h,
-                    &figures::percentile_bars(
-                        &format!("{}: {w}, round-trip percentiles per configuration", s.name),
-                        &groups,
-                        &marks,
-                    ),
-                ),
-            }
-        }
-        table(h, &mine);
+    } else {
+        let marks = verdicts::marks(verdicts, w, true);
+        latency_figures(h, s, w, &measured, swept, cfg_index, &marks);
     }
-    if !s.testbeds.is_empty() {
-        h.push_str("<details><summary>Testbeds as built</summary><table><tr><th class=\"l\">configuration</th><th class=\"l\">wire</th><th class=\"l\">hosts</th><th class=\"l\">notes</th></tr>\n");
-        for b in &s.testbeds {
-            let hosts: Vec<String> = b
-                .hosts
-                .iter()
-                .map(|d| {
-                    format!(
-                        "{} ({}, {}{}{}{})",
-                        d.name,
-                        d.kind.as_str(),
-                        d.addr,
-                        d.ifname
-                            .as_ref()
-                            .map(|i| format!(" on {i}"))
-                            .unwrap_or_default(),
-                        d.netns
-                            .as_ref()
-                            .map(|n| format!(", netns {n}"))
-                            .into_iter()
-                            .chain(d.machine.as_ref().map(|m| format!(", on machine {m}")))
-                            .collect::<String>(),
-                        d.guest
-                            .as_ref()
-                            .map(|g| format!(
-                                ", {} guest on {}, agent ready {:.1} s after QEMU started",
-                                g.accel.to_uppercase(),
-                                g.nic,
-                                g.ready_s
-                            ))
-                            .unwrap_or_default()
-                    )
-                })
-                .collect();
-            let _ = writeln!(
-                h,
-                "<tr><td class=\"l\">{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td></tr>",
-                escape(&b.configuration),
-                b.wire.as_str(),
-                escape(&hosts.join("; ")),
-                escape(&b.notes.join("; "))
-            );
-        }
-        h.push_str("</table></details>\n");
-        h.push_str(&crate::machine::report::html(&s.testbeds, escape));
-    }
-    let _ = writeln!(
+}
+
+/// Round-trip percentiles per configuration; over a sweep, their course
+/// and the bars at the first and the last value.
+fn latency_figures(
+    h: &mut String,
+    s: &StoredScenario,
+    w: &str,
+    measured: &[&&Row],
+    swept: Option<SweepParam>,
+    cfg_index: &BTreeMap<&str, usize>,
+    marks: &[figures::Mark],
+) {
+    let groups: Vec<figures::PercentileGroup> = measured
+        .iter()
+        .filter_map(|r| {
+            let l = r.latency_us?;
+            Some(figures::PercentileGroup {
+                label: r.label(),
+                us: [l[1], l[2], l[3], l[4], l[5]],
+                ci_us: r.ci_us,
+            })
+        })
+        .collect();
+    let Some(p) = swept else {
+        return figure(
+            h,
+            &figures::percentile_bars(
+                &format!("{}: {w}, round-trip percentiles per configuration", s.name),
+                &groups,
+                marks,
+            ),
+        );
+    };
+    figure(
         h,
-        "<details><summary>Scenario file</summary><pre>{}</pre></details>",
-        escape(&s.text)
+        &latency_sweep_figure(s, w, measured, p, cfg_index, marks),
     );
-    h.push_str("</section>\n");
+    // The bars at the first and the last value, as in the studies'
+    // percentile figures.
+    let values: Vec<u64> = measured
+        .iter()
+        .filter_map(|r| r.sweep.map(|x| x.1))
+        .collect();
+    let (lo, hi) = (values.iter().min().copied(), values.iter().max().copied());
+    let ends: Vec<figures::PercentileGroup> = groups
+        .into_iter()
+        .zip(measured.iter())
+        .filter(|(_, r)| r.sweep.map(|x| x.1) == lo || r.sweep.map(|x| x.1) == hi)
+        .map(|(g, _)| g)
+        .collect();
+    figure(
+        h,
+        &figures::percentile_bars(
+            &format!("{}: {w}, percentiles at the ends of the sweep", s.name),
+            &ends,
+            marks,
+        ),
+    );
 }
 
 fn figure(h: &mut String, svg: &str) {

@@ -3,14 +3,35 @@
 //! be valid and still need what this build or host lacks; those points are
 //! refused or skipped at run time, with the reason.
 
+use super::instrument::{plan_skip, Instrument};
 use super::knobs::PortPolicy;
 use super::model::{
     Configuration, HostKind, Protocol, Scenario, WireKind, WorkloadKind, WorkloadSpec,
 };
 use super::validate::kind_in;
 
-/// What this build of vnio can run. A scenario asking for more is refused
-/// by `run` with the list of what is missing.
+/// testpmd's binary (package dpdk-dev).
+pub const TESTPMD: &str = "dpdk-testpmd";
+/// OVS's DPDK build of the switch daemon (package openvswitch-switch-dpdk).
+pub const OVS_VSWITCHD_DPDK: &str = "/usr/lib/openvswitch-switch-dpdk/ovs-vswitchd-dpdk";
+/// What to install for the DPDK endpoints, when the probe cannot say more.
+pub const DPDK_ENDPOINTS_NOT_INSTALLED: &str =
+    "the DPDK endpoints need libdpdk's development files, a C compiler and hugepages (apt install dpdk-dev gcc pkg-config)";
+
+/// What to install for an anchor switch, as one line.
+pub fn not_installed(kind: WireKind) -> String {
+    match kind {
+        WireKind::Testpmd => format!("{TESTPMD} is not installed (apt install dpdk-dev)"),
+        WireKind::OvsDpdk => {
+            format!("{OVS_VSWITCHD_DPDK} is not installed (apt install openvswitch-switch-dpdk)")
+        }
+        other => format!("{} needs nothing installed", other.as_str()),
+    }
+}
+
+/// What this build of vnio can run on this machine, as probed by
+/// [`crate::probe`] (`Capabilities::current`). A scenario asking for more
+/// is refused by `run` with the list of what is missing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Capabilities {
     /// The lab launches guests for VM hosts (through the vm crate).
@@ -30,22 +51,16 @@ pub struct Capabilities {
     /// `endpoints = "dpdk"`): libdpdk's development files, a C compiler
     /// and hugepages.
     pub dpdk_endpoints: bool,
+    /// Why not, when the probe could say ([`DPDK_ENDPOINTS_NOT_INSTALLED`]
+    /// when it could not).
+    pub why_no_dpdk_endpoints: Option<&'static str>,
+    /// sockperf is installed (instrument = "sockperf").
+    pub sockperf: bool,
+    /// iperf3 is installed (instrument = "iperf3").
+    pub iperf3: bool,
 }
 
 impl Capabilities {
-    /// This build.
-    pub fn current() -> Capabilities {
-        Capabilities {
-            vm: true,
-            poll_mode_client: true,
-            latency_high: true,
-            direct: true,
-            ovs_dpdk: crate::anchor_switch::missing(WireKind::OvsDpdk).is_none(),
-            testpmd: crate::anchor_switch::missing(WireKind::Testpmd).is_none(),
-            dpdk_endpoints: crate::pair::program::missing().is_none(),
-        }
-    }
-
     /// Why configuration `cfg` of `s` cannot run here (empty: it can).
     pub fn missing(&self, s: &Scenario, cfg: &Configuration) -> Vec<String> {
         let mut out = Vec::new();
@@ -83,8 +98,13 @@ impl Capabilities {
         w: &WorkloadSpec,
     ) -> Option<String> {
         let tool = s.knobs.layered(&cfg.knobs).instrument.unwrap_or_default();
-        if tool != crate::tools::Instrument::Vnio {
-            return crate::tools::plan_skip(tool, w, |h| kind_in(s, cfg, h));
+        if tool != Instrument::Vnio {
+            let installed = match tool {
+                Instrument::Sockperf => self.sockperf,
+                Instrument::Iperf3 => self.iperf3,
+                _ => true,
+            };
+            return plan_skip(tool, w, |h| kind_in(s, cfg, h), installed);
         }
         let poll = |h: &str| kind_in(s, cfg, h) == HostKind::PollMode;
         let vm = |h: &str| kind_in(s, cfg, h) == HostKind::Vm;
@@ -94,13 +114,14 @@ impl Capabilities {
             _ => true,
         };
         if !installed {
-            return Some(crate::anchor_switch::not_installed(cfg.wire));
+            return Some(not_installed(cfg.wire));
         }
         let knobs = s.knobs.layered(&cfg.knobs);
         if knobs.endpoints == Some(super::knobs::Endpoints::Dpdk) && !self.dpdk_endpoints {
             return Some(
-                crate::pair::program::missing()
-                    .unwrap_or_else(|| crate::pair::program::NOT_INSTALLED.to_owned()),
+                self.why_no_dpdk_endpoints
+                    .unwrap_or(DPDK_ENDPOINTS_NOT_INSTALLED)
+                    .to_owned(),
             );
         }
         if poll(&w.from) && w.to.iter().any(|t| vm(t)) {

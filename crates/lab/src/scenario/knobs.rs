@@ -161,7 +161,7 @@ pub struct Knobs {
     /// The instrument that measures: vnio's own (default), or sockperf,
     /// iperf3 or a raw echo loop in its place, to compare them point by
     /// point ([`crate::tools`]).
-    pub instrument: Option<crate::tools::Instrument>,
+    pub instrument: Option<super::Instrument>,
     /// Account the CPU of the testbed's own processes (the vnio switch,
     /// poll-mode endpoints, guests' QEMU) per iteration, so findings can
     /// read `switch-busy` and `testbed-cpu-per-op`; the iterations of a
@@ -252,6 +252,12 @@ pub(super) fn cpus_ok(cpus: &[usize]) -> Result<(), String> {
 /// Ranges and the wires knobs need, for knobs `k` at `at` ("knobs" or a
 /// configuration's) on `wire`.
 pub(super) fn check(at: &str, k: &Knobs, wire: WireKind) -> Result<(), KnobError> {
+    check_values(at, k)?;
+    check_for_wire(at, k, wire)
+}
+
+/// The knobs' own ranges: CPU lists, numbers, per-host maps.
+fn check_values(at: &str, k: &Knobs) -> Result<(), KnobError> {
     for (name, cpus) in [
         ("client_cpus", &k.client_cpus),
         ("agent_cpus", &k.agent_cpus),
@@ -302,6 +308,11 @@ pub(super) fn check(at: &str, k: &Knobs, wire: WireKind) -> Result<(), KnobError
             return fail(at, "shield", "names no CPU");
         }
     }
+    Ok(())
+}
+
+/// The knobs that need a given wire (vnio's switch, a switch at all).
+fn check_for_wire(at: &str, k: &Knobs, wire: WireKind) -> Result<(), KnobError> {
     if let Some(b) = &k.switch_binary {
         if wire != WireKind::Switch {
             return fail(at, "switch_binary", "needs wire = \"switch\"");

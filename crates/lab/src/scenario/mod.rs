@@ -9,23 +9,31 @@
 //! my.toml: workload `rr`: from: no host named `clint` (hosts: client, server)
 //! ```
 
-mod capabilities;
+pub mod capabilities;
+pub mod finding;
+mod instrument;
+mod judging;
 mod knob_override;
 mod knobs;
 mod library;
+pub mod machines;
 mod model;
 mod pairs;
 mod plan;
+mod statistic;
 mod validate;
 
 pub use capabilities::Capabilities;
+pub use instrument::Instrument;
+pub use judging::{FindingsAsRun, ResolvedFinding};
 pub use knob_override::{knob_names, with_knobs, KnobOverride, KnobOverrideError};
 pub use knobs::{Endpoints, Knobs, PortPolicy, Virtqueue};
 pub use library::{shipped, Shipped, SHIPPED};
 pub use model::{
-    humantime, Configuration, Contention, Flood, HostKind, HostSpec, Loads, Protocol, RunSpec,
-    Scenario, SetFile, SetSpec, Sweep, SweepParam, WireKind, WorkloadKind, WorkloadSpec,
+    humantime, sweep_value, Configuration, Contention, Flood, HostKind, HostSpec, Loads, Protocol,
+    RunSpec, Scenario, SetFile, SetSpec, Sweep, SweepParam, WireKind, WorkloadKind, WorkloadSpec,
 };
+pub use pairs::MAX_PAYLOAD;
 pub use plan::{Overrides, Plan, Point, Resolved, ResolvedContention};
 pub use validate::kind_in;
 

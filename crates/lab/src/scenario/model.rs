@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-pub(super) use super::knobs::{Knobs, PortPolicy};
+pub(super) use super::knobs::Knobs;
 
 /// One scenario: hosts, the configurations compared side by side, knobs,
 /// contention, workloads, an optional sweep, and how long to measure.
@@ -30,7 +30,7 @@ pub struct Scenario {
     pub hosts: Vec<HostSpec>,
     /// Other machines hosts may be placed on (reached over SSH).
     #[serde(default, rename = "machine", skip_serializing_if = "Vec::is_empty")]
-    pub machines: Vec<crate::machine::MachineSpec>,
+    pub machines: Vec<super::machines::MachineSpec>,
     /// The set-ups compared (at least one).
     #[serde(rename = "configuration")]
     pub configurations: Vec<Configuration>,
@@ -48,7 +48,7 @@ pub struct Scenario {
     pub sweep: Option<Sweep>,
     /// The studies' findings this scenario tests over its own results.
     #[serde(default, rename = "finding", skip_serializing_if = "Vec::is_empty")]
-    pub findings: Vec<crate::findings::FindingSpec>,
+    pub findings: Vec<super::finding::FindingSpec>,
 }
 
 /// Measurement length: the studies ran 5 minutes, 3 iterations, and reported
@@ -66,7 +66,7 @@ pub struct RunSpec {
     pub iterations: u32,
     /// Run the whole plan once per iteration, every configuration in turn,
     /// instead of each configuration's iterations back to back (see
-    /// [`crate::interleave`]).
+    /// [`crate::runner::interleave`]).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub interleave: bool,
     /// With `interleave` and the line probe: after `iterations`, repeat
@@ -378,6 +378,10 @@ pub struct WorkloadSpec {
         skip_serializing_if = "Option::is_none"
     )]
     pub max_duration: Option<Duration>,
+    /// rr open loop: how sends are spaced, "fixed" (the default) or
+    /// "poisson" (`vnio rr --arrivals`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arrivals: Option<vnio_measure::arrivals::Arrival>,
 }
 
 fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
@@ -565,5 +569,17 @@ pub mod humantime_opt {
         super::humantime::parse(&s)
             .map(Some)
             .map_err(serde::de::Error::custom)
+    }
+}
+
+/// A sweep value with its unit, short.
+pub fn sweep_value(p: SweepParam, v: u64) -> String {
+    match p {
+        SweepParam::Size => format!("{v} B"),
+        SweepParam::Burst => format!("burst {v}"),
+        SweepParam::Sessions => format!("{v} sessions"),
+        SweepParam::Rate => format!("{v}/s"),
+        SweepParam::FloodRate => format!("{} Kpps", v as f64 / 1e3),
+        SweepParam::Loads => format!("{v} loads"),
     }
 }

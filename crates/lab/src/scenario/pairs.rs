@@ -3,6 +3,10 @@
 
 use super::model::{Protocol, WorkloadKind, WorkloadSpec};
 
+/// The largest payload whose frame fits a 1500-byte MTU port (1518 B):
+/// what a poll-mode endpoint sends at most.
+pub const MAX_PAYLOAD: u32 = 1476;
+
 /// Why a workload between two poll-mode endpoints cannot run (None: it
 /// can): one thread drives both (see [`crate::pair`]).
 pub(super) fn skip_reason(w: &WorkloadSpec) -> Option<String> {
@@ -30,12 +34,10 @@ pub(super) fn skip_reason(w: &WorkloadSpec) -> Option<String> {
         WorkloadKind::Stream if tcp_stream && w.size.is_some() => {
             why("TCP streams of 1448-byte segments (no size)")
         }
-        WorkloadKind::Stream
-            if !tcp_stream && w.size.is_some_and(|s| s > crate::pair::MAX_PAYLOAD) =>
-        {
+        WorkloadKind::Stream if !tcp_stream && w.size.is_some_and(|s| s > MAX_PAYLOAD) => {
             why(&format!(
                 "frames up to 1518 B (size at most {} B of payload)",
-                crate::pair::MAX_PAYLOAD
+                MAX_PAYLOAD
             ))
         }
         _ => None,

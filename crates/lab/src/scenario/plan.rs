@@ -127,6 +127,9 @@ pub struct Resolved {
         skip_serializing_if = "Option::is_none"
     )]
     pub max_duration: Option<Duration>,
+    /// rr open loop: how sends are spaced.
+    #[serde(default)]
+    pub arrivals: vnio_measure::arrivals::Arrival,
 }
 
 /// How long a point with `ci` may measure unless it says.
@@ -178,6 +181,7 @@ impl Resolved {
             reverse: w.reverse.unwrap_or(false),
             ci: w.ci.clone(),
             max_duration: w.max_duration,
+            arrivals: w.arrivals.unwrap_or_default(),
         }
     }
 
@@ -201,6 +205,9 @@ impl Resolved {
                 );
                 if let Some(r) = self.rate {
                     s.push_str(&format!(" open loop {r}/s"));
+                    if self.arrivals == vnio_measure::arrivals::Arrival::Poisson {
+                        s.push_str(" poisson");
+                    }
                 }
                 s
             }

@@ -38,7 +38,7 @@ pub struct RunSettings {
     /// The crash journal.
     pub journal: vnio_topo::Journal,
     /// The scenarios may carry `ssh_options` that run commands
-    /// (`--trust-scenario`; [`crate::machine::spec::TRUSTED_ONLY`]).
+    /// (`--trust-scenario`; [`crate::scenario::machines::TRUSTED_ONLY`]).
     pub trust_scenario: bool,
 }
 
@@ -78,7 +78,7 @@ impl Lab {
             return Err(LabError::NotRoot);
         }
         for (src, s, _) in &prepared.runs {
-            crate::machine::spec::check_trust(&src.name, s, settings.trust_scenario)
+            crate::scenario::machines::check_trust(&src.name, s, settings.trust_scenario)
                 .map_err(LabError::Plan)?;
         }
         for n in &prepared.notes {

@@ -5,7 +5,7 @@
 use rusqlite::params;
 
 use super::{EnvColumn, RunRow, Store, StoreError, StoredRun, StoredScenario};
-use crate::runner::PointOutcome;
+use crate::outcome::PointOutcome;
 use crate::scenario::Overrides;
 
 impl Store {
@@ -85,7 +85,8 @@ impl Store {
         let overrides =
             serde_json::from_str(&ov).map_err(|e| self.corrupt(id, format!("overrides: {e}")))?;
         let mut stmt = self.sql(self.conn.prepare(
-            "SELECT name, origin, text, title, maps_to, cannot, run_spec, configurations, testbeds
+            "SELECT name, origin, text, title, maps_to, cannot, run_spec, configurations, testbeds,
+                    findings
              FROM scenarios WHERE run_id = ?1 ORDER BY seq",
         ))?;
         type Row = (
@@ -98,6 +99,7 @@ impl Store {
             String,
             String,
             String,
+            Option<String>,
         );
         let rows: Vec<Row> = self.sql(
             stmt.query_map(params![id], |r| {
@@ -111,12 +113,13 @@ impl Store {
                     r.get(6)?,
                     r.get(7)?,
                     r.get(8)?,
+                    r.get(9)?,
                 ))
             })
             .and_then(|it| it.collect()),
         )?;
         let mut scenarios = Vec::new();
-        for (name, origin, text, title, maps_to, cannot, run_spec, cfgs, beds) in rows {
+        for (name, origin, text, title, maps_to, cannot, run_spec, cfgs, beds, findings) in rows {
             let bad = |what: &str, e: serde_json::Error| {
                 self.corrupt(id, format!("scenario {name}: {what}: {e}"))
             };
@@ -126,6 +129,10 @@ impl Store {
                 configurations: serde_json::from_str(&cfgs)
                     .map_err(|e| bad("configurations", e))?,
                 testbeds: serde_json::from_str(&beds).map_err(|e| bad("testbeds", e))?,
+                findings: findings
+                    .map(|f| serde_json::from_str(&f))
+                    .transpose()
+                    .map_err(|e| bad("findings", e))?,
                 name,
                 origin,
                 text,

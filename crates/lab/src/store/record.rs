@@ -8,9 +8,9 @@ use vnio_measure::env::Environment;
 
 use super::{now_ns, EnvColumn, Store, StoreError};
 use crate::guest::GuestEnvironment;
-use crate::runner::PointOutcome;
-use crate::scenario::{Overrides, Plan, Source};
-use crate::testbed::BedDescription;
+use crate::outcome::BedDescription;
+use crate::outcome::PointOutcome;
+use crate::scenario::{FindingsAsRun, Overrides, Plan, Source};
 
 impl Store {
     /// Record a new run; returns its id.
@@ -65,8 +65,8 @@ impl Store {
             .map(|c| (c.name.clone(), c.description.clone()))
             .collect();
         self.sql(self.conn.execute(
-            "INSERT INTO scenarios (run_id, seq, name, origin, text, title, maps_to, cannot, run_spec, configurations)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            "INSERT INTO scenarios (run_id, seq, name, origin, text, title, maps_to, cannot, run_spec, configurations, findings)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
             params![
                 run,
                 seq as i64,
@@ -78,6 +78,7 @@ impl Store {
                 scenario.cannot,
                 serde_json::to_string(&plan.run).unwrap_or_default(),
                 serde_json::to_string(&cfgs).unwrap_or_default(),
+                serde_json::to_string(&FindingsAsRun::of(scenario)).unwrap_or_default(),
             ],
         ))?;
         Ok(())

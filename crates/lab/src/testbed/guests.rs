@@ -35,28 +35,7 @@ impl Testbed {
                 continue;
             }
             let what = format!("VM host {}", host.name);
-            let mac = host_mac(octet, i);
-            let (nic, place) = match wire {
-                WireKind::Switch => {
-                    let Some((sock, _)) = &host.vhost_user else {
-                        return Err(setup(what, "no switch port was made for it"));
-                    };
-                    (
-                        format!("vhost-user:{},mac={mac}", sock.display()),
-                        format!("vhost-user port h{}", i + 1),
-                    )
-                }
-                WireKind::Bridge => {
-                    // QEMU creates the tap (in the root namespace, where
-                    // the launcher runs); it moves to the bridge below.
-                    let (tap_id, _) = unique_id();
-                    let tap = format!("vnio{tap_id}v");
-                    (format!("tap:{tap},mac={mac}"), format!("tap {tap} on br0"))
-                }
-                WireKind::Veth | WireKind::OvsDpdk | WireKind::Testpmd => {
-                    return Err(setup(what, "a VM host needs wire = bridge or switch"))
-                }
-            };
+            let (nic, place) = guest_nic(wire, host, i, octet)?;
             let nic = format!("{nic},ip={}/{PREFIX}", host.addr)
                 .parse()
                 .map_err(|e: String| setup(&what, e))?;
@@ -73,6 +52,23 @@ impl Testbed {
             }
             launched.push((i, place));
         }
+        let out = self.wait_guests(launched, ctx)?;
+        self.check_agents_reach(ctx)?;
+        self.description.notes.push(format!(
+            "guests: accel {} ({})",
+            kit.accel().accel,
+            kit.accel().why
+        ));
+        Ok(out)
+    }
+
+    /// Each launched guest `(host index, its place on the wire)` booted,
+    /// as described.
+    fn wait_guests(
+        &mut self,
+        launched: Vec<(usize, String)>,
+        ctx: &BedContext,
+    ) -> Result<Vec<(String, GuestDescription)>, BedError> {
         let mut out = Vec::new();
         for (i, place) in launched {
             let host = &mut self.hosts[i];
@@ -91,8 +87,12 @@ impl Testbed {
                 },
             ));
         }
-        // The agents answer over the wire, seen from a namespace host on it
-        // (guests on their own are checked by their first workload).
+        Ok(out)
+    }
+
+    /// The guests' agents answer over the wire, seen from a namespace host
+    /// on it (guests on their own are checked by their first workload).
+    fn check_agents_reach(&self, ctx: &BedContext) -> Result<(), BedError> {
         if let Some(ns) = self
             .hosts
             .iter()
@@ -126,11 +126,38 @@ impl Testbed {
                 }
             }
         }
-        self.description.notes.push(format!(
-            "guests: accel {} ({})",
-            kit.accel().accel,
-            kit.accel().why
-        ));
-        Ok(out)
+        Ok(())
     }
+}
+
+/// Host `i`'s NIC for QEMU and where it is on the wire: a vhost-user
+/// port of the switch, or a tap QEMU creates (in the root namespace,
+/// where the launcher runs) that moves to the bridge once launched.
+fn guest_nic(
+    wire: WireKind,
+    host: &BedHost,
+    i: usize,
+    octet: u8,
+) -> Result<(String, String), BedError> {
+    let what = format!("VM host {}", host.name);
+    let mac = host_mac(octet, i);
+    Ok(match wire {
+        WireKind::Switch => {
+            let Some((sock, _)) = &host.vhost_user else {
+                return Err(setup(what, "no switch port was made for it"));
+            };
+            (
+                format!("vhost-user:{},mac={mac}", sock.display()),
+                format!("vhost-user port h{}", i + 1),
+            )
+        }
+        WireKind::Bridge => {
+            let (tap_id, _) = unique_id();
+            let tap = format!("vnio{tap_id}v");
+            (format!("tap:{tap},mac={mac}"), format!("tap {tap} on br0"))
+        }
+        WireKind::Veth | WireKind::OvsDpdk | WireKind::Testpmd => {
+            return Err(setup(what, "a VM host needs wire = bridge or switch"))
+        }
+    })
 }

@@ -132,7 +132,7 @@ pub fn per_iteration(
             break;
         }
     }
-    Ok(crate::interleave::merge_documents(docs).expect("one document at least"))
+    Ok(crate::outcome::merge_documents(docs).expect("one document at least"))
 }
 
 #[cfg(test)]

@@ -103,6 +103,17 @@ pub fn describe(served: &[Served]) -> serde_json::Value {
         .into()
 }
 
+/// Memory for the DPDK endpoint program on hugepages (`-m`, MiB): the 16384-mbuf pool
+/// (about 40 MiB) and the rings, with room to spare.
+pub const HUGE_MB: u64 = 128;
+/// What the DPDK endpoint program's devices offer, for the testbed's notes.
+pub fn virtqueue_offered(virtqueue: Virtqueue) -> &'static str {
+    match virtqueue {
+        Virtqueue::Split => "split virtqueues",
+        Virtqueue::Packed => "packed virtqueues in order (packed_vq=1,in_order=1)",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,7 +6,9 @@
 
 use super::{kind_in, Check};
 use crate::scenario::knobs::Endpoints;
-use crate::scenario::model::{Configuration, HostKind, Protocol, Scenario, WorkloadKind};
+use crate::scenario::model::{
+    Configuration, HostKind, Protocol, Scenario, WorkloadKind, WorkloadSpec,
+};
 use crate::scenario::ScenarioError;
 
 /// Checks configuration `cfg` of `s`, whose knobs layer to `endpoints`.
@@ -15,65 +17,77 @@ pub(super) fn check_endpoints(
     s: &Scenario,
     cfg: &Configuration,
     endpoints: Option<Endpoints>,
-    instrument: Option<crate::tools::Instrument>,
+    instrument: Option<crate::scenario::Instrument>,
 ) -> Result<(), ScenarioError> {
     if endpoints != Some(Endpoints::Dpdk) {
         return Ok(());
     }
     let at = format!("configuration `{}`: knobs.endpoints", cfg.name);
-    if instrument.is_some_and(|i| i != crate::tools::Instrument::Vnio) {
+    if instrument.is_some_and(|i| i != crate::scenario::Instrument::Vnio) {
         return c.fail(
             at,
             "\"dpdk\" is itself the instrument: leave `instrument` out",
         );
     }
     for w in &s.workloads {
-        let udp = w.protocol == Some(Protocol::Udp);
-        if !udp || !matches!(w.kind, WorkloadKind::Stream | WorkloadKind::Rr) {
-            let what = match (w.kind, w.protocol) {
-                (WorkloadKind::Ping, _) => "ping".to_owned(),
-                (k, p) => format!(
-                    "{} over {}",
-                    k.as_str(),
-                    if p == Some(Protocol::Udp) {
-                        "UDP"
-                    } else {
-                        "TCP"
-                    }
-                ),
-            };
+        check_workload(c, &at, s, cfg, w)?;
+    }
+    Ok(())
+}
+
+/// Workload `w` is one the DPDK endpoints drive, between poll-mode hosts.
+fn check_workload(
+    c: &Check,
+    at: &str,
+    s: &Scenario,
+    cfg: &Configuration,
+    w: &WorkloadSpec,
+) -> Result<(), ScenarioError> {
+    let udp = w.protocol == Some(Protocol::Udp);
+    if !udp || !matches!(w.kind, WorkloadKind::Stream | WorkloadKind::Rr) {
+        let what = match (w.kind, w.protocol) {
+            (WorkloadKind::Ping, _) => "ping".to_owned(),
+            (k, p) => format!(
+                "{} over {}",
+                k.as_str(),
+                if p == Some(Protocol::Udp) {
+                    "UDP"
+                } else {
+                    "TCP"
+                }
+            ),
+        };
+        return c.fail(
+            at,
+            format!(
+                "\"dpdk\" drives UDP streams and UDP rr only (protocol = \"udp\"): workload `{}` is {what}",
+                w.name
+            ),
+        );
+    }
+    for h in std::iter::once(&w.from).chain(&w.to) {
+        let kind = kind_in(s, cfg, h);
+        if kind != HostKind::PollMode {
             return c.fail(
                 at,
                 format!(
-                    "\"dpdk\" drives UDP streams and UDP rr only (protocol = \"udp\"): workload `{}` is {what}",
-                    w.name
-                ),
-            );
-        }
-        for h in std::iter::once(&w.from).chain(&w.to) {
-            let kind = kind_in(s, cfg, h);
-            if kind != HostKind::PollMode {
-                return c.fail(
-                    at,
-                    format!(
-                        "\"dpdk\" drives a pair of poll-mode hosts: workload `{}` involves `{h}`, a {}",
-                        w.name,
-                        kind.as_str()
-                    ),
-                );
-            }
-        }
-        if w.size.is_some_and(|n| n > crate::pair::MAX_PAYLOAD) {
-            return c.fail(
-                at,
-                format!(
-                    "\"dpdk\" sends frames up to 1518 B: workload `{}` has size {} (at most {} B of UDP payload)",
+                    "\"dpdk\" drives a pair of poll-mode hosts: workload `{}` involves `{h}`, a {}",
                     w.name,
-                    w.size.unwrap_or_default(),
-                    crate::pair::MAX_PAYLOAD
+                    kind.as_str()
                 ),
             );
         }
+    }
+    if w.size.is_some_and(|n| n > crate::scenario::MAX_PAYLOAD) {
+        return c.fail(
+            at,
+            format!(
+                "\"dpdk\" sends frames up to 1518 B: workload `{}` has size {} (at most {} B of UDP payload)",
+                w.name,
+                w.size.unwrap_or_default(),
+                crate::scenario::MAX_PAYLOAD
+            ),
+        );
     }
     Ok(())
 }

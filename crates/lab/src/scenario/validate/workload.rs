@@ -15,16 +15,32 @@ pub(super) fn check_workload(
     w: &WorkloadSpec,
     sweep: Option<(SweepParam, u64)>,
 ) -> Result<(), ScenarioError> {
+    check_applies(c, at, w)?;
+    check_ci(c, at, w)?;
+    if let Some((p, _)) = sweep {
+        match p {
+            SweepParam::Burst | SweepParam::Rate if w.kind == WorkloadKind::Ping => {
+                return not_for(c, at, w, p.as_str());
+            }
+            _ => {}
+        }
+    }
+    check_ranges(c, at, w, sweep)
+}
+
+fn not_for(c: &Check, at: &str, w: &WorkloadSpec, field: &str) -> Result<(), ScenarioError> {
+    c.fail(
+        format!("{at}: {field}"),
+        format!("does not apply to {} workloads", w.kind.as_str()),
+    )
+}
+
+/// The fields set apply to the workload's kind.
+fn check_applies(c: &Check, at: &str, w: &WorkloadSpec) -> Result<(), ScenarioError> {
     use WorkloadKind::*;
-    let not_for = |field: &str| -> Result<(), ScenarioError> {
-        c.fail(
-            format!("{at}: {field}"),
-            format!("does not apply to {} workloads", w.kind.as_str()),
-        )
-    };
     let set = |present: bool, field: &str, allowed: &[WorkloadKind]| -> Result<(), ScenarioError> {
         if present && !allowed.contains(&w.kind) {
-            not_for(field)
+            not_for(c, at, w, field)
         } else {
             Ok(())
         }
@@ -39,6 +55,15 @@ pub(super) fn check_workload(
     set(w.reverse.is_some(), "reverse", &[Stream])?;
     set(w.ci.is_some(), "ci", &[Rr, Ping])?;
     set(w.max_duration.is_some(), "max_duration", &[Rr, Ping])?;
+    set(w.arrivals.is_some(), "arrivals", &[Rr])?;
+    if w.arrivals.is_some() && w.rate.is_none() {
+        return c.fail(format!("{at}: arrivals"), "applies to an open loop: set rate");
+    }
+    Ok(())
+}
+
+/// The confidence goal (`ci`) and its ceiling (`max_duration`).
+fn check_ci(c: &Check, at: &str, w: &WorkloadSpec) -> Result<(), ScenarioError> {
     if w.max_duration.is_some() && w.ci.is_none() {
         return c.fail(format!("{at}: max_duration"), "applies with ci only");
     }
@@ -53,14 +78,17 @@ pub(super) fn check_workload(
             );
         }
     }
-    if let Some((p, _)) = sweep {
-        match p {
-            SweepParam::Burst | SweepParam::Rate if w.kind == Ping => {
-                return not_for(p.as_str());
-            }
-            _ => {}
-        }
-    }
+    Ok(())
+}
+
+/// The ranges of the workload's numbers, a swept one at its value.
+fn check_ranges(
+    c: &Check,
+    at: &str,
+    w: &WorkloadSpec,
+    sweep: Option<(SweepParam, u64)>,
+) -> Result<(), ScenarioError> {
+    use WorkloadKind::*;
     let value = |p: SweepParam, v: Option<u64>| -> Option<u64> {
         match sweep {
             Some((q, x)) if q == p => Some(x),

@@ -9,13 +9,11 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
-
-use super::clock::ClockOffset;
-use super::remote::Remote;
-use super::side::{self, SideHost, SideSpec, SideWire};
+use super::{BedContext, BedError, BedHost, AGENT_PORT};
+use crate::machine::remote::Remote;
+use crate::machine::side::{self, SideHost, SideSpec, SideWire};
+pub use crate::outcome::MachineDescription;
 use crate::scenario::{HostKind, Scenario, WireKind};
-use crate::testbed::{BedContext, BedError, BedHost, AGENT_PORT};
 use vnio_topo::{Handle, Journal, Netns};
 
 /// Clock exchanges per machine (the shortest round trip is kept).
@@ -24,25 +22,6 @@ const CLOCK_EXCHANGES: u32 = 16;
 const REACH: Duration = Duration::from_secs(15);
 /// Prefix length of the VTEP subnet.
 const VTEP_PREFIX: u8 = 24;
-
-/// One machine as used, for the store and the report.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct MachineDescription {
-    /// The scenario's name.
-    pub name: String,
-    /// SSH destination.
-    pub ssh: String,
-    /// Its address on the network joining the machines.
-    pub address: String,
-    /// Its interface there.
-    pub interface: String,
-    /// The controller's address toward it.
-    pub local_address: String,
-    /// The `vnio` copied there.
-    pub binary: String,
-    /// Its clock against the controller's.
-    pub clock: Option<ClockOffset>,
-}
 
 /// The machines of one configuration.
 pub struct Span {

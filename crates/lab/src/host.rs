@@ -1,8 +1,9 @@
-//! The processes and files a testbed starts and watches: its scratch
-//! directory, journaled children in their own process group, waiting for
-//! them to be ready or to end, their logs, and CPU pinning. Separate from
-//! building a configuration because the runner, the guests and the anchor
-//! switches start processes the same way.
+//! The processes and files the lab starts and watches on this machine:
+//! scratch directories, journaled children in their own process group,
+//! waiting for them to be ready or to end, their logs, CPU pinning, and
+//! the settings they run with ([`RunnerOptions`]). Below the testbed:
+//! the testbed, the anchor switches, the far sides of machines, the
+//! generators and the workload drivers all start processes the same way.
 
 use std::fs::File;
 use std::os::unix::process::CommandExt;
@@ -13,7 +14,49 @@ use std::time::{Duration, Instant};
 
 use vnio_topo::{unique_id, Entry, Journal, Process, SCRATCH_PREFIX};
 
-use super::{setup, BedError, READY, SCRATCH_ROOT};
+use crate::guest::GuestKit;
+
+/// Port every agent listens on.
+pub const AGENT_PORT: u16 = 7700;
+/// How long a part may take to come up.
+pub(crate) const READY: Duration = Duration::from_secs(10);
+/// Where scratch directories go (sockets, the switch's configuration, logs).
+pub const SCRATCH_ROOT: &str = "/run/vnio/lab";
+
+/// Why a testbed could not be built. One line.
+#[derive(Debug, thiserror::Error)]
+pub enum BedError {
+    /// A netlink, namespace or journal operation failed.
+    #[error(transparent)]
+    Topology(#[from] crate::Error),
+    /// A process or part did not come up.
+    #[error("{what}: {detail}")]
+    Setup {
+        /// What was being done.
+        what: String,
+        /// What went wrong.
+        detail: String,
+    },
+}
+
+pub(crate) fn setup(what: impl Into<String>, detail: impl std::fmt::Display) -> BedError {
+    BedError::Setup {
+        what: what.into(),
+        detail: detail.to_string(),
+    }
+}
+
+/// Runner settings.
+#[derive(Debug, Clone)]
+pub struct RunnerOptions {
+    /// The `vnio` binary run in the hosts (agents, switch, generators).
+    pub vnio: PathBuf,
+    /// Journal for everything created.
+    pub journal: Journal,
+    /// Image and accelerator for VM hosts ([`GuestKit::prepare`]); `None`
+    /// when the run has no VM host.
+    pub guests: Option<GuestKit>,
+}
 
 /// A scratch directory under [`SCRATCH_ROOT`], journaled, removed on drop.
 #[derive(Debug)]

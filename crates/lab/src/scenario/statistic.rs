@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::scenario::WorkloadKind;
+use super::model::WorkloadKind;
 
 /// What a finding reads from a point.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Hash)]

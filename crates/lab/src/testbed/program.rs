@@ -10,57 +10,15 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::OnceLock;
 
 /// The program's source.
 const SOURCE: &str = include_str!("../../dpdk/pair.c");
-/// What to install, when [`missing`] cannot say more.
-pub const NOT_INSTALLED: &str =
-    "the DPDK endpoints need libdpdk's development files, a C compiler and hugepages (apt install dpdk-dev gcc pkg-config)";
+pub use crate::scenario::capabilities::DPDK_ENDPOINTS_NOT_INSTALLED as NOT_INSTALLED;
 
 /// Why the program cannot be built or run here (None: it can). Asked once
-/// per process.
+/// per process ([`crate::probe::dpdk_endpoints`]).
 pub fn missing() -> Option<String> {
-    static WHY: OnceLock<Option<String>> = OnceLock::new();
-    WHY.get_or_init(find_missing).clone()
-}
-
-fn find_missing() -> Option<String> {
-    match pkg_config(&["--exists", "libdpdk"]) {
-        Err(_) => {
-            return Some(
-                "the DPDK endpoints: pkg-config is not installed (apt install pkg-config dpdk-dev)"
-                    .into(),
-            )
-        }
-        Ok(out) if !out.status.success() => {
-            return Some(
-                "the DPDK endpoints: libdpdk's development files are not installed (apt install dpdk-dev)"
-                    .into(),
-            )
-        }
-        Ok(_) => {}
-    }
-    if Command::new("cc")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_err()
-    {
-        return Some("the DPDK endpoints: no C compiler `cc` (apt install gcc)".into());
-    }
-    if !Path::new("/proc/sys/vm/nr_hugepages").exists() {
-        return Some("the DPDK endpoints: this kernel has no hugepages".into());
-    }
-    None
-}
-
-fn pkg_config(args: &[&str]) -> std::io::Result<std::process::Output> {
-    Command::new("pkg-config")
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
+    crate::probe::dpdk_endpoints().map(str::to_owned)
 }
 
 /// The program, built when missing from `cache` (the lab's cache root
@@ -69,8 +27,8 @@ pub fn build(cache: Option<&Path>) -> Result<PathBuf, String> {
     if let Some(why) = missing() {
         return Err(why);
     }
-    let flags =
-        pkg_config(&["--cflags", "--libs", "libdpdk"]).map_err(|e| format!("pkg-config: {e}"))?;
+    let flags = crate::probe::pkg_config(&["--cflags", "--libs", "libdpdk"])
+        .map_err(|e| format!("pkg-config: {e}"))?;
     let flags = String::from_utf8_lossy(&flags.stdout).into_owned();
     let cc = Command::new("cc")
         .arg("--version")

@@ -1,11 +1,13 @@
-//! What a testbed was built as: the configuration, its hosts and guests,
-//! as stored with the results and shown in the report. Separate from the
-//! live testbed because it is plain data that outlives it.
+//! What a testbed was built as: the configuration, its hosts, guests and
+//! machines, as stored with the results and shown in the report. Separate
+//! from the live testbed (`crate::testbed`) because it is plain data that
+//! outlives it.
 
 use std::net::Ipv4Addr;
 
 use serde::{Deserialize, Serialize};
 
+use crate::machine::ClockOffset;
 use crate::scenario::{HostKind, Knobs, WireKind};
 
 /// What was built, for the store and the report.
@@ -23,7 +25,7 @@ pub struct BedDescription {
     pub notes: Vec<String>,
     /// The other machines hosts were placed on.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub machines: Vec<crate::machine::span::MachineDescription>,
+    pub machines: Vec<MachineDescription>,
 }
 
 /// One host as built.
@@ -56,4 +58,23 @@ pub struct GuestDescription {
     pub nic: String,
     /// Seconds from QEMU's start to the guest's agent listening.
     pub ready_s: f64,
+}
+
+/// One machine as used, for the store and the report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MachineDescription {
+    /// The scenario's name.
+    pub name: String,
+    /// SSH destination.
+    pub ssh: String,
+    /// Its address on the network joining the machines.
+    pub address: String,
+    /// Its interface there.
+    pub interface: String,
+    /// The controller's address toward it.
+    pub local_address: String,
+    /// The `vnio` copied there.
+    pub binary: String,
+    /// Its clock against the controller's.
+    pub clock: Option<ClockOffset>,
 }

@@ -5,8 +5,8 @@
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use super::model::Scenario;
 pub use super::statistic::Statistic;
-use crate::scenario::Scenario;
 
 /// One study finding tested by a scenario over its own results.
 ///

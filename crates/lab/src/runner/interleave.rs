@@ -19,11 +19,10 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use vnio_measure::result::Document;
-
 use vnio_measure::placement::Placement;
 
 use crate::findings::placement::seconds_placed;
+use crate::outcome::merge_documents;
 use crate::runner::{
     self, Event, Observer, PointOutcome, RunError, RunSummary, RunnerOptions, Status,
 };
@@ -164,23 +163,6 @@ pub fn merge(outcomes: Vec<PointOutcome>) -> PointOutcome {
         document: Some(doc),
         contention: outcomes.iter().find_map(|o| o.contention.clone()),
     }
-}
-
-/// Documents of one point's repetitions as one: every iteration
-/// (renumbered), every error, the median chosen again. None when empty.
-pub fn merge_documents(docs: Vec<Document>) -> Option<Document> {
-    let mut docs = docs.into_iter();
-    let mut doc = docs.next()?;
-    for d in docs {
-        doc.iterations.extend(d.iterations);
-        doc.errors.extend(d.errors);
-        doc.interrupted |= d.interrupted;
-    }
-    for (i, it) in doc.iterations.iter_mut().enumerate() {
-        it.index = i;
-    }
-    doc.conclude();
-    Some(doc)
 }
 
 #[cfg(test)]

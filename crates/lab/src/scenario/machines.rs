@@ -5,7 +5,7 @@ use std::collections::HashSet;
 
 use serde::{Deserialize, Serialize};
 
-use crate::scenario::{Configuration, HostKind, Scenario, WireKind};
+use super::model::{Configuration, HostKind, Scenario, WireKind};
 
 /// Longest machine name (it becomes part of directory names).
 const NAME_MAX: usize = 12;
@@ -99,72 +99,17 @@ pub fn check_trust(name: &str, s: &Scenario, trusted: bool) -> Result<(), String
     }
 }
 
+/// A check's failure: `(field, message)`.
+type Failed = Result<(), (String, String)>;
+
+fn fail(field: &str, message: String) -> Failed {
+    Err((field.to_owned(), message))
+}
+
 /// Check the machines and the hosts placed on them; `(field, message)`.
-pub fn check(
-    s: &Scenario,
-    kind_in: impl Fn(&Configuration, &str) -> HostKind,
-) -> Result<(), (String, String)> {
-    let fail = |field: &str, message: String| Err((field.to_owned(), message));
-    let mut names = HashSet::new();
-    for m in &s.machines {
-        let ok = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
-        if m.name.is_empty() || m.name.len() > NAME_MAX || !m.name.chars().all(ok) {
-            return fail(
-                "machine.name",
-                format!(
-                    "{:?} must be 1 to {NAME_MAX} lower-case letters and digits",
-                    m.name
-                ),
-            );
-        }
-        if !names.insert(m.name.as_str()) {
-            return fail("machine.name", format!("{:?} appears twice", m.name));
-        }
-        let at = format!("machine `{}`", m.name);
-        if m.ssh.trim().is_empty() || m.ssh.starts_with('-') || m.ssh.contains(char::is_whitespace)
-        {
-            return fail(
-                &format!("{at}: ssh"),
-                format!("{:?} is not an SSH destination ([user@]host)", m.ssh),
-            );
-        }
-        for o in &m.ssh_options {
-            let key = o.split_once('=').map(|(k, _)| k.trim());
-            if !matches!(key, Some(k) if !k.is_empty() && !k.contains(char::is_whitespace)) {
-                return fail(
-                    &format!("{at}: ssh_options"),
-                    format!("{o:?} is not Key=Value (an `ssh -o` option)"),
-                );
-            }
-        }
-    }
-    let list = s
-        .machines
-        .iter()
-        .map(|m| m.name.as_str())
-        .collect::<Vec<_>>()
-        .join(", ");
-    let placed: Vec<(&str, &str)> = s
-        .hosts
-        .iter()
-        .filter_map(|h| h.machine.as_deref().map(|m| (h.name.as_str(), m)))
-        .collect();
-    for (host, machine) in &placed {
-        let at = format!("host `{host}`: machine");
-        if !names.contains(machine) {
-            return fail(
-                &at,
-                format!("no machine named {machine:?} (machines: {list})"),
-            );
-        }
-        if s.hosts.iter().any(|h| h.name == *host && h.remote) {
-            return fail(
-                &at,
-                "a host is either remote (behind the local uplink) or on a machine, not both"
-                    .into(),
-            );
-        }
-    }
+pub fn check(s: &Scenario, kind_in: impl Fn(&Configuration, &str) -> HostKind) -> Failed {
+    let names = check_entries(s)?;
+    let placed = check_placed(s, &names)?;
     if placed.is_empty() {
         return Ok(());
     }
@@ -192,58 +137,144 @@ pub fn check(
         );
     }
     for cfg in &s.configurations {
-        let at = format!("configuration `{}`", cfg.name);
-        match cfg.wire {
-            WireKind::Veth | WireKind::Switch => {}
-            other => {
-                return fail(
-                    &format!("{at}: wire"),
-                    format!(
-                        "hosts on other machines need wire = \"veth\" (a plain wire) or \"switch\" (the VXLAN overlay), not {:?}",
-                        other.as_str()
-                    ),
-                )
+        check_configuration(s, cfg, &placed, &kind_in)?;
+    }
+    Ok(())
+}
+
+/// The `[[machine]]` entries themselves; their names.
+fn check_entries(s: &Scenario) -> Result<HashSet<&str>, (String, String)> {
+    let mut names = HashSet::new();
+    for m in &s.machines {
+        let ok = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
+        if m.name.is_empty() || m.name.len() > NAME_MAX || !m.name.chars().all(ok) {
+            return Err((
+                "machine.name".into(),
+                format!(
+                    "{:?} must be 1 to {NAME_MAX} lower-case letters and digits",
+                    m.name
+                ),
+            ));
+        }
+        if !names.insert(m.name.as_str()) {
+            return Err(("machine.name".into(), format!("{:?} appears twice", m.name)));
+        }
+        let at = format!("machine `{}`", m.name);
+        if m.ssh.trim().is_empty() || m.ssh.starts_with('-') || m.ssh.contains(char::is_whitespace)
+        {
+            return Err((
+                format!("{at}: ssh"),
+                format!("{:?} is not an SSH destination ([user@]host)", m.ssh),
+            ));
+        }
+        for o in &m.ssh_options {
+            let key = o.split_once('=').map(|(k, _)| k.trim());
+            if !matches!(key, Some(k) if !k.is_empty() && !k.contains(char::is_whitespace)) {
+                return Err((
+                    format!("{at}: ssh_options"),
+                    format!("{o:?} is not Key=Value (an `ssh -o` option)"),
+                ));
             }
         }
-        for (host, _) in &placed {
-            let kind = kind_in(cfg, host);
-            let ok = match cfg.wire {
-                WireKind::Veth => kind == HostKind::Namespace,
-                _ => matches!(kind, HostKind::Namespace | HostKind::PollMode),
-            };
-            if !ok {
-                return fail(
-                    &format!("{at}: host `{host}`"),
-                    format!(
-                        "on another machine a host is a namespace{} (not {})",
-                        if cfg.wire == WireKind::Switch {
-                            " or poll-mode"
-                        } else {
-                            ""
-                        },
-                        kind.as_str()
-                    ),
-                );
-            }
+    }
+    Ok(names)
+}
+
+/// The hosts placed on machines, `(host, machine)`: known machines, and
+/// not remote as well.
+fn check_placed<'a>(
+    s: &'a Scenario,
+    names: &HashSet<&str>,
+) -> Result<Vec<(&'a str, &'a str)>, (String, String)> {
+    let list = s
+        .machines
+        .iter()
+        .map(|m| m.name.as_str())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let placed: Vec<(&str, &str)> = s
+        .hosts
+        .iter()
+        .filter_map(|h| h.machine.as_deref().map(|m| (h.name.as_str(), m)))
+        .collect();
+    for (host, machine) in &placed {
+        let at = format!("host `{host}`: machine");
+        if !names.contains(machine) {
+            fail(
+                &at,
+                format!("no machine named {machine:?} (machines: {list})"),
+            )?;
         }
-        for h in &s.hosts {
-            if h.machine.is_none()
-                && cfg.wire == WireKind::Veth
-                && kind_in(cfg, &h.name) != HostKind::Namespace
-            {
-                return fail(
-                    &format!("{at}: host `{}`", h.name),
-                    "a plain wire across machines joins namespace hosts".into(),
-                );
-            }
+        if s.hosts.iter().any(|h| h.name == *host && h.remote) {
+            fail(
+                &at,
+                "a host is either remote (behind the local uplink) or on a machine, not both"
+                    .into(),
+            )?;
         }
-        let knobs = s.knobs.layered(&cfg.knobs);
-        if knobs.port_policy.is_some() {
+    }
+    Ok(placed)
+}
+
+/// Configuration `cfg` with hosts on other machines: its wire, and the
+/// kinds of the hosts on either side of it.
+fn check_configuration(
+    s: &Scenario,
+    cfg: &Configuration,
+    placed: &[(&str, &str)],
+    kind_in: &impl Fn(&Configuration, &str) -> HostKind,
+) -> Failed {
+    let at = format!("configuration `{}`", cfg.name);
+    match cfg.wire {
+        WireKind::Veth | WireKind::Switch => {}
+        other => {
             return fail(
-                &format!("{at}: knobs.port_policy"),
-                "port policies are not available across machines yet".into(),
+                &format!("{at}: wire"),
+                format!(
+                    "hosts on other machines need wire = \"veth\" (a plain wire) or \"switch\" (the VXLAN overlay), not {:?}",
+                    other.as_str()
+                ),
+            )
+        }
+    }
+    for (host, _) in placed {
+        let kind = kind_in(cfg, host);
+        let ok = match cfg.wire {
+            WireKind::Veth => kind == HostKind::Namespace,
+            _ => matches!(kind, HostKind::Namespace | HostKind::PollMode),
+        };
+        if !ok {
+            return fail(
+                &format!("{at}: host `{host}`"),
+                format!(
+                    "on another machine a host is a namespace{} (not {})",
+                    if cfg.wire == WireKind::Switch {
+                        " or poll-mode"
+                    } else {
+                        ""
+                    },
+                    kind.as_str()
+                ),
             );
         }
+    }
+    for h in &s.hosts {
+        if h.machine.is_none()
+            && cfg.wire == WireKind::Veth
+            && kind_in(cfg, &h.name) != HostKind::Namespace
+        {
+            return fail(
+                &format!("{at}: host `{}`", h.name),
+                "a plain wire across machines joins namespace hosts".into(),
+            );
+        }
+    }
+    let knobs = s.knobs.layered(&cfg.knobs);
+    if knobs.port_policy.is_some() {
+        return fail(
+            &format!("{at}: knobs.port_policy"),
+            "port policies are not available across machines yet".into(),
+        );
     }
     Ok(())
 }

@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use crate::testbed::BedDescription;
+use crate::outcome::BedDescription;
 
 /// An HTML table of the machines the testbeds used (empty without any).
 pub fn html(testbeds: &[BedDescription], escape: impl Fn(&str) -> String) -> String {
