@@ -60,6 +60,12 @@ fn port_of(net: &str, pod: &Pod) -> String {
     vnio_cni::record::port_name(net, &pod.id, "eth0")
 }
 
+/// libcni's cached ADD result for the pod (the host's cache: containerd's
+/// CRI does not configure another).
+fn cached_result(net: &str, pod: &Pod) -> std::path::PathBuf {
+    std::path::Path::new("/var/lib/cni/results").join(format!("{net}-{}-eth0", pod.id))
+}
+
 fn port_names(w: &World) -> Vec<String> {
     let mut n: Vec<String> = w
         .ports()
@@ -127,6 +133,11 @@ fn containerd_cri_pods_get_their_network_from_vnio() {
             "the lease of {} is the pod's: {holder}",
             p.ip
         );
+        assert!(
+            cached_result(net, p).is_file(),
+            "libcni cached {}'s result",
+            p.id
+        );
         let e = eth0(p);
         assert_eq!(
             e["linkinfo"]["info_kind"], "tun",
@@ -193,6 +204,10 @@ fn containerd_cri_pods_get_their_network_from_vnio() {
     assert_eq!(w.ports().len(), 0);
     assert_eq!(w.leases(), Vec::<String>::new());
     assert_eq!(w.records(), Vec::<String>::new());
+    for p in &pods {
+        let cached = cached_result(net, p);
+        assert!(!cached.exists(), "{} is gone", cached.display());
+    }
     assert_eq!(c.mounts(), Vec::<String>::new(), "no sandbox mount left");
     assert_eq!(c.pod_processes(), Vec::<i32>::new(), "no pod process left");
     let until = Instant::now() + Duration::from_secs(10);
