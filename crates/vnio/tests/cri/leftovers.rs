@@ -1,12 +1,19 @@
 //! What a containerd and its pods may leave on the host, found and
 //! cleared: sandbox mounts under its directory, its shims, the processes
-//! and cgroups under the pods' cgroup parent, their namespaces. The test
+//! and cgroups under the pods' cgroup parent, their namespaces, runc's
+//! state and libcni's cached results of its sandboxes. The test
 //! asserts on them; dropping [`Containerd`] clears them however it ended.
 
 use super::Containerd;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+/// runc's state directory for the CRI's namespace (the shim's default).
+const RUNC_ROOT: &str = "/run/containerd/runc/k8s.io";
+
+/// Where libcni caches each attachment's result (`<network>-<sandbox>-<ifname>`).
+const LIBCNI_CACHE: &str = "/var/lib/cni/results";
 
 impl Containerd {
     /// Mount points under the directory (the sandboxes' rootfs and shm).
@@ -121,13 +128,34 @@ impl Drop for Containerd {
         for m in self.mounts().iter().rev() {
             let _ = Command::new("umount").args(["-l", m]).status();
         }
-        for n in &self.netns {
-            if Path::new(n).exists() {
-                let name = n.rsplit('/').next().unwrap_or_default();
+        // A shim killed leaves its socket; its bundle says which.
+        let bundles = self.dir.join("state/io.containerd.runtime.v2.task/k8s.io");
+        for e in std::fs::read_dir(bundles).into_iter().flatten().flatten() {
+            let addr = std::fs::read_to_string(e.path().join("address")).unwrap_or_default();
+            if let Some(sock) = addr.trim().strip_prefix("unix://") {
+                if sock.starts_with("/run/containerd/s/") {
+                    let _ = std::fs::remove_file(sock);
+                }
+            }
+        }
+        for p in &self.made {
+            if Path::new(&p.netns).exists() {
                 let _ = Command::new("ip")
-                    .args(["netns", "del", name])
+                    .args(["netns", "del", p.netns_name()])
                     .stderr(Stdio::null())
                     .status();
+            }
+            // runc's state and libcni's cached results, had containerd no chance to remove them.
+            let _ = std::fs::remove_dir_all(Path::new(RUNC_ROOT).join(&p.id));
+            let infix = format!("-{}-", p.id);
+            for e in std::fs::read_dir(LIBCNI_CACHE)
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                if e.file_name().to_string_lossy().contains(&infix) {
+                    let _ = std::fs::remove_file(e.path());
+                }
             }
         }
         for d in self.cgroups() {

@@ -61,8 +61,8 @@ pub struct Containerd {
     child: Option<Child>,
     /// The pods' cgroup parent.
     cgroup: String,
-    /// Pod namespaces seen, removed when left behind.
-    netns: Vec<String>,
+    /// The sandboxes made, whose leftovers go when containerd could not remove them.
+    made: Vec<Pod>,
     /// /run/containerd was there before (a host's containerd): left alone.
     run_dir_existed: bool,
 }
@@ -129,7 +129,7 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
             dir: dir.to_path_buf(),
             child: Some(child),
             cgroup: format!("/vnio-cri-{}", std::process::id()),
-            netns: Vec::new(),
+            made: Vec::new(),
             run_dir_existed,
         };
         let until = Instant::now() + Duration::from_secs(30);
@@ -224,12 +224,13 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
             .and_then(|n| n["path"].as_str())
             .unwrap_or_else(|| panic!("pod {name} has no network namespace: {info}"))
             .to_string();
-        self.netns.push(netns.clone());
         let ip = info["status"]["network"]["ip"]
             .as_str()
             .and_then(|a| a.parse().ok())
             .unwrap_or_else(|| panic!("pod {name} has no address: {info}"));
-        Pod { id, netns, ip }
+        let pod = Pod { id, netns, ip };
+        self.made.push(pod.clone());
+        pod
     }
 
     /// The sandboxes the CRI lists.
