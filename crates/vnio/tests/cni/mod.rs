@@ -36,19 +36,32 @@ fn plugin_dir() -> Option<&'static str> {
 
 /// The tools, or why the test skips.
 pub fn ready() -> Option<(PathBuf, &'static str)> {
-    if !nix::unistd::geteuid().is_root() {
-        println!("skip: needs root (network namespaces, taps)");
+    if !is_root() {
         return None;
     }
     let Some(tool) = cnitool() else {
         println!("skip: no cnitool (scripts/setup --e2e builds it)");
         return None;
     };
-    let Some(plugins) = plugin_dir() else {
+    Some((tool, plugins()?))
+}
+
+/// Root, or a skip line.
+fn is_root() -> bool {
+    let root = nix::unistd::geteuid().is_root();
+    if !root {
+        println!("skip: needs root (network namespaces, taps)");
+    }
+    root
+}
+
+/// The reference plugins' directory, or a skip line.
+fn plugins() -> Option<&'static str> {
+    let dir = plugin_dir();
+    if dir.is_none() {
         println!("skip: no host-local IPAM plugin (Debian's containernetworking-plugins)");
-        return None;
-    };
-    Some((tool, plugins))
+    }
+    dir
 }
 
 /// Kills the switch when dropped.
@@ -70,6 +83,8 @@ pub struct World {
     pub cni_path: String,
     pub switch: Option<Reaped>,
     pub netns: Vec<String>,
+    /// The reference plugins' directory (host-local, loopback).
+    pub plugins: &'static str,
     tag: String,
 }
 
@@ -78,6 +93,19 @@ impl World {
     /// and `<tag>-vu` (vhost-user, 10.`net+1`.0.0/16).
     pub fn new(tag: &str, net: u8) -> Option<Self> {
         let (tool, plugins) = ready()?;
+        Some(Self::make(tag, net, tool, plugins))
+    }
+
+    /// As [`World::new`] for a runtime that runs the plugins itself:
+    /// no cnitool needed (`tool` is empty).
+    pub fn without_cnitool(tag: &str, net: u8) -> Option<Self> {
+        if !is_root() {
+            return None;
+        }
+        Some(Self::make(tag, net, PathBuf::new(), plugins()?))
+    }
+
+    fn make(tag: &str, net: u8, tool: PathBuf, plugins: &'static str) -> Self {
         let dir = std::env::temp_dir().join(format!("vnio-cni-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         for d in ["bin", "net.d", "cache"] {
@@ -117,10 +145,11 @@ impl World {
             tool,
             switch: None,
             netns: Vec::new(),
+            plugins,
             tag: tag.to_string(),
         };
         w.start_switch();
-        Some(w)
+        w
     }
 
     pub fn control(&self) -> PathBuf {
