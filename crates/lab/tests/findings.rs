@@ -297,6 +297,22 @@ fn a_single_iteration_is_judged_on_its_seconds_or_not_at_all() {
         .unwrap();
     assert_eq!(v.subject.source, Some(SampleSource::OrderStatistics));
     assert_eq!(v.outcome, Outcome::Reproduced, "{}", v.why);
+    // So does a mean, from its normal interval over the round trips.
+    let mean = one.replace("statistic = \"p50\"", "statistic = \"mean\"");
+    let id = store_run(&store, &mean, &[], |cfg| match cfg {
+        "native" => vec![20],
+        "bridge" => vec![21],
+        _ => vec![60],
+    });
+    let f = findings::judge_run(&store.load(id).unwrap());
+    let v = f
+        .verdicts
+        .iter()
+        .find(|v| v.id == "switch-adds-latency")
+        .unwrap();
+    assert_eq!(v.subject.source, Some(SampleSource::MeanInterval));
+    assert_eq!(v.outcome, Outcome::Reproduced, "{}", v.why);
+    assert!(v.why.contains("normal interval"), "{}", v.why);
     // Except where the samples are too few for one: p99.99 of 10,000.
     let tail = one.replace("statistic = \"p50\"", "statistic = \"p99.99\"");
     let id = store_run(&store, &tail, &[], |cfg| match cfg {
@@ -314,17 +330,29 @@ fn a_single_iteration_is_judged_on_its_seconds_or_not_at_all() {
         .find(|v| v.id == "switch-adds-latency")
         .unwrap();
     assert!(findings::measured(v).contains("too few samples for an interval"));
-    // Spikes over 1 ms have no per-second series: one iteration of them
-    // is a single sample, and a single sample decides nothing.
-    let spikes = SCENARIO
-        .replace("iterations = 3", "iterations = 1")
-        .replace("statistic = \"tail-ratio\"", "statistic = \"over-1ms\"")
-        .replace("than = 2\nreference = 2", "than = 0.009");
-    let id = store_run(&store, &spikes, &[], |_| vec![20]);
+    // Spikes over 1 ms are a share of all round trips, with Wilson's
+    // interval: none over 1 ms in 10,000 cannot tell 0.009 % (the upper
+    // bound is about 0.04 %), but can tell 0.5 %.
+    let spikes = |than: &str| {
+        SCENARIO
+            .replace("iterations = 3", "iterations = 1")
+            .replace("statistic = \"tail-ratio\"", "statistic = \"over-1ms\"")
+            .replace("than = 2\nreference = 2", &format!("than = {than}"))
+    };
+    let id = store_run(&store, &spikes("0.009"), &[], |_| vec![20]);
     let f = findings::judge_run(&store.load(id).unwrap());
     let (o, why) = outcome(&f, "tail-within-2x");
     assert_eq!(o, Outcome::Inconclusive, "{why}");
-    assert!(why.contains("single sample"), "{why}");
+    assert!(why.contains("Wilson") && why.contains("straddles"), "{why}");
+    let id = store_run(&store, &spikes("0.5"), &[], |_| vec![20]);
+    let f = findings::judge_run(&store.load(id).unwrap());
+    let v = f
+        .verdicts
+        .iter()
+        .find(|v| v.id == "tail-within-2x")
+        .unwrap();
+    assert_eq!(v.subject.source, Some(SampleSource::ShareInterval));
+    assert_eq!(v.outcome, Outcome::Reproduced, "{}", v.why);
     let _ = std::fs::remove_dir_all(db.parent().unwrap());
 }
 

@@ -46,9 +46,39 @@ pub enum SampleSource {
     /// confidence interval from the order statistics
     /// ([`vnio_measure::interval`]).
     OrderStatistics,
+    /// The mean over every round trip of every iteration, with its normal
+    /// interval ([`vnio_measure::moments::mean`]).
+    MeanInterval,
+    /// A share of round trips (over 1 or 5 ms) over every round trip of
+    /// every iteration, with its Wilson interval
+    /// ([`vnio_measure::moments::wilson`]).
+    ShareInterval,
 }
 
-/// A percentile's confidence intervals over all of a point's samples: at
+impl SampleSource {
+    /// Whether the band is a confidence interval over all round trips
+    /// (not the spread of iterations or seconds).
+    pub fn is_interval(self) -> bool {
+        matches!(
+            self,
+            SampleSource::OrderStatistics
+                | SampleSource::MeanInterval
+                | SampleSource::ShareInterval
+        )
+    }
+
+    /// How the interval is made, for the verdict's sentence.
+    pub fn method(self) -> &'static str {
+        match self {
+            SampleSource::MeanInterval => "the mean's normal interval",
+            SampleSource::ShareInterval => "Wilson's interval of the share",
+            _ => "order statistics",
+        }
+    }
+}
+
+/// A statistic's confidence intervals over all of a point's samples (a
+/// percentile's from the order statistics, a mean's or a share's): at
 /// 95% for a verdict on one point, at 97.5% for a side of a comparison (two
 /// sides at 97.5% each bound their difference or ratio at 95% or more, by
 /// Bonferroni's inequality). None where the samples were too few.
@@ -101,10 +131,15 @@ impl Samples {
 
     /// A percentile over all samples with its intervals.
     pub fn percentile(value: f64, order: OrderStat) -> Samples {
+        Samples::over_all(value, order, SampleSource::OrderStatistics)
+    }
+
+    /// A statistic over all samples with its intervals, made as `source` says.
+    pub fn over_all(value: f64, order: OrderStat, source: SampleSource) -> Samples {
         Samples {
             value,
             values: vec![value],
-            source: SampleSource::OrderStatistics,
+            source,
             in_step: false,
             order: Some(order),
         }

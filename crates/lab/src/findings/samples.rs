@@ -9,7 +9,9 @@
 //!
 //! A percentile is read over every round trip of every iteration instead
 //! (their histograms merged), with its order-statistic confidence
-//! intervals: the verdict rests on those ([`super::rule`]).
+//! intervals: the verdict rests on those ([`super::rule`]). So are the
+//! mean (its normal interval) and the share of round trips over 1 or 5 ms
+//! (Wilson's interval).
 
 use vnio_measure::result::{Document, IntervalPoint, Iteration};
 
@@ -82,7 +84,7 @@ pub fn of_point(o: &PointOutcome, stat: Statistic) -> Result<Samples, String> {
     }
     let doc = o.document.as_ref().ok_or("no result stored")?;
     let chosen = doc.chosen().ok_or("no iteration stored")?;
-    if let Some(s) = percentile(doc, stat) {
+    if let Some(s) = percentile(doc, stat).or_else(|| mean_or_share(doc, stat)) {
         return Ok(s);
     }
     let value =
@@ -133,6 +135,49 @@ fn percentile(doc: &Document, stat: Statistic) -> Option<Samples> {
             ci95: us(all.interval(q, 0.95)),
             ci975: us(all.interval(q, 0.975)),
         },
+    ))
+}
+
+/// The mean, or the share over 1 or 5 ms, over every round trip of every
+/// iteration with its interval (the mean's normal interval, a share's
+/// Wilson interval: [`vnio_measure::moments`]); none for other
+/// statistics, or without histograms.
+fn mean_or_share(doc: &Document, stat: Statistic) -> Option<Samples> {
+    let all = doc.merged_latency().filter(|l| l.count() > 1)?;
+    let band = |b: Option<(f64, f64)>, scale: f64| {
+        b.map(|(lo, hi)| Band {
+            lo: lo / scale,
+            hi: hi / scale,
+        })
+    };
+    let (value, ci95, ci975, source) = match stat {
+        Statistic::Mean => (
+            all.histogram().mean() / 1e3,
+            band(all.mean_interval(0.95), 1e3),
+            band(all.mean_interval(0.975), 1e3),
+            SampleSource::MeanInterval,
+        ),
+        Statistic::Over1ms | Statistic::Over5ms => {
+            let five = stat == Statistic::Over5ms;
+            let (v, b95) = all.over_interval(five, 0.95)?;
+            let (_, b975) = all.over_interval(five, 0.975)?;
+            (
+                v,
+                band(Some(b95), 1.0),
+                band(Some(b975), 1.0),
+                SampleSource::ShareInterval,
+            )
+        }
+        _ => return None,
+    };
+    Some(Samples::over_all(
+        value,
+        OrderStat {
+            count: all.count(),
+            ci95,
+            ci975,
+        },
+        source,
     ))
 }
 

@@ -41,7 +41,7 @@ pub fn measured(v: &Verdict) -> String {
             number(b.lo, &v.unit, signed),
             number(b.hi, &v.unit, signed)
         ),
-        (Some(x), None) if v.subject.source == Some(SampleSource::OrderStatistics) => {
+        (Some(x), None) if v.subject.source.is_some_and(SampleSource::is_interval) => {
             format!(
                 "{} (too few samples for an interval)",
                 number(x, &v.unit, signed)
@@ -96,14 +96,15 @@ pub(super) fn because(v: &Verdict, reason: Reason) -> String {
     // What the band is: a percentile's confidence interval, or the spread
     // of the iterations (or seconds).
     let basis = match (v.subject.source, v.quantity, &v.against) {
-        (Some(SampleSource::OrderStatistics), Quantity::Value, _)
-        | (Some(SampleSource::OrderStatistics), _, None) => format!(
-            "its 95% confidence interval (order statistics of {} samples)",
+        (Some(src), Quantity::Value, _) | (Some(src), _, None) if src.is_interval() => format!(
+            "its 95% confidence interval ({} of {} samples)",
+            src.method(),
             v.subject.samples
         ),
-        (Some(SampleSource::OrderStatistics), _, Some(_)) => {
-            "its 95% confidence interval (each side's 97.5% order-statistic interval)".to_owned()
-        }
+        (Some(src), _, Some(_)) if src.is_interval() => format!(
+            "its 95% confidence interval (each side's 97.5% interval, {})",
+            src.method()
+        ),
         _ => "its spread".to_owned(),
     };
     let side = |s: &str| {

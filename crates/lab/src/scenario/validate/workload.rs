@@ -57,7 +57,10 @@ fn check_applies(c: &Check, at: &str, w: &WorkloadSpec) -> Result<(), ScenarioEr
     set(w.max_duration.is_some(), "max_duration", &[Rr, Ping])?;
     set(w.arrivals.is_some(), "arrivals", &[Rr])?;
     if w.arrivals.is_some() && w.rate.is_none() {
-        return c.fail(format!("{at}: arrivals"), "applies to an open loop: set rate");
+        return c.fail(
+            format!("{at}: arrivals"),
+            "applies to an open loop: set rate",
+        );
     }
     Ok(())
 }
