@@ -68,6 +68,31 @@ fn every_delivered_frame_is_timed_once() {
             text.contains("time_in_switch") && text.contains("p999_ns"),
             "{text}"
         );
+        // And as a Prometheus histogram: cumulative buckets, +Inf = count.
+        let metrics = c.request(&Request::Metrics).unwrap();
+        let metrics = metrics
+            .as_str()
+            .map_or_else(|| metrics.to_string(), str::to_owned);
+        let value = |what: &str| {
+            metrics
+                .lines()
+                .find(|l| l.starts_with(what))
+                .unwrap_or_else(|| panic!("no {what} in {metrics}"))
+                .rsplit(' ')
+                .next()
+                .unwrap()
+                .parse::<f64>()
+                .unwrap()
+        };
+        let now = port(sw.handle(), "p2").stats.time_in_switch.unwrap();
+        let count = value("vnio_switch_time_in_switch_seconds_count{port=\"p2\"}");
+        assert!(
+            count >= t.frames as f64 && count <= now.frames as f64,
+            "{count}"
+        );
+        let inf = value("vnio_switch_time_in_switch_seconds_bucket{port=\"p2\",le=\"+Inf\"}");
+        assert_eq!(inf, count);
+        assert!(metrics.contains("# TYPE vnio_switch_time_in_switch_seconds histogram"));
     });
 }
 

@@ -18,6 +18,7 @@ pub fn prometheus(ports: &[(String, PortStatsSnapshot)]) -> String {
     uplink_queue_families(&mut out, ports);
     queue_pair_families(&mut out, ports);
     vtep_families(&mut out, ports);
+    time_in_switch(&mut out, ports);
     let resets = ports
         .iter()
         .map(|(p, s)| (format!("port=\"{p}\""), s.resets));
@@ -104,6 +105,36 @@ fn family(out: &mut String, name: &str, help: &str, rows: impl IntoIterator<Item
     let _ = writeln!(out, "# TYPE vnio_switch_{name} counter");
     for (labels, v) in rows {
         let _ = writeln!(out, "vnio_switch_{name}{{{labels}}} {v}");
+    }
+}
+
+/// How long frames delivered to each port stayed in the switch
+/// ([`crate::dwell`]), a histogram in seconds.
+fn time_in_switch(out: &mut String, ports: &[(String, PortStatsSnapshot)]) {
+    let name = "vnio_switch_time_in_switch_seconds";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Time frames delivered to the port stayed in the switch: from the polling round that took them to the publication of their used entries."
+    );
+    let _ = writeln!(out, "# TYPE {name} histogram");
+    for (p, t) in ports
+        .iter()
+        .filter_map(|(p, s)| Some((p, s.time_in_switch.as_ref()?)))
+    {
+        for (le, n) in crate::dwell::LE_NS.iter().zip(&t.le) {
+            let _ = writeln!(
+                out,
+                "{name}_bucket{{port=\"{p}\",le=\"{}\"}} {n}",
+                *le as f64 / 1e9
+            );
+        }
+        let _ = writeln!(
+            out,
+            "{name}_bucket{{port=\"{p}\",le=\"+Inf\"}} {}",
+            t.frames
+        );
+        let _ = writeln!(out, "{name}_sum{{port=\"{p}\"}} {}", t.sum_ns as f64 / 1e9);
+        let _ = writeln!(out, "{name}_count{{port=\"{p}\"}} {}", t.frames);
     }
 }
 
