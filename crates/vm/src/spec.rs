@@ -539,5 +539,4 @@ pub fn check_name(name: &str) -> Result<()> {
 }
 
 #[cfg(test)]
-#[path = "spec_tests.rs"]
 mod tests;

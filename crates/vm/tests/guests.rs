@@ -9,13 +9,10 @@
 //! times are printed. Without root, QEMU or the guests' static vnio the
 //! tests print one "skip:" line and pass.
 
-mod common;
-
 use std::net::{IpAddr, TcpListener};
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
-use common::*;
 use vnio_switch::config::{Config, PortSpec, SwitchConfig};
 use vnio_switch::daemon::Switch;
 use vnio_switch::port::SocketMode;
@@ -23,6 +20,7 @@ use vnio_vm::agent::wait_agent;
 use vnio_vm::exec::exec;
 use vnio_vm::plan::Status;
 use vnio_vm::spec::{Latency, VmSpec};
+use vnio_vm::testkit::*;
 
 fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()

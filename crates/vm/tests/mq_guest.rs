@@ -10,18 +10,16 @@
 //! 2^-63). Without root, QEMU or the
 //! guests' static vnio the test prints one "skip:" line and passes.
 
-mod common;
-
 use std::net::{IpAddr, TcpListener, UdpSocket};
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use common::*;
 use vnio_switch::config::{Config, PortSpec, SwitchConfig};
 use vnio_switch::daemon::Switch;
 use vnio_switch::port::SocketMode;
 use vnio_vm::agent::wait_agent;
 use vnio_vm::exec::exec;
+use vnio_vm::testkit::*;
 
 fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()

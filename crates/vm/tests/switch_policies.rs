@@ -9,15 +9,13 @@
 //! shown active in the switch's counters. Without root, QEMU or the guests'
 //! static vnio: one "skip:" line.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
 use vnio_switch::config::{Config, Latency, PolicyUpdate, PortSpec, SwitchConfig};
 use vnio_switch::daemon::Switch;
 use vnio_switch::port::SocketMode;
 use vnio_vm::exec::exec;
+use vnio_vm::testkit::*;
 
 fn onoff(on: bool) -> &'static str {
     if on {

@@ -19,17 +19,15 @@
 //! all with an endless one. Nothing is timed. Without root, QEMU or the
 //! guests' static vnio: one "skip:" line.
 
-mod common;
-
 use std::net::{IpAddr, TcpListener};
 use std::time::{Duration, Instant};
 
-use common::*;
 use vnio_switch::config::{Config, PolicyUpdate, PortSpec, SwitchConfig};
 use vnio_switch::daemon::Switch;
 use vnio_switch::port::SocketMode;
 use vnio_switch::worker::PortInfo;
 use vnio_vm::exec::exec;
+use vnio_vm::testkit::*;
 
 /// b's egress limit: far below what even a TCG guest's TCP sends, so the
 /// limiter must hold frames back (counted, never timed).
