@@ -481,6 +481,13 @@ mod tests {
         assert!(run(args(&["measure", "--duration", "0"])).is_err());
     }
 
+    /// `vnio tune apply --profile latency --root R --journal J EXTRA...`.
+    fn apply(r: &str, j: &str, extra: &[&str]) -> anyhow::Result<i32> {
+        let mut a = vec!["apply", "--profile", "latency", "--root", r, "--journal", j];
+        a.extend_from_slice(extra);
+        run(args(&a))
+    }
+
     #[test]
     fn audit_apply_revert_exit_codes_on_a_fake_root() {
         let root = std::env::temp_dir().join(format!("vnio-cli-tune-{}", std::process::id()));
@@ -512,49 +519,13 @@ mod tests {
         );
         assert!(run(args(&["audit", "--root", r, "--skip", "no.such"])).is_err());
         assert_eq!(
-            run(args(&[
-                "apply",
-                "--profile",
-                "latency",
-                "--root",
-                r,
-                "--journal",
-                j,
-                "--skip",
-                "net.busy-poll"
-            ]))
-            .expect("apply nothing"),
+            apply(r, j, &["--skip", "net.busy-poll"]).expect("apply nothing"),
             0
         );
         assert!(!journal.exists(), "nothing applied, no journal");
-        assert_eq!(
-            run(args(&[
-                "apply",
-                "--profile",
-                "latency",
-                "--root",
-                r,
-                "--journal",
-                j,
-                "--dry-run"
-            ]))
-            .expect("dry"),
-            0
-        );
+        assert_eq!(apply(r, j, &["--dry-run"]).expect("dry"), 0);
         assert!(!journal.exists());
-        assert_eq!(
-            run(args(&[
-                "apply",
-                "--profile",
-                "latency",
-                "--root",
-                r,
-                "--journal",
-                j
-            ]))
-            .expect("apply"),
-            0
-        );
+        assert_eq!(apply(r, j, &[]).expect("apply"), 0);
         assert_eq!(
             std::fs::read_to_string(core.join("busy_poll")).expect("read"),
             "50"
@@ -564,19 +535,7 @@ mod tests {
             0,
             "nothing differs after apply"
         );
-        assert!(
-            run(args(&[
-                "apply",
-                "--profile",
-                "latency",
-                "--root",
-                r,
-                "--journal",
-                j
-            ]))
-            .is_err(),
-            "journal exists"
-        );
+        assert!(apply(r, j, &[]).is_err(), "journal exists");
         assert_eq!(run(args(&["revert", "--journal", j])).expect("revert"), 0);
         assert_eq!(
             std::fs::read_to_string(core.join("busy_poll")).expect("read"),
