@@ -10,6 +10,7 @@
 
 use std::io::{ErrorKind, Read};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -224,124 +225,16 @@ fn tell_refusal(ctl: &mut TcpStream, peer: SocketAddr, message: &str) -> Result<
 }
 
 fn serve_client(mut ctl: TcpStream, peer: SocketAddr, cx: &Context) -> Result<(), ClientError> {
-    let config = &cx.config;
-    ctl.set_read_timeout(Some(HANDSHAKE))
-        .map_err(FrameError::from)?;
-    ctl.set_write_timeout(Some(HANDSHAKE))
-        .map_err(FrameError::from)?;
-    ctl.set_nodelay(true).map_err(FrameError::from)?;
-    let hello: Result<Request, _> = read_msg(&mut ctl);
-    let refusal = match hello {
-        Ok(Request::Hello { proto, token, .. }) => {
-            if proto != PROTO_VERSION {
-                Some(format!("protocol version {proto} not supported: this agent speaks {PROTO_VERSION} (vnio {})", env!("CARGO_PKG_VERSION")))
-            } else if config.token.is_some() && token != config.token {
-                Some("wrong or missing token (--token)".to_string())
-            } else {
-                None
-            }
-        }
-        Ok(_) => Some("expected hello first".to_string()),
-        Err(e @ (FrameError::TooLarge(_) | FrameError::Malformed(_))) => {
-            let _ = write_msg(
-                &mut ctl,
-                &Response::Error {
-                    message: e.to_string(),
-                },
-            );
-            return Err(e.into());
-        }
-        Err(e) => return Err(e.into()),
-    };
-    if let Some(message) = refusal {
-        let _ = write_msg(
-            &mut ctl,
-            &Response::Error {
-                message: message.clone(),
-            },
-        );
-        return Err(ClientError::Refused(message));
-    }
-    write_msg(
-        &mut ctl,
-        &Response::Welcome {
-            proto: PROTO_VERSION,
-            agent: format!("vnio {}", env!("CARGO_PKG_VERSION")),
-            limits: config.limits.clone(),
-        },
-    )?;
+    handshake(&mut ctl, &cx.config)?;
     let local_ip = ctl.local_addr().map_err(FrameError::from)?.ip();
     loop {
-        ctl.set_read_timeout(Some(POLL)).map_err(FrameError::from)?;
-        // Between tests a client holds a slot and a thread: only so long.
-        let idle_until = clock::now_ns() + config.idle.as_nanos() as u64;
-        let req = match read_with_stop(&mut ctl, &cx.stop, Some(idle_until)) {
-            Ok(Some(r)) => r,
-            Ok(None) if cx.stop.load(Ordering::Relaxed) => return Ok(()),
-            Ok(None) => {
-                let m = format!(
-                    "idle: no request for {} s, closing the connection",
-                    config.idle.as_secs_f64()
-                );
-                let _ = write_msg(&mut ctl, &Response::Error { message: m.clone() });
-                return Err(ClientError::Refused(m));
-            }
-            Err(FrameError::Closed) => return Ok(()),
-            Err(e) => {
-                let _ = write_msg(
-                    &mut ctl,
-                    &Response::Error {
-                        message: e.to_string(),
-                    },
-                );
-                return Err(e.into());
-            }
+        let Some(req) = next_request(&mut ctl, cx)? else {
+            return Ok(());
         };
         match req {
             Request::Start { spec } => {
-                if let Err(reason) = config.limits.check(&spec, clock::realtime_ns()) {
-                    tell_refusal(&mut ctl, peer, &reason)?;
-                    continue;
-                }
-                let budget = match cx.ledger.reserve(Need::of(&spec)) {
-                    Ok(r) => r,
-                    Err(e) => {
-                        tell_refusal(&mut ctl, peer, &e.to_string())?;
-                        continue;
-                    }
-                };
-                let test = match Test::start(&spec, local_ip, peer.ip(), cx, budget) {
-                    Ok(t) => t,
-                    Err(e) => {
-                        let m = format!("cannot set up the test: {e}");
-                        tell_refusal(&mut ctl, peer, &m)?;
-                        continue;
-                    }
-                };
-                write_msg(
-                    &mut ctl,
-                    &Response::Ready {
-                        key: test.key,
-                        ports: test.ports.clone(),
-                    },
-                )?;
-                let deadline =
-                    clock::now_ns() + spec.duration_ms * 1_000_000 + GRACE.as_nanos() as u64;
-                let outcome = read_with_stop(&mut ctl, &cx.stop, Some(deadline));
-                let report = test.finish();
-                match outcome {
-                    Ok(Some(Request::Stop)) => write_msg(&mut ctl, &Response::Report { report })?,
-                    Ok(Some(_)) => {
-                        write_msg(
-                            &mut ctl,
-                            &Response::Error {
-                                message: "expected stop during a test".into(),
-                            },
-                        )?;
-                    }
-                    // Deadline passed, agent stopping, or client gone: the test is over.
-                    Ok(None) | Err(FrameError::Closed) => return Ok(()),
-                    Err(e) => return Err(e.into()),
+                if run_test(&mut ctl, peer, local_ip, cx, &spec)?.is_break() {
+                    return Ok(());
                 }
             }
             Request::Stop => write_msg(
@@ -358,6 +251,145 @@ fn serve_client(mut ctl: TcpStream, peer: SocketAddr, cx: &Context) -> Result<()
             )?,
         }
     }
+}
+
+/// The client's hello, within [`HANDSHAKE`]: the protocol version and
+/// token checked, welcomed with the agent's limits or refused in one line.
+fn handshake(ctl: &mut TcpStream, config: &AgentConfig) -> Result<(), ClientError> {
+    ctl.set_read_timeout(Some(HANDSHAKE))
+        .map_err(FrameError::from)?;
+    ctl.set_write_timeout(Some(HANDSHAKE))
+        .map_err(FrameError::from)?;
+    ctl.set_nodelay(true).map_err(FrameError::from)?;
+    let hello: Result<Request, _> = read_msg(ctl);
+    let refusal = match hello {
+        Ok(Request::Hello { proto, token, .. }) => {
+            if proto != PROTO_VERSION {
+                Some(format!("protocol version {proto} not supported: this agent speaks {PROTO_VERSION} (vnio {})", env!("CARGO_PKG_VERSION")))
+            } else if config.token.is_some() && token != config.token {
+                Some("wrong or missing token (--token)".to_string())
+            } else {
+                None
+            }
+        }
+        Ok(_) => Some("expected hello first".to_string()),
+        Err(e @ (FrameError::TooLarge(_) | FrameError::Malformed(_))) => {
+            let _ = write_msg(
+                ctl,
+                &Response::Error {
+                    message: e.to_string(),
+                },
+            );
+            return Err(e.into());
+        }
+        Err(e) => return Err(e.into()),
+    };
+    if let Some(message) = refusal {
+        let _ = write_msg(
+            ctl,
+            &Response::Error {
+                message: message.clone(),
+            },
+        );
+        return Err(ClientError::Refused(message));
+    }
+    write_msg(
+        ctl,
+        &Response::Welcome {
+            proto: PROTO_VERSION,
+            agent: format!("vnio {}", env!("CARGO_PKG_VERSION")),
+            limits: config.limits.clone(),
+        },
+    )?;
+    Ok(())
+}
+
+/// The client's next request between tests; `None` when the connection
+/// ends quietly (closed, or the agent stopping). An idle client is told
+/// and dropped: it holds a slot and a thread.
+fn next_request(ctl: &mut TcpStream, cx: &Context) -> Result<Option<Request>, ClientError> {
+    let config = &cx.config;
+    ctl.set_read_timeout(Some(POLL)).map_err(FrameError::from)?;
+    // Between tests a client holds a slot and a thread: only so long.
+    let idle_until = clock::now_ns() + config.idle.as_nanos() as u64;
+    match read_with_stop(ctl, &cx.stop, Some(idle_until)) {
+        Ok(Some(r)) => Ok(Some(r)),
+        Ok(None) if cx.stop.load(Ordering::Relaxed) => Ok(None),
+        Ok(None) => {
+            let m = format!(
+                "idle: no request for {} s, closing the connection",
+                config.idle.as_secs_f64()
+            );
+            let _ = write_msg(ctl, &Response::Error { message: m.clone() });
+            Err(ClientError::Refused(m))
+        }
+        Err(FrameError::Closed) => Ok(None),
+        Err(e) => {
+            let _ = write_msg(
+                ctl,
+                &Response::Error {
+                    message: e.to_string(),
+                },
+            );
+            Err(e.into())
+        }
+    }
+}
+
+/// A test the client asked for: within the limits and the ledger's
+/// budget, or refused (the client may ask again); run until the client's
+/// stop, then reported. `Break` when the connection is over.
+fn run_test(
+    ctl: &mut TcpStream,
+    peer: SocketAddr,
+    local_ip: IpAddr,
+    cx: &Context,
+    spec: &TestSpec,
+) -> Result<ControlFlow<()>, ClientError> {
+    if let Err(reason) = cx.config.limits.check(spec, clock::realtime_ns()) {
+        tell_refusal(ctl, peer, &reason)?;
+        return Ok(ControlFlow::Continue(()));
+    }
+    let budget = match cx.ledger.reserve(Need::of(spec)) {
+        Ok(r) => r,
+        Err(e) => {
+            tell_refusal(ctl, peer, &e.to_string())?;
+            return Ok(ControlFlow::Continue(()));
+        }
+    };
+    let test = match Test::start(spec, local_ip, peer.ip(), cx, budget) {
+        Ok(t) => t,
+        Err(e) => {
+            let m = format!("cannot set up the test: {e}");
+            tell_refusal(ctl, peer, &m)?;
+            return Ok(ControlFlow::Continue(()));
+        }
+    };
+    write_msg(
+        ctl,
+        &Response::Ready {
+            key: test.key,
+            ports: test.ports.clone(),
+        },
+    )?;
+    let deadline = clock::now_ns() + spec.duration_ms * 1_000_000 + GRACE.as_nanos() as u64;
+    let outcome = read_with_stop(ctl, &cx.stop, Some(deadline));
+    let report = test.finish();
+    match outcome {
+        Ok(Some(Request::Stop)) => write_msg(ctl, &Response::Report { report })?,
+        Ok(Some(_)) => {
+            write_msg(
+                ctl,
+                &Response::Error {
+                    message: "expected stop during a test".into(),
+                },
+            )?;
+        }
+        // Deadline passed, agent stopping, or client gone: the test is over.
+        Ok(None) | Err(FrameError::Closed) => return Ok(ControlFlow::Break(())),
+        Err(e) => return Err(e.into()),
+    }
+    Ok(ControlFlow::Continue(()))
 }
 
 /// Reads one request, waking every POLL to honour the agent's stop flag and an

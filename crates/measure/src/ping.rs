@@ -297,116 +297,164 @@ fn session(
 ) -> Outcome {
     let placement = crate::pin::enter(format!("ping session {index} to {ip}"), cpu);
     let mut rec = Recorder::new(w, iv);
-    let mut sent = 0u64;
-    let mut answered = 0u64;
-    let mut late = 0u64;
-    let result = (|| -> Result<(), String> {
+    let mut n = Counts::default();
+    let result = ping(ip, id, index, p, w, &mut rec, &mut n);
+    let mut out = Outcome::from_recorder(rec, target, crate::pin::finish(placement));
+    out.sent = n.sent;
+    out.lost = n.sent.saturating_sub(n.answered);
+    out.late = n.late;
+    out.bytes = out.ops * (8 + p.size as u64) * 2;
+    out.error = result.err();
+    out
+}
+
+/// A session's echoes: sent, answered, and sent over a millisecond late.
+#[derive(Default)]
+struct Counts {
+    sent: u64,
+    answered: u64,
+    late: u64,
+}
+
+/// Session `index`'s echoes to `ip` (identifier `id`) on schedule through
+/// the window, then the replies still on their way.
+fn ping(
+    ip: Ipv4Addr,
+    id: u16,
+    index: usize,
+    p: &PingParams,
+    w: &Window,
+    rec: &mut Recorder,
+    n: &mut Counts,
+) -> Result<(), String> {
+    let mut e = Echoes::open(id, p)?;
+    let dest = SockAddr::from(SocketAddrV4::new(ip, 0));
+    let mut req = vec![0u8; 8 + p.size];
+    clock::wait_until(w.start_ns);
+    let rate = (1e9 / p.interval.as_nanos().max(1) as f64).round().max(1.0) as u64;
+    // A target's sessions are spread evenly over the interval, as
+    // independent pingers are: N sessions make a steady N requests per
+    // interval, not a burst of N that queues behind itself.
+    let phase = p.interval.as_nanos() as u64 * index as u64 / u64::from(p.sessions.max(1));
+    let sched = Schedule::new(w.start_ns + phase, rate, 1);
+    let mut next = 0u64;
+    let mut last_reply = now();
+    while !w.over(now()) {
+        let t = now();
+        if next < sched.due_by(t) {
+            let at = sched.send_at(next);
+            if t > at + 1_000_000 {
+                n.late += 1;
+            }
+            let seq = (next & 0xffff) as u16;
+            build_echo(&mut req, id, seq);
+            // The ring is keyed by the 16-bit sequence: older ones are lost.
+            e.ring.put(u64::from(seq), e.clock_now());
+            next += 1;
+            n.sent += 1;
+            match e.sock.send_to(&req, &dest) {
+                Ok(_) => {}
+                Err(err) if err.kind() == ErrorKind::WouldBlock => {}
+                Err(err) => return Err(format!("ICMP send to {ip}: {err}")),
+            }
+        }
+        if e.recv_all(rec, &mut n.answered)? {
+            last_reply = now();
+        }
+        // No spin before a send: ping times each echo from its actual
+        // send, so a late wake-up costs no accuracy, while spinning costs
+        // a core at 10 sessions and steals it from the path under test.
+        poll_wait(e.sock.as_fd(), PollFlags::POLLIN, sched.send_at(next), 0);
+    }
+    // Replies still on their way are not lost: wait up to a second.
+    let drain = now() + 1_000_000_000;
+    while n.answered < n.sent && now() < drain && now() - last_reply < 1_000_000_000 {
+        if e.recv_all(rec, &mut n.answered)? {
+            last_reply = now();
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    Ok(())
+}
+
+/// A session's ICMP socket and the echoes it has in flight.
+struct Echoes<'a> {
+    sock: Socket,
+    kind: Kind,
+    /// Our echo identifier.
+    id: u16,
+    p: &'a PingParams,
+    /// Send times by sequence number.
+    ring: Ring,
+    buf: Vec<u8>,
+}
+
+impl<'a> Echoes<'a> {
+    /// The socket (a raw one filtered to our replies), non-blocking, with
+    /// receive timestamps when asked.
+    fn open(id: u16, p: &'a PingParams) -> Result<Self, String> {
         let (sock, kind) = open_socket().map_err(|e| e.to_string())?;
         if kind == Kind::Raw {
             keep_only_our_replies(&sock, id)
                 .map_err(|e| format!("filtering the raw ICMP socket: {e}"))?;
         }
-        let dest = SockAddr::from(SocketAddrV4::new(ip, 0));
         sock.set_nonblocking(true).map_err(|e| e.to_string())?;
         if p.rx_timestamp {
             enable_rx_timestamps(&sock).map_err(|e| format!("{e:?}"))?;
         }
-        let mut req = vec![0u8; 8 + p.size];
-        let mut buf = vec![0u8; 65536 + 64];
-        let mut ring = Ring::new(4096);
-        let clock_now = || {
-            if p.rx_timestamp {
-                clock::realtime_ns()
+        Ok(Echoes {
+            sock,
+            kind,
+            id,
+            p,
+            ring: Ring::new(4096),
+            buf: vec![0u8; 65536 + 64],
+        })
+    }
+
+    /// Now on the clock receive timestamps use (send times likewise).
+    fn clock_now(&self) -> u64 {
+        if self.p.rx_timestamp {
+            clock::realtime_ns()
+        } else {
+            now()
+        }
+    }
+
+    /// Takes every reply waiting, recording the answered ones' round
+    /// trips; whether there was any.
+    fn recv_all(&mut self, rec: &mut Recorder, answered: &mut u64) -> Result<bool, String> {
+        let mut any = false;
+        loop {
+            let got = if self.p.rx_timestamp {
+                recv_stamped(&self.sock, &mut self.buf)
             } else {
-                now()
-            }
-        };
-        clock::wait_until(w.start_ns);
-        let rate = (1e9 / p.interval.as_nanos().max(1) as f64).round().max(1.0) as u64;
-        // A target's sessions are spread evenly over the interval, as
-        // independent pingers are: N sessions make a steady N requests per
-        // interval, not a burst of N that queues behind itself.
-        let phase = p.interval.as_nanos() as u64 * index as u64 / u64::from(p.sessions.max(1));
-        let sched = Schedule::new(w.start_ns + phase, rate, 1);
-        let mut next = 0u64;
-        let mut last_reply = now();
-        let recv_all = |ring: &mut Ring,
-                        rec: &mut Recorder,
-                        answered: &mut u64,
-                        buf: &mut [u8]|
-         -> Result<bool, String> {
-            let mut any = false;
-            loop {
-                let got = if p.rx_timestamp {
-                    recv_stamped(&sock, buf)
-                } else {
-                    sock.recv(crate::sys::as_uninit(buf)).map(|n| (n, None))
-                };
-                match got {
-                    Ok((n, ts)) => {
-                        let t = now();
-                        if let Some((rid, rseq)) = parse_reply(&buf[..n], kind) {
-                            // Raw sockets see every reply on the host: keep ours.
-                            if kind == Kind::Raw && rid != id {
-                                continue;
-                            }
-                            if let Some(s) = ring.take(u64::from(rseq)) {
-                                rec.record(t, ts.unwrap_or_else(clock_now).saturating_sub(s));
-                                *answered += 1;
-                                any = true;
-                            }
+                self.sock
+                    .recv(crate::sys::as_uninit(&mut self.buf))
+                    .map(|n| (n, None))
+            };
+            match got {
+                Ok((n, ts)) => {
+                    let t = now();
+                    if let Some((rid, rseq)) = parse_reply(&self.buf[..n], self.kind) {
+                        // Raw sockets see every reply on the host: keep ours.
+                        if self.kind == Kind::Raw && rid != self.id {
+                            continue;
+                        }
+                        if let Some(s) = self.ring.take(u64::from(rseq)) {
+                            let at = ts.unwrap_or_else(|| self.clock_now());
+                            rec.record(t, at.saturating_sub(s));
+                            *answered += 1;
+                            any = true;
                         }
                     }
-                    Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(any),
-                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                    Err(e) => return Err(format!("ICMP receive: {e}")),
                 }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(any),
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(format!("ICMP receive: {e}")),
             }
-        };
-        while !w.over(now()) {
-            let t = now();
-            if next < sched.due_by(t) {
-                let at = sched.send_at(next);
-                if t > at + 1_000_000 {
-                    late += 1;
-                }
-                let seq = (next & 0xffff) as u16;
-                build_echo(&mut req, id, seq);
-                // The ring is keyed by the 16-bit sequence: older ones are lost.
-                ring.put(u64::from(seq), clock_now());
-                next += 1;
-                sent += 1;
-                match sock.send_to(&req, &dest) {
-                    Ok(_) => {}
-                    Err(e) if e.kind() == ErrorKind::WouldBlock => {}
-                    Err(e) => return Err(format!("ICMP send to {ip}: {e}")),
-                }
-            }
-            if recv_all(&mut ring, &mut rec, &mut answered, &mut buf)? {
-                last_reply = now();
-            }
-            // No spin before a send: ping times each echo from its actual
-            // send, so a late wake-up costs no accuracy, while spinning costs
-            // a core at 10 sessions and steals it from the path under test.
-            poll_wait(sock.as_fd(), PollFlags::POLLIN, sched.send_at(next), 0);
         }
-        // Replies still on their way are not lost: wait up to a second.
-        let drain = now() + 1_000_000_000;
-        while answered < sent && now() < drain && now() - last_reply < 1_000_000_000 {
-            if recv_all(&mut ring, &mut rec, &mut answered, &mut buf)? {
-                last_reply = now();
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        Ok(())
-    })();
-    let mut out = Outcome::from_recorder(rec, target, crate::pin::finish(placement));
-    out.sent = sent;
-    out.lost = sent.saturating_sub(answered);
-    out.late = late;
-    out.bytes = out.ops * (8 + p.size as u64) * 2;
-    out.error = result.err();
-    out
+    }
 }
 
 #[cfg(test)]

@@ -226,6 +226,10 @@ pub(crate) fn round_name(i: usize, wanted: usize, goal: bool) -> String {
     }
 }
 
+/// A target started for an iteration: its control connection (none for a
+/// plain echo service), the session key and the ports its sessions use.
+type Started = (Option<Control>, u64, Vec<u16>);
+
 fn iteration(
     index: usize,
     c: &Common,
@@ -233,9 +237,58 @@ fn iteration(
     addrs: &[SocketAddr],
     stop: Arc<AtomicBool>,
 ) -> Result<Iteration, RunError> {
-    let warm_dur_ns = (c.warmup + c.duration).as_nanos() as u64;
     let lead_ns: u64 = 300_000_000;
     let start_unix = clock::realtime_ns() + lead_ns + 100_000_000 * addrs.len() as u64;
+    let mut controls = start_targets(c, job, addrs, start_unix)?;
+    // The agreed instant, mapped onto this host's monotonic clock.
+    let start_ns = clock::now_ns() + start_unix.saturating_sub(clock::realtime_ns());
+    let window = Window::new(
+        start_ns,
+        c.warmup.as_nanos() as u64,
+        c.duration.as_nanos() as u64,
+        stop,
+    );
+    let intervals = Arc::new(Intervals::default());
+    let handles = spawn_sessions(c, job, addrs, &controls, &window, &intervals)?;
+    clock::wait_until(start_ns);
+    let (cpu0, ticks0) = (CpuTime::process(), MachineTicks::read());
+    let outcomes: Vec<Outcome> = handles
+        .into_iter()
+        .map(|h| {
+            h.join().unwrap_or_else(|_| Outcome {
+                error: Some("a session thread panicked".into()),
+                ..Default::default()
+            })
+        })
+        .collect();
+    let end_ns = clock::now_ns();
+    let (cpu1, ticks1) = (CpuTime::process(), MachineTicks::read());
+    let mut it = Iteration {
+        index,
+        ..Default::default()
+    };
+    // The measured window actually covered: cut short by Ctrl-C or a failure.
+    it.seconds = (end_ns.min(window.end_ns).saturating_sub(window.measure_ns)) as f64 / 1e9;
+    it.machine = match (ticks0, ticks1) {
+        (Some(a), Some(b)) => MachineUse::between(a, b),
+        _ => MachineUse::default(),
+    };
+    let reports = stop_targets(&mut controls, &mut it);
+    let ops_total = summarise(job, addrs, &outcomes, &reports, &mut it);
+    it.client_cost = Cost::new(cpu1.since(cpu0), ops_total, it.merged.bytes);
+    it.intervals = intervals.points();
+    Ok(it)
+}
+
+/// Asks every target's agent to start the test at `start_unix` (a plain
+/// echo service needs no asking).
+fn start_targets(
+    c: &Common,
+    job: &Job,
+    addrs: &[SocketAddr],
+    start_unix: u64,
+) -> Result<Vec<Started>, RunError> {
+    let warm_dur_ns = (c.warmup + c.duration).as_nanos() as u64;
     let spec = TestSpec {
         workload: job.workload.clone(),
         sessions: c.sessions,
@@ -257,15 +310,18 @@ fn iteration(
         let (key, ports) = ctl.start(&spec)?;
         controls.push((Some(ctl), key, ports));
     }
-    // The agreed instant, mapped onto this host's monotonic clock.
-    let start_ns = clock::now_ns() + start_unix.saturating_sub(clock::realtime_ns());
-    let window = Window::new(
-        start_ns,
-        c.warmup.as_nanos() as u64,
-        c.duration.as_nanos() as u64,
-        stop,
-    );
-    let intervals = Arc::new(Intervals::default());
+    Ok(controls)
+}
+
+/// One thread per session, `c.sessions` per target, each on its CPU.
+fn spawn_sessions(
+    c: &Common,
+    job: &Job,
+    addrs: &[SocketAddr],
+    controls: &[Started],
+    window: &Window,
+    intervals: &Arc<Intervals>,
+) -> Result<Vec<std::thread::JoinHandle<Outcome>>, RunError> {
     let mut handles = Vec::new();
     let mut global = 0usize;
     for (t, (_, key, ports)) in controls.iter().enumerate() {
@@ -296,29 +352,12 @@ fn iteration(
             handles.push(h);
         }
     }
-    clock::wait_until(start_ns);
-    let (cpu0, ticks0) = (CpuTime::process(), MachineTicks::read());
-    let outcomes: Vec<Outcome> = handles
-        .into_iter()
-        .map(|h| {
-            h.join().unwrap_or_else(|_| Outcome {
-                error: Some("a session thread panicked".into()),
-                ..Default::default()
-            })
-        })
-        .collect();
-    let end_ns = clock::now_ns();
-    let (cpu1, ticks1) = (CpuTime::process(), MachineTicks::read());
-    let mut it = Iteration {
-        index,
-        ..Default::default()
-    };
-    // The measured window actually covered: cut short by Ctrl-C or a failure.
-    it.seconds = (end_ns.min(window.end_ns).saturating_sub(window.measure_ns)) as f64 / 1e9;
-    it.machine = match (ticks0, ticks1) {
-        (Some(a), Some(b)) => MachineUse::between(a, b),
-        _ => MachineUse::default(),
-    };
+    Ok(handles)
+}
+
+/// Stops every agent; their reports by target (`None`: no agent, or its
+/// error, kept in `it`).
+fn stop_targets(controls: &mut [Started], it: &mut Iteration) -> Vec<Option<AgentReport>> {
     let mut reports = Vec::with_capacity(controls.len());
     for (ctl, _, _) in controls.iter_mut() {
         let Some(ctl) = ctl else {
@@ -333,6 +372,18 @@ fn iteration(
             }
         }
     }
+    reports
+}
+
+/// Each target's figures and the merged ones into `it`, from the sessions'
+/// `outcomes` and the agents' `reports`. Returns the operations counted.
+fn summarise(
+    job: &Job,
+    addrs: &[SocketAddr],
+    outcomes: &[Outcome],
+    reports: &[Option<AgentReport>],
+    it: &mut Iteration,
+) -> u64 {
     let mut merged_lat = Latency::new();
     let mut merged = Measured {
         target: "all".into(),
@@ -343,7 +394,7 @@ fn iteration(
     for (t, addr) in addrs.iter().enumerate() {
         let mine: Vec<&Outcome> = outcomes.iter().filter(|o| o.target == t).collect();
         let (mut m, lat, target_ops_total) =
-            crate::session::sum_target(&mine, addr.to_string(), &mut it);
+            crate::session::sum_target(&mine, addr.to_string(), it);
         m.requested_rate = job.requested_rate;
         if let Some(r) = &reports[t] {
             (job.with_report)(&mut m, r, &mine);
@@ -368,12 +419,10 @@ fn iteration(
     if !reports.is_empty() && reports.iter().all(Option::is_some) {
         merged.agent_cost = Some(Cost::new(agent_cpu, ops_total, merged.bytes));
     }
-    it.client_cost = Cost::new(cpu1.since(cpu0), ops_total, merged.bytes);
     it.merged = merged;
-    it.intervals = intervals.points();
     let gaps: Vec<_> = outcomes.iter().filter_map(|o| o.gaps.as_ref()).collect();
     it.arrivals = crate::checks::arrivals(&gaps);
-    Ok(it)
+    ops_total
 }
 
 /// For workloads whose figures come from the client alone.

@@ -370,17 +370,7 @@ pub(crate) fn unique(prefix: &str) -> String {
 /// Builds sharing a cache take turns (a lock file), so two at once find
 /// each other's packages and image instead of racing on them.
 pub fn build(opts: &ImageOptions) -> Result<Built> {
-    std::fs::create_dir_all(&opts.cache).ctx(|| format!("creating {}", opts.cache.display()))?;
-    let lock_path = opts.cache.join("build.lock");
-    let lock =
-        std::fs::File::create(&lock_path).ctx(|| format!("creating {}", lock_path.display()))?;
-    let _lock =
-        nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusive).map_err(|(_, e)| {
-            Error::Io {
-                what: format!("locking {}", lock_path.display()),
-                source: e.into(),
-            }
-        })?;
+    let _lock = lock_cache(&opts.cache)?;
     let vnio = find_guest_vnio(opts.vnio.as_deref())?;
     let vnio_bytes = read(&vnio)?;
     let vnio_sha = sha256_hex(&vnio_bytes);
@@ -406,7 +396,47 @@ pub fn build(opts: &ImageOptions) -> Result<Built> {
     let root = opts.cache.join("pkgs").join(deb_stem(&deb));
     debian::extract(&deb, &root)?;
     let (release, moddir, vmlinuz) = locate_kernel(&root)?;
-    ensure_modules_dep(&moddir, &release)?;
+    let order = module_order(&moddir, &release)?;
+    let initrd = initramfs(&busybox, &vnio_bytes, &release, &moddir, &order)?;
+
+    let kernel_bytes = std::fs::metadata(&vmlinuz)
+        .ctx(|| format!("reading {}", vmlinuz.display()))?
+        .len();
+    let manifest = Manifest {
+        key: key.clone(),
+        kernel_package: kernel_pkg,
+        kernel_release: release,
+        busybox: busybox_from,
+        vnio: vnio.clone(),
+        vnio_sha256: vnio_sha,
+        modules: order.iter().map(|p| module_name(p)).collect(),
+        kernel_bytes,
+        initrd_bytes: initrd.len() as u64,
+    };
+    write_image(&opts.cache, &dir, &vmlinuz, &initrd, &manifest)?;
+    set_current(&opts.cache, &key)?;
+    Ok(Built {
+        image: load(&dir)?,
+        cached: false,
+    })
+}
+
+/// Takes the cache's build lock (held until the result is dropped).
+fn lock_cache(cache: &Path) -> Result<nix::fcntl::Flock<std::fs::File>> {
+    std::fs::create_dir_all(cache).ctx(|| format!("creating {}", cache.display()))?;
+    let lock_path = cache.join("build.lock");
+    let lock =
+        std::fs::File::create(&lock_path).ctx(|| format!("creating {}", lock_path.display()))?;
+    nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusive).map_err(|(_, e)| Error::Io {
+        what: format!("locking {}", lock_path.display()),
+        source: e.into(),
+    })
+}
+
+/// The modules the guest needs from kernel `release`'s `moddir`, in the
+/// order to load them (their paths under `moddir`).
+fn module_order(moddir: &Path, release: &str) -> Result<Vec<String>> {
+    ensure_modules_dep(moddir, release)?;
     let read_text = |name: &str| {
         let p = moddir.join(name);
         std::fs::read_to_string(&p).ctx(|| format!("reading {}", p.display()))
@@ -415,10 +445,19 @@ pub fn build(opts: &ImageOptions) -> Result<Built> {
         &read_text("modules.dep")?,
         &read_text("modules.builtin").unwrap_or_default(),
     );
-    let order = deps
-        .load_order(WANTED_MODULES)
-        .map_err(|e| Error::Invalid(format!("kernel {release}: {e}")))?;
+    deps.load_order(WANTED_MODULES)
+        .map_err(|e| Error::Invalid(format!("kernel {release}: {e}")))
+}
 
+/// The initramfs: the directories, the console, init, busybox, vnio, and
+/// the modules in `order` with the list init loads them by.
+fn initramfs(
+    busybox: &[u8],
+    vnio: &[u8],
+    release: &str,
+    moddir: &Path,
+    order: &[String],
+) -> Result<Vec<u8>> {
     let mut c = Cpio::new();
     for d in [
         "bin",
@@ -443,12 +482,12 @@ pub fn build(opts: &ImageOptions) -> Result<Built> {
     // it as init's stdin/stdout.
     c.char_device("dev/console", 0o600, 5, 1);
     c.file("init", 0o755, INIT.as_bytes());
-    c.file("bin/busybox", 0o755, &busybox);
+    c.file("bin/busybox", 0o755, busybox);
     c.symlink("bin/sh", "busybox");
-    c.file("bin/vnio", 0o755, &vnio_bytes);
+    c.file("bin/vnio", 0o755, vnio);
     c.dir(&format!("lib/modules/{release}"));
     let mut list = String::new();
-    for rel in &order {
+    for rel in order {
         // Flat and decompressed: /lib/modules/RELEASE/NAME.ko (the kernel's
         // unpacker makes no parent directories, and the list gives the order).
         let file = format!("{}.ko", module_name(rel));
@@ -460,45 +499,36 @@ pub fn build(opts: &ImageOptions) -> Result<Built> {
         list.push_str(&format!("{release}/{file}\n"));
     }
     c.file("etc/vnio/modules", 0o644, list.as_bytes());
-    let initrd = c.finish();
+    Ok(c.finish())
+}
 
-    let kernel_bytes = std::fs::metadata(&vmlinuz)
-        .ctx(|| format!("reading {}", vmlinuz.display()))?
-        .len();
-    let manifest = Manifest {
-        key: key.clone(),
-        kernel_package: kernel_pkg,
-        kernel_release: release,
-        busybox: busybox_from,
-        vnio: vnio.clone(),
-        vnio_sha256: vnio_sha,
-        modules: order.iter().map(|p| module_name(p)).collect(),
-        kernel_bytes,
-        initrd_bytes: initrd.len() as u64,
-    };
-    // Written aside and renamed, so a crash never leaves a half image.
-    let tmp = images(&opts.cache).join(unique(&format!(".build-{key}")));
+/// Writes the image into `dir` of `cache`: aside and renamed, so a crash
+/// never leaves a half image.
+fn write_image(
+    cache: &Path,
+    dir: &Path,
+    vmlinuz: &Path,
+    initrd: &[u8],
+    manifest: &Manifest,
+) -> Result<()> {
+    let tmp = images(cache).join(unique(&format!(".build-{}", manifest.key)));
     let _ = std::fs::remove_dir_all(&tmp);
     std::fs::create_dir_all(&tmp).ctx(|| format!("creating {}", tmp.display()))?;
     let write = || -> Result<()> {
-        std::fs::copy(&vmlinuz, tmp.join("vmlinuz")).ctx(|| "copying the kernel".into())?;
-        std::fs::write(tmp.join("initrd.img"), &initrd).ctx(|| "writing the initramfs".into())?;
-        let json = serde_json::to_string_pretty(&manifest).expect("manifest serialises");
+        std::fs::copy(vmlinuz, tmp.join("vmlinuz")).ctx(|| "copying the kernel".into())?;
+        std::fs::write(tmp.join("initrd.img"), initrd).ctx(|| "writing the initramfs".into())?;
+        let json = serde_json::to_string_pretty(manifest).expect("manifest serialises");
         std::fs::write(tmp.join("manifest.json"), json).ctx(|| "writing the manifest".into())
     };
     if let Err(e) = write() {
         let _ = std::fs::remove_dir_all(&tmp);
         return Err(e);
     }
-    if std::fs::rename(&tmp, &dir).is_err() {
+    if std::fs::rename(&tmp, dir).is_err() {
         // Another build of the same inputs finished first: same image.
         let _ = std::fs::remove_dir_all(&tmp);
     }
-    set_current(&opts.cache, &key)?;
-    Ok(Built {
-        image: load(&dir)?,
-        cached: false,
-    })
+    Ok(())
 }
 
 #[cfg(test)]

@@ -194,9 +194,61 @@ pub fn launch(spec: &VmSpec, opts: &LaunchOptions) -> Result<Launched> {
     accel::qemu_version()?;
     let lock = lock_root(&opts.root)?;
     let dir = VmDir::new(&opts.root, &spec.name);
+    clear_leftover(spec, &dir)?;
+    let mut prepared = prepare(spec, opts)?;
+    if spec.strict {
+        if let Some(why) = prepared.plan.strict_refusal() {
+            return Err(Error::Invalid(why));
+        }
+    }
+    make_private_dir(&dir)?;
+    let mut st = first_state(spec, &prepared);
+    st.save(&dir)?;
+    // Switch ports first: a latency-high port's worker takes a core, which
+    // the vCPUs must then leave alone.
+    if let Err(e) = replan_with_switch(spec, opts, &dir, &mut st, &mut prepared) {
+        teardown(&dir, &st, None);
+        return Err(e);
+    }
+    let mut child = None;
+    let mut journaled = None;
+    let result = start(
+        &dir,
+        &mut st,
+        &prepared.plan,
+        &pt,
+        opts,
+        (&mut child, &mut journaled),
+        lock,
+    );
+    match result {
+        Ok(()) => Ok(Launched {
+            dir,
+            state: st,
+            plan: prepared.plan,
+            child: child.expect("a started VM has a QEMU"),
+            journaled,
+        }),
+        Err(e) => {
+            let e = if child.is_some() {
+                with_qemu_log(e, &dir)
+            } else {
+                e
+            };
+            teardown(&dir, &st, child.as_mut());
+            if let (Some(j), Some(entry)) = (&opts.journal, &journaled) {
+                let _ = j.forget(entry);
+            }
+            Err(e)
+        }
+    }
+}
+
+/// Refuses a VM of that name that runs; removes what a crashed one left.
+fn clear_leftover(spec: &VmSpec, dir: &VmDir) -> Result<()> {
     if dir.path().exists() {
-        match State::load(&dir) {
-            Ok(s) if s.pid.is_some_and(|p| state::is_ours(p, &dir)) => {
+        match State::load(dir) {
+            Ok(s) if s.pid.is_some_and(|p| state::is_ours(p, dir)) => {
                 return Err(Error::Invalid(format!(
                     "VM {} is already running (pid {}): `vnio vm stop {}` first",
                     spec.name,
@@ -206,27 +258,28 @@ pub fn launch(spec: &VmSpec, opts: &LaunchOptions) -> Result<Launched> {
             }
             // Left over from a crash: clean it up first.
             Ok(s) => {
-                teardown(&dir, &s, None);
+                teardown(dir, &s, None);
             }
             Err(_) => {
                 let _ = std::fs::remove_dir_all(dir.path());
             }
         }
     }
-    let mut prepared = prepare(spec, opts)?;
-    if spec.strict {
-        if let Some(why) = prepared.plan.strict_refusal() {
-            return Err(Error::Invalid(why));
-        }
-    }
+    Ok(())
+}
+
+/// Makes the VM's directory, private: whoever reaches exec.sock runs
+/// commands as root in the guest.
+fn make_private_dir(dir: &VmDir) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
     std::fs::create_dir_all(dir.path()).ctx(|| format!("creating {}", dir.path().display()))?;
-    // Private: whoever reaches exec.sock runs commands as root in the guest.
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700))
-            .ctx(|| format!("restricting {}", dir.path().display()))?;
-    }
-    let mut st = State {
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700))
+        .ctx(|| format!("restricting {}", dir.path().display()))
+}
+
+/// The VM's state before anything is made on the host: starting, as planned.
+fn first_state(spec: &VmSpec, prepared: &Prepared) -> State {
+    State {
         spec: spec.clone(),
         phase: Phase::Starting,
         pid: None,
@@ -250,84 +303,61 @@ pub fn launch(spec: &VmSpec, opts: &LaunchOptions) -> Result<Launched> {
         owned: Vec::new(),
         launched_ns: state::monotonic_ns(),
         notes: prepared.plan.notes.clone(),
-    };
-    st.save(&dir)?;
-    // Switch ports first: a latency-high port's worker takes a core, which
-    // the vCPUs must then leave alone.
-    match ask_switch(&dir, &mut st, &prepared.plan) {
-        Ok(Some((answers, cores))) => {
-            let (host, plan) = plan_for(
-                spec,
-                opts,
-                &prepared.image,
-                &prepared.accel,
-                &answers,
-                cores,
-            );
-            prepared.host = host;
-            prepared.plan = plan;
-            st.settings = prepared.plan.settings.clone();
-            st.pinning = prepared.plan.pinning.clone();
-            st.notes = prepared.plan.notes.clone();
-            let refused = if spec.strict {
-                prepared.plan.strict_refusal()
-            } else {
-                None
-            };
-            if let Err(e) = st.save(&dir) {
-                teardown(&dir, &st, None);
-                return Err(e);
-            }
-            if let Some(why) = refused {
-                teardown(&dir, &st, None);
-                return Err(Error::Invalid(why));
-            }
-        }
-        Ok(None) => {}
-        Err(e) => {
-            teardown(&dir, &st, None);
-            return Err(e);
-        }
     }
-    let mut child = None;
-    let mut journaled = None;
-    let result = start(
-        &dir,
-        &mut st,
-        &prepared.plan,
-        &pt,
+}
+
+/// Asks the switch for the planned latency-high ports and plans again with
+/// its answers and the cores it took, saving the state; refuses a plan
+/// `--strict` cannot accept. On an error the caller tears down.
+fn replan_with_switch(
+    spec: &VmSpec,
+    opts: &LaunchOptions,
+    dir: &VmDir,
+    st: &mut State,
+    prepared: &mut Prepared,
+) -> Result<()> {
+    let Some((answers, cores)) = ask_switch(dir, st, &prepared.plan)? else {
+        return Ok(());
+    };
+    let (host, plan) = plan_for(
+        spec,
         opts,
-        (&mut child, &mut journaled),
-        lock,
+        &prepared.image,
+        &prepared.accel,
+        &answers,
+        cores,
     );
-    match result {
-        Ok(()) => Ok(Launched {
-            dir,
-            state: st,
-            plan: prepared.plan,
-            child: child.expect("a started VM has a QEMU"),
-            journaled,
-        }),
-        Err(e) => {
-            let e = match (e, &mut child) {
-                // Say why QEMU gave up, from its own log.
-                (Error::Guest(msg), Some(_)) | (Error::Qmp(msg), Some(_)) => {
-                    let log = std::fs::read_to_string(dir.qemu_log()).unwrap_or_default();
-                    let tail = crate::tool::tail(log.as_bytes());
-                    Error::Guest(if tail.is_empty() {
-                        msg
-                    } else {
-                        format!("{msg}: QEMU said: {tail}")
-                    })
-                }
-                (e, _) => e,
-            };
-            teardown(&dir, &st, child.as_mut());
-            if let (Some(j), Some(entry)) = (&opts.journal, &journaled) {
-                let _ = j.forget(entry);
-            }
-            Err(e)
+    prepared.host = host;
+    prepared.plan = plan;
+    st.settings = prepared.plan.settings.clone();
+    st.pinning = prepared.plan.pinning.clone();
+    st.notes = prepared.plan.notes.clone();
+    let refused = if spec.strict {
+        prepared.plan.strict_refusal()
+    } else {
+        None
+    };
+    st.save(dir)?;
+    match refused {
+        Some(why) => Err(Error::Invalid(why)),
+        None => Ok(()),
+    }
+}
+
+/// A guest or QMP error `e` of a QEMU that ran, with why QEMU gave up from
+/// its own log.
+fn with_qemu_log(e: Error, dir: &VmDir) -> Error {
+    match e {
+        Error::Guest(msg) | Error::Qmp(msg) => {
+            let log = std::fs::read_to_string(dir.qemu_log()).unwrap_or_default();
+            let tail = crate::tool::tail(log.as_bytes());
+            Error::Guest(if tail.is_empty() {
+                msg
+            } else {
+                format!("{msg}: QEMU said: {tail}")
+            })
         }
+        e => e,
     }
 }
 

@@ -19,6 +19,7 @@
 //! * [`agent`] waits for a guest's agent; [`exec`] runs commands inside a
 //!   guest over a virtio-serial channel; [`console`] attaches to its serial
 //!   console.
+//! * `testkit` (feature `testkit`) is what the guest tests share.
 //!
 //! Nothing here prints; the CLI renders what these functions return.
 
@@ -52,6 +53,8 @@ pub mod state;
 pub mod switchport;
 #[allow(unsafe_code)]
 mod sys;
+#[cfg(feature = "testkit")]
+pub mod testkit;
 
 /// Inside a guest: turns on a multiqueue NIC's queue pairs (`ethtool -L DEV combined N`).
 pub use sys::set_combined_channels;

@@ -4,8 +4,9 @@
 //! for every latency setting, how it is realised and whether this host
 //! honours it. Pure: no I/O, so every plan is unit-testable.
 //!
-//! Here: the plan's types and the NIC decisions; `plan/resources.rs`:
-//! cores and memory for latency high; `plan/qemu_argv.rs`: the command line.
+//! Here: the plan's types and the order of the decisions; `plan/nics.rs`:
+//! the NIC decisions; `plan/resources.rs`: cores and memory for latency
+//! high; `plan/qemu_argv.rs`: the command line.
 
 use std::path::{Path, PathBuf};
 
@@ -18,6 +19,7 @@ use crate::host::HostFacts;
 use crate::spec::{Backend, Latency, Model, VmSpec};
 use crate::state::VmDir;
 
+mod nics;
 mod qemu_argv;
 mod resources;
 
@@ -186,23 +188,7 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
     let host = input.host;
     let high = spec.latency == Latency::High;
     let kvm = input.accel.accel == Accel::Kvm;
-    // A switch port asked to go latency-high gets a dedicated worker core:
-    // reserved here until the switch has answered (then it is held).
-    let answer = |i: usize| input.switch_answers.get(i).cloned().flatten();
-    let switch_ports = spec
-        .nics
-        .iter()
-        .enumerate()
-        .filter(|(i, n)| {
-            matches!(
-                n.backend,
-                Backend::VhostUser {
-                    control: Some(_),
-                    ..
-                }
-            ) && answer(*i).is_none()
-        })
-        .count();
+    let switch_ports = nics::switch_ports_to_reserve(input);
     let has_vhost_user = spec
         .nics
         .iter()
@@ -224,103 +210,30 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
         None
     };
 
-    // NICs.
-    let mut nics = Vec::new();
-    let mut macvtap_fd = MACVTAP_FD_BASE;
-    for (i, nic) in spec.nics.iter().enumerate() {
-        let mut plan = NicPlan {
-            id: format!("nic{i}"),
-            backend: nic.backend.clone(),
-            model: nic.model,
-            mac: spec.mac(i),
-            host_ifname: spec.host_ifname(i),
-            fd: None,
-            guest_offloads: nic.guest_offloads,
-            packed: nic.packed,
-            queues: nic.queues,
-            switch_latency_high: false,
-        };
-        match &nic.backend {
-            Backend::VhostUser {
-                control, socket, ..
-            } => {
-                if high {
-                    let (status, detail) = match (control, answer(i)) {
-                        (None, _) => (
-                            Status::NotHonoured,
-                            format!(
-                                "no switch control socket for {} (add control=PATH to the NIC)",
-                                socket.display()
-                            ),
-                        ),
-                        (Some(c), None) => {
-                            plan.switch_latency_high = true;
-                            (
-                                Status::Honoured,
-                                format!(
-                                    "requested at launch from the switch at {} for the port of {}",
-                                    c.display(),
-                                    socket.display()
-                                ),
-                            )
-                        }
-                        (Some(_), Some(SwitchAnswer::Dedicated { port, core })) => {
-                            plan.switch_latency_high = true;
-                            (
-                                Status::Honoured,
-                                match core {
-                                    Some(c) => {
-                                        format!("port {port}: its own busy-poll worker on CPU {c}")
-                                    }
-                                    None => format!("port {port}: its own busy-poll worker"),
-                                },
-                            )
-                        }
-                        (Some(_), Some(SwitchAnswer::Refused { port, why })) => (
-                            Status::NotHonoured,
-                            format!("the switch refused for port {port}: {why}"),
-                        ),
-                    };
-                    settings.push(setting(
-                        &format!("switch port latency-high ({})", plan.id),
-                        "switch control port_set latency=high (busy-poll worker, coalescing and LRO off)",
-                        status,
-                        detail,
-                    ));
-                }
-            }
-            Backend::Vfio { .. } | Backend::Sriov { .. } => {
-                notes.push(crate::passthrough::note(&plan.id));
-            }
-            Backend::Tap { .. } | Backend::Macvtap { .. } => {
-                if matches!(nic.backend, Backend::Macvtap { .. }) {
-                    plan.fd = Some(macvtap_fd);
-                    macvtap_fd += 1;
-                }
-                if high {
-                    settings.push(setting(
-                        &format!("in-kernel NIC backend ({})", plan.id),
-                        "-netdev tap,vhost=on (vhost-net)",
-                        if host.vhost_net {
-                            Status::Honoured
-                        } else {
-                            Status::NotHonoured
-                        },
-                        if host.vhost_net {
-                            "virtio-net served by the host kernel's vhost-net".to_string()
-                        } else {
-                            "no /dev/vhost-net on this host: QEMU's main loop serves the tap"
-                                .to_string()
-                        },
-                    ));
-                }
-            }
-        }
-        nics.push(plan);
+    let nics = nics::nic_plans(input, &mut settings, &mut notes);
+    let guest = guest_config(spec);
+    let argv = qemu_argv::qemu_argv(input, &nics, &settings, hugepage_backend.as_deref(), &guest);
+
+    if !kvm && has_vhost_user {
+        notes.push(
+            "vhost-user NICs use vectors=0 (INTx) under TCG: QEMU 7.2 crashes on MSI-X there"
+                .into(),
+        );
     }
 
-    // Guest settings on the kernel command line.
-    let guest = GuestConfig {
+    Plan {
+        argv,
+        guest,
+        nics,
+        pinning,
+        settings,
+        notes,
+    }
+}
+
+/// Guest settings on the kernel command line.
+fn guest_config(spec: &VmSpec) -> GuestConfig {
+    GuestConfig {
         hostname: spec.name.clone(),
         addrs: spec
             .nics
@@ -339,23 +252,6 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
             .filter(|(_, n)| n.queues > 1)
             .map(|(i, n)| (spec.mac(i), n.queues))
             .collect(),
-    };
-    let argv = qemu_argv::qemu_argv(input, &nics, &settings, hugepage_backend.as_deref(), &guest);
-
-    if !kvm && has_vhost_user {
-        notes.push(
-            "vhost-user NICs use vectors=0 (INTx) under TCG: QEMU 7.2 crashes on MSI-X there"
-                .into(),
-        );
-    }
-
-    Plan {
-        argv,
-        guest,
-        nics,
-        pinning,
-        settings,
-        notes,
     }
 }
 

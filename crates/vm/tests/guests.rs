@@ -9,20 +9,19 @@
 //! times are printed. Without root, QEMU or the guests' static vnio the
 //! tests print one "skip:" line and pass.
 
-mod common;
-
 use std::net::{IpAddr, TcpListener};
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
-use common::*;
 use vnio_switch::config::{Config, PortSpec, SwitchConfig};
 use vnio_switch::daemon::Switch;
 use vnio_switch::port::SocketMode;
 use vnio_vm::agent::wait_agent;
 use vnio_vm::exec::exec;
+use vnio_vm::launch::Launched;
 use vnio_vm::plan::Status;
 use vnio_vm::spec::{Latency, VmSpec};
+use vnio_vm::testkit::*;
 
 fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
@@ -44,7 +43,6 @@ fn guests_on_a_switch_and_a_tap_answer_measure_and_stop_cleanly() {
     bounded(Duration::from_secs(900), move || {
         let n = run_id();
         let work = Dir::new("switch");
-        let nsname = format!("vnio-vmt{n}");
         let port_tap = format!("vmns{n}");
         let sock = |p: &str| work.join(&format!("{p}.sock"));
         let sw = Switch::start(Config {
@@ -60,16 +58,7 @@ fn guests_on_a_switch_and_a_tap_answer_measure_and_stop_cleanly() {
             ],
         })
         .expect("switch");
-
-        // A namespace on the switch's tap port: 10.N.0.1; guests .11 and .12.
-        let ns = vnio_topo::Netns::create(&nsname).expect("netns");
-        let mut root = vnio_topo::Handle::root().unwrap();
-        root.move_to(&port_tap, &ns).unwrap();
-        let mut inside = ns.handle().unwrap();
-        inside.set_up(&port_tap).unwrap();
-        inside
-            .add_address(&port_tap, ip(&format!("10.{n}.0.1")), 24)
-            .unwrap();
+        let ns = namespace_on_tap(&format!("vnio-vmt{n}"), &port_tap, n);
         let (a_ip, b_ip) = (format!("10.{n}.0.11"), format!("10.{n}.0.12"));
         // The tap guest: 10.N.1.2, the host's side of its tap 10.N.1.1.
         let c_tap = format!("vmc{n}");
@@ -107,188 +96,244 @@ fn guests_on_a_switch_and_a_tap_answer_measure_and_stop_cleanly() {
         let lb = kit.launch(&b, &mut guard);
         let lc = kit.launch(&c, &mut guard);
         println!("accel: {} ({})", la.state.accel.accel, la.state.accel.why);
-
-        // Agents: the switch guests from the namespace, the tap guest from the host.
-        let stop = AtomicBool::new(false);
-        let (da, db, dc) = (la.dir.clone(), lb.dir.clone(), lc.dir.clone());
-        let ready_a = ns
-            .run(|| wait_agent(&da, None, BOOT, &stop))
-            .unwrap()
-            .expect("agent a");
-        let ready_b = ns
-            .run(|| wait_agent(&db, None, BOOT, &stop))
-            .unwrap()
-            .expect("agent b");
-        let ready_c = wait_agent(&dc, None, BOOT, &stop).expect("agent c");
-        for (name, r) in [
-            (&a.name, &ready_a),
-            (&b.name, &ready_b),
-            (&c.name, &ready_c),
-        ] {
-            println!(
-                "launch-to-agent-ready {name}: {:.1} s (guest init ready at {} s of uptime; accel {})",
-                r.since_launch.as_secs_f64(),
-                r.guest_uptime.map(|u| format!("{u:.2}")).unwrap_or("?".into()),
-                la.state.accel.accel
-            );
-            assert!(r.agent.starts_with("vnio"), "{}", r.agent);
-        }
-
-        // vnio rr and vnio ping from the namespace (through the switch's tap port).
-        let run_in_ns = |a: &[&str]| ns.command(&kit.vnio).args(a).output().unwrap();
-        let d = ["-d", "2s", "--warmup", "500ms", "--json"];
-        measured(
-            "rr namespace -> guest a",
-            &run_in_ns(&[&["rr", "-t", &a_ip][..], &d].concat()),
-        );
-        measured(
-            "ping namespace -> guest b",
-            &run_in_ns(&[&["ping", "-t", &b_ip][..], &d].concat()),
-        );
-        // From the host through the tap.
-        let on_host = |a: &[&str]| {
-            std::process::Command::new(&kit.vnio)
-                .args(a)
-                .output()
-                .unwrap()
-        };
-        measured(
-            "rr host -> guest c (tap)",
-            &on_host(&[&["rr", "-t", &c_ip][..], &d].concat()),
-        );
-        measured(
-            "ping host -> guest c (tap)",
-            &on_host(&[&["ping", "-t", &c_ip][..], &d].concat()),
-        );
-
-        // From inside guest a against guest b, over the command channel.
-        let t = Duration::from_secs(120);
-        for w in ["rr", "ping"] {
-            let out = exec(
-                &la.dir,
-                &args(&[
-                    "vnio", w, "-t", &b_ip, "-d", "2s", "--warmup", "500ms", "--json",
-                ]),
-                t,
-            )
-            .expect("exec in guest a");
-            assert!(
-                out.success(),
-                "{w} in guest a: {:?}\n{}",
-                out.code,
-                out.stderr
-            );
-            let count = transactions(out.stdout.as_bytes());
-            assert!(count > 0, "{w} a -> b: {}", out.stdout);
-            println!("{w} guest a -> guest b (inside the guest): {count} transactions");
-        }
-
-        // What the switch's own QEMU test asserted: ping, and 512 KiB over
-        // TCP whose checksum matches.
-        let out = exec(&la.dir, &args(&["ping", "-c", "3", "-W", "5", &b_ip]), t).unwrap();
-        assert!(out.success(), "ping a -> b failed: {}", out.stdout);
-        tcp_transfer(&la.dir, &lb.dir, &b_ip, 5000, 512, "512 KiB a -> b");
-        let ports = sw.handle().list().unwrap();
-        let port = |name: &str| &ports.iter().find(|p| p.name == name).unwrap().stats;
-        for name in ["p1", "p2"] {
-            assert_eq!(port(name).connections, 1, "{name}");
-            assert_eq!(port(name).resets, 0, "{name}: {:?}", port(name));
-        }
-        let (p1, p2) = (port("p1"), port("p2"));
-        assert!(
-            p1.tx.bytes > 524_288 && p2.rx.bytes > 524_288,
-            "{p1:?} {p2:?}"
-        );
-        assert!(p2.tx.packets > 10 && p1.rx.packets > 10);
-        println!("switch guests: ping ok, 512 KiB over TCP intact");
-
-        // What the switch's offload test asserted: 1 MiB from the guest with
-        // TSO to the guest without receive offloads, 512 KiB back, both
-        // intact; the switch segmented GSO frames in software.
-        let before = sw.handle().list().unwrap();
-        tcp_transfer(
-            &la.dir,
-            &lb.dir,
-            &b_ip,
-            5001,
-            1024,
-            "1 MiB to the guest without offloads",
-        );
-        tcp_transfer(&lb.dir, &la.dir, &a_ip, 5002, 512, "512 KiB back");
-        let after = sw.handle().list().unwrap();
-        let delta = |name: &str| {
-            let b = &before.iter().find(|p| p.name == name).unwrap().stats;
-            let a = &after.iter().find(|p| p.name == name).unwrap().stats;
-            (
-                a.tx.packets - b.tx.packets,
-                a.rx.packets - b.rx.packets,
-                a.rx.sw_segmented - b.rx.sw_segmented,
-                a.rx.sw_checksums - b.rx.sw_checksums,
-            )
-        };
-        let (p1_tx, _, _, _) = delta("p1");
-        let (_, p2_rx, p2_segmented, p2_checksums) = delta("p2");
-        println!(
-            "offloads: p1 sent {p1_tx} frames; p2 got {p2_rx} frames, {p2_segmented} GSO frames segmented, {p2_checksums} checksums completed"
-        );
-        assert!(p2_segmented > 0, "TSO frames were segmented");
-        assert!(p2_rx > p1_tx, "more segments than super-frames");
-        for p in &after {
-            assert_eq!(p.stats.resets, 0, "{}", p.name);
-            assert_eq!(p.stats.tx.drops["malformed"], 0, "{}", p.name);
-        }
-
-        // The tap guest's vCPU runs where its state says.
-        if let Some(pin) = &lc.state.pinning {
-            let pid = lc.child.id();
-            let vcpus = threads_named(pid, "CPU 0/");
-            assert_eq!(vcpus.len(), 1, "vCPU thread of {}", c.name);
-            assert_eq!(allowed_cpus(pid, &vcpus[0]), pin.vcpus[0].to_string());
-            println!("guest c: vCPU 0 pinned to CPU {}", pin.vcpus[0]);
-        }
-        for s in &lc.state.settings {
-            println!(
-                "guest c latency high: {:?} {}: {}",
-                s.status, s.name, s.detail
-            );
-        }
-
-        // Stop leaves nothing: no QEMU, no tap, no state directory, no socket.
-        let pids: Vec<u32> = [&la, &lb, &lc].iter().map(|l| l.child.id()).collect();
-        for (l, spec) in [(la, &a), (lb, &b), (lc, &c)] {
-            let mut child = l.child;
-            let stopped = vnio_vm::launch::stop(&kit.root.0, &spec.name).expect("stop");
-            assert!(stopped.was_running, "{}", spec.name);
-            assert!(
-                !stopped.removed.iter().any(|r| r.contains("NOT")),
-                "{:?}",
-                stopped.removed
-            );
-            let _ = child.wait();
-            assert!(!path_exists(l.dir.path()), "{} state left", spec.name);
-        }
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while pids.iter().any(|p| alive(*p)) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        for p in pids {
-            assert!(!alive(p), "QEMU {p} still running");
-        }
-        assert!(
-            root.link(&c_tap).unwrap().is_none(),
-            "tap {c_tap} left behind"
-        );
-        assert_eq!(
-            std::fs::read_dir(&kit.root.0)
-                .unwrap()
-                .filter(|e| e.as_ref().unwrap().path().is_dir())
-                .count(),
-            0,
-            "state directories left"
-        );
+        agents_answer(&ns, [(&la, &a), (&lb, &b), (&lc, &c)]);
+        measured_from_the_namespace_and_the_host(&ns, &kit, [&a_ip, &b_ip, &c_ip]);
+        measured_inside_guest_a(&la, &b_ip);
+        switch_guests_ping_and_stream(&sw, &la, &lb, &b_ip);
+        the_switch_segments_for_b(&sw, &la, &lb, &a_ip, &b_ip);
+        tap_guest_as_its_state_says(&lc, &c);
+        stop_leaves_nothing(&kit, [(la, &a), (lb, &b), (lc, &c)], &c_tap);
         drop(guard);
         drop(sw);
     });
+}
+
+/// A namespace on the switch's tap port `port_tap`: 10.N.0.1; guests .11
+/// and .12.
+fn namespace_on_tap(nsname: &str, port_tap: &str, n: u8) -> vnio_topo::Netns {
+    let ns = vnio_topo::Netns::create(nsname).expect("netns");
+    let mut root = vnio_topo::Handle::root().unwrap();
+    root.move_to(port_tap, &ns).unwrap();
+    let mut inside = ns.handle().unwrap();
+    inside.set_up(port_tap).unwrap();
+    inside
+        .add_address(port_tap, ip(&format!("10.{n}.0.1")), 24)
+        .unwrap();
+    ns
+}
+
+/// Agents: the switch guests from the namespace, the tap guest from the
+/// host; launch-to-agent times printed.
+fn agents_answer(ns: &vnio_topo::Netns, guests: [(&Launched, &VmSpec); 3]) {
+    let [(la, a), (lb, b), (lc, c)] = guests;
+    let stop = AtomicBool::new(false);
+    let (da, db, dc) = (la.dir.clone(), lb.dir.clone(), lc.dir.clone());
+    let ready_a = ns
+        .run(|| wait_agent(&da, None, BOOT, &stop))
+        .unwrap()
+        .expect("agent a");
+    let ready_b = ns
+        .run(|| wait_agent(&db, None, BOOT, &stop))
+        .unwrap()
+        .expect("agent b");
+    let ready_c = wait_agent(&dc, None, BOOT, &stop).expect("agent c");
+    for (name, r) in [
+        (&a.name, &ready_a),
+        (&b.name, &ready_b),
+        (&c.name, &ready_c),
+    ] {
+        println!(
+            "launch-to-agent-ready {name}: {:.1} s (guest init ready at {} s of uptime; accel {})",
+            r.since_launch.as_secs_f64(),
+            r.guest_uptime
+                .map(|u| format!("{u:.2}"))
+                .unwrap_or("?".into()),
+            la.state.accel.accel
+        );
+        assert!(r.agent.starts_with("vnio"), "{}", r.agent);
+    }
+}
+
+/// vnio rr and vnio ping from the namespace (through the switch's tap
+/// port) to a and b, and from the host through the tap to c.
+fn measured_from_the_namespace_and_the_host(
+    ns: &vnio_topo::Netns,
+    kit: &Kit,
+    [a_ip, b_ip, c_ip]: [&str; 3],
+) {
+    let run_in_ns = |a: &[&str]| ns.command(&kit.vnio).args(a).output().unwrap();
+    let d = ["-d", "2s", "--warmup", "500ms", "--json"];
+    measured(
+        "rr namespace -> guest a",
+        &run_in_ns(&[&["rr", "-t", a_ip][..], &d].concat()),
+    );
+    measured(
+        "ping namespace -> guest b",
+        &run_in_ns(&[&["ping", "-t", b_ip][..], &d].concat()),
+    );
+    // From the host through the tap.
+    let on_host = |a: &[&str]| {
+        std::process::Command::new(&kit.vnio)
+            .args(a)
+            .output()
+            .unwrap()
+    };
+    measured(
+        "rr host -> guest c (tap)",
+        &on_host(&[&["rr", "-t", c_ip][..], &d].concat()),
+    );
+    measured(
+        "ping host -> guest c (tap)",
+        &on_host(&[&["ping", "-t", c_ip][..], &d].concat()),
+    );
+}
+
+/// vnio rr and ping from inside guest a against guest b, over the command
+/// channel.
+fn measured_inside_guest_a(la: &Launched, b_ip: &str) {
+    let t = Duration::from_secs(120);
+    for w in ["rr", "ping"] {
+        let out = exec(
+            &la.dir,
+            &args(&[
+                "vnio", w, "-t", b_ip, "-d", "2s", "--warmup", "500ms", "--json",
+            ]),
+            t,
+        )
+        .expect("exec in guest a");
+        assert!(
+            out.success(),
+            "{w} in guest a: {:?}\n{}",
+            out.code,
+            out.stderr
+        );
+        let count = transactions(out.stdout.as_bytes());
+        assert!(count > 0, "{w} a -> b: {}", out.stdout);
+        println!("{w} guest a -> guest b (inside the guest): {count} transactions");
+    }
+}
+
+/// What the switch's own QEMU test asserted: ping, and 512 KiB over TCP
+/// whose checksum matches.
+fn switch_guests_ping_and_stream(sw: &Switch, la: &Launched, lb: &Launched, b_ip: &str) {
+    let t = Duration::from_secs(120);
+    // What the switch's own QEMU test asserted: ping, and 512 KiB over
+    // TCP whose checksum matches.
+    let out = exec(&la.dir, &args(&["ping", "-c", "3", "-W", "5", b_ip]), t).unwrap();
+    assert!(out.success(), "ping a -> b failed: {}", out.stdout);
+    tcp_transfer(&la.dir, &lb.dir, b_ip, 5000, 512, "512 KiB a -> b");
+    let ports = sw.handle().list().unwrap();
+    let port = |name: &str| &ports.iter().find(|p| p.name == name).unwrap().stats;
+    for name in ["p1", "p2"] {
+        assert_eq!(port(name).connections, 1, "{name}");
+        assert_eq!(port(name).resets, 0, "{name}: {:?}", port(name));
+    }
+    let (p1, p2) = (port("p1"), port("p2"));
+    assert!(
+        p1.tx.bytes > 524_288 && p2.rx.bytes > 524_288,
+        "{p1:?} {p2:?}"
+    );
+    assert!(p2.tx.packets > 10 && p1.rx.packets > 10);
+    println!("switch guests: ping ok, 512 KiB over TCP intact");
+}
+
+/// What the switch's offload test asserted: 1 MiB from the guest with TSO
+/// to the guest without receive offloads, 512 KiB back, both intact; the
+/// switch segmented GSO frames in software.
+fn the_switch_segments_for_b(sw: &Switch, la: &Launched, lb: &Launched, a_ip: &str, b_ip: &str) {
+    // What the switch's offload test asserted: 1 MiB from the guest with
+    // TSO to the guest without receive offloads, 512 KiB back, both
+    // intact; the switch segmented GSO frames in software.
+    let before = sw.handle().list().unwrap();
+    tcp_transfer(
+        &la.dir,
+        &lb.dir,
+        b_ip,
+        5001,
+        1024,
+        "1 MiB to the guest without offloads",
+    );
+    tcp_transfer(&lb.dir, &la.dir, a_ip, 5002, 512, "512 KiB back");
+    let after = sw.handle().list().unwrap();
+    let delta = |name: &str| {
+        let b = &before.iter().find(|p| p.name == name).unwrap().stats;
+        let a = &after.iter().find(|p| p.name == name).unwrap().stats;
+        (
+            a.tx.packets - b.tx.packets,
+            a.rx.packets - b.rx.packets,
+            a.rx.sw_segmented - b.rx.sw_segmented,
+            a.rx.sw_checksums - b.rx.sw_checksums,
+        )
+    };
+    let (p1_tx, _, _, _) = delta("p1");
+    let (_, p2_rx, p2_segmented, p2_checksums) = delta("p2");
+    println!(
+        "offloads: p1 sent {p1_tx} frames; p2 got {p2_rx} frames, {p2_segmented} GSO frames segmented, {p2_checksums} checksums completed"
+    );
+    assert!(p2_segmented > 0, "TSO frames were segmented");
+    assert!(p2_rx > p1_tx, "more segments than super-frames");
+    for p in &after {
+        assert_eq!(p.stats.resets, 0, "{}", p.name);
+        assert_eq!(p.stats.tx.drops["malformed"], 0, "{}", p.name);
+    }
+}
+
+/// The tap guest's vCPU runs where its state says; its latency settings.
+fn tap_guest_as_its_state_says(lc: &Launched, c: &VmSpec) {
+    if let Some(pin) = &lc.state.pinning {
+        let pid = lc.child.id();
+        let vcpus = threads_named(pid, "CPU 0/");
+        assert_eq!(vcpus.len(), 1, "vCPU thread of {}", c.name);
+        assert_eq!(allowed_cpus(pid, &vcpus[0]), pin.vcpus[0].to_string());
+        println!("guest c: vCPU 0 pinned to CPU {}", pin.vcpus[0]);
+    }
+    for s in &lc.state.settings {
+        println!(
+            "guest c latency high: {:?} {}: {}",
+            s.status, s.name, s.detail
+        );
+    }
+}
+
+/// Stop leaves nothing: no QEMU, no tap, no state directory, no socket.
+fn stop_leaves_nothing(kit: &Kit, guests: [(Launched, &VmSpec); 3], c_tap: &str) {
+    let [(la, a), (lb, b), (lc, c)] = guests;
+    let pids: Vec<u32> = [&la, &lb, &lc].iter().map(|l| l.child.id()).collect();
+    for (l, spec) in [(la, a), (lb, b), (lc, c)] {
+        let mut child = l.child;
+        let stopped = vnio_vm::launch::stop(&kit.root.0, &spec.name).expect("stop");
+        assert!(stopped.was_running, "{}", spec.name);
+        assert!(
+            !stopped.removed.iter().any(|r| r.contains("NOT")),
+            "{:?}",
+            stopped.removed
+        );
+        let _ = child.wait();
+        assert!(!path_exists(l.dir.path()), "{} state left", spec.name);
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while pids.iter().any(|p| alive(*p)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for p in pids {
+        assert!(!alive(p), "QEMU {p} still running");
+    }
+    assert!(
+        vnio_topo::Handle::root()
+            .unwrap()
+            .link(c_tap)
+            .unwrap()
+            .is_none(),
+        "tap {c_tap} left behind"
+    );
+    assert_eq!(
+        std::fs::read_dir(&kit.root.0)
+            .unwrap()
+            .filter(|e| e.as_ref().unwrap().path().is_dir())
+            .count(),
+        0,
+        "state directories left"
+    );
 }
 
 /// A guest reaches the host stack through a switch tap port (ping, and a

@@ -6,16 +6,14 @@
 //! The downtime QEMU reports is printed. Without root, QEMU or the guests'
 //! static vnio the test prints one "skip:" line and passes.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
 use vnio_switch::config::{Config, PortSpec, SwitchConfig};
 use vnio_switch::daemon::Switch;
 use vnio_switch::port::SocketMode;
 use vnio_vm::spec::VmSpec;
 use vnio_vm::state::{self, State};
+use vnio_vm::testkit::*;
 
 #[test]
 fn a_guest_migrates_under_ping_and_tcp_with_little_loss() {

@@ -6,18 +6,21 @@
 //! (its ACKs come back on the packed receive ring). Without root, QEMU or
 //! the guests' static vnio the test prints one "skip:" line and passes.
 
-mod common;
-
 use std::net::{IpAddr, TcpListener};
+use std::path::Path;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use common::*;
 use vnio_switch::config::{Config, PortSpec, SwitchConfig};
 use vnio_switch::daemon::Switch;
 use vnio_switch::port::SocketMode;
+use vnio_switch::port_info::PortInfo;
+use vnio_switch::stats::PortStatsSnapshot;
 use vnio_vm::agent::wait_agent;
 use vnio_vm::exec::exec;
+use vnio_vm::spec::VmSpec;
+use vnio_vm::state::VmDir;
+use vnio_vm::testkit::*;
 
 /// VIRTIO_F_RING_PACKED.
 const RING_PACKED_BIT: usize = 34;
@@ -34,24 +37,8 @@ fn a_guest_on_packed_rings_reaches_the_host_through_the_switch() {
     bounded(Duration::from_secs(600), move || {
         let n = run_id();
         let work = Dir::new("packed");
-        let tap = format!("vniop{n}");
         let sock = work.join("vm.sock");
-        let sw = Switch::start(Config {
-            switch: SwitchConfig {
-                control: work.join("control.sock"),
-                idle_polls: 4,
-                ..SwitchConfig::default()
-            },
-            ports: vec![
-                PortSpec::vhost_user("vm", &sock, SocketMode::Server),
-                PortSpec::tap("host", &tap),
-            ],
-        })
-        .expect("switch");
-        let mut root = vnio_topo::Handle::root().unwrap();
-        root.add_address(&tap, ip(&format!("10.236.{n}.1")), 24)
-            .unwrap();
-        root.set_up(&tap).unwrap();
+        let sw = switch_with_a_host_tap(&work, &sock, n);
         let listener = TcpListener::bind(format!("10.236.{n}.1:5002")).unwrap();
 
         let mut guard = Guard::default();
@@ -73,32 +60,14 @@ fn a_guest_on_packed_rings_reaches_the_host_through_the_switch() {
             spec.name,
             ready.since_launch.as_secs_f64()
         );
-        let t = Duration::from_secs(60);
-        let mac = spec.mac(0);
-        let vm_port = || {
-            sw.handle()
-                .list()
-                .unwrap()
-                .into_iter()
-                .find(|p| p.name == "vm")
-                .unwrap()
-        };
-        let before = vm_port().stats;
+        let before = vm_port(&sw).stats;
+        packed_rings_negotiated(&g.dir, &spec);
         let out = exec(
             &g.dir,
-            &sh(&format!(
-                "for d in /sys/class/net/*; do [ \"$(cat $d/address)\" = {mac} ] && cat $d/device/features; done"
-            )),
-            t,
+            &sh(&format!("ping -c 3 -W 5 10.236.{n}.1")),
+            Duration::from_secs(60),
         )
         .unwrap();
-        let features = out.stdout.trim();
-        assert_eq!(
-            features.as_bytes().get(RING_PACKED_BIT),
-            Some(&b'1'),
-            "the guest's driver negotiated packed rings: {features:?}"
-        );
-        let out = exec(&g.dir, &sh(&format!("ping -c 3 -W 5 10.236.{n}.1")), t).unwrap();
         assert!(
             out.success(),
             "ping through the switch failed: {}",
@@ -113,22 +82,7 @@ fn a_guest_on_packed_rings_reaches_the_host_through_the_switch() {
         for p in sw.handle().list().unwrap() {
             assert_eq!(p.stats.resets, 0, "{}", p.name);
         }
-        // The guest sends TSO frames (few, large); the host's ACKs come back
-        // one frame each.
-        let after = vm_port().stats;
-        let ring_full = |s: &vnio_switch::stats::PortStatsSnapshot| {
-            s.rx.drops.get("ring_full").copied().unwrap_or(0)
-        };
-        println!(
-            "packed guest: sent {} frames ({} B), received {} frames during the traffic; receive ring full {} times before, {} during",
-            after.tx.packets - before.tx.packets,
-            after.tx.bytes - before.tx.bytes,
-            after.rx.packets - before.rx.packets,
-            ring_full(&before),
-            ring_full(&after) - ring_full(&before),
-        );
-        assert!(after.tx.bytes - before.tx.bytes >= 256 * 1024, "{after:?}");
-        assert!(after.rx.packets - before.rx.packets >= 10, "{after:?}");
+        traffic_counted(&before, &vm_port(&sw).stats);
         let mut child = g.child;
         let stopped = vnio_vm::launch::stop(&kit.root.0, &spec.name).unwrap();
         assert!(stopped.was_running);
@@ -136,4 +90,72 @@ fn a_guest_on_packed_rings_reaches_the_host_through_the_switch() {
         assert!(!path_exists(g.dir.path()));
         drop(guard);
     });
+}
+
+/// A switch with port `vm` (server socket `sock`) and a tap port `host`
+/// at 10.236.N.1/24.
+fn switch_with_a_host_tap(work: &Dir, sock: &Path, n: u8) -> Switch {
+    let tap = format!("vniop{n}");
+    let sw = Switch::start(Config {
+        switch: SwitchConfig {
+            control: work.join("control.sock"),
+            idle_polls: 4,
+            ..SwitchConfig::default()
+        },
+        ports: vec![
+            PortSpec::vhost_user("vm", sock, SocketMode::Server),
+            PortSpec::tap("host", &tap),
+        ],
+    })
+    .expect("switch");
+    let mut root = vnio_topo::Handle::root().unwrap();
+    root.add_address(&tap, ip(&format!("10.236.{n}.1")), 24)
+        .unwrap();
+    root.set_up(&tap).unwrap();
+    sw
+}
+
+/// The switch's port `vm` as it lists it now.
+fn vm_port(sw: &Switch) -> PortInfo {
+    sw.handle()
+        .list()
+        .unwrap()
+        .into_iter()
+        .find(|p| p.name == "vm")
+        .unwrap()
+}
+
+/// The guest's driver negotiated packed rings (its sysfs features).
+fn packed_rings_negotiated(dir: &VmDir, spec: &VmSpec) {
+    let mac = spec.mac(0);
+    let out = exec(
+        dir,
+        &sh(&format!(
+            "for d in /sys/class/net/*; do [ \"$(cat $d/address)\" = {mac} ] && cat $d/device/features; done"
+        )),
+        Duration::from_secs(60),
+    )
+    .unwrap();
+    let features = out.stdout.trim();
+    assert_eq!(
+        features.as_bytes().get(RING_PACKED_BIT),
+        Some(&b'1'),
+        "the guest's driver negotiated packed rings: {features:?}"
+    );
+}
+
+/// The guest sends TSO frames (few, large); the host's ACKs come back one
+/// frame each: the port's counters `before` and `after` the traffic.
+fn traffic_counted(before: &PortStatsSnapshot, after: &PortStatsSnapshot) {
+    let ring_full = |s: &PortStatsSnapshot| s.rx.drops.get("ring_full").copied().unwrap_or(0);
+    println!(
+        "packed guest: sent {} frames ({} B), received {} frames during the traffic; receive ring full {} times before, {} during",
+        after.tx.packets - before.tx.packets,
+        after.tx.bytes - before.tx.bytes,
+        after.rx.packets - before.rx.packets,
+        ring_full(before),
+        ring_full(after) - ring_full(before),
+    );
+    assert!(after.tx.bytes - before.tx.bytes >= 256 * 1024, "{after:?}");
+    assert!(after.rx.packets - before.rx.packets >= 10, "{after:?}");
 }

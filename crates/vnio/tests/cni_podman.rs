@@ -80,56 +80,7 @@ fn two_podman_containers_talk_through_vnio() {
     let Some(w) = World::new("pm", 71) else {
         return;
     };
-    let d = w.dir.clone();
-    let pm = d.join("podman");
-    for sub in ["net.d", "rootfs"] {
-        std::fs::create_dir_all(pm.join(sub)).unwrap();
-    }
-    // The image: the static vnio alone.
-    std::fs::copy(&vnio_static, pm.join("rootfs/vnio")).unwrap();
-    let ok = Command::new("tar")
-        .arg("-C")
-        .arg(pm.join("rootfs"))
-        .arg("-cf")
-        .arg(pm.join("rootfs.tar"))
-        .arg(".")
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok);
-    // podman 4.3's libcni reads configurations up to 1.0.0. Its own
-    // files only: the host's containers.conf and networks are left alone.
-    std::fs::write(
-        pm.join("net.d/vnio-pm.conflist"),
-        format!(
-            r#"{{"cniVersion":"1.0.0","name":"vnio-pm","plugins":[{{"type":"vnio-cni","control":"{0}/ctl.sock","kind":"tap","dataDir":"{0}/data","ipam":{{"type":"host-local","ranges":[[{{"subnet":"10.71.0.0/16"}}]],"dataDir":"{0}/ipam"}}}}]}}"#,
-            d.display()
-        ),
-    )
-    .unwrap();
-    let plugins = w
-        .cni_path
-        .split(':')
-        .map(|p| format!("\"{p}\""))
-        .collect::<Vec<_>>();
-    // runc when there is one: crun refuses this machine's hybrid cgroup
-    // layout. Explicit limits: the runtime may not raise them past ours.
-    let runtime = if on_path("runc") {
-        "runtime = \"runc\"\n"
-    } else {
-        ""
-    };
-    std::fs::write(
-        pm.join("containers.conf"),
-        format!(
-            "[engine]\n{runtime}cgroup_manager = \"cgroupfs\"\nevents_logger = \"file\"\n\
-             [containers]\ndefault_ulimits = [\"nofile=1024:1024\", \"nproc=1000:1000\"]\n\
-             [network]\nnetwork_backend = \"cni\"\ncni_plugin_dirs = [{}]\nnetwork_config_dir = \"{}\"\n",
-            plugins.join(", "),
-            pm.join("net.d").display()
-        ),
-    )
-    .unwrap();
+    let pm = podman_config(&w, &vnio_static);
     let p = Podman { dir: pm.clone() };
     let tar = pm.join("rootfs.tar").display().to_string();
     p.ok(&["import", &tar, "localhost/vnio-cni-test"]);
@@ -183,4 +134,61 @@ fn two_podman_containers_talk_through_vnio() {
     assert_eq!(w.ports().len(), 0);
     assert_eq!(w.leases(), Vec::<String>::new());
     assert_eq!(w.records(), Vec::<String>::new());
+}
+
+/// Podman's own files under the test's directory: an image holding the
+/// static vnio alone, a CNI configuration for vnio-cni and a
+/// containers.conf pointing at both. Returns that directory.
+fn podman_config(w: &World, vnio_static: &Path) -> PathBuf {
+    let d = w.dir.clone();
+    let pm = d.join("podman");
+    for sub in ["net.d", "rootfs"] {
+        std::fs::create_dir_all(pm.join(sub)).unwrap();
+    }
+    // The image: the static vnio alone.
+    std::fs::copy(vnio_static, pm.join("rootfs/vnio")).unwrap();
+    let ok = Command::new("tar")
+        .arg("-C")
+        .arg(pm.join("rootfs"))
+        .arg("-cf")
+        .arg(pm.join("rootfs.tar"))
+        .arg(".")
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    // podman 4.3's libcni reads configurations up to 1.0.0. Its own
+    // files only: the host's containers.conf and networks are left alone.
+    std::fs::write(
+        pm.join("net.d/vnio-pm.conflist"),
+        format!(
+            r#"{{"cniVersion":"1.0.0","name":"vnio-pm","plugins":[{{"type":"vnio-cni","control":"{0}/ctl.sock","kind":"tap","dataDir":"{0}/data","ipam":{{"type":"host-local","ranges":[[{{"subnet":"10.71.0.0/16"}}]],"dataDir":"{0}/ipam"}}}}]}}"#,
+            d.display()
+        ),
+    )
+    .unwrap();
+    let plugins = w
+        .cni_path
+        .split(':')
+        .map(|p| format!("\"{p}\""))
+        .collect::<Vec<_>>();
+    // runc when there is one: crun refuses this machine's hybrid cgroup
+    // layout. Explicit limits: the runtime may not raise them past ours.
+    let runtime = if on_path("runc") {
+        "runtime = \"runc\"\n"
+    } else {
+        ""
+    };
+    std::fs::write(
+        pm.join("containers.conf"),
+        format!(
+            "[engine]\n{runtime}cgroup_manager = \"cgroupfs\"\nevents_logger = \"file\"\n\
+             [containers]\ndefault_ulimits = [\"nofile=1024:1024\", \"nproc=1000:1000\"]\n\
+             [network]\nnetwork_backend = \"cni\"\ncni_plugin_dirs = [{}]\nnetwork_config_dir = \"{}\"\n",
+            plugins.join(", "),
+            pm.join("net.d").display()
+        ),
+    )
+    .unwrap();
+    pm
 }

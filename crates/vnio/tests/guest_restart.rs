@@ -141,17 +141,7 @@ fn a_tcp_stream_between_guests_survives_a_switch_restart() {
         dir: dir.clone(),
         vms: Vec::new(),
     };
-    let d = dir.display();
-    let cfg = dir.join("switch.toml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "[switch]\ncontrol = \"{d}/ctl.sock\"\n\
-             [[port]]\nname = \"a\"\nkind = \"vhost-user\"\nsocket = \"{d}/a.sock\"\n\
-             [[port]]\nname = \"b\"\nkind = \"vhost-user\"\nsocket = \"{d}/b.sock\"\nmode = \"client\"\n"
-        ),
-    )
-    .unwrap();
+    let cfg = switch_config(&dir);
     let mut switch = start_switch_logged(&cfg, log_file(&cfg));
     let t = Instant::now();
     while !dir.join("a.sock").exists() {
@@ -162,108 +152,21 @@ fn a_tcp_stream_between_guests_survives_a_switch_restart() {
         std::thread::sleep(Duration::from_millis(20));
     }
     let ip = |g: u8| format!("10.{n}.0.{g}");
-    // a: QEMU dials the switch (reconnect=1); b: QEMU listens (server=on)
-    // and the switch dials it.
-    for (name, nic, g) in [("ra", "a.sock", 11), ("rb", "b.sock,server", 12)] {
-        let nic = format!("vhost-user:{d}/{nic},ip={}/24", ip(g));
-        let out = vm(
-            &dir,
-            &[
-                "run", "--name", name, "--nic", &nic, "--accel", "tcg", "--image", &image,
-            ],
-        );
-        assert!(out.status.success(), "{name}: {}", text(&out.stderr));
-        work.vms.push(name);
-    }
-    for name in ["ra", "rb"] {
-        let t = Instant::now();
-        while !vm(&dir, &["exec", "--timeout", "10s", name, "true"])
-            .status
-            .success()
-        {
-            assert!(t.elapsed() < Duration::from_secs(300), "{name} booted");
-            std::thread::sleep(Duration::from_secs(2));
-        }
-    }
+    launch_guests(&dir, &image, &ip, &mut work);
     println!("booted in {:.0} s", t0.elapsed().as_secs_f64());
     let pids = [qemu_pid(&dir, "ra"), qemu_pid(&dir, "rb")];
     let boot_id = |name| guest_sh(&dir, name, "cat /proc/sys/kernel/random/boot_id", "10s");
     let boots = [boot_id("ra"), boot_id("rb")];
-
-    // b listens (busybox nc stops at the end of its stdin: a pipe that
-    // stays open); a sends KIB random KiB, a MiB every half second. The
-    // pace keeps the stream going for 12 s at least: asking the receiving
-    // guest how much arrived can take seconds under TCG, and a transfer
-    // sent at full speed may be over before the switch is killed.
-    guest_sh(
-        &dir,
-        "rb",
-        "(sleep 900 | nc -l -p 5001 > /tmp/recv 2>/dev/null) > /dev/null 2>&1 &",
-        "10s",
-    );
-    let (dir2, to) = (dir.clone(), ip(12));
-    let sender = std::thread::spawn(move || {
-        let send = format!(
-            "dd if=/dev/urandom of=/tmp/out bs=1024 count={KIB} 2>/dev/null && md5sum < /tmp/out && \
-             i=0; while [ $i -lt {mib} ]; do dd if=/tmp/out bs=1048576 skip=$i count=1 2>/dev/null; i=$((i+1)); sleep 0.5; done \
-             | nc -w 60 {to} 5001",
-            mib = KIB / 1024
-        );
-        guest_sh(&dir2, "ra", &send, "600s")
-    });
+    let sender = start_paced_stream(&dir, ip(12));
     // Mid-transfer (some MiB arrived): SIGKILL, then the same switch again.
-    // (A TCG guest busy receiving may answer slowly: a late answer is 0.)
-    let received = || {
-        let out = vm(
-            &dir,
-            &["exec", "--timeout", "30s", "rb", "wc", "-c", "/tmp/recv"],
-        );
-        let n = text(&out.stdout)
-            .split_whitespace()
-            .next()
-            .and_then(|w| w.parse::<u64>().ok())
-            .unwrap_or(0);
-        println!("{:.1} s: {n} bytes received", t0.elapsed().as_secs_f64());
-        n
-    };
-    let t = Instant::now();
-    let mut at_kill = received();
-    while at_kill < 1 << 20 {
-        assert!(t.elapsed() < Duration::from_secs(300), "the transfer began");
-        std::thread::sleep(Duration::from_millis(200));
-        at_kill = received();
-    }
+    let at_kill = wait_for_a_mib(&dir, t0);
     switch.0.kill().unwrap();
     let _ = switch.0.wait();
     println!("switch killed");
     let killed = Instant::now();
     std::thread::sleep(Duration::from_secs(1));
     let _switch = start_switch_logged(&cfg, log_file(&cfg));
-    // Both QEMUs back on the restarted switch, and the stream flowing
-    // through it again (a MiB crossed port b).
-    let ctl = dir.join("ctl.sock");
-    let (mut back, mut flowing) = (None, None);
-    let mut last = None;
-    while flowing.is_none() {
-        // TCG guests on a busy 2-CPU host: a stream that stalled for the
-        // restart resumes on its TCP retransmission timer, which backs off.
-        assert!(
-            killed.elapsed() < Duration::from_secs(60),
-            "the stream resumed after the restart (vNICs back after {back:?}; a and b (connections, bytes): {last:?}); the switches' log:\n{}",
-            std::fs::read_to_string(cfg.with_extension("log")).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-        let (Some(a), Some(b)) = (port_counters(&ctl, "a"), port_counters(&ctl, "b")) else {
-            continue;
-        };
-        last = Some((a, b));
-        if a.0 > 0 && b.0 > 0 && back.is_none() {
-            back = Some(killed.elapsed());
-        }
-        if b.1 > 1 << 20 {
-            flowing = Some(killed.elapsed());
-        }
-    }
+    let (back, flowing) = wait_until_flowing(&dir.join("ctl.sock"), &cfg, killed);
     let s = |d: Option<Duration>| d.unwrap_or_default().as_secs_f64();
     println!(
         "killed with {at_kill} bytes received; restarted 1 s later; both vNICs reconnected {:.1} s and a MiB through the new switch {:.1} s after the kill",
@@ -271,21 +174,7 @@ fn a_tcp_stream_between_guests_survives_a_switch_restart() {
         s(flowing)
     );
     let sent = sender.join().expect("the sender");
-    let sent_md5 = sent.split_whitespace().next().unwrap_or("").to_string();
-    let wait = format!(
-        "n=0; while [ \"$(wc -c < /tmp/recv)\" -lt {} ] && [ $n -lt 300 ]; do usleep 100000; n=$((n+1)); done; md5sum < /tmp/recv; wc -c < /tmp/recv",
-        KIB * 1024
-    );
-    let got = guest_sh(&dir, "rb", &wait, "60s");
-    let got: Vec<&str> = got.split_whitespace().collect();
-    assert_eq!(
-        (got.first().copied(), got.last().copied()),
-        (
-            Some(sent_md5.as_str()),
-            Some((KIB * 1024).to_string().as_str())
-        ),
-        "the TCP stream arrived intact across the restart"
-    );
+    stream_arrived_intact(&dir, &sent);
     assert_eq!(
         [qemu_pid(&dir, "ra"), qemu_pid(&dir, "rb")],
         pids,
@@ -301,5 +190,153 @@ fn a_tcp_stream_between_guests_survives_a_switch_restart() {
     println!(
         "{KIB} KiB intact across the restart; took {:.0} s",
         t0.elapsed().as_secs_f64()
+    );
+}
+
+/// The switch's configuration in `dir`: port a listens, port b dials.
+fn switch_config(dir: &Path) -> PathBuf {
+    let d = dir.display();
+    let cfg = dir.join("switch.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[switch]\ncontrol = \"{d}/ctl.sock\"\n\
+             [[port]]\nname = \"a\"\nkind = \"vhost-user\"\nsocket = \"{d}/a.sock\"\n\
+             [[port]]\nname = \"b\"\nkind = \"vhost-user\"\nsocket = \"{d}/b.sock\"\nmode = \"client\"\n"
+        ),
+    )
+    .unwrap();
+    cfg
+}
+
+/// Guests ra and rb (TCG) booted: a: QEMU dials the switch
+/// (reconnect=1); b: QEMU listens (server=on) and the switch dials it.
+fn launch_guests(dir: &Path, image: &str, ip: &dyn Fn(u8) -> String, work: &mut Work) {
+    let d = dir.display();
+    for (name, nic, g) in [("ra", "a.sock", 11), ("rb", "b.sock,server", 12)] {
+        let nic = format!("vhost-user:{d}/{nic},ip={}/24", ip(g));
+        let out = vm(
+            dir,
+            &[
+                "run", "--name", name, "--nic", &nic, "--accel", "tcg", "--image", image,
+            ],
+        );
+        assert!(out.status.success(), "{name}: {}", text(&out.stderr));
+        work.vms.push(name);
+    }
+    for name in ["ra", "rb"] {
+        let t = Instant::now();
+        while !vm(dir, &["exec", "--timeout", "10s", name, "true"])
+            .status
+            .success()
+        {
+            assert!(t.elapsed() < Duration::from_secs(300), "{name} booted");
+            std::thread::sleep(Duration::from_secs(2));
+        }
+    }
+}
+
+/// b listens (busybox nc stops at the end of its stdin: a pipe that
+/// stays open); a sends KIB random KiB, a MiB every half second, to `to`.
+/// The pace keeps the stream going for 12 s at least: asking the receiving
+/// guest how much arrived can take seconds under TCG, and a transfer
+/// sent at full speed may be over before the switch is killed. The sender
+/// returns what a printed (the md5 first).
+fn start_paced_stream(dir: &Path, to: String) -> std::thread::JoinHandle<String> {
+    guest_sh(
+        dir,
+        "rb",
+        "(sleep 900 | nc -l -p 5001 > /tmp/recv 2>/dev/null) > /dev/null 2>&1 &",
+        "10s",
+    );
+    let dir2 = dir.to_path_buf();
+    std::thread::spawn(move || {
+        let send = format!(
+            "dd if=/dev/urandom of=/tmp/out bs=1024 count={KIB} 2>/dev/null && md5sum < /tmp/out && \
+             i=0; while [ $i -lt {mib} ]; do dd if=/tmp/out bs=1048576 skip=$i count=1 2>/dev/null; i=$((i+1)); sleep 0.5; done \
+             | nc -w 60 {to} 5001",
+            mib = KIB / 1024
+        );
+        guest_sh(&dir2, "ra", &send, "600s")
+    })
+}
+
+/// Bytes guest b received so far. (A TCG guest busy receiving may answer
+/// slowly: a late answer is 0.)
+fn received(dir: &Path, t0: Instant) -> u64 {
+    let out = vm(
+        dir,
+        &["exec", "--timeout", "30s", "rb", "wc", "-c", "/tmp/recv"],
+    );
+    let n = text(&out.stdout)
+        .split_whitespace()
+        .next()
+        .and_then(|w| w.parse::<u64>().ok())
+        .unwrap_or(0);
+    println!("{:.1} s: {n} bytes received", t0.elapsed().as_secs_f64());
+    n
+}
+
+/// Waits until a MiB reached b; the bytes received then.
+fn wait_for_a_mib(dir: &Path, t0: Instant) -> u64 {
+    let t = Instant::now();
+    let mut at_kill = received(dir, t0);
+    while at_kill < 1 << 20 {
+        assert!(t.elapsed() < Duration::from_secs(300), "the transfer began");
+        std::thread::sleep(Duration::from_millis(200));
+        at_kill = received(dir, t0);
+    }
+    at_kill
+}
+
+/// Both QEMUs back on the restarted switch (at `ctl`), and the stream
+/// flowing through it again (a MiB crossed port b): when each happened
+/// after `killed`.
+fn wait_until_flowing(
+    ctl: &Path,
+    cfg: &Path,
+    killed: Instant,
+) -> (Option<Duration>, Option<Duration>) {
+    let (mut back, mut flowing) = (None, None);
+    let mut last = None;
+    while flowing.is_none() {
+        // TCG guests on a busy 2-CPU host: a stream that stalled for the
+        // restart resumes on its TCP retransmission timer, which backs off.
+        assert!(
+            killed.elapsed() < Duration::from_secs(60),
+            "the stream resumed after the restart (vNICs back after {back:?}; a and b (connections, bytes): {last:?}); the switches' log:\n{}",
+            std::fs::read_to_string(cfg.with_extension("log")).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+        let (Some(a), Some(b)) = (port_counters(ctl, "a"), port_counters(ctl, "b")) else {
+            continue;
+        };
+        last = Some((a, b));
+        if a.0 > 0 && b.0 > 0 && back.is_none() {
+            back = Some(killed.elapsed());
+        }
+        if b.1 > 1 << 20 {
+            flowing = Some(killed.elapsed());
+        }
+    }
+    (back, flowing)
+}
+
+/// Every byte a `sent` reached b, with its md5.
+fn stream_arrived_intact(dir: &Path, sent: &str) {
+    let sent_md5 = sent.split_whitespace().next().unwrap_or("").to_string();
+    let wait = format!(
+        "n=0; while [ \"$(wc -c < /tmp/recv)\" -lt {} ] && [ $n -lt 300 ]; do usleep 100000; n=$((n+1)); done; md5sum < /tmp/recv; wc -c < /tmp/recv",
+        KIB * 1024
+    );
+    let got = guest_sh(dir, "rb", &wait, "60s");
+    let got: Vec<&str> = got.split_whitespace().collect();
+    assert_eq!(
+        (got.first().copied(), got.last().copied()),
+        (
+            Some(sent_md5.as_str()),
+            Some((KIB * 1024).to_string().as_str())
+        ),
+        "the TCP stream arrived intact across the restart"
     );
 }

@@ -6,6 +6,9 @@
 use std::path::Path;
 use std::process::{Command, Stdio};
 
+use vnio_lab::runner::PointOutcome;
+use vnio_measure::result::Iteration;
+
 const VNIO: &str = env!("CARGO_BIN_EXE_vnio");
 
 /// Reads each interval log given and prints, per untagged interval, its
@@ -89,9 +92,42 @@ fn exported_interval_logs_read_back_in_python_with_the_same_percentiles() {
         dir.join("hlog"),
         dir.join("points.csv"),
     );
+    run_and_export(&journal, &db, &hlogs, &csv);
+    let store = vnio_lab::store::Store::open(&db).unwrap();
+    let run = store.load(store.resolve("last").unwrap()).unwrap();
+    let points = &run.scenarios[0].points;
+    assert_eq!(points.len(), 2, "--quick: burst 1 and 4");
+
+    let files: Vec<String> = points
+        .iter()
+        .map(|o| {
+            let name = vnio_lab::export::hlog_name("rr-burst", o);
+            hlogs.join(name).to_str().unwrap().to_owned()
+        })
+        .collect();
+    let read = read_in_python(&files);
+    for (o, file) in points.iter().zip(&files) {
+        let doc = o.document.as_ref().unwrap();
+        let rows = read[file].as_array().unwrap();
+        assert_eq!(
+            rows.len(),
+            doc.iterations.len(),
+            "{file}: one per iteration"
+        );
+        for (it, row) in doc.iterations.iter().zip(rows) {
+            python_reads_the_same(file, it, row);
+        }
+    }
+    csv_has_a_row_per_point(&csv, points);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `vnio lab run rr-burst` (native, two iterations) into `db`, exported as
+/// interval logs under `hlogs` and as `csv`.
+fn run_and_export(journal: &Path, db: &Path, hlogs: &Path, csv: &Path) {
     let db_arg = db.to_str().unwrap();
     vnio(
-        &journal,
+        journal,
         &[
             "lab",
             "run",
@@ -110,7 +146,7 @@ fn exported_interval_logs_read_back_in_python_with_the_same_percentiles() {
         ],
     );
     vnio(
-        &journal,
+        journal,
         &[
             "lab",
             "export",
@@ -123,22 +159,15 @@ fn exported_interval_logs_read_back_in_python_with_the_same_percentiles() {
             csv.to_str().unwrap(),
         ],
     );
-    let store = vnio_lab::store::Store::open(&db).unwrap();
-    let run = store.load(store.resolve("last").unwrap()).unwrap();
-    let points = &run.scenarios[0].points;
-    assert_eq!(points.len(), 2, "--quick: burst 1 and 4");
+}
 
-    let files: Vec<String> = points
-        .iter()
-        .map(|o| {
-            let name = vnio_lab::export::hlog_name("rr-burst", o);
-            hlogs.join(name).to_str().unwrap().to_owned()
-        })
-        .collect();
+/// What Python's hdrhistogram reads from each interval log `files`: per
+/// file, per iteration, its count, buckets and percentiles.
+fn read_in_python(files: &[String]) -> serde_json::Value {
     let out = Command::new("python3")
         .arg("-c")
         .arg(READER)
-        .args(&files)
+        .args(files)
         .output()
         .unwrap();
     assert!(
@@ -146,45 +175,41 @@ fn exported_interval_logs_read_back_in_python_with_the_same_percentiles() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let read: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    for (o, file) in points.iter().zip(&files) {
-        let doc = o.document.as_ref().unwrap();
-        let rows = read[file].as_array().unwrap();
-        assert_eq!(
-            rows.len(),
-            doc.iterations.len(),
-            "{file}: one per iteration"
-        );
-        for (it, row) in doc.iterations.iter().zip(rows) {
-            let ours = it.merged.latency.as_ref().unwrap();
-            assert!(ours.count > 100, "{file}: measured");
-            assert_eq!(row["count"], ours.count, "{file}: count");
-            // The same histogram, bucket for bucket.
-            let theirs: Vec<(u64, u64)> = serde_json::from_value(row["buckets"].clone()).unwrap();
-            assert_eq!(theirs, buckets(&it.merged), "{file}: buckets");
-            // The same percentiles. Implementations round a percentile's
-            // rank differently (Java's and Python's to the nearest count,
-            // Rust's up): where the ranks differ by one, the value may be
-            // the neighbouring recorded one, never further.
-            let values: Vec<u64> = theirs.iter().map(|b| b.0).collect();
-            let at = |v: u64| values.iter().position(|&x| x == v);
-            let said: Vec<u64> = serde_json::from_value(row["percentiles"].clone()).unwrap();
-            for (name, a, b) in [
-                ("p50", ours.p50_ns, said[0]),
-                ("p99", ours.p99_ns, said[1]),
-                ("p99.9", ours.p999_ns, said[2]),
-            ] {
-                let (ia, ib) = (at(a).unwrap(), at(b).unwrap());
-                assert!(
-                    ia.abs_diff(ib) <= 1,
-                    "{file} {name}: ours {a}, Python's {b}"
-                );
-            }
-        }
-    }
+    serde_json::from_slice(&out.stdout).unwrap()
+}
 
-    // The CSV: a header, one row per point, the chosen iteration's p99.
-    let text = std::fs::read_to_string(&csv).unwrap();
+/// Python read iteration `it` of `file` as we recorded it: the same count,
+/// the same histogram bucket for bucket, the same percentiles.
+fn python_reads_the_same(file: &str, it: &Iteration, row: &serde_json::Value) {
+    let ours = it.merged.latency.as_ref().unwrap();
+    assert!(ours.count > 100, "{file}: measured");
+    assert_eq!(row["count"], ours.count, "{file}: count");
+    // The same histogram, bucket for bucket.
+    let theirs: Vec<(u64, u64)> = serde_json::from_value(row["buckets"].clone()).unwrap();
+    assert_eq!(theirs, buckets(&it.merged), "{file}: buckets");
+    // The same percentiles. Implementations round a percentile's
+    // rank differently (Java's and Python's to the nearest count,
+    // Rust's up): where the ranks differ by one, the value may be
+    // the neighbouring recorded one, never further.
+    let values: Vec<u64> = theirs.iter().map(|b| b.0).collect();
+    let at = |v: u64| values.iter().position(|&x| x == v);
+    let said: Vec<u64> = serde_json::from_value(row["percentiles"].clone()).unwrap();
+    for (name, a, b) in [
+        ("p50", ours.p50_ns, said[0]),
+        ("p99", ours.p99_ns, said[1]),
+        ("p99.9", ours.p999_ns, said[2]),
+    ] {
+        let (ia, ib) = (at(a).unwrap(), at(b).unwrap());
+        assert!(
+            ia.abs_diff(ib) <= 1,
+            "{file} {name}: ours {a}, Python's {b}"
+        );
+    }
+}
+
+/// The CSV: a header, one row per point, the chosen iteration's p99.
+fn csv_has_a_row_per_point(csv: &Path, points: &[PointOutcome]) {
+    let text = std::fs::read_to_string(csv).unwrap();
     let mut lines = text.lines();
     let header: Vec<&str> = lines.next().unwrap().split(',').collect();
     assert_eq!(header, vnio_lab::export::CSV_COLUMNS);
@@ -198,7 +223,6 @@ fn exported_interval_logs_read_back_in_python_with_the_same_percentiles() {
         assert_eq!(row[col("status")], "ok");
         assert_eq!(row[col("sweep_parameter")], "burst");
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

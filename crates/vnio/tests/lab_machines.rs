@@ -131,8 +131,36 @@ fn a_run_across_machines_stores_reports_and_leaves_nothing_also_when_killed() {
 
     // A whole run: every configuration built on both machines, measured,
     // stored, reported, removed.
+    let pid = run_across_machines(&journal, &db, &report);
+    every_configuration_measured(&db);
+    let html = std::fs::read_to_string(&report).unwrap();
+    assert!(
+        html.contains("m1") && html.contains("clock"),
+        "the report shows the machines"
+    );
+    let left = settled_leftovers(pid, &journal);
+    assert!(left.is_empty(), "a run across machines left: {left:?}");
+
+    // SIGKILL once the far side is built: its parts stay on both machines
+    // until `vnio lab clean`.
+    let pid = killed_once_the_far_side_is_built(&journal, &db);
+    let out = lab(&journal).arg("clean").output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "vnio lab clean: {stdout} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("removed machine m1"), "{stdout}");
+    let left = settled_leftovers(pid, &journal);
+    assert!(left.is_empty(), "after clean: {left:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `vnio lab run across-machines` to its end, into `db` and `report`; its pid.
+fn run_across_machines(journal: &Path, db: &Path, report: &Path) -> u32 {
     let started = Instant::now();
-    let child = lab(&journal)
+    let child = lab(journal)
         .args([
             "run",
             "across-machines",
@@ -142,9 +170,9 @@ fn a_run_across_machines_stores_reports_and_leaves_nothing_also_when_killed() {
             "100ms",
         ])
         .args(["--iterations", "1", "--db"])
-        .arg(&db)
+        .arg(db)
         .arg("--report")
-        .arg(&report)
+        .arg(report)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -154,7 +182,13 @@ fn a_run_across_machines_stores_reports_and_leaves_nothing_also_when_killed() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "vnio lab run: {stderr}");
     eprintln!("across-machines ran in {:?}", started.elapsed());
-    let store = vnio_lab::store::Store::open(&db).unwrap();
+    pid
+}
+
+/// The run is complete: every point measured or skipped, the expected ones
+/// measured; each testbed records the machine, its interface and its clock.
+fn every_configuration_measured(db: &Path) {
+    let store = vnio_lab::store::Store::open(db).unwrap();
     let run = store.load(store.resolve("last").unwrap()).unwrap();
     assert_eq!(run.row.status, "complete");
     let s = &run.scenarios[0];
@@ -189,7 +223,6 @@ fn a_run_across_machines_stores_reports_and_leaves_nothing_also_when_killed() {
             "{want} measured: {measured:?}"
         );
     }
-    // Each testbed records the machine, its interface and its clock.
     assert_eq!(s.testbeds.len(), 3);
     for bed in &s.testbeds {
         let m = &bed.machines[0];
@@ -207,17 +240,12 @@ fn a_run_across_machines_stores_reports_and_leaves_nothing_also_when_killed() {
         let server = bed.hosts.iter().find(|h| h.name == "server").unwrap();
         assert_eq!(server.machine.as_deref(), Some("m1"));
     }
-    let html = std::fs::read_to_string(&report).unwrap();
-    assert!(
-        html.contains("m1") && html.contains("clock"),
-        "the report shows the machines"
-    );
-    let left = settled_leftovers(pid, &journal);
-    assert!(left.is_empty(), "a run across machines left: {left:?}");
+}
 
-    // SIGKILL once the far side is built: its parts stay on both machines
-    // until `vnio lab clean`.
-    let mut child = lab(&journal)
+/// A run of the overlay configuration SIGKILLed once m1's namespace is
+/// built and it measures: it leaves its far side. Its pid.
+fn killed_once_the_far_side_is_built(journal: &Path, db: &Path) -> u32 {
+    let mut child = lab(journal)
         .args([
             "run",
             "across-machines",
@@ -229,7 +257,7 @@ fn a_run_across_machines_stores_reports_and_leaves_nothing_also_when_killed() {
             "1",
             "--db",
         ])
-        .arg(&db)
+        .arg(db)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -246,7 +274,7 @@ fn a_run_across_machines_stores_reports_and_leaves_nothing_also_when_killed() {
                 let n = e.file_name().to_string_lossy().into_owned();
                 n.starts_with(&far) && n.contains("-m1-")
             });
-        let measuring = std::fs::read_to_string(&journal).is_ok_and(|j| j.contains("process"));
+        let measuring = std::fs::read_to_string(journal).is_ok_and(|j| j.contains("process"));
         if remote_ns && measuring || Instant::now() > deadline {
             break remote_ns;
         }
@@ -258,22 +286,12 @@ fn a_run_across_machines_stores_reports_and_leaves_nothing_also_when_killed() {
     child.kill().unwrap();
     child.wait().unwrap();
     assert!(built, "the far side was never built");
-    let before = leftovers(pid, &journal);
+    let before = leftovers(pid, journal);
     assert!(
         before.iter().any(|l| l.contains("-m1-")) && before.iter().any(|l| l.contains("machines")),
         "a SIGKILLed run leaves its far side: {before:?}"
     );
-    let out = lab(&journal).arg("clean").output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "vnio lab clean: {stdout} {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(stdout.contains("removed machine m1"), "{stdout}");
-    let left = settled_leftovers(pid, &journal);
-    assert!(left.is_empty(), "after clean: {left:?}");
-    let _ = std::fs::remove_dir_all(&dir);
+    pid
 }
 
 /// A scenario is code: its `ssh_options` that run commands are refused in

@@ -301,8 +301,24 @@ fn quick_set_builds_runs_stores_reports_and_leaves_nothing() {
         dir.join("lab.db"),
         dir.join("quick.html"),
     );
+    run_quick_set(&journal, &db, &report);
+    store_holds_every_point(&db);
+    let html = report_rerenders_identically(&journal, &db, &report, &dir);
+    let verdicts = findings_judged(&journal, &db, &html);
+    second_run_compares(&journal, &db, &dir);
+    let outcomes: HashSet<&str> = verdicts
+        .iter()
+        .map(|v| v["outcome"].as_str().unwrap())
+        .collect();
+    screenshot_shows_the_verdicts_and_figures(&report, &dir, &outcomes);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `vnio lab run quick --quick` into `db` and `report`: it says where the
+/// report is, built namespaces and left nothing.
+fn run_quick_set(journal: &Path, db: &Path, report: &Path) {
     let run = run_leaving_nothing(
-        lab(&journal)
+        lab(journal)
             .args([
                 "run",
                 "quick",
@@ -313,10 +329,10 @@ fn quick_set_builds_runs_stores_reports_and_leaves_nothing() {
                 "100ms",
             ])
             .arg("--db")
-            .arg(&db)
+            .arg(db)
             .arg("--report")
-            .arg(&report),
-        &journal,
+            .arg(report),
+        journal,
         "vnio lab run quick",
     );
     assert!(
@@ -330,9 +346,11 @@ fn quick_set_builds_runs_stores_reports_and_leaves_nothing() {
         "the run built namespaces ({:?})",
         run.namespaces
     );
+}
 
-    // The store holds every scenario of the set and every point.
-    let store = vnio_lab::store::Store::open(&db).unwrap();
+/// The store holds every scenario of the set and every point.
+fn store_holds_every_point(db: &Path) {
+    let store = vnio_lab::store::Store::open(db).unwrap();
     let run = store.load(store.resolve("last").unwrap()).unwrap();
     assert_eq!(run.row.status, "complete");
     assert_eq!(run.scenarios.len(), 8, "the quick set's scenarios");
@@ -405,31 +423,37 @@ fn quick_set_builds_runs_stores_reports_and_leaves_nothing() {
             p.error
         );
     }
+}
 
-    // The report re-renders from the store alone, identically.
+/// The report re-renders from the store alone, identically; its HTML.
+fn report_rerenders_identically(journal: &Path, db: &Path, report: &Path, dir: &Path) -> String {
     let again = dir.join("again.html");
     succeeds(
-        lab(&journal)
+        lab(journal)
             .args(["report", "last", "--db"])
-            .arg(&db)
+            .arg(db)
             .arg("-o")
             .arg(&again),
     );
-    let html = std::fs::read_to_string(&report).unwrap();
+    let html = std::fs::read_to_string(report).unwrap();
     assert_eq!(html, std::fs::read_to_string(&again).unwrap());
     assert!(html.matches("<svg").count() >= 14, "figures in the report");
+    html
+}
 
-    // Every finding the shipped scenarios declare is judged from the
-    // store, each verdict the rule's over its band, with a reason.
+/// Every finding the shipped scenarios declare is judged from the store,
+/// each verdict the rule's over its band, with a reason; the report shows
+/// them. Returns the verdicts.
+fn findings_judged(journal: &Path, db: &Path, html: &str) -> Vec<serde_json::Value> {
     let json = succeeds(
-        lab(&journal)
+        lab(journal)
             .args(["findings", "last", "--json", "--db"])
-            .arg(&db),
+            .arg(db),
     );
     let found: serde_json::Value = serde_json::from_str(&json).unwrap();
-    let verdicts = found["verdicts"].as_array().unwrap();
+    let verdicts = found["verdicts"].as_array().unwrap().clone();
     assert!(verdicts.len() >= 15, "{} verdicts", verdicts.len());
-    for v in verdicts {
+    for v in &verdicts {
         verdict_follows_its_band(v);
     }
     let flat = verdicts
@@ -441,10 +465,13 @@ fn quick_set_builds_runs_stores_reports_and_leaves_nothing() {
         "--quick leaves out 2 sessions: {flat}"
     );
     assert!(html.contains("verdicts of this run"));
+    verdicts
+}
 
-    // A second run of one scenario compares with the first.
+/// A second run of one scenario compares with the first.
+fn second_run_compares(journal: &Path, db: &Path, dir: &Path) {
     succeeds(
-        lab(&journal)
+        lab(journal)
             .args([
                 "run",
                 "ping-sessions",
@@ -457,25 +484,18 @@ fn quick_set_builds_runs_stores_reports_and_leaves_nothing() {
                 "100ms",
                 "--db",
             ])
-            .arg(&db),
+            .arg(db),
     );
     let cmp = dir.join("cmp.html");
     let text = succeeds(
-        lab(&journal)
+        lab(journal)
             .args(["compare", "last-1", "last", "--db"])
-            .arg(&db)
+            .arg(db)
             .arg("-o")
             .arg(&cmp),
     );
     assert!(text.contains("2 common points"), "{text}");
     assert!(std::fs::read_to_string(&cmp).unwrap().contains("<svg"));
-
-    let outcomes: HashSet<&str> = verdicts
-        .iter()
-        .map(|v| v["outcome"].as_str().unwrap())
-        .collect();
-    screenshot_shows_the_verdicts_and_figures(&report, &dir, &outcomes);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A small real scenario with findings: native (veth) and Linux bridge

@@ -70,7 +70,17 @@ fn kvm_guest_latency() {
     assert_eq!(a.virtualized, Some(true));
     assert_eq!(a.kernel.as_deref(), Some("6.1.0-fake"));
     assert_eq!(a.exit_code(), 2);
+    kvm_guest_hidden_and_idle(&a);
+    kvm_guest_network(&a);
+    kvm_guest_memory(&a);
+    kvm_guest_virt_and_sched(&a);
+    kvm_guest_security_and_time(&a);
+    summary_adds_up(&a);
+}
 
+/// A KVM guest: the host's knobs are not visible from it; its idle states
+/// and halt polling.
+fn kvm_guest_hidden_and_idle(a: &Audit) {
     for id in [
         "bios.power",
         "cpu.governor",
@@ -78,7 +88,7 @@ fn kvm_guest_latency() {
         "cpu.turbo",
         "kvm.halt-poll",
     ] {
-        let f = find(&a, id);
+        let f = find(a, id);
         assert_eq!(f.status, Status::NotVisible, "{id}: {}", f.current);
         assert!(
             f.current.starts_with("not visible from here: "),
@@ -86,15 +96,15 @@ fn kvm_guest_latency() {
             f.current
         );
     }
-    assert!(find(&a, "cpu.governor").current.contains("host's governor"));
+    assert!(find(a, "cpu.governor").current.contains("host's governor"));
 
-    assert_eq!(find(&a, "idle.driver").status, Status::Ok);
-    let states = find(&a, "idle.states");
+    assert_eq!(find(a, "idle.driver").status, Status::Ok);
+    let states = find(a, "idle.states");
     assert_eq!(
         (states.status, states.current.as_str()),
         (Status::Ok, "all 2: POLL(0us) haltpoll idle(1us)")
     );
-    let qos = find(&a, "idle.pm-qos");
+    let qos = find(a, "idle.pm-qos");
     assert_eq!(
         (qos.status, qos.current.as_str()),
         (Status::Ok, "no request")
@@ -107,7 +117,7 @@ fn kvm_guest_latency() {
         qos.notes
     );
 
-    let hp = find(&a, "idle.haltpoll");
+    let hp = find(a, "idle.haltpoll");
     assert_eq!(
         (hp.status, hp.current.as_str()),
         (Status::Differs, "guest_halt_poll_ns=0")
@@ -120,13 +130,16 @@ fn kvm_guest_latency() {
             "0".into()
         )]
     );
+}
 
-    let bp = find(&a, "net.busy-poll");
+/// A KVM guest's NIC: busy polling, coalescing, offloads, queues, IRQs.
+fn kvm_guest_network(a: &Audit) {
+    let bp = find(a, "net.busy-poll");
     assert_eq!(bp.status, Status::Differs);
     assert_eq!(bp.changes.len(), 2);
     assert!(bp.changes.iter().all(|c| c.to == "50" && c.restore == "0"));
 
-    let co = find(&a, "net.coalescing");
+    let co = find(a, "net.coalescing");
     assert_eq!(
         (co.status, co.current.as_str()),
         (
@@ -134,13 +147,13 @@ fn kvm_guest_latency() {
             "eth0: rx-usecs 0 rx-frames 1 adaptive-rx off tx-usecs 0 tx-frames 1"
         )
     );
-    assert_eq!(find(&a, "net.offloads").current, "eth0: lro off gro on");
+    assert_eq!(find(a, "net.offloads").current, "eth0: lro off gro on");
     assert_eq!(
-        find(&a, "net.rps-xps").current,
+        find(a, "net.rps-xps").current,
         "eth0: 1 rx queues (0 with RPS), 1 tx queues (1 with XPS)"
     );
 
-    let irq = find(&a, "irq.affinity");
+    let irq = find(a, "irq.affinity");
     assert_eq!(
         (irq.status, irq.current.as_str()),
         (
@@ -156,14 +169,18 @@ fn kvm_guest_latency() {
             "31 virtio1-output.0 -> 1".to_string(),
         ]
     );
-    let numa = find(&a, "mem.numa");
+}
+
+/// A KVM guest's memory: NUMA, THP, KSM, balloon, memlock.
+fn kvm_guest_memory(a: &Audit) {
+    let numa = find(a, "mem.numa");
     assert_eq!(
         (numa.status, numa.current.as_str()),
         (Status::Ok, "1 node; numa_balancing 1")
     );
     assert!(numa.changes.is_empty());
 
-    let thp = find(&a, "mem.thp");
+    let thp = find(a, "mem.thp");
     assert_eq!(thp.status, Status::Differs);
     assert_eq!(
         changes(thp),
@@ -181,16 +198,19 @@ fn kvm_guest_latency() {
         ]
     );
     assert_eq!(
-        changes(find(&a, "mem.ksm")),
+        changes(find(a, "mem.ksm")),
         vec![("/sys/kernel/mm/ksm/run".into(), "0".into(), "1".into())]
     );
-    assert_eq!(find(&a, "mem.balloon").status, Status::Differs);
+    assert_eq!(find(a, "mem.balloon").status, Status::Differs);
     assert_eq!(
-        find(&a, "mem.memlock").current,
+        find(a, "mem.memlock").current,
         "ulimit -l 8192 KiB (this process)"
     );
+}
 
-    let hv = find(&a, "virt.hypervisor");
+/// A KVM guest's hypervisor hints, housekeeping, idle limits and steal.
+fn kvm_guest_virt_and_sched(a: &Audit) {
+    let hv = find(a, "virt.hypervisor");
     assert_eq!(
         (hv.status, hv.current.as_str()),
         (Status::Differs, "KVM guest; vCPUs not hinted dedicated")
@@ -205,7 +225,7 @@ fn kvm_guest_latency() {
     assert_eq!(hv.apply.kind, vnio_tune::ApplyKind::Manual);
     assert!(hv.changes.is_empty(), "manual knobs plan no change");
 
-    let hk = find(&a, "sched.housekeeping");
+    let hk = find(a, "sched.housekeeping");
     assert_eq!(
         (hk.status, hk.current.as_str()),
         (
@@ -215,31 +235,34 @@ fn kvm_guest_latency() {
     );
     assert_eq!(hk.changes.len(), 3);
     assert_eq!(
-        changes(find(&a, "net.tcp-fastopen")),
+        changes(find(a, "net.tcp-fastopen")),
         vec![(
             "/proc/sys/net/ipv4/tcp_fastopen".into(),
             "3".into(),
             "1".into()
         )]
     );
-    let rl = find(&a, "idle.cpu-resume-latency");
+    let rl = find(a, "idle.cpu-resume-latency");
     assert_eq!(
         (rl.status, rl.changes.len()),
         (Status::Ok, 0),
         "haltpoll exits in 1 us: no limit needed"
     );
     assert_eq!(
-        find(&a, "sched.nohz").current,
+        find(a, "sched.nohz").current,
         "tickless idle (default), skew_tick=0"
     );
 
-    let steal = find(&a, "virt.steal");
+    let steal = find(a, "virt.steal");
     assert_eq!(
         (steal.status, steal.current.as_str()),
         (Status::Differs, "1.70% of CPU time since boot")
     );
+}
 
-    let fw = find(&a, "sec.firewall");
+/// A KVM guest's firewall, LSM, conntrack and clock.
+fn kvm_guest_security_and_time(a: &Audit) {
+    let fw = find(a, "sec.firewall");
     assert_eq!(fw.status, Status::Differs);
     assert!(
         fw.notes
@@ -249,16 +272,19 @@ fn kvm_guest_latency() {
         fw.notes
     );
     assert_eq!(
-        find(&a, "sec.lsm").current,
+        find(a, "sec.lsm").current,
         "SELinux off; AppArmor on, 1 profiles enforcing"
     );
-    assert_eq!(find(&a, "sec.conntrack").current, "12 of 262144 entries");
-    assert_eq!(find(&a, "time.clocksource").status, Status::Ok);
+    assert_eq!(find(a, "sec.conntrack").current, "12 of 262144 entries");
+    assert_eq!(find(a, "time.clocksource").status, Status::Ok);
     assert_eq!(
-        find(&a, "time.clock-cost").current,
+        find(a, "time.clock-cost").current,
         "25.0 ns per clock_gettime(CLOCK_MONOTONIC)"
     );
+}
 
+/// The summary counts every finding, and none is unreadable.
+fn summary_adds_up(a: &Audit) {
     let s = a.summary;
     assert_eq!(
         s.ok + s.differs + s.info + s.not_visible + s.unreadable,
@@ -303,7 +329,22 @@ fn bare_metal_latency_plans_cpu_and_idle_changes() {
     let a = audit(&fake.host(), Profile::Latency);
     assert_eq!(a.virtualized, Some(false));
     assert_eq!(find(&a, "bios.power").status, Status::Info);
-    let gov = find(&a, "cpu.governor");
+    bare_metal_cpu_and_idle(&a);
+    bare_metal_firmware_and_limits(&a);
+
+    let t = audit(&fake.host(), Profile::Throughput);
+    assert_eq!(find(&t, "cpu.epb").status, Status::Ok);
+    assert_eq!(find(&t, "idle.cpu-resume-latency").status, Status::Ok);
+    assert_eq!(find(&t, "idle.states").status, Status::Ok);
+    assert_eq!(find(&t, "cpu.governor").status, Status::Differs);
+    let b = audit(&fake.host(), Profile::Balanced);
+    assert_eq!(find(&b, "cpu.governor").status, Status::Ok);
+}
+
+/// Bare metal for latency: the governor, EPP and idle states planned,
+/// PM QoS held by a process, no hypervisor or balloon.
+fn bare_metal_cpu_and_idle(a: &Audit) {
+    let gov = find(a, "cpu.governor");
     assert_eq!(
         (gov.status, gov.current.as_str()),
         (Status::Differs, "all 2: powersave")
@@ -323,9 +364,9 @@ fn bare_metal_latency_plans_cpu_and_idle_changes() {
             ),
         ]
     );
-    assert_eq!(find(&a, "cpu.epp").changes.len(), 2);
-    assert_eq!(find(&a, "cpu.turbo").status, Status::Ok);
-    let st = find(&a, "idle.states");
+    assert_eq!(find(a, "cpu.epp").changes.len(), 2);
+    assert_eq!(find(a, "cpu.turbo").status, Status::Ok);
+    let st = find(a, "idle.states");
     assert_eq!(st.status, Status::Differs);
     let disabled: Vec<String> = st.changes.iter().map(|c| c.path.clone()).collect();
     assert_eq!(
@@ -338,21 +379,26 @@ fn bare_metal_latency_plans_cpu_and_idle_changes() {
         ]
     );
     assert!(st.changes.iter().all(|c| c.to == "1" && c.restore == "0"));
-    let qos = find(&a, "idle.pm-qos");
+    let qos = find(a, "idle.pm-qos");
     assert_eq!(qos.status, Status::Differs);
     assert_eq!(qos.apply.kind, vnio_tune::ApplyKind::Process);
     assert!(
         qos.changes.is_empty(),
         "PM QoS is held by a process, never written by apply"
     );
-    assert_eq!(find(&a, "idle.haltpoll").status, Status::Info);
-    assert_eq!(find(&a, "kvm.halt-poll").status, Status::Ok);
+    assert_eq!(find(a, "idle.haltpoll").status, Status::Info);
+    assert_eq!(find(a, "kvm.halt-poll").status, Status::Ok);
     assert_eq!(
-        find(&a, "virt.hypervisor").current,
+        find(a, "virt.hypervisor").current,
         "bare metal (no hypervisor flag)"
     );
-    assert_eq!(find(&a, "mem.balloon").status, Status::Info);
-    let pp = find(&a, "bios.platform-profile");
+    assert_eq!(find(a, "mem.balloon").status, Status::Info);
+}
+
+/// Bare metal for latency: the platform profile, EPB, minimum performance
+/// and resume latency planned; the firewall's rules counted.
+fn bare_metal_firmware_and_limits(a: &Audit) {
+    let pp = find(a, "bios.platform-profile");
     assert_eq!(
         (pp.status, pp.current.as_str()),
         (
@@ -368,20 +414,20 @@ fn bare_metal_latency_plans_cpu_and_idle_changes() {
             "balanced".into()
         )]
     );
-    let epb = find(&a, "cpu.epb");
+    let epb = find(a, "cpu.epb");
     assert_eq!(
         (epb.status, epb.current.as_str(), epb.changes.len()),
         (Status::Differs, "all 2: 6", 2)
     );
     assert_eq!(
-        changes(find(&a, "cpu.min-perf")),
+        changes(find(a, "cpu.min-perf")),
         vec![(
             "/sys/devices/system/cpu/intel_pstate/min_perf_pct".into(),
             "100".into(),
             "20".into()
         )]
     );
-    let rl = find(&a, "idle.cpu-resume-latency");
+    let rl = find(a, "idle.cpu-resume-latency");
     assert_eq!(
         (rl.status, rl.current.as_str()),
         (Status::Differs, "all 2: no constraint")
@@ -401,7 +447,7 @@ fn bare_metal_latency_plans_cpu_and_idle_changes() {
             ),
         ]
     );
-    let fw = find(&a, "sec.firewall");
+    let fw = find(a, "sec.firewall");
     assert_eq!(
         fw.current,
         "legacy iptables tables: filter / filter; nf_tables loaded; at most 6 rules counted"
@@ -411,14 +457,6 @@ fn bare_metal_latency_plans_cpu_and_idle_changes() {
         "{:?}",
         fw.notes
     );
-
-    let t = audit(&fake.host(), Profile::Throughput);
-    assert_eq!(find(&t, "cpu.epb").status, Status::Ok);
-    assert_eq!(find(&t, "idle.cpu-resume-latency").status, Status::Ok);
-    assert_eq!(find(&t, "idle.states").status, Status::Ok);
-    assert_eq!(find(&t, "cpu.governor").status, Status::Differs);
-    let b = audit(&fake.host(), Profile::Balanced);
-    assert_eq!(find(&b, "cpu.governor").status, Status::Ok);
 }
 
 #[test]

@@ -5,7 +5,8 @@
 //! are the host-side steps, each of which can fail and must be undone.
 
 use std::fs::File;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -35,92 +36,11 @@ pub(super) fn start(
 ) -> Result<()> {
     let (child_slot, journal_slot) = slots;
     let mut net: Option<vnio_topo::Handle> = None;
-    // Host interfaces before QEMU: macvtaps (QEMU gets their fds) and bridges.
-    let mut pass = Vec::new();
-    let mut keep_open: Vec<File> = Vec::new();
-    for n in &plan.nics {
-        check_interrupt(opts)?;
-        match &n.backend {
-            Backend::Macvtap { parent, mode } => {
-                let name = n.host_ifname.clone().expect("macvtaps are named");
-                st.owned.push(Owned::Link { name: name.clone() });
-                st.save(dir)?;
-                let h = netlink(&mut net, dir)?;
-                let f = hostnet::create_macvtap(h, &name, parent, *mode, n.mac)?;
-                pass.push((f.as_raw_fd(), n.fd.expect("macvtaps have an fd number")));
-                keep_open.push(f);
-            }
-            Backend::Tap {
-                bridge: Some(b), ..
-            } => {
-                let h = netlink(&mut net, dir)?;
-                if !hostnet::exists(h, b)? {
-                    st.owned.push(Owned::Bridge { name: b.clone() });
-                    st.save(dir)?;
-                    hostnet::create_bridge(h, b)?;
-                }
-            }
-            Backend::VhostUser {
-                socket,
-                server: true,
-                ..
-            } => {
-                st.owned.push(Owned::Socket {
-                    path: socket.clone(),
-                });
-                st.save(dir)?;
-            }
-            // QEMU redials a restarted switch (`reconnect=1`), so it would
-            // also wait forever for a socket that is not there at all.
-            Backend::VhostUser {
-                socket,
-                server: false,
-                ..
-            } => {
-                use std::os::unix::fs::FileTypeExt;
-                let is_socket = std::fs::metadata(socket).map(|m| m.file_type().is_socket());
-                if !matches!(is_socket, Ok(true)) {
-                    return Err(Error::Invalid(format!(
-                        "vhost-user NIC: nothing for QEMU to connect to at {} ({}): start the switch and its port first",
-                        socket.display(),
-                        match is_socket {
-                            Ok(_) => "not a socket".to_string(),
-                            Err(e) => e.to_string(),
-                        }
-                    )));
-                }
-            }
-            _ => {}
-        }
-    }
+    let HostInterfaces { pass, keep_open } = host_interfaces(dir, st, plan, opts, &mut net)?;
     let argv = passthrough::hand_over(dir, st, plan, pt)?;
     std::fs::write(dir.cmdline(), plan::shell_line(&argv) + "\n")
         .ctx(|| format!("writing {}", dir.cmdline().display()))?;
-
-    // QEMU, paused (-S) until pinning and interfaces are in place.
-    let log =
-        File::create(dir.qemu_log()).ctx(|| format!("creating {}", dir.qemu_log().display()))?;
-    let log2 = log.try_clone().ctx(|| "duplicating the log file".into())?;
-    let mut cmd = Command::new(&argv[0]);
-    cmd.args(&argv[1..])
-        .arg("-S")
-        .stdin(Stdio::null())
-        .stdout(log)
-        .stderr(log2);
-    crate::sys::detach_and_pass_fds(&mut cmd, pass);
-    check_interrupt(opts)?;
-    let child = cmd.spawn().ctx(|| format!("starting {}", argv[0]))?;
-    st.pid = Some(child.id());
-    st.launched_ns = state::monotonic_ns();
-    let child = child_slot.insert(child);
-    if let Some(j) = &opts.journal {
-        if let Some(entry) = Entry::process(child.id() as i32) {
-            j.record(&entry)
-                .ctx(|| "recording QEMU in the journal".into())?;
-            *journal_slot = Some(entry);
-        }
-    }
-    st.save(dir)?;
+    let child = spawn_paused(dir, st, &argv, pass, opts, child_slot, journal_slot)?;
     // QEMU holds the macvtap devices now.
     drop(keep_open);
 
@@ -146,6 +66,124 @@ pub(super) fn start(
     qmp.cont()?;
     st.phase = Phase::Running;
     st.save(dir)
+}
+
+/// What the host interfaces give QEMU.
+struct HostInterfaces {
+    /// The fds to hand QEMU, with their numbers there.
+    pass: Vec<(RawFd, RawFd)>,
+    /// Their files, open until QEMU holds them.
+    keep_open: Vec<File>,
+}
+
+/// Host interfaces before QEMU: macvtaps (QEMU gets their fds) and
+/// bridges, each recorded in the state before it is made; a vhost-user
+/// server socket is recorded, a client's must be there.
+fn host_interfaces(
+    dir: &VmDir,
+    st: &mut State,
+    plan: &Plan,
+    opts: &LaunchOptions,
+    net: &mut Option<vnio_topo::Handle>,
+) -> Result<HostInterfaces> {
+    let mut pass = Vec::new();
+    let mut keep_open: Vec<File> = Vec::new();
+    for n in &plan.nics {
+        check_interrupt(opts)?;
+        match &n.backend {
+            Backend::Macvtap { parent, mode } => {
+                let name = n.host_ifname.clone().expect("macvtaps are named");
+                st.owned.push(Owned::Link { name: name.clone() });
+                st.save(dir)?;
+                let h = netlink(net, dir)?;
+                let f = hostnet::create_macvtap(h, &name, parent, *mode, n.mac)?;
+                pass.push((f.as_raw_fd(), n.fd.expect("macvtaps have an fd number")));
+                keep_open.push(f);
+            }
+            Backend::Tap {
+                bridge: Some(b), ..
+            } => {
+                let h = netlink(net, dir)?;
+                if !hostnet::exists(h, b)? {
+                    st.owned.push(Owned::Bridge { name: b.clone() });
+                    st.save(dir)?;
+                    hostnet::create_bridge(h, b)?;
+                }
+            }
+            Backend::VhostUser {
+                socket,
+                server: true,
+                ..
+            } => {
+                st.owned.push(Owned::Socket {
+                    path: socket.clone(),
+                });
+                st.save(dir)?;
+            }
+            Backend::VhostUser {
+                socket,
+                server: false,
+                ..
+            } => switch_socket_there(socket)?,
+            _ => {}
+        }
+    }
+    Ok(HostInterfaces { pass, keep_open })
+}
+
+/// QEMU redials a restarted switch (`reconnect=1`), so it would also wait
+/// forever for a socket that is not there at all: refuses one that is not.
+fn switch_socket_there(socket: &Path) -> Result<()> {
+    use std::os::unix::fs::FileTypeExt;
+    let is_socket = std::fs::metadata(socket).map(|m| m.file_type().is_socket());
+    if !matches!(is_socket, Ok(true)) {
+        return Err(Error::Invalid(format!(
+            "vhost-user NIC: nothing for QEMU to connect to at {} ({}): start the switch and its port first",
+            socket.display(),
+            match is_socket {
+                Ok(_) => "not a socket".to_string(),
+                Err(e) => e.to_string(),
+            }
+        )));
+    }
+    Ok(())
+}
+
+/// QEMU, paused (-S) until pinning and interfaces are in place, its output
+/// in its log, `pass` handed over; its pid in the state and the journal.
+fn spawn_paused<'a>(
+    dir: &VmDir,
+    st: &mut State,
+    argv: &[String],
+    pass: Vec<(RawFd, RawFd)>,
+    opts: &LaunchOptions,
+    child_slot: &'a mut Option<Child>,
+    journal_slot: &mut Option<Entry>,
+) -> Result<&'a mut Child> {
+    let log =
+        File::create(dir.qemu_log()).ctx(|| format!("creating {}", dir.qemu_log().display()))?;
+    let log2 = log.try_clone().ctx(|| "duplicating the log file".into())?;
+    let mut cmd = Command::new(&argv[0]);
+    cmd.args(&argv[1..])
+        .arg("-S")
+        .stdin(Stdio::null())
+        .stdout(log)
+        .stderr(log2);
+    crate::sys::detach_and_pass_fds(&mut cmd, pass);
+    check_interrupt(opts)?;
+    let child = cmd.spawn().ctx(|| format!("starting {}", argv[0]))?;
+    st.pid = Some(child.id());
+    st.launched_ns = state::monotonic_ns();
+    let child = child_slot.insert(child);
+    if let Some(j) = &opts.journal {
+        if let Some(entry) = Entry::process(child.id() as i32) {
+            j.record(&entry)
+                .ctx(|| "recording QEMU in the journal".into())?;
+            *journal_slot = Some(entry);
+        }
+    }
+    st.save(dir)?;
+    Ok(child)
 }
 
 /// One netlink handle per launch, opened on first use.

@@ -202,5 +202,4 @@ pub fn verified_exec(file: &str, hash: &str, args: &str) -> String {
 }
 
 #[cfg(test)]
-#[path = "helper_tests.rs"]
 mod tests;

@@ -42,7 +42,9 @@ use vnio_topo::ssh::{quote, Ssh};
 use super::helper::{self, Survey, Verdict};
 use super::incoming::{send_uri, Done, Incoming, IncomingNic, Line, Ready};
 use super::tls::{self, End};
-use super::{del_port, running_pid, source_argv, switch_nics, wait_gone, wait_migrated, Migration};
+use super::{
+    del_port, running_pid, source_argv, switch_nics, wait_gone, wait_migrated, Migration, SwitchNic,
+};
 use crate::error::{Context, Error, Result};
 use crate::qmp::Qmp;
 use crate::state::{Owned, State, VmDir};
@@ -310,15 +312,7 @@ fn to_host(root: &Path, name: &str, t: &Target) -> Result<Migration> {
     let st = State::load(&dir)?;
     let old_pid = running_pid(&st, &dir, name)?;
     let nics = switch_nics(&st)?;
-    let control = match (&t.control, nics.first()) {
-        (Some(c), _) => c.clone(),
-        (None, Some(n)) => n.control.clone(),
-        (None, None) => {
-            return Err(Error::Invalid(format!(
-                "VM {name} has no NIC: --to HOST moves guests on a vnio switch"
-            )))
-        }
-    };
+    let control = switch_control(name, t, &nics)?;
     let tls_dirs = match &t.transport {
         Transport::Tls { dir, remote_dir } => {
             tls::check_source(dir)?;
@@ -339,6 +333,70 @@ fn to_host(root: &Path, name: &str, t: &Target) -> Result<Migration> {
         ),
     };
     let ssh = &ssh.ssh;
+    let there = helper_there(ssh, t)?;
+    let mut copied = there.copied;
+    let argv = destination_argv(ssh, t, old_pid, &mut copied)?;
+    let description = Incoming {
+        name: name.to_string(),
+        source: this_host(),
+        argv,
+        source_dir: dir.path().to_path_buf(),
+        control,
+        nics: nics.iter().map(incoming_nic).collect(),
+        state: st.clone(),
+        listen: there.probe.addr,
+        tls: tls_dirs.as_ref().map(|(_, remote)| remote.clone()),
+    };
+    let script = incoming_script(&there.copy, &there.hash, t.state_dir.as_deref());
+    let mut session = Session::start(ssh, &script, &description)?;
+    let local_tls = tls_dirs.as_ref().map(|(here, _)| here.as_path());
+    let (ready, stats, src, done) =
+        match switch_over(&mut session, &dir, there.probe.addr, local_tls) {
+            Ok(r) => r,
+            Err(e) => {
+                session.end();
+                return Err(e);
+            }
+        };
+    retire_source(&nics, session, src, &dir, old_pid, &st);
+    let ports = nics
+        .iter()
+        .zip(&ready.ports)
+        .map(|(n, new)| (n.port.name.clone(), new.clone()))
+        .collect();
+    Ok(Migration {
+        host: Some(t.dest.clone()),
+        copied,
+        ..Migration::completed(name, (old_pid, done.pid), &stats, started, ports)
+    })
+}
+
+/// The switch control socket on HOST: `--remote-control`, else the one
+/// the first NIC's switch has here.
+fn switch_control(name: &str, t: &Target, nics: &[SwitchNic]) -> Result<PathBuf> {
+    match (&t.control, nics.first()) {
+        (Some(c), _) => Ok(c.clone()),
+        (None, Some(n)) => Ok(n.control.clone()),
+        (None, None) => Err(Error::Invalid(format!(
+            "VM {name} has no NIC: --to HOST moves guests on a vnio switch"
+        ))),
+    }
+}
+
+/// This vnio on HOST: what the probe found, and where its copy is.
+struct HelperThere {
+    probe: Probe,
+    /// The copy's path on HOST.
+    copy: String,
+    /// This vnio's SHA-256, the copy's name and check.
+    hash: String,
+    /// What was copied to HOST (the copy, when it was not there).
+    copied: Vec<String>,
+}
+
+/// Probes HOST (its address, architecture and directory for vnio's copy)
+/// and copies this vnio there unless its verified copy is there already.
+fn helper_there(ssh: &Ssh, t: &Target) -> Result<HelperThere> {
     let exe = std::env::current_exe().ctx(|| "finding this vnio".into())?;
     let hash = helper::sha256_file(&exe)?;
     let bin_dir = t
@@ -367,6 +425,23 @@ fn to_host(root: &Path, name: &str, t: &Target) -> Result<Migration> {
             .map_err(Error::Guest)?;
         copied.push(copy.clone());
     }
+    Ok(HelperThere {
+        probe,
+        copy,
+        hash,
+        copied,
+    })
+}
+
+/// The destination QEMU's command line: the source's, booting from HOST's
+/// cache (`--remote-cache`, the image carried there, its files added to
+/// `copied`) when one is given.
+fn destination_argv(
+    ssh: &Ssh,
+    t: &Target,
+    old_pid: u32,
+    copied: &mut Vec<String>,
+) -> Result<Vec<String>> {
     let mut argv = source_argv(old_pid)?;
     if let Some(cache) = &t.cache {
         let (rebased, carried) = super::remote_image::carry(ssh, &argv, cache)?;
@@ -378,59 +453,40 @@ fn to_host(root: &Path, name: &str, t: &Target) -> Result<Migration> {
                 .map(|f| carried.dir.join(f).display().to_string()),
         );
     }
-    let description = Incoming {
-        name: name.to_string(),
-        source: this_host(),
-        argv,
-        source_dir: dir.path().to_path_buf(),
-        control,
-        nics: nics
-            .iter()
-            .map(|n| IncomingNic {
-                index: n.index,
-                socket: n.socket.clone(),
-                port: n.port.name.clone(),
-                switch_listens: !n.server,
-                latency: n.port.latency,
-                queues: n.queues,
-            })
-            .collect(),
-        state: st.clone(),
-        listen: probe.addr,
-        tls: tls_dirs.as_ref().map(|(_, remote)| remote.clone()),
-    };
-    let script = incoming_script(&copy, &hash, t.state_dir.as_deref());
-    let mut session = Session::start(ssh, &script, &description)?;
-    let local_tls = tls_dirs.as_ref().map(|(here, _)| here.as_path());
-    let (ready, stats, mut src, done) = match switch_over(&mut session, &dir, probe.addr, local_tls)
-    {
-        Ok(r) => r,
-        Err(e) => {
-            session.end();
-            return Err(e);
-        }
-    };
-    // The guest runs on HOST: the source retires as in a local migration,
-    // its ports first (until they go, this switch sends the guest's frames
-    // to the stopped source).
-    for n in &nics {
+    Ok(argv)
+}
+
+/// What HOST needs of a switch NIC to serve it.
+fn incoming_nic(n: &SwitchNic) -> IncomingNic {
+    IncomingNic {
+        index: n.index,
+        socket: n.socket.clone(),
+        port: n.port.name.clone(),
+        switch_listens: !n.server,
+        latency: n.port.latency,
+        queues: n.queues,
+    }
+}
+
+/// The guest runs on HOST: the source retires as in a local migration,
+/// its ports first (until they go, this switch sends the guest's frames
+/// to the stopped source), then the session, QEMU and its state.
+fn retire_source(
+    nics: &[SwitchNic],
+    session: Session,
+    mut src: Qmp,
+    dir: &VmDir,
+    old_pid: u32,
+    st: &State,
+) {
+    for n in nics {
         let _ = del_port(&n.control, &n.port.name);
     }
     session.end();
     let _ = src.quit();
     drop(src);
-    wait_gone(&dir, old_pid, Duration::from_secs(10));
-    retire(&dir, &st);
-    let ports = nics
-        .iter()
-        .zip(&ready.ports)
-        .map(|(n, new)| (n.port.name.clone(), new.clone()))
-        .collect();
-    Ok(Migration {
-        host: Some(t.dest.clone()),
-        copied,
-        ..Migration::completed(name, (old_pid, done.pid), &stats, started, ports)
-    })
+    wait_gone(dir, old_pid, Duration::from_secs(10));
+    retire(dir, st);
 }
 
 /// `ready`, the migration, `done`; the source's final `query-migrate` and

@@ -151,40 +151,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             if common.json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
             } else {
-                let verb = if dry_run { "would change" } else { "changed" };
-                if report.entries.is_empty() {
-                    println!(
-                        "nothing to change at runtime for profile {}",
-                        profile.name()
-                    );
-                }
-                for e in &report.entries {
-                    let state = match &e.state {
-                        EntryState::Pending => String::new(),
-                        EntryState::Applied { read_back } => format!("  (reads {read_back})"),
-                        EntryState::Failed { error } => format!("  FAILED: {error}"),
-                    };
-                    println!(
-                        "{verb} {:<18} {}: {:?} -> {:?}{state}",
-                        e.knob,
-                        e.path,
-                        e.before.trim(),
-                        e.to
-                    );
-                }
-                if let Some(j) = &report.journal {
-                    println!(
-                        "journal: {} (undo with `vnio tune revert --journal {}`)",
-                        j.display(),
-                        j.display()
-                    );
-                }
-                if !report.not_applied.is_empty() {
-                    println!("\nnot applied (differ from the profile, change by hand):");
-                    for n in &report.not_applied {
-                        println!("  {:<18} [{}] {}", n.knob, kind_name(n.kind), n.how);
-                    }
-                }
+                print_apply(&report, profile, dry_run);
             }
             Ok(if report.failures() > 0 { 1 } else { 0 })
         }
@@ -192,27 +159,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             journal,
             root,
             json,
-        } => {
-            let path = journal.unwrap_or_else(vnio_tune::journal::default_path);
-            let root = match root {
-                Some(r) => r,
-                None => match Journal::load(&path) {
-                    Ok(j) => PathBuf::from(j.root),
-                    Err(TuneError::NoJournal(p)) => {
-                        println!("no journal at {}: nothing to revert", p.display());
-                        return Ok(0);
-                    }
-                    Err(e) => return Err(e.into()),
-                },
-            };
-            let report = vnio_tune::apply::revert(&Host::with_root(root), &path)?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&report)?);
-            } else {
-                print_revert(&report);
-            }
-            Ok(if report.clean() { 0 } else { 2 })
-        }
+        } => revert(journal, root, json),
         Cmd::Measure {
             duration,
             interval_us,
@@ -234,51 +181,125 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             if json {
                 println!("{}", serde_json::to_string_pretty(&m)?);
             } else {
-                let us = |ns: u64| ns as f64 / 1000.0;
-                println!("clock read     {:.1} ns per clock_gettime(CLOCK_MONOTONIC) (median of {} batches of {})", m.clock.median_ns, m.clock.batches, m.clock.reads_per_batch);
-                let w = &m.wakeup.lateness;
-                println!(
-                    "wake-up        lateness p50 {:.1} us  p99 {:.1} us  max {:.1} us  ({} wake-ups, every {} us, {})",
-                    us(w.p50_ns),
-                    us(w.p99_ns),
-                    us(w.max_ns),
-                    w.samples,
-                    m.wakeup.interval_us,
-                    m.wakeup.fifo_priority.map_or("normal priority".to_string(), |p| format!("SCHED_FIFO {p}"))
-                );
-                let r = &m.udp_rr.rtt;
-                println!(
-                    "udp rr (lo)    rtt p50 {:.1} us  p99 {:.1} us  max {:.1} us  ({} round trips of {} B, {} lost)",
-                    us(r.p50_ns),
-                    us(r.p99_ns),
-                    us(r.max_ns),
-                    r.samples,
-                    m.udp_rr.size,
-                    m.udp_rr.lost
-                );
+                print_measurement(&m);
             }
             Ok(0)
         }
         Cmd::HoldPmQos {
             latency_us,
             hold_for,
-        } => {
-            let host = Host::live();
-            let hold = vnio_tune::pmqos::hold(&host, latency_us)?;
-            eprintln!(
-                "holding a PM QoS CPU latency request of {} us; it ends when this process exits",
-                hold.latency_us
-            );
-            match hold_for {
-                Some(s) => std::thread::sleep(Duration::from_secs_f64(s.max(0.0))),
-                None => loop {
-                    std::thread::sleep(Duration::from_secs(3600));
-                },
-            }
-            drop(hold);
-            Ok(0)
+        } => hold_pm_qos(latency_us, hold_for),
+    }
+}
+
+/// What `apply` changed (or would), its journal and what it left alone.
+fn print_apply(report: &vnio_tune::apply::ApplyReport, profile: Profile, dry_run: bool) {
+    let verb = if dry_run { "would change" } else { "changed" };
+    if report.entries.is_empty() {
+        println!(
+            "nothing to change at runtime for profile {}",
+            profile.name()
+        );
+    }
+    for e in &report.entries {
+        let state = match &e.state {
+            EntryState::Pending => String::new(),
+            EntryState::Applied { read_back } => format!("  (reads {read_back})"),
+            EntryState::Failed { error } => format!("  FAILED: {error}"),
+        };
+        println!(
+            "{verb} {:<18} {}: {:?} -> {:?}{state}",
+            e.knob,
+            e.path,
+            e.before.trim(),
+            e.to
+        );
+    }
+    if let Some(j) = &report.journal {
+        println!(
+            "journal: {} (undo with `vnio tune revert --journal {}`)",
+            j.display(),
+            j.display()
+        );
+    }
+    if !report.not_applied.is_empty() {
+        println!("\nnot applied (differ from the profile, change by hand):");
+        for n in &report.not_applied {
+            println!("  {:<18} [{}] {}", n.knob, kind_name(n.kind), n.how);
         }
     }
+}
+
+/// `vnio tune revert`: undoes the journal's changes, on the root it
+/// names unless `--root` says otherwise.
+fn revert(journal: Option<PathBuf>, root: Option<PathBuf>, json: bool) -> anyhow::Result<i32> {
+    let path = journal.unwrap_or_else(vnio_tune::journal::default_path);
+    let root = match root {
+        Some(r) => r,
+        None => match Journal::load(&path) {
+            Ok(j) => PathBuf::from(j.root),
+            Err(TuneError::NoJournal(p)) => {
+                println!("no journal at {}: nothing to revert", p.display());
+                return Ok(0);
+            }
+            Err(e) => return Err(e.into()),
+        },
+    };
+    let report = vnio_tune::apply::revert(&Host::with_root(root), &path)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print_revert(&report);
+    }
+    Ok(if report.clean() { 0 } else { 2 })
+}
+
+/// The clock read cost, wake-up lateness and loopback UDP round trips.
+fn print_measurement(m: &vnio_tune::measure::Measurement) {
+    let us = |ns: u64| ns as f64 / 1000.0;
+    println!(
+        "clock read     {:.1} ns per clock_gettime(CLOCK_MONOTONIC) (median of {} batches of {})",
+        m.clock.median_ns, m.clock.batches, m.clock.reads_per_batch
+    );
+    let w = &m.wakeup.lateness;
+    println!(
+        "wake-up        lateness p50 {:.1} us  p99 {:.1} us  max {:.1} us  ({} wake-ups, every {} us, {})",
+        us(w.p50_ns),
+        us(w.p99_ns),
+        us(w.max_ns),
+        w.samples,
+        m.wakeup.interval_us,
+        m.wakeup.fifo_priority.map_or("normal priority".to_string(), |p| format!("SCHED_FIFO {p}"))
+    );
+    let r = &m.udp_rr.rtt;
+    println!(
+        "udp rr (lo)    rtt p50 {:.1} us  p99 {:.1} us  max {:.1} us  ({} round trips of {} B, {} lost)",
+        us(r.p50_ns),
+        us(r.p99_ns),
+        us(r.max_ns),
+        r.samples,
+        m.udp_rr.size,
+        m.udp_rr.lost
+    );
+}
+
+/// `vnio tune hold-pm-qos`: holds the request for `hold_for` seconds, or
+/// until killed.
+fn hold_pm_qos(latency_us: i32, hold_for: Option<f64>) -> anyhow::Result<i32> {
+    let host = Host::live();
+    let hold = vnio_tune::pmqos::hold(&host, latency_us)?;
+    eprintln!(
+        "holding a PM QoS CPU latency request of {} us; it ends when this process exits",
+        hold.latency_us
+    );
+    match hold_for {
+        Some(s) => std::thread::sleep(Duration::from_secs_f64(s.max(0.0))),
+        None => loop {
+            std::thread::sleep(Duration::from_secs(3600));
+        },
+    }
+    drop(hold);
+    Ok(0)
 }
 
 fn kind_name(k: vnio_tune::ApplyKind) -> &'static str {
@@ -460,6 +481,13 @@ mod tests {
         assert!(run(args(&["measure", "--duration", "0"])).is_err());
     }
 
+    /// `vnio tune apply --profile latency --root R --journal J EXTRA...`.
+    fn apply(r: &str, j: &str, extra: &[&str]) -> anyhow::Result<i32> {
+        let mut a = vec!["apply", "--profile", "latency", "--root", r, "--journal", j];
+        a.extend_from_slice(extra);
+        run(args(&a))
+    }
+
     #[test]
     fn audit_apply_revert_exit_codes_on_a_fake_root() {
         let root = std::env::temp_dir().join(format!("vnio-cli-tune-{}", std::process::id()));
@@ -491,49 +519,13 @@ mod tests {
         );
         assert!(run(args(&["audit", "--root", r, "--skip", "no.such"])).is_err());
         assert_eq!(
-            run(args(&[
-                "apply",
-                "--profile",
-                "latency",
-                "--root",
-                r,
-                "--journal",
-                j,
-                "--skip",
-                "net.busy-poll"
-            ]))
-            .expect("apply nothing"),
+            apply(r, j, &["--skip", "net.busy-poll"]).expect("apply nothing"),
             0
         );
         assert!(!journal.exists(), "nothing applied, no journal");
-        assert_eq!(
-            run(args(&[
-                "apply",
-                "--profile",
-                "latency",
-                "--root",
-                r,
-                "--journal",
-                j,
-                "--dry-run"
-            ]))
-            .expect("dry"),
-            0
-        );
+        assert_eq!(apply(r, j, &["--dry-run"]).expect("dry"), 0);
         assert!(!journal.exists());
-        assert_eq!(
-            run(args(&[
-                "apply",
-                "--profile",
-                "latency",
-                "--root",
-                r,
-                "--journal",
-                j
-            ]))
-            .expect("apply"),
-            0
-        );
+        assert_eq!(apply(r, j, &[]).expect("apply"), 0);
         assert_eq!(
             std::fs::read_to_string(core.join("busy_poll")).expect("read"),
             "50"
@@ -543,19 +535,7 @@ mod tests {
             0,
             "nothing differs after apply"
         );
-        assert!(
-            run(args(&[
-                "apply",
-                "--profile",
-                "latency",
-                "--root",
-                r,
-                "--journal",
-                j
-            ]))
-            .is_err(),
-            "journal exists"
-        );
+        assert!(apply(r, j, &[]).is_err(), "journal exists");
         assert_eq!(run(args(&["revert", "--journal", j])).expect("revert"), 0);
         assert_eq!(
             std::fs::read_to_string(core.join("busy_poll")).expect("read"),

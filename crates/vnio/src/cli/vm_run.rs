@@ -117,64 +117,7 @@ pub fn run_vm(a: RunArgs, root: PathBuf, cache: PathBuf) -> anyhow::Result<i32> 
         journal: None,
     };
     if a.print_qemu || a.print_libvirt {
-        vnio_tune::sys::default_sigpipe();
-        let p = launch::prepare(&spec, &opts)?;
-        if a.print_libvirt {
-            let dir = VmDir::new(&opts.root, &spec.name);
-            print!(
-                "{}",
-                vnio_vm::libvirt::domain_xml(
-                    &spec,
-                    &p.plan,
-                    p.accel.accel,
-                    &p.image.kernel,
-                    &p.image.initrd,
-                    &dir
-                )
-            );
-            return Ok(0);
-        }
-        println!("# accel {}: {}", p.accel.accel, p.accel.why);
-        if let Some(pin) = &p.plan.pinning {
-            for (i, c) in pin.vcpus.iter().enumerate() {
-                println!(
-                    "# host: vCPU {i} thread -> CPU {c} (QMP query-cpus-fast + sched_setaffinity)"
-                );
-            }
-            println!(
-                "# host: other QEMU threads -> CPUs {}",
-                vnio_vm::host::format_cpu_list(&pin.housekeeping)
-            );
-        }
-        for n in &p.plan.nics {
-            if let (
-                true,
-                spec::Backend::VhostUser {
-                    control: Some(c),
-                    socket,
-                    ..
-                },
-            ) = (n.switch_latency_high, &n.backend)
-            {
-                println!(
-                    "# host: switch port of {} set to latency high via {} at launch (port_set; the switch may refuse)",
-                    socket.display(),
-                    c.display()
-                );
-            }
-            if let Some(fd) = n.fd {
-                println!(
-                    "# host: fd {fd} = /dev/tapN of macvtap {} (created by the launcher)",
-                    n.host_ifname.as_deref().unwrap_or("?")
-                );
-            }
-        }
-        super::vm_passthrough::print_passthrough(&spec);
-        for s in p.plan.not_honoured() {
-            println!("# not honoured: {}: {}", s.name, s.detail);
-        }
-        println!("{}", plan::shell_line(&p.plan.argv));
-        return Ok(0);
+        return print_plan(&spec, &opts, a.print_libvirt);
     }
 
     let launched = launch::launch(&spec, &opts)?;
@@ -203,6 +146,70 @@ pub fn run_vm(a: RunArgs, root: PathBuf, cache: PathBuf) -> anyhow::Result<i32> 
         println!("vnio vm: {}: {how}; removed everything it owned", spec.name);
     }
     Ok(code)
+}
+
+/// `--print-qemu` and `--print-libvirt`: the plan instead of a launch,
+/// as libvirt domain XML (`libvirt`) or as the QEMU command line with
+/// what the launcher does on the host and what this host cannot honour.
+fn print_plan(spec: &VmSpec, opts: &LaunchOptions, libvirt: bool) -> anyhow::Result<i32> {
+    vnio_tune::sys::default_sigpipe();
+    let p = launch::prepare(spec, opts)?;
+    if libvirt {
+        let dir = VmDir::new(&opts.root, &spec.name);
+        print!(
+            "{}",
+            vnio_vm::libvirt::domain_xml(
+                spec,
+                &p.plan,
+                p.accel.accel,
+                &p.image.kernel,
+                &p.image.initrd,
+                &dir
+            )
+        );
+        return Ok(0);
+    }
+    println!("# accel {}: {}", p.accel.accel, p.accel.why);
+    if let Some(pin) = &p.plan.pinning {
+        for (i, c) in pin.vcpus.iter().enumerate() {
+            println!(
+                "# host: vCPU {i} thread -> CPU {c} (QMP query-cpus-fast + sched_setaffinity)"
+            );
+        }
+        println!(
+            "# host: other QEMU threads -> CPUs {}",
+            vnio_vm::host::format_cpu_list(&pin.housekeeping)
+        );
+    }
+    for n in &p.plan.nics {
+        if let (
+            true,
+            spec::Backend::VhostUser {
+                control: Some(c),
+                socket,
+                ..
+            },
+        ) = (n.switch_latency_high, &n.backend)
+        {
+            println!(
+                "# host: switch port of {} set to latency high via {} at launch (port_set; the switch may refuse)",
+                socket.display(),
+                c.display()
+            );
+        }
+        if let Some(fd) = n.fd {
+            println!(
+                "# host: fd {fd} = /dev/tapN of macvtap {} (created by the launcher)",
+                n.host_ifname.as_deref().unwrap_or("?")
+            );
+        }
+    }
+    super::vm_passthrough::print_passthrough(spec);
+    for s in p.plan.not_honoured() {
+        println!("# not honoured: {}: {}", s.name, s.detail);
+    }
+    println!("{}", plan::shell_line(&p.plan.argv));
+    Ok(0)
 }
 
 fn print_state(dir: &VmDir, st: &State, launched: bool) {

@@ -4,7 +4,7 @@
 
 use vnio_measure::goal::GoalOutcome;
 use vnio_measure::interval;
-use vnio_measure::result::{Document, Measured};
+use vnio_measure::result::{Document, Iteration, Measured};
 use vnio_measure::stats::Summary;
 
 fn us(ns: u64) -> String {
@@ -43,74 +43,108 @@ pub(super) fn table(doc: &Document) -> String {
         vec![&it.merged]
     };
     if rows.iter().any(|m| m.latency.is_some()) {
-        let _ = writeln!(
-            s,
-            "{:<22} {:>10} {:>11} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9} {:>7} {:>7} {:>6}",
-            "target", "trans", "trans/s", "mean", "stddev", "min", "p50", "p90", "p99", "p99.9", "p99.99", "max", ">1ms%", "lost"
-        );
-        for m in &rows {
-            let l = m.latency.clone().unwrap_or_default();
-            let _ = writeln!(
-                s,
-                "{:<22} {:>10} {:>11.0} {:>8.1} {:>8.1} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9} {:>7} {:>7.3} {:>6}",
-                m.target,
-                m.ops,
-                m.ops_per_s,
-                l.mean_ns / 1e3,
-                l.stddev_ns / 1e3,
-                us(l.min_ns),
-                us(l.p50_ns),
-                us(l.p90_ns),
-                us(l.p99_ns),
-                us(l.p999_ns),
-                us(l.p9999_ns),
-                format!("{:.0}", l.max_ns as f64 / 1e3),
-                l.over_1ms_pct,
-                m.lost
-            );
-        }
-        let _ = writeln!(
-            s,
-            "(latency in microseconds; >5ms%: {:.4})",
-            it.merged.latency.as_ref().map_or(0.0, |l| l.over_5ms_pct)
-        );
-        for m in &rows {
-            if let Some(l) = &m.latency {
-                let _ = writeln!(s, "{}", intervals_line(&m.target, l));
-            }
-        }
+        latency_rows(&mut s, &rows, it);
     } else {
+        stream_rows(&mut s, &rows, doc);
+    }
+    footer(&mut s, doc, it);
+    s
+}
+
+/// The latency table: counts, rate and percentiles per row, then each
+/// row's intervals.
+fn latency_rows(s: &mut String, rows: &[&Measured], it: &Iteration) {
+    use std::fmt::Write;
+    let _ = writeln!(
+        s,
+        "{:<22} {:>10} {:>11} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9} {:>7} {:>7} {:>6}",
+        "target",
+        "trans",
+        "trans/s",
+        "mean",
+        "stddev",
+        "min",
+        "p50",
+        "p90",
+        "p99",
+        "p99.9",
+        "p99.99",
+        "max",
+        ">1ms%",
+        "lost"
+    );
+    for m in rows {
+        let l = m.latency.clone().unwrap_or_default();
         let _ = writeln!(
             s,
-            "{:<22} {:>10} {:>12} {:>10} {:>12} {:>12} {:>8}",
-            "target", "Gbit/s", "packets/s", "MB", "sent", "lost", "loss%"
+            "{:<22} {:>10} {:>11.0} {:>8.1} {:>8.1} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9} {:>7} {:>7.3} {:>6}",
+            m.target,
+            m.ops,
+            m.ops_per_s,
+            l.mean_ns / 1e3,
+            l.stddev_ns / 1e3,
+            us(l.min_ns),
+            us(l.p50_ns),
+            us(l.p90_ns),
+            us(l.p99_ns),
+            us(l.p999_ns),
+            us(l.p9999_ns),
+            format!("{:.0}", l.max_ns as f64 / 1e3),
+            l.over_1ms_pct,
+            m.lost
         );
-        // TCP counts no packets sent or lost (the kernel retransmits): say so
-        // instead of printing zeros that read as measurements.
-        let tcp = doc.params.pointer("/stream/transport") == Some(&serde_json::json!("tcp"));
-        for m in &rows {
-            let (sent, lost, pct) = if tcp {
-                ("-".to_string(), "-".to_string(), "-".to_string())
-            } else {
-                (
-                    m.sent.to_string(),
-                    m.lost.to_string(),
-                    format!("{:.3}", m.loss_pct),
-                )
-            };
-            let _ = writeln!(
-                s,
-                "{:<22} {:>10.3} {:>12.0} {:>10.1} {:>12} {:>12} {:>8}",
-                m.target,
-                m.gbps,
-                m.ops_per_s,
-                m.bytes as f64 / 1e6,
-                sent,
-                lost,
-                pct
-            );
+    }
+    let _ = writeln!(
+        s,
+        "(latency in microseconds; >5ms%: {:.4})",
+        it.merged.latency.as_ref().map_or(0.0, |l| l.over_5ms_pct)
+    );
+    for m in rows {
+        if let Some(l) = &m.latency {
+            let _ = writeln!(s, "{}", intervals_line(&m.target, l));
         }
     }
+}
+
+/// The throughput table; TCP rows say nothing of packets sent and lost.
+fn stream_rows(s: &mut String, rows: &[&Measured], doc: &Document) {
+    use std::fmt::Write;
+    let _ = writeln!(
+        s,
+        "{:<22} {:>10} {:>12} {:>10} {:>12} {:>12} {:>8}",
+        "target", "Gbit/s", "packets/s", "MB", "sent", "lost", "loss%"
+    );
+    // TCP counts no packets sent or lost (the kernel retransmits): say so
+    // instead of printing zeros that read as measurements.
+    let tcp = doc.params.pointer("/stream/transport") == Some(&serde_json::json!("tcp"));
+    for m in rows {
+        let (sent, lost, pct) = if tcp {
+            ("-".to_string(), "-".to_string(), "-".to_string())
+        } else {
+            (
+                m.sent.to_string(),
+                m.lost.to_string(),
+                format!("{:.3}", m.loss_pct),
+            )
+        };
+        let _ = writeln!(
+            s,
+            "{:<22} {:>10.3} {:>12.0} {:>10.1} {:>12} {:>12} {:>8}",
+            m.target,
+            m.gbps,
+            m.ops_per_s,
+            m.bytes as f64 / 1e6,
+            sent,
+            lost,
+            pct
+        );
+    }
+}
+
+/// Below the table: the rate achieved, CPU costs, the spread over
+/// iterations and the environment.
+fn footer(s: &mut String, doc: &Document, it: &Iteration) {
+    use std::fmt::Write;
     if let (Some(req), Some(got)) = (it.merged.requested_rate, it.merged.achieved_rate) {
         let _ = writeln!(
             s,
@@ -162,7 +196,6 @@ pub(super) fn table(doc: &Document) -> String {
         e.cpus,
         if e.hypervisor { " (VM)" } else { "" }
     );
-    s
 }
 
 /// One row's percentile intervals, e.g. "95% ci all: p50 12.1-12.4 |

@@ -4,9 +4,9 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use super::common::Kit;
-use super::{text, VNIO};
+use crate::{text, VNIO};
 use vnio_vm::state::VmDir;
+use vnio_vm::testkit::Kit;
 
 /// From a namespace whose only way to the guests' network is a default
 /// route to somewhere else (as on a host whose guests are only on

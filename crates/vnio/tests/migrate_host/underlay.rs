@@ -5,9 +5,9 @@
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
-use super::common::run;
-use super::Reaped;
+use crate::Reaped;
 use vnio_vm::state::VmDir;
+use vnio_vm::testkit::run;
 
 /// tcpdump on the underlay (this host's side of the machines' network),
 /// every frame whole, into a file.
