@@ -340,4 +340,20 @@ mod tests {
         );
         assert_eq!(serde_json::from_str::<Request>(&s).unwrap(), set);
     }
+
+    #[test]
+    fn refusals_carry_their_code() {
+        let r = Response::err(ControlError::NotFound("no port vm9".into()));
+        assert_eq!(
+            serde_json::to_string(&r).unwrap(),
+            r#"{"ok":false,"error":"no port vm9","code":"not_found"}"#
+        );
+        assert_eq!(
+            Response::err("bad request").code.as_deref(),
+            Some("invalid")
+        );
+        // A reply from an older switch has no code.
+        let old: Response = serde_json::from_str(r#"{"ok":false,"error":"x"}"#).unwrap();
+        assert_eq!((old.error.as_deref(), old.code), (Some("x"), None));
+    }
 }
