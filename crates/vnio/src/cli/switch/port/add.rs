@@ -71,8 +71,9 @@ pub(in crate::cli::switch) struct AddArgs {
     #[arg(long, value_name = "PATH", requires = "tap")]
     netns: Option<PathBuf>,
     /// server: the switch listens; client: the switch connects (and reconnects).
-    #[arg(long, default_value = "server", value_parser = parse_mode)]
-    mode: SocketMode,
+    /// [default: server]
+    #[arg(long, value_parser = parse_mode)]
+    mode: Option<SocketMode>,
     /// Access VLAN.
     #[arg(long)]
     vlan: Option<u16>,
@@ -137,9 +138,59 @@ impl AddArgs {
         }
     }
 
+    /// Refuses a flag of another kind of port (clap's `requires` and
+    /// `conflicts_with` refuse the others before).
+    fn check_flags(&self, kind: PortKind) -> anyhow::Result<()> {
+        use PortKind::{Tap, Uplink, VhostUser, Vxlan};
+        let vnic = matches!(kind, VhostUser | Tap);
+        let egress = self.policy.share.is_some()
+            || self.policy.limit_mbps.is_some()
+            || self.policy.reserve_mbps.is_some();
+        let misplaced = [
+            (
+                "--mode",
+                self.mode.is_some() && kind != VhostUser,
+                "vhost-user",
+            ),
+            (
+                "--offloads",
+                self.offloads.is_some() && !vnic,
+                "vhost-user and tap",
+            ),
+            (
+                "--uplink-queue",
+                self.uplink_queue.is_some() && !vnic,
+                "vhost-user and tap",
+            ),
+            (
+                "--capacity-mbps",
+                self.capacity_mbps.is_some() && !matches!(kind, Uplink | Vxlan),
+                "uplink and vxlan",
+            ),
+            (
+                "--share, --limit-mbps and --reserve-mbps",
+                egress && !vnic,
+                "vhost-user and tap",
+            ),
+        ];
+        match misplaced.iter().find(|(_, given, _)| *given) {
+            Some((flag, _, kinds)) => {
+                let kind = match kind {
+                    VhostUser => "a vhost-user",
+                    Tap => "a tap",
+                    Uplink => "an uplink",
+                    Vxlan => "a vxlan",
+                };
+                anyhow::bail!("{flag}: for {kinds} ports, not {kind} port")
+            }
+            None => Ok(()),
+        }
+    }
+
     /// The port's specification, as the switch takes it.
     fn spec(self) -> anyhow::Result<PortSpec> {
         let kind = self.kind();
+        self.check_flags(kind)?;
         // The switch takes socket paths as absolute (it has its own
         // working directory): a relative one is the caller's.
         let socket = match self.socket {
@@ -155,7 +206,7 @@ impl AddArgs {
             name: self.name,
             kind,
             socket,
-            mode: self.mode,
+            mode: self.mode.unwrap_or_default(),
             ifname: self.uplink.or(self.ifname),
             netns: self.netns,
             vlan: self.vlan,
@@ -207,4 +258,53 @@ pub(super) fn run(client: &mut Client, args: AddArgs, json: bool) -> anyhow::Res
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Add {
+        #[command(flatten)]
+        args: AddArgs,
+    }
+
+    fn spec(args: &[&str]) -> anyhow::Result<PortSpec> {
+        let argv = std::iter::once("add").chain(args.iter().copied());
+        Add::try_parse_from(argv)?.args.spec()
+    }
+
+    #[test]
+    fn the_kind_comes_from_its_flag() {
+        let kinds = [
+            (&["vm1", "--socket", "/s"][..], PortKind::VhostUser),
+            (&["t1", "--tap"][..], PortKind::Tap),
+            (&["up", "--uplink", "eth0"][..], PortKind::Uplink),
+            (
+                &["vx", "--vxlan", "7", "--local", "10.0.0.1"][..],
+                PortKind::Vxlan,
+            ),
+        ];
+        for (args, kind) in kinds {
+            assert_eq!(spec(args).unwrap().kind, kind, "{args:?}");
+        }
+        let up = spec(&["up", "--uplink", "eth0", "--queues", "4"]).unwrap();
+        assert_eq!((up.ifname.as_deref(), up.queues), (Some("eth0"), Some(4)));
+    }
+
+    #[test]
+    fn a_flag_of_another_kind_is_refused_in_one_line() {
+        for (args, what) in [
+            (&["t1", "--tap", "--mode", "client"][..], "--mode: for vhost-user ports, not a tap port"),
+            (&["up", "--uplink", "eth0", "--offloads", "off"][..], "--offloads: for vhost-user and tap ports, not an uplink port"),
+            (&["vm1", "--socket", "/s", "--capacity-mbps", "10"][..], "--capacity-mbps: for uplink and vxlan ports, not a vhost-user port"),
+            (&["up", "--uplink", "eth0", "--share", "5"][..], "--share, --limit-mbps and --reserve-mbps: for vhost-user and tap ports, not an uplink port"),
+        ] {
+            let e = spec(args).unwrap_err().to_string();
+            assert_eq!(e, what);
+        }
+        assert!(spec(&["vm1", "--socket", "/s", "--mode", "client"]).is_ok());
+    }
 }
