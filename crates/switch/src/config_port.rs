@@ -387,7 +387,7 @@ impl PortSpec {
     }
 
     /// Whether a vNIC's egress share, limit or reservation is set.
-    fn vnic_egress(&self) -> bool {
+    pub(super) fn vnic_egress(&self) -> bool {
         self.share.is_some() || self.limit_mbps.is_some() || self.reserve_mbps.is_some()
     }
 
