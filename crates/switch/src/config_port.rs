@@ -245,6 +245,16 @@ impl PortSpec {
         }
     }
 
+    /// The port's queue count, its default applied (the one place it is):
+    /// a vhost-user port's queue pairs, an uplink's receive queues, 1 for
+    /// the other kinds.
+    pub fn queue_count(&self) -> usize {
+        match self.kind {
+            PortKind::VhostUser | PortKind::Uplink => self.queues.unwrap_or(1),
+            PortKind::Tap | PortKind::Vxlan => 1,
+        }
+    }
+
     /// A tap port on interface `ifname` with defaults.
     pub fn tap(name: &str, ifname: &str) -> Self {
         Self {
@@ -263,32 +273,13 @@ impl PortSpec {
         }
     }
 
-    /// Validates and turns the forwarding part into a policy.
+    /// Validates and turns the forwarding part into a policy: the name,
+    /// the keys each kind takes, the VLANs, the MAC, the egress, the
+    /// unswitched modes (`direct`, `cross_connect`) and the latency, in
+    /// this order (the first fault is the one said).
     pub fn policy(&self) -> Result<PortPolicy, ConfigError> {
-        let err = |what: &str| ConfigError::Port {
-            name: self.name.clone(),
-            what: what.to_string(),
-        };
-        if self.name.is_empty()
-            || self.name.len() > 64
-            || self.name.contains(|c: char| c.is_whitespace() || c == '"')
-        {
-            return Err(err("name must be 1-64 characters without spaces or quotes"));
-        }
-        if self.kind == PortKind::VhostUser && self.socket.is_none() {
-            return Err(err("a vhost-user port needs `socket`"));
-        }
-        self.check_vxlan().map_err(|w| err(&w))?;
-        if self.kind == PortKind::Tap
-            && (self.socket.is_some() || self.ifname.as_ref().unwrap_or(&self.name).len() >= 16)
-        {
-            return Err(err(
-                "a tap port takes `ifname` (at most 15 characters), not `socket`",
-            ));
-        }
-        if self.netns.is_some() && self.kind != PortKind::Tap {
-            return Err(err("`netns` applies to tap ports only"));
-        }
+        self.check_name().map_err(|w| self.fault(w))?;
+        self.check_kind_keys().map_err(|w| self.fault(w))?;
         let vlan = VlanConfig {
             vlan: self.vlan,
             trunk: self.trunk.clone(),
@@ -299,93 +290,12 @@ impl PortSpec {
             name: self.name.clone(),
             source,
         })?;
-        let mac: Option<EthernetAddress> = match &self.mac {
-            Some(m) => Some(m.parse().map_err(|_| err("`mac` is not a MAC address"))?),
-            None => None,
-        };
-        if self.qdisc_bypass && self.kind != PortKind::Uplink {
-            return Err(err("`qdisc_bypass` applies to uplink ports only"));
-        }
-        match (self.kind, self.queues) {
-            (_, None) => {}
-            (PortKind::Uplink, Some(k)) if !(1..=MAX_UPLINK_QUEUES).contains(&k) => {
-                return Err(err("`queues` must be between 1 and 64"));
-            }
-            (PortKind::VhostUser, Some(k)) if !(1..=MAX_QUEUE_PAIRS).contains(&k) => {
-                return Err(err("`queues` (queue pairs) must be between 1 and 8"));
-            }
-            (PortKind::Uplink | PortKind::VhostUser, Some(_)) => {}
-            (_, Some(_)) => return Err(err("`queues` applies to uplink and vhost-user ports")),
-        }
-        if self.uplink_queue.is_some() && self.kind == PortKind::Uplink {
-            return Err(err("`uplink_queue` applies to vhost-user and tap ports"));
-        }
-        let vnic_only =
-            self.share.is_some() || self.limit_mbps.is_some() || self.reserve_mbps.is_some();
-        if vnic_only && self.kind == PortKind::Uplink {
-            return Err(err(
-                "`share`, `limit_mbps` and `reserve_mbps` apply to vhost-user and tap ports",
-            ));
-        }
-        if self.capacity_mbps.is_some() && !matches!(self.kind, PortKind::Uplink | PortKind::Vxlan)
-        {
-            return Err(err(
-                "`capacity_mbps` applies to uplink and vxlan ports only",
-            ));
-        }
-        let egress = egress_policy(self.share, self.limit_mbps, self.reserve_mbps).map_err(&err)?;
-        if self.direct.is_some() {
-            if self.kind != PortKind::VhostUser {
-                return Err(err("`direct` applies to vhost-user ports only"));
-            }
-            if mac.is_none() {
-                return Err(err(
-                    "`direct` needs `mac` (its uplink queue takes frames for it)",
-                ));
-            }
-            if self.uplink_queue.is_some() || vnic_only {
-                return Err(err(
-                    "a `direct` port takes its own uplink queue and has no share, limit or reservation",
-                ));
-            }
-            if self.latency == Latency::High {
-                // The uplink it is bound to lives on the shared worker.
-                return Err(err("a `direct` port cannot be latency = \"high\""));
-            }
-        }
-        if let Some(peer) = &self.cross_connect {
-            if self.kind != PortKind::VhostUser {
-                return Err(err("`cross_connect` applies to vhost-user ports only"));
-            }
-            if *peer == self.name {
-                return Err(err("`cross_connect` names another port"));
-            }
-            if self.direct.is_some()
-                || self.vlan.is_some()
-                || !self.trunk.is_empty()
-                || self.native_vlan.is_some()
-                || vnic_only
-            {
-                return Err(err(
-                    "a `cross_connect` port is not switched: no `direct`, VLAN, share, limit or reservation",
-                ));
-            }
-            if self.latency == Latency::High || self.queues.is_some_and(|q| q > 1) {
-                // Both ends must stay on one worker: the shared one.
-                return Err(err(
-                    "a `cross_connect` port has one queue pair and ordinary latency",
-                ));
-            }
-        }
-        if self.spoof_guard && mac.is_none() {
-            return Err(err("`spoof_guard` needs `mac`"));
-        }
-        if self.core.is_some() && self.latency != Latency::High {
-            return Err(err("`core` is for a latency = \"high\" port"));
-        }
-        if self.kind != PortKind::VhostUser && self.latency == Latency::High {
-            return Err(err("latency = \"high\" is for vhost-user ports"));
-        }
+        let mac = self.parsed_mac().map_err(|w| self.fault(w))?;
+        let egress = self.checked_egress().map_err(|w| self.fault(w))?;
+        self.check_direct(mac.is_some())
+            .and_then(|()| self.check_cross_connect())
+            .and_then(|()| self.check_guard_and_latency(mac.is_some()))
+            .map_err(|w| self.fault(w))?;
         Ok(PortPolicy {
             vlan,
             spoof_guard: if self.spoof_guard { mac } else { None },
@@ -397,5 +307,149 @@ impl PortSpec {
             fdb_limit: self.fdb_limit,
             vtep_fdb_limit: self.vtep_limit(),
         })
+    }
+
+    /// This port's configuration fault `what`.
+    fn fault(&self, what: impl Into<String>) -> ConfigError {
+        ConfigError::Port {
+            name: self.name.clone(),
+            what: what.into(),
+        }
+    }
+
+    fn check_name(&self) -> Result<(), &'static str> {
+        if self.name.is_empty()
+            || self.name.len() > 64
+            || self.name.contains(|c: char| c.is_whitespace() || c == '"')
+        {
+            return Err("name must be 1-64 characters without spaces or quotes");
+        }
+        Ok(())
+    }
+
+    /// The keys that belong to some kinds only.
+    fn check_kind_keys(&self) -> Result<(), String> {
+        if self.kind == PortKind::VhostUser && self.socket.is_none() {
+            return Err("a vhost-user port needs `socket`".into());
+        }
+        self.check_vxlan()?;
+        if self.kind == PortKind::Tap
+            && (self.socket.is_some() || self.ifname.as_ref().unwrap_or(&self.name).len() >= 16)
+        {
+            return Err("a tap port takes `ifname` (at most 15 characters), not `socket`".into());
+        }
+        if self.netns.is_some() && self.kind != PortKind::Tap {
+            return Err("`netns` applies to tap ports only".into());
+        }
+        Ok(())
+    }
+
+    fn parsed_mac(&self) -> Result<Option<EthernetAddress>, &'static str> {
+        match &self.mac {
+            Some(m) => Ok(Some(m.parse().map_err(|_| "`mac` is not a MAC address")?)),
+            None => Ok(None),
+        }
+    }
+
+    /// The uplink-only keys, the queues, and the egress policy.
+    fn checked_egress(&self) -> Result<EgressPolicy, &'static str> {
+        if self.qdisc_bypass && self.kind != PortKind::Uplink {
+            return Err("`qdisc_bypass` applies to uplink ports only");
+        }
+        self.check_queues()?;
+        if self.uplink_queue.is_some() && self.kind == PortKind::Uplink {
+            return Err("`uplink_queue` applies to vhost-user and tap ports");
+        }
+        if self.vnic_egress() && self.kind == PortKind::Uplink {
+            return Err(
+                "`share`, `limit_mbps` and `reserve_mbps` apply to vhost-user and tap ports",
+            );
+        }
+        if self.capacity_mbps.is_some() && !matches!(self.kind, PortKind::Uplink | PortKind::Vxlan)
+        {
+            return Err("`capacity_mbps` applies to uplink and vxlan ports only");
+        }
+        egress_policy(self.share, self.limit_mbps, self.reserve_mbps)
+    }
+
+    fn check_queues(&self) -> Result<(), &'static str> {
+        match (self.kind, self.queues) {
+            (_, None) => Ok(()),
+            (PortKind::Uplink, Some(k)) if !(1..=MAX_UPLINK_QUEUES).contains(&k) => {
+                Err("`queues` must be between 1 and 64")
+            }
+            (PortKind::VhostUser, Some(k)) if !(1..=MAX_QUEUE_PAIRS).contains(&k) => {
+                Err("`queues` (queue pairs) must be between 1 and 8")
+            }
+            (PortKind::Uplink | PortKind::VhostUser, Some(_)) => Ok(()),
+            (_, Some(_)) => Err("`queues` applies to uplink and vhost-user ports"),
+        }
+    }
+
+    /// Whether a vNIC's egress share, limit or reservation is set.
+    pub(super) fn vnic_egress(&self) -> bool {
+        self.share.is_some() || self.limit_mbps.is_some() || self.reserve_mbps.is_some()
+    }
+
+    fn check_direct(&self, has_mac: bool) -> Result<(), &'static str> {
+        if self.direct.is_none() {
+            return Ok(());
+        }
+        if self.kind != PortKind::VhostUser {
+            return Err("`direct` applies to vhost-user ports only");
+        }
+        if !has_mac {
+            return Err("`direct` needs `mac` (its uplink queue takes frames for it)");
+        }
+        if self.uplink_queue.is_some() || self.vnic_egress() {
+            return Err(
+                "a `direct` port takes its own uplink queue and has no share, limit or reservation",
+            );
+        }
+        if self.latency == Latency::High {
+            // The uplink it is bound to lives on the shared worker.
+            return Err("a `direct` port cannot be latency = \"high\"");
+        }
+        Ok(())
+    }
+
+    fn check_cross_connect(&self) -> Result<(), &'static str> {
+        let Some(peer) = &self.cross_connect else {
+            return Ok(());
+        };
+        if self.kind != PortKind::VhostUser {
+            return Err("`cross_connect` applies to vhost-user ports only");
+        }
+        if *peer == self.name {
+            return Err("`cross_connect` names another port");
+        }
+        if self.direct.is_some()
+            || self.vlan.is_some()
+            || !self.trunk.is_empty()
+            || self.native_vlan.is_some()
+            || self.vnic_egress()
+        {
+            return Err(
+                "a `cross_connect` port is not switched: no `direct`, VLAN, share, limit or reservation",
+            );
+        }
+        if self.latency == Latency::High || self.queue_count() > 1 {
+            // Both ends must stay on one worker: the shared one.
+            return Err("a `cross_connect` port has one queue pair and ordinary latency");
+        }
+        Ok(())
+    }
+
+    fn check_guard_and_latency(&self, has_mac: bool) -> Result<(), &'static str> {
+        if self.spoof_guard && !has_mac {
+            return Err("`spoof_guard` needs `mac`");
+        }
+        if self.core.is_some() && self.latency != Latency::High {
+            return Err("`core` is for a latency = \"high\" port");
+        }
+        if self.kind != PortKind::VhostUser && self.latency == Latency::High {
+            return Err("latency = \"high\" is for vhost-user ports");
+        }
+        Ok(())
     }
 }

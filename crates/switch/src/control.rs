@@ -1,6 +1,21 @@
 //! The control socket: one JSON request per line, one JSON response per
 //! line, over a Unix stream. [`Request`] and [`Response`] are the protocol;
 //! [`Client`] is what `vnio switch port ...` uses.
+//!
+//! A refused request is answered `{"ok":false,"error":MESSAGE,"code":CODE}`:
+//! `error` is one line for people, `code` one of these stable words for
+//! programs ([`ControlError::code`]):
+//!
+//! - `not_found`: no port (or other object) of that name;
+//! - `exists`: a port of that name is there already;
+//! - `invalid`: the request or the port it describes is refused as it is
+//!   (a bad key or value, a combination that does not hold, a resource
+//!   such as a queue or core that is not there to give);
+//! - `denied`: the client may not use the control socket;
+//! - `busy`: the switch has no room for it now (clients, event subscribers);
+//! - `io`: the system failed the switch (a socket, a thread, a file).
+//!
+//! A reply from an older switch has no `code`.
 
 use crate::config::{PolicyUpdate, PortSpec};
 use serde::{Deserialize, Serialize};
@@ -54,6 +69,70 @@ pub enum Request {
     Shutdown,
 }
 
+/// Why the switch refused a control request: the message said in the
+/// reply's `error`, the kind in its `code` (see the module doc).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ControlError {
+    /// No port (or other object) of that name.
+    #[error("{0}")]
+    NotFound(String),
+    /// A port of that name exists.
+    #[error("{0}")]
+    Exists(String),
+    /// The request or what it describes is refused as it is.
+    #[error("{0}")]
+    Invalid(String),
+    /// The client may not use the control socket.
+    #[error("{0}")]
+    Denied(String),
+    /// No room for it now.
+    #[error("{0}")]
+    Busy(String),
+    /// The system failed the switch.
+    #[error("{0}")]
+    Io(String),
+}
+
+impl ControlError {
+    /// The reply's stable `code` for this kind of error.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ControlError::NotFound(_) => "not_found",
+            ControlError::Exists(_) => "exists",
+            ControlError::Invalid(_) => "invalid",
+            ControlError::Denied(_) => "denied",
+            ControlError::Busy(_) => "busy",
+            ControlError::Io(_) => "io",
+        }
+    }
+
+    /// The message, one line.
+    pub fn message(&self) -> &str {
+        match self {
+            ControlError::NotFound(m)
+            | ControlError::Exists(m)
+            | ControlError::Invalid(m)
+            | ControlError::Denied(m)
+            | ControlError::Busy(m)
+            | ControlError::Io(m) => m,
+        }
+    }
+}
+
+/// A refusal known only by its message is [`ControlError::Invalid`].
+impl From<String> for ControlError {
+    fn from(m: String) -> Self {
+        ControlError::Invalid(m)
+    }
+}
+
+/// A refusal known only by its message is [`ControlError::Invalid`].
+impl From<&str> for ControlError {
+    fn from(m: &str) -> Self {
+        ControlError::Invalid(m.to_string())
+    }
+}
+
 /// A response.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Response {
@@ -65,6 +144,9 @@ pub struct Response {
     /// What went wrong (when not ok).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The kind of what went wrong (when not ok): [`ControlError::code`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
 }
 
 impl Response {
@@ -74,15 +156,18 @@ impl Response {
             ok: true,
             result: Some(v),
             error: None,
+            code: None,
         }
     }
 
-    /// A failure.
-    pub fn err(e: impl Into<String>) -> Self {
+    /// A failure (a bare message is [`ControlError::Invalid`]).
+    pub fn err(e: impl Into<ControlError>) -> Self {
+        let e = e.into();
         Self {
             ok: false,
             result: None,
-            error: Some(e.into()),
+            code: Some(e.code().to_string()),
+            error: Some(e.to_string()),
         }
     }
 }
@@ -254,5 +339,21 @@ mod tests {
             r#"{"op":"port_set","name":"vm1","coalesce":"static:8:20","lro":false}"#
         );
         assert_eq!(serde_json::from_str::<Request>(&s).unwrap(), set);
+    }
+
+    #[test]
+    fn refusals_carry_their_code() {
+        let r = Response::err(ControlError::NotFound("no port vm9".into()));
+        assert_eq!(
+            serde_json::to_string(&r).unwrap(),
+            r#"{"ok":false,"error":"no port vm9","code":"not_found"}"#
+        );
+        assert_eq!(
+            Response::err("bad request").code.as_deref(),
+            Some("invalid")
+        );
+        // A reply from an older switch has no code.
+        let old: Response = serde_json::from_str(r#"{"ok":false,"error":"x"}"#).unwrap();
+        assert_eq!((old.error.as_deref(), old.code), (Some("x"), None));
     }
 }

@@ -5,7 +5,7 @@
 
 use crate::access::Access;
 use crate::config::{Config, PortSpec};
-use crate::control::{Request, Response};
+use crate::control::{ControlError, Request, Response};
 use crate::events::{EventQueue, Kind};
 use crate::events_hub::Hub;
 use crate::pool::Workers;
@@ -59,22 +59,25 @@ impl WorkerHandle {
     }
 
     /// Adds a port.
-    pub fn add_port(&self, spec: PortSpec) -> Result<PortInfo, String> {
-        let info = self.with(|w| w.add_port(spec))?;
+    pub fn add_port(&self, spec: PortSpec) -> Result<PortInfo, ControlError> {
+        let info = self.with(|w| {
+            if w.port_id(&spec.name).is_some() {
+                return Err(ControlError::Exists(format!("port {} exists", spec.name)));
+            }
+            w.add_port(spec).map_err(ControlError::Invalid)
+        })?;
         self.events
             .push(PortId(info.id), &info.name, || Kind::PortAdded);
         Ok(info)
     }
 
     /// Removes a port.
-    pub fn del_port(&self, name: &str) -> Result<(), String> {
+    pub fn del_port(&self, name: &str) -> Result<(), ControlError> {
         let id = self.with(|w| {
-            let id = w.port_id(name);
-            w.del_port(name).map(|()| id)
+            let id = w.port_id(name).ok_or_else(|| not_found(name))?;
+            w.del_port(name).map_err(ControlError::Invalid).map(|()| id)
         })?;
-        if let Some(id) = id {
-            self.events.push(id, name, || Kind::PortRemoved);
-        }
+        self.events.push(id, name, || Kind::PortRemoved);
         Ok(())
     }
 
@@ -83,21 +86,24 @@ impl WorkerHandle {
         &self,
         name: &str,
         set: crate::config::PolicyUpdate,
-    ) -> Result<PortInfo, String> {
-        let info = self.with(|w| w.set_port(name, set))?;
+    ) -> Result<PortInfo, ControlError> {
+        let info = self.with(|w| {
+            w.port_id(name).ok_or_else(|| not_found(name))?;
+            w.set_port(name, set).map_err(ControlError::Invalid)
+        })?;
         self.events
             .push(PortId(info.id), &info.name, || Kind::PortChanged);
         Ok(info)
     }
 
     /// Lists ports with their counters.
-    pub fn list(&self) -> Result<Vec<PortInfo>, String> {
-        self.with(|w| w.list())
+    pub fn list(&self) -> Result<Vec<PortInfo>, ControlError> {
+        self.with(|w| w.list()).map_err(ControlError::Io)
     }
 
     /// The FDB.
-    pub fn fdb(&self) -> Result<Vec<crate::fdb::FdbEntry>, String> {
-        self.with(|w| w.fdb())
+    pub fn fdb(&self) -> Result<Vec<crate::fdb::FdbEntry>, ControlError> {
+        self.with(|w| w.fdb()).map_err(ControlError::Io)
     }
 
     /// Every worker's time accounting.
@@ -108,6 +114,11 @@ impl WorkerHandle {
     fn stop(&self) {
         self.with(|w| w.stop());
     }
+}
+
+/// No port `name` (as the workers say it).
+fn not_found(name: &str) -> ControlError {
+    ControlError::NotFound(format!("no port {name}"))
 }
 
 /// A running switch.
@@ -159,7 +170,7 @@ impl Switch {
             let name = p.name.clone();
             sw.handle
                 .add_port(p)
-                .map_err(|e| StartError::Port(name, e))?;
+                .map_err(|e| StartError::Port(name, e.to_string()))?;
         }
         let state = restore(&sw.handle, &config.switch.state_path(), &config_ports);
         if let Some(dir) = path.parent() {
@@ -310,7 +321,7 @@ fn serve_control(listener: UnixListener, server: Arc<ControlServer>) {
                 }
                 if let Err(r) = server.access.check(&s) {
                     log::warn!("control socket: refused {r}");
-                    refuse(s, &r.to_string(), &server.stop);
+                    refuse(s, ControlError::Denied(r.to_string()), &server.stop);
                     continue;
                 }
                 if !clients.has_room() {
@@ -319,7 +330,7 @@ fn serve_control(listener: UnixListener, server: Arc<ControlServer>) {
                         server.limits.max_clients
                     );
                     log::warn!("control socket: refused a client: {why}");
-                    refuse(s, &why, &server.stop);
+                    refuse(s, ControlError::Busy(why), &server.stop);
                     continue;
                 }
                 let sv = server.clone();
@@ -340,7 +351,7 @@ fn serve_control(listener: UnixListener, server: Arc<ControlServer>) {
 }
 
 /// Tells a client why it is refused, in one line, and closes.
-fn refuse(mut s: UnixStream, why: &str, stop: &AtomicBool) {
+fn refuse(mut s: UnixStream, why: ControlError, stop: &AtomicBool) {
     let _ = serve::write_within(
         &mut s,
         &response_line(&Response::err(why)),
@@ -427,12 +438,12 @@ fn serve_client(s: UnixStream, server: &ControlServer) {
             // fan-out: this client's place (and thread) is free again.
             Ok(()) if matches!(serde_json::from_slice(&line), Ok(Request::Events)) => {
                 let ok = response_line(&Response::ok(serde_json::Value::Null));
-                match w.try_clone().map_err(|e| e.to_string()) {
+                match w.try_clone() {
                     Ok(s) => match server.hub.subscribe(s, ok) {
                         Ok(()) => return,
-                        Err(e) => Response::err(e),
+                        Err(e) => Response::err(ControlError::Busy(e)),
                     },
-                    Err(e) => Response::err(e),
+                    Err(e) => Response::err(ControlError::Io(e.to_string())),
                 }
             }
             Ok(()) => request(server, &line),
@@ -526,11 +537,13 @@ fn request(server: &ControlServer, line: &[u8]) -> Response {
 
 /// Answers one request through the worker.
 pub fn answer(handle: &WorkerHandle, req: Request) -> Response {
-    let to_json = |v: Result<serde_json::Value, String>| match v {
+    let to_json = |v: Result<serde_json::Value, ControlError>| match v {
         Ok(v) => Response::ok(v),
         Err(e) => Response::err(e),
     };
-    let j = |x: Result<serde_json::Value, serde_json::Error>| x.map_err(|e| e.to_string());
+    let j = |x: Result<serde_json::Value, serde_json::Error>| {
+        x.map_err(|e| ControlError::Io(e.to_string()))
+    };
     match req {
         Request::PortAdd { port } => to_json(
             handle
@@ -552,7 +565,7 @@ pub fn answer(handle: &WorkerHandle, req: Request) -> Response {
                 .filter(|p| name.as_ref().map_or(true, |n| *n == p.name))
                 .collect();
             if let (Some(n), true) = (&name, l.is_empty()) {
-                return Err(format!("no port {n}"));
+                return Err(not_found(n));
             }
             // Counters, with the policies in force next to them.
             let m: serde_json::Map<String, serde_json::Value> = l

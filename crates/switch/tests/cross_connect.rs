@@ -102,7 +102,7 @@ fn run() {
     assert!(drain(&mut e1, 1, short).is_empty() && drain(&mut e2, 1, short).is_empty());
 
     // Refused, each in one line.
-    let add = |s: PortSpec| sw.handle().add_port(s).unwrap_err();
+    let add = |s: PortSpec| sw.handle().add_port(s).unwrap_err().to_string();
     for (cross, why) in [
         ("nope", "no port named nope"),
         ("p1", "cross-connected already"),
@@ -115,7 +115,7 @@ fn run() {
         latency: Some(Latency::High),
         ..Default::default()
     };
-    let e = sw.handle().set_port("p1", high).unwrap_err();
+    let e = sw.handle().set_port("p1", high).unwrap_err().to_string();
     assert!(e.contains("cross-connected"), "{e}");
 
     // The port that named its peer goes: the peer is switched again.

@@ -95,7 +95,7 @@ fn run() {
     assert!(p1i.stats.tx.packets >= 200 && p1i.stats.rx.packets >= 200);
 
     // Refused, each in one line.
-    let add = |spec: PortSpec| sw.handle().add_port(spec).unwrap_err();
+    let add = |spec: PortSpec| sw.handle().add_port(spec).unwrap_err().to_string();
     let mut p3 = PortSpec::vhost_user("p3", dir.sock("p3"), SocketMode::Server);
     p3.mac = Some(mac(3).to_string());
     p3.direct = Some("nope".into());

@@ -312,7 +312,8 @@ fn run() {
                 ..Default::default()
             },
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("over its capacity"), "{err}");
 }
 

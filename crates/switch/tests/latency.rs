@@ -198,7 +198,8 @@ fn cores_that_cannot_be_dedicated_are_refused_in_one_line() {
         let e = sw
             .handle()
             .add_port(high("x", &dir, Some(outside)))
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         if allowed.len() < 2 {
             assert!(e.contains("no core can be dedicated"), "{e}");
             return;
@@ -210,13 +211,18 @@ fn cores_that_cannot_be_dedicated_are_refused_in_one_line() {
         let e = sw
             .handle()
             .add_port(high("b", &dir, Some(last)))
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert_eq!(
             e,
             format!("latency high: core {last} is already dedicated to port a")
         );
         if allowed.len() == 2 {
-            let e = sw.handle().add_port(high("b", &dir, None)).unwrap_err();
+            let e = sw
+                .handle()
+                .add_port(high("b", &dir, None))
+                .unwrap_err()
+                .to_string();
             assert!(
                 e.starts_with("latency high: no core left to dedicate"),
                 "{e}"
@@ -225,7 +231,8 @@ fn cores_that_cannot_be_dedicated_are_refused_in_one_line() {
             let e = sw
                 .handle()
                 .add_port(high("b", &dir, Some(first)))
-                .unwrap_err();
+                .unwrap_err()
+                .to_string();
             assert!(e.contains("the last one left"), "{e}");
         }
         // A refused port leaves nothing behind.
@@ -240,7 +247,8 @@ fn cores_that_cannot_be_dedicated_are_refused_in_one_line() {
                     ..Default::default()
                 },
             )
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("a core is for latency high"), "{e}");
         sw.handle().del_port("a").unwrap();
         assert!(

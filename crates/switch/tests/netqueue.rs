@@ -128,7 +128,7 @@ fn run() {
     // A port naming a taken queue is refused, in one line.
     let mut p4 = PortSpec::vhost_user("p4", dir.sock("p4"), SocketMode::Server);
     p4.uplink_queue = Some(QueueRequest::Index(7));
-    let err = sw.handle().add_port(p4).unwrap_err();
+    let err = sw.handle().add_port(p4).unwrap_err().to_string();
     assert!(err.contains("no queue 7"), "{err}");
 
     // The counters reach Prometheus.

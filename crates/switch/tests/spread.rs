@@ -234,7 +234,7 @@ fn a_hostile_chain_on_a_lent_pair_resets_only_its_port() {
             latency: Some(Latency::High),
             ..PolicyUpdate::default()
         };
-        let e = sw.handle().set_port("p1", high).unwrap_err();
+        let e = sw.handle().set_port("p1", high).unwrap_err().to_string();
         assert!(e.contains("spread over the 2 shared workers"), "{e}");
         // Removed while its pair is lent: the pair goes with it, the other
         // port forwards, and the port can be added again and spread.

@@ -39,7 +39,7 @@ impl Worker {
                     VhostUserPort::with_offloads(socket, spec.mode, spec.offloads.unwrap_or(true))
                         .map_err(|x| e(&x))?;
                 p.set_max_memory(self.cfg.max_guest_memory());
-                p.set_queue_pairs(spec.queues.unwrap_or(1));
+                p.set_queue_pairs(spec.queue_count());
                 Port::VhostUser(p)
             }
             PortKind::Tap => {
@@ -60,7 +60,7 @@ impl Worker {
                     .ok_or("an uplink port needs an interface")?;
                 let opts = UplinkOptions {
                     qdisc_bypass: spec.qdisc_bypass,
-                    queues: spec.queues.unwrap_or(1),
+                    queues: spec.queue_count(),
                     capacity_bps: spec.capacity_mbps.map(|m| m.saturating_mul(1_000_000)),
                     ..UplinkOptions::default()
                 };
@@ -75,7 +75,7 @@ impl Worker {
         };
         let slot = self.dp.add(id, spec.name.clone(), policy, policies, port);
         if let (Some(s), PortKind::VhostUser) = (self.dp.slot(slot), spec.kind) {
-            let pairs = spec.queues.unwrap_or(1) as u64;
+            let pairs = spec.queue_count() as u64;
             s.stats
                 .queue_pairs
                 .store(pairs, std::sync::atomic::Ordering::Relaxed);
