@@ -2,7 +2,7 @@
 //! host addresses they were checked at.
 //!
 //! The fast case checks a copy's two ranges when it queues it and makes
-//! it at the end of the burst (`datapath/copies.rs` says why). Kept as
+//! it at the end of the burst (`datapath/copies/` says why). Kept as
 //! guest addresses, each range would be looked up a second time when the
 //! copy is made. Kept as host addresses, the batch must keep the
 //! mappings they point into: it holds both tables ([`Regions`], which hold

@@ -1,5 +1,5 @@
 //! An uplink port: a host interface through AF_PACKET sockets with
-//! TPACKET_V2 rings mapped into the process (see `sys/packet.rs`).
+//! TPACKET_V2 rings mapped into the process (see `sys/packet/`).
 //! Frames are read in place from the receive ring (no system call, no copy
 //! before the destination's) and written in place into the transmit ring,
 //! which one `send` per polling round hands to the kernel. Frames larger

@@ -274,7 +274,7 @@ impl VhostUserPort {
     /// stalled there, once per frame (`perf annotate` shows it).
     ///
     /// The copy of a frame that fits one receive buffer waits in `copies`
-    /// for the end of the burst (`datapath/copies.rs`): the caller makes
+    /// for the end of the burst (`datapath/copies/`): the caller makes
     /// them before the source chain goes back to its guest.
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]

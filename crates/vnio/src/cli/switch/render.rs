@@ -125,6 +125,17 @@ pub(super) fn print_stats(m: &BTreeMap<String, PortStatsSnapshot>) {
                 }
             );
         }
+        if let Some(t) = &s.time_in_switch {
+            let us = |ns: u64| ns as f64 / 1e3;
+            println!(
+                "  time in switch      frames {:>10}  p50 {:.1} us  p99 {:.1} us  p99.9 {:.1} us  max {:.1} us",
+                t.frames,
+                us(t.p50_ns),
+                us(t.p99_ns),
+                us(t.p999_ns),
+                us(t.max_ns)
+            );
+        }
         for q in &s.uplink_queues {
             println!(
                 "  queue {:<3} {:<16} {:<17} packets {:>10}  bytes {:>12}  kernel drops {}",
