@@ -195,6 +195,21 @@ fn drain(far: &mut UplinkPort) {
     }
 }
 
+/// Each port's counters, for the test's log.
+fn print_ports(sw: &Switch) {
+    for p in sw.handle().list().unwrap() {
+        println!(
+            "{} tx {} rx {} waits {} drops {:?} {:?}",
+            p.name,
+            p.stats.tx.packets,
+            p.stats.rx.packets,
+            p.stats.tx.egress_waits,
+            p.stats.rx.drops,
+            p.stats.tx.drops
+        );
+    }
+}
+
 fn run() {
     let dir = Dir::new("egress");
     let (_veth, a, b) = veth_up("vne");
@@ -242,17 +257,7 @@ fn run() {
     let m = measure_settled(&mut [&mut e1, &mut e2], &[true, true], &mut far, 3.0);
     let (r, tol) = (&m.bps, m.tolerance());
     let total = r[0] + r[1];
-    for p in sw.handle().list().unwrap() {
-        println!(
-            "{} tx {} rx {} waits {} drops {:?} {:?}",
-            p.name,
-            p.stats.tx.packets,
-            p.stats.rx.packets,
-            p.stats.tx.egress_waits,
-            p.stats.rx.drops,
-            p.stats.tx.drops
-        );
-    }
+    print_ports(&sw);
     println!(
         "shares 100:300 on 100 Mbit/s: p1 {:.2} Mbit/s, p2 {:.2} Mbit/s, ratio {:.3} (longest gap {} ms)",
         r[0] / 1e6,

@@ -85,6 +85,29 @@ fn containerd_cri_pods_get_their_network_from_vnio() {
         return;
     };
     let start = Instant::now();
+    let net = "cri-tap";
+    let (bin, conf) = plugin_dirs(&w, net);
+    let mut c = Containerd::start(&w.dir.join("ctrd"), &bin, &conf);
+    c.import(&cri::image::pause_archive(&w.dir));
+    let up = start.elapsed();
+
+    let pods = [c.run_pod("vnio-a"), c.run_pod("vnio-b")];
+    let ran = start.elapsed();
+    let ports: Vec<String> = pods.iter().map(|p| port_of(net, p)).collect();
+    check_attached(&w, net, &pods, &ports);
+    check_traffic(&w, &pods, &ports);
+    remove_and_check(&w, &mut c, net, &pods, &ports);
+    println!(
+        "containerd CRI: up with the image {:.1} s, two pods {:.1} s, all {:.1} s",
+        up.as_secs_f64(),
+        (ran - up).as_secs_f64(),
+        start.elapsed().as_secs_f64()
+    );
+}
+
+/// The CRI's plugin directory (vnio's plugin, host-local, loopback) and
+/// its configuration directory with one vnio tap network, `net`.
+fn plugin_dirs(w: &World, net: &str) -> (std::path::PathBuf, std::path::PathBuf) {
     let d = w.dir.clone();
     let (bin, conf) = (d.join("cri-bin"), d.join("cri-net.d"));
     std::fs::create_dir_all(&bin).unwrap();
@@ -94,7 +117,6 @@ fn containerd_cri_pods_get_their_network_from_vnio() {
         std::os::unix::fs::symlink(std::path::Path::new(w.plugins).join(p), bin.join(p)).unwrap();
     }
     // containerd 1.6's libcni reads configurations up to 1.0.0.
-    let net = "cri-tap";
     std::fs::write(
         conf.join("10-vnio.conflist"),
         format!(
@@ -103,20 +125,19 @@ fn containerd_cri_pods_get_their_network_from_vnio() {
         ),
     )
     .unwrap();
-    let mut c = Containerd::start(&d.join("ctrd"), &bin, &conf);
-    c.import(&cri::image::pause_archive(&d));
-    let up = start.elapsed();
+    (bin, conf)
+}
 
-    let pods = [c.run_pod("vnio-a"), c.run_pod("vnio-b")];
-    let ran = start.elapsed();
-    let ports: Vec<String> = pods.iter().map(|p| port_of(net, p)).collect();
-    let mut want = ports.clone();
+/// A port, a lease, a record and a cached result per pod, and each pod's
+/// eth0 the switch's tap with IPAM's address.
+fn check_attached(w: &World, net: &str, pods: &[Pod], ports: &[String]) {
+    let mut want = ports.to_vec();
     want.sort();
-    assert_eq!(port_names(&w), want, "a switch port per pod");
+    assert_eq!(port_names(w), want, "a switch port per pod");
     let leases = w.leases();
     assert_eq!(leases.len(), 2, "a lease per pod: {leases:?}");
     assert_eq!(w.records().len(), 2, "a record per pod");
-    for p in &pods {
+    for p in pods {
         assert!(
             p.ip.octets()[..2] == [10, 73],
             "pod {}: the CRI's address is IPAM's: {}",
@@ -158,9 +179,11 @@ fn containerd_cri_pods_get_their_network_from_vnio() {
             p.ip
         );
     }
+}
 
-    // Both ways through the switch; its counters grow by at least the pings.
-    let before = counters(&w);
+/// Both ways through the switch; its counters grow by at least the pings.
+fn check_traffic(w: &World, pods: &[Pod], ports: &[String]) {
+    let before = counters(w);
     for (from, to) in [(&pods[0], &pods[1]), (&pods[1], &pods[0])] {
         let (sent, lost) = ping(&from.netns, to.ip, "300ms");
         assert!(
@@ -170,19 +193,22 @@ fn containerd_cri_pods_get_their_network_from_vnio() {
             to.ip
         );
     }
-    let after = counters(&w);
-    for port in &ports {
+    let after = counters(w);
+    for port in ports {
         for dir in ["tx", "rx"] {
             let (b, a) = (frames(&before, port, dir), frames(&after, port, dir));
             assert!(a >= b + 20, "{port} {dir}: {b} then {a} frames");
         }
     }
+}
 
-    // StopPodSandbox: CNI DEL, the namespace goes; RemovePodSandbox: the rest.
+/// StopPodSandbox: CNI DEL, the namespace goes; RemovePodSandbox: the
+/// rest. Then nothing is left, and containerd stops cleanly.
+fn remove_and_check(w: &World, c: &mut Containerd, net: &str, pods: &[Pod], ports: &[String]) {
     for (i, p) in pods.iter().enumerate() {
         c.ok(&["stopp", &p.id]);
         assert!(
-            !port_names(&w).contains(&ports[i]),
+            !port_names(w).contains(&ports[i]),
             "pod {}'s port is gone",
             p.id
         );
@@ -204,7 +230,7 @@ fn containerd_cri_pods_get_their_network_from_vnio() {
     assert_eq!(w.ports().len(), 0);
     assert_eq!(w.leases(), Vec::<String>::new());
     assert_eq!(w.records(), Vec::<String>::new());
-    for p in &pods {
+    for p in pods {
         let cached = cached_result(net, p);
         assert!(!cached.exists(), "{} is gone", cached.display());
     }
@@ -217,10 +243,4 @@ fn containerd_cri_pods_get_their_network_from_vnio() {
     }
     assert!(c.stop(), "containerd stops cleanly on SIGTERM");
     assert_eq!(c.mounts(), Vec::<String>::new());
-    println!(
-        "containerd CRI: up with the image {:.1} s, two pods {:.1} s, all {:.1} s",
-        up.as_secs_f64(),
-        (ran - up).as_secs_f64(),
-        start.elapsed().as_secs_f64()
-    );
 }

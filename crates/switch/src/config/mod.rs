@@ -1,8 +1,8 @@
 //! The switch's configuration: the TOML file of `vnio switch --config`,
 //! and the port specification shared with the control socket's `port_add`.
 //!
-//! A port's specification is in `config_port.rs`, its latency policies in
-//! `config_policies.rs`.
+//! A port's specification is in `config/port.rs`, its latency policies in
+//! `config/policies.rs`, a VXLAN port's checks in `config/vxlan.rs`.
 
 use crate::datapath::ReadAheadMode;
 use crate::vlan::BadVid;
@@ -10,11 +10,8 @@ use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::time::Duration;
 
-#[path = "config_policies.rs"]
 mod policies;
-#[path = "config_port.rs"]
 mod port;
-#[path = "config_vxlan.rs"]
 mod vxlan;
 
 pub use policies::{Latency, Policies, PolicyUpdate};
@@ -258,5 +255,4 @@ impl Config {
 }
 
 #[cfg(test)]
-#[path = "config_tests.rs"]
 mod tests;

@@ -1,4 +1,4 @@
-//! Unit tests of [`super`] (config.rs).
+//! Unit tests of [`super`].
 use super::*;
 use crate::coalesce::Coalesce;
 use crate::port::SocketMode;
