@@ -70,6 +70,14 @@ pub(super) fn rr_via(
     }
     if let Some(r) = w.rate {
         cmd.args(["--rate", &r.to_string()]);
+        cmd.args(["--arrivals", &w.arrivals.to_string()]);
+    }
+    // The workload's confidence goal, as in-process runs take it.
+    if let Some(ci) = &w.ci {
+        cmd.args(["--ci", ci]);
+        if let Some(m) = w.max_duration {
+            cmd.args(["--max-duration", &fmt(m)]);
+        }
     }
     let knobs = &bed.description().knobs;
     for (flag, cpus) in [
