@@ -82,6 +82,24 @@ pub const HEADER_LEN: usize = 20;
 
 /// A checked view of an IPv4 packet: the buffer holds the header (with its
 /// options) and at least `total_len` bytes.
+/// The header length (options included) of the IPv4 header at the start
+/// of `b`, after checking that the fixed part is there, the version is 4
+/// and the length field is at least the fixed part. Whether the options
+/// (or the whole packet) are there is the caller's check.
+fn checked_header_len(b: &[u8]) -> Result<usize> {
+    if b.len() < HEADER_LEN {
+        return Err(Error::Truncated);
+    }
+    if b[0] >> 4 != 4 {
+        return Err(Error::Malformed);
+    }
+    let ihl = usize::from(b[0] & 0x0f) * 4;
+    if ihl < HEADER_LEN {
+        return Err(Error::Malformed);
+    }
+    Ok(ihl)
+}
+
 #[derive(Debug, Clone)]
 pub struct Ipv4Packet<T: AsRef<[u8]>> {
     buffer: T,
@@ -91,15 +109,9 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
     /// Wraps `buffer` after checking the header length, the total length and the version.
     pub fn new_checked(buffer: T) -> Result<Self> {
         let b = buffer.as_ref();
-        if b.len() < HEADER_LEN {
-            return Err(Error::Truncated);
-        }
-        if b[0] >> 4 != 4 {
-            return Err(Error::Malformed);
-        }
-        let ihl = usize::from(b[0] & 0x0f) * 4;
+        let ihl = checked_header_len(b)?;
         let total = usize::from(be16(b, 2));
-        if ihl < HEADER_LEN || total < ihl {
+        if total < ihl {
             return Err(Error::Malformed);
         }
         if b.len() < total {
@@ -176,18 +188,7 @@ impl<T: AsRef<[u8]>> Ipv4Header<T> {
     /// Wraps `buffer` after checking the version and that it holds the
     /// header, options included.
     pub fn new_checked(buffer: T) -> Result<Self> {
-        let b = buffer.as_ref();
-        if b.len() < HEADER_LEN {
-            return Err(Error::Truncated);
-        }
-        if b[0] >> 4 != 4 {
-            return Err(Error::Malformed);
-        }
-        let ihl = usize::from(b[0] & 0x0f) * 4;
-        if ihl < HEADER_LEN {
-            return Err(Error::Malformed);
-        }
-        if b.len() < ihl {
+        if buffer.as_ref().len() < checked_header_len(buffer.as_ref())? {
             return Err(Error::Truncated);
         }
         Ok(Self { buffer })
