@@ -201,3 +201,12 @@ pub fn veth_up(tag: &str) -> (vnio_lab::Link, String, String) {
     }
     (veth, a, b)
 }
+
+/// An Ethernet frame of 60 bytes from `src` to `dst` with this EtherType.
+pub fn frame(dst: [u8; 6], src: u8, ethertype: u16) -> Vec<u8> {
+    let mut f = vec![0u8; 60];
+    f[..6].copy_from_slice(&dst);
+    f[6..12].copy_from_slice(&mac(src).0);
+    f[12..14].copy_from_slice(&ethertype.to_be_bytes());
+    f
+}
