@@ -100,9 +100,14 @@ pub struct SwitchConfig {
     /// An address another port is still sending from (seen within this
     /// many milliseconds) does not move on a frame (see
     /// [`crate::fdb::moves`]); 0: every frame moves its source, as on a
-    /// Linux bridge.
+    /// Linux bridge. Written out only when not the default, as every
+    /// setting added later is, so that a configuration written by this
+    /// build still starts an older one (the lab's `switch_binary`).
+    #[serde(skip_serializing_if = "is_default_move_quiet")]
     pub mac_move_quiet_ms: u64,
-    /// How long a flapping address stays with its holder, in seconds.
+    /// How long a flapping address stays with its holder, in seconds
+    /// (written out only when not the default).
+    #[serde(skip_serializing_if = "is_default_flap_hold")]
     pub mac_flap_hold_secs: u64,
     /// Frames taken from one queue per polling round.
     pub budget: usize,
@@ -143,8 +148,20 @@ pub struct SwitchConfig {
     pub drop_event_rate: u64,
 }
 
+/// The default [`SwitchConfig::mac_move_quiet_ms`].
+pub const MAC_MOVE_QUIET_MS: u64 = 1000;
+/// The default [`SwitchConfig::mac_flap_hold_secs`].
+pub const MAC_FLAP_HOLD_SECS: u64 = 60;
 /// The default [`SwitchConfig::drop_event_rate`].
 pub const DROP_EVENT_RATE: u64 = 1000;
+
+fn is_default_move_quiet(ms: &u64) -> bool {
+    *ms == MAC_MOVE_QUIET_MS
+}
+
+fn is_default_flap_hold(secs: &u64) -> bool {
+    *secs == MAC_FLAP_HOLD_SECS
+}
 
 fn is_default_drop_rate(n: &u64) -> bool {
     *n == DROP_EVENT_RATE
@@ -168,8 +185,8 @@ impl Default for SwitchConfig {
             fdb_capacity: 8192,
             fdb_port_limit: crate::fdb::DEFAULT_PORT_LIMIT,
             aging_secs: 300,
-            mac_move_quiet_ms: 1000,
-            mac_flap_hold_secs: 60,
+            mac_move_quiet_ms: MAC_MOVE_QUIET_MS,
+            mac_flap_hold_secs: MAC_FLAP_HOLD_SECS,
             budget: 64,
             idle_polls: 64,
             dedicated_rt_priority: None,

@@ -200,3 +200,26 @@ fn workers_are_one_to_eight() {
         );
     }
 }
+
+#[test]
+fn settings_added_later_are_written_only_when_set() {
+    // An older build rejects keys it does not know: a configuration this
+    // build writes with those settings at their defaults must not name them.
+    let text = toml::to_string(&SwitchConfig::default()).unwrap();
+    for key in [
+        "mac_move_quiet_ms",
+        "mac_flap_hold_secs",
+        "drop_event_rate",
+        "workers",
+        "read_ahead",
+        "state",
+    ] {
+        assert!(!text.contains(key), "{key} written at its default:\n{text}");
+    }
+    let set = SwitchConfig {
+        mac_move_quiet_ms: 0,
+        ..SwitchConfig::default()
+    };
+    let back: SwitchConfig = toml::from_str(&toml::to_string(&set).unwrap()).unwrap();
+    assert_eq!(back, set);
+}
