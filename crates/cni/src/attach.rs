@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use vnio_switch::config::PortSpec;
 use vnio_switch::control::Request;
 use vnio_switch::port::SocketMode;
+use vnio_switch::socket_access::{Resolved, SocketAccess};
 
 /// Longest path a Unix socket address holds (sun_path, with its NUL).
 const SUN_PATH: usize = 108;
@@ -47,6 +48,8 @@ pub fn add(env: &Env, conf: &NetConf, stdin: &[u8]) -> Result<CniResult, CniErro
         result: None,
     };
     if conf.kind == Kind::VhostUser {
+        // Bad values are refused before anything is made.
+        socket_access(conf)?;
         rec.socket_dir = Some(pod_dir(conf, env)?);
         rec.device_info = conf.runtime_config.device_info_file.clone();
     }
@@ -110,20 +113,25 @@ fn build(env: &Env, conf: &NetConf, rec: &Record) -> Result<CniResult, CniError>
                     ),
                 ));
             }
-            std::fs::create_dir_all(dir)
-                .map_err(|e| CniError::io(format!("creating {}", dir.display()), &e))?;
+            make_private_dir(dir)?;
             let mode = match conf.mode {
                 Mode::Server => SocketMode::Server,
                 Mode::Client => SocketMode::Client,
             };
             let mut s = PortSpec::vhost_user(&rec.port, &sock, mode);
             s.queues = conf.queues;
+            if conf.mode == Mode::Server {
+                s.socket_access = socket_access(conf)?.map(|(numeric, _)| numeric);
+            }
             s
         }
     };
     spec.vlan = conf.vlan;
     spec.mac = mac.map(mac_text);
     switch::call(&conf.control, &Request::PortAdd { port: spec.clone() })?;
+    if let Some(dir) = &rec.socket_dir {
+        open_dir(conf, dir)?;
+    }
     let ipam = match Ipam::from_conf(conf.ipam.as_ref(), &env.path, &conf.data_dir())? {
         Some(i) => i
             .exec(
@@ -165,6 +173,49 @@ fn build(env: &Env, conf: &NetConf, rec: &Record) -> Result<CniResult, CniError>
         routes: ipam.routes,
         dns: ipam.dns,
     })
+}
+
+/// The socket's owner, group and mode with names resolved here (the
+/// switch is handed ids: it may run with another user database), or the
+/// one-line error naming the configuration key.
+fn socket_access(conf: &NetConf) -> Result<Option<(SocketAccess, Resolved)>, CniError> {
+    let Some(a) = conf.socket_access() else {
+        return Ok(None);
+    };
+    let key = |e: String| {
+        let mut c = e.chars();
+        let first = c.next().map(|f| f.to_ascii_uppercase()).unwrap_or(' ');
+        CniError::new(INVALID_CONFIG, format!("socket{first}{}", c.as_str()))
+    };
+    let resolved = a.resolve().map_err(key)?;
+    Ok(Some((a.numeric().map_err(key)?, resolved)))
+}
+
+/// The pod's directory, made reachable by root only until its socket has
+/// its owner and mode ([`open_dir`]): no other user can reach the socket
+/// in between. One that exists (another interface of the pod) is kept as it is.
+fn make_private_dir(dir: &Path) -> Result<(), CniError> {
+    use std::os::unix::fs::DirBuilderExt;
+    let err = |e: std::io::Error| CniError::io(format!("creating {}", dir.display()), &e);
+    if let Some(parent) = dir.parent() {
+        std::fs::create_dir_all(parent).map_err(err)?;
+    }
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        r => r.map_err(err),
+    }
+}
+
+/// Gives the pod's directory the socket's owner and group and a mode that
+/// lets them in (and, in client mode, lets the pod's VMM make its socket).
+fn open_dir(conf: &NetConf, dir: &Path) -> Result<(), CniError> {
+    let resolved = socket_access(conf)?.map(|(_, r)| r).unwrap_or_default();
+    let d = Resolved {
+        mode: Some(resolved.dir_mode(conf.mode == Mode::Client)),
+        ..resolved
+    };
+    d.apply(dir)
+        .map_err(|e| CniError::io(format!("giving {} its owner and mode", dir.display()), &e))
 }
 
 /// The device-info file (k8snetworkplumbingwg device-info spec 1.1.0):

@@ -5,6 +5,7 @@
 use crate::error::{CniError, INCOMPATIBLE_VERSION, INVALID_CONFIG, INVALID_ENV};
 use serde::Deserialize;
 use std::path::PathBuf;
+use vnio_switch::socket_access::{Principal, SocketAccess};
 
 /// The spec versions whose configurations and results this plugin speaks
 /// (1.0.0 and 1.1.0 share the result format; GC and STATUS are 1.1.0's).
@@ -178,6 +179,17 @@ pub struct NetConf {
     /// `pods` beside the control socket, inside the switch's socket_dir).
     #[serde(default)]
     pub socket_dir: Option<PathBuf>,
+    /// vhost-user: the user owning the socket and the pod's directory (a
+    /// name or a uid), so that a VMM running as that user can connect.
+    #[serde(default, alias = "socket_owner")]
+    pub socket_owner: Option<Principal>,
+    /// vhost-user: their group (a name or a gid).
+    #[serde(default, alias = "socket_group")]
+    pub socket_group: Option<Principal>,
+    /// vhost-user: the socket's mode in octal ("0660"); the directory's
+    /// follows it.
+    #[serde(default, alias = "socket_mode")]
+    pub socket_mode: Option<String>,
     /// Where the plugin keeps its attachment records (default /var/lib/cni/vnio).
     #[serde(default)]
     pub data_dir: Option<PathBuf>,
@@ -225,6 +237,12 @@ impl NetConf {
                 "`queues` and `socketDir` are for kind vhost-user",
             ));
         }
+        if c.kind == Kind::Tap && c.socket_access().is_some() {
+            return Err(CniError::new(
+                INVALID_CONFIG,
+                "`socketOwner`, `socketGroup` and `socketMode` are for kind vhost-user",
+            ));
+        }
         if c.kind == Kind::VhostUser && c.mtu.is_some() {
             return Err(CniError::new(
                 INVALID_CONFIG,
@@ -242,6 +260,16 @@ impl NetConf {
         parse_mac(m)
             .map(Some)
             .ok_or_else(|| CniError::new(INVALID_CONFIG, format!("mac {m} is not a MAC address")))
+    }
+
+    /// The vhost-user socket's owner, group and mode, when any is asked for.
+    pub fn socket_access(&self) -> Option<SocketAccess> {
+        let a = SocketAccess {
+            owner: self.socket_owner.clone(),
+            group: self.socket_group.clone(),
+            mode: self.socket_mode.clone(),
+        };
+        (a != SocketAccess::default()).then_some(a)
     }
 
     /// Where the attachment records are.

@@ -31,6 +31,7 @@ use vnio_topo::Process;
 use vnio_topo::{Netem, RateLimit};
 
 mod anchors;
+mod cni;
 mod guests;
 mod own_cpu;
 pub mod program;
@@ -272,6 +273,9 @@ impl Testbed {
         match cfg.wire {
             WireKind::Veth if self.span.is_some() => self.wire_plain(),
             WireKind::Veth => self.wire_veth(),
+            WireKind::Bridge if knobs.attach == Some(crate::scenario::Attach::Cni) => {
+                self.wire_bridge_cni(id, &ctx.journal)
+            }
             WireKind::Bridge => self.wire_bridge(id, &ctx.journal),
             WireKind::Switch => {
                 // A poll-mode host that is some workload's client is driven

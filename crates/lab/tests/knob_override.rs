@@ -115,7 +115,7 @@ fn a_flag_that_cannot_be_a_knob_is_refused_in_one_line() {
     // Nothing near: every knob, the list kept in step with the struct.
     let e = refused("colour=3");
     assert!(
-        e.starts_with("--knob colour=3: no knob named \"colour\" (knobs: agent_cpus, busy_poll_us, client_cpus,"),
+        e.starts_with("--knob colour=3: no knob named \"colour\" (knobs: agent_cpus, attach, busy_poll_us, client_cpus,"),
         "{e}"
     );
     let names = scenario::knob_names();

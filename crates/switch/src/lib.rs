@@ -67,6 +67,7 @@ pub mod events_hub;
 pub mod logging;
 pub mod pool;
 pub mod serve;
+pub mod socket_access;
 pub mod sockpath;
 pub mod state;
 pub mod worker;

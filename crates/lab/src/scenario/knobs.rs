@@ -81,6 +81,29 @@ impl Virtqueue {
     }
 }
 
+/// How the hosts are attached to the wire (knob `attach`).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Hash, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum Attach {
+    /// The lab makes the interfaces itself (netlink, the switch's config).
+    #[default]
+    Lab,
+    /// Through CNI plugins, as a container runtime does: `vnio cni` (a tap
+    /// per namespace host, a vhost-user socket per poll-mode host) on
+    /// `switch`, the reference `bridge` plugin on `bridge`; host-local IPAM.
+    Cni,
+}
+
+impl Attach {
+    /// The name used in files and messages.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Attach::Lab => "lab",
+            Attach::Cni => "cni",
+        }
+    }
+}
+
 /// Settings of the set-up. Every field is optional so scenario-wide knobs
 /// and a configuration's knobs can be layered.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
@@ -184,6 +207,9 @@ pub struct Knobs {
     /// default) or "packed" (with IN_ORDER). The DPDK endpoints only
     /// (`endpoints = "dpdk"`): the lab's own drive split rings.
     pub virtqueue: Option<Virtqueue>,
+    /// How the hosts are attached: "lab" (the default) or "cni" (the
+    /// plugins a container runtime runs, on `switch` and `bridge` wires).
+    pub attach: Option<Attach>,
 }
 
 impl Knobs {
@@ -221,6 +247,7 @@ impl Knobs {
             placement_probe: pick(&over.placement_probe, &self.placement_probe),
             endpoints: pick(&over.endpoints, &self.endpoints),
             virtqueue: pick(&over.virtqueue, &self.virtqueue),
+            attach: pick(&over.attach, &self.attach),
         }
     }
 
@@ -342,6 +369,16 @@ fn check_for_wire(at: &str, k: &Knobs, wire: WireKind) -> Result<(), KnobError> 
             "endpoints",
             format!(
                 "\"dpdk\" drives two vhost-user ports: needs wire = \"switch\", \"ovs-dpdk\" or \"testpmd\", not {:?}",
+                wire.as_str()
+            ),
+        );
+    }
+    if k.attach == Some(Attach::Cni) && !matches!(wire, WireKind::Switch | WireKind::Bridge) {
+        return fail(
+            at,
+            "attach",
+            format!(
+                "\"cni\" needs wire = \"switch\" (vnio cni) or \"bridge\" (the bridge plugin), not {:?}",
                 wire.as_str()
             ),
         );

@@ -47,6 +47,7 @@ pub const SHIPPED: &[Shipped] = shipped![
     "uplink-rate",
     "lro",
     "switch-anchors",
+    "cni",
     "instrument",
     "vm-native",
     "vm-vm",

@@ -27,7 +27,7 @@ pub use capabilities::Capabilities;
 pub use instrument::Instrument;
 pub use judging::{FindingsAsRun, ResolvedFinding};
 pub use knob_override::{knob_names, with_knobs, KnobOverride, KnobOverrideError};
-pub use knobs::{Endpoints, Knobs, PortPolicy, Virtqueue};
+pub use knobs::{Attach, Endpoints, Knobs, PortPolicy, Virtqueue};
 pub use library::{shipped, Shipped, SHIPPED};
 pub use model::{
     humantime, sweep_value, Configuration, Contention, Flood, HostKind, HostSpec, Loads, Protocol,

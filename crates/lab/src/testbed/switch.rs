@@ -33,6 +33,9 @@ struct Placing<'a> {
     clients: &'a [&'a str],
     paired: &'a [&'a str],
     overlay: bool,
+    /// Attach through `vnio cni` (knob `attach = "cni"`): the testbed's id
+    /// and the reference plugins' directory (host-local).
+    cni: Option<(&'a str, &'static str)>,
 }
 
 impl Testbed {
@@ -61,8 +64,12 @@ impl Testbed {
             coalesce,
             octet,
         };
+        let cni = match knobs.attach {
+            Some(crate::scenario::Attach::Cni) => Some((id, super::cni::plugin_dir()?)),
+            _ => None,
+        };
         let mut ports: Vec<PortSpec> = (self.hosts.iter().enumerate())
-            .filter(|(_, host)| !host.remote && host.machine.is_none())
+            .filter(|(_, host)| !host.remote && host.machine.is_none() && cni.is_none())
             .map(|(i, host)| host_port(&pk, &dir, i, host))
             .collect();
         self.note_port_knobs(knobs);
@@ -93,8 +100,16 @@ impl Testbed {
             clients,
             paired,
             overlay: self.span.is_some(),
+            cni,
         };
         let deadline = Instant::now() + READY;
+        if cni.is_some() {
+            wait_control(&placing, &mut switch, &config.switch.control, deadline)?;
+            self.description.notes.push(
+                "hosts attached by `vnio cni` (tap, vhost-user for poll-mode hosts; host-local IPAM)"
+                    .into(),
+            );
+        }
         let mut handle = wire.handle()?;
         for (i, host) in self.hosts.iter_mut().enumerate() {
             if host.remote || host.machine.is_some() {
@@ -311,6 +326,9 @@ fn place_host(
     i: usize,
     host: &mut BedHost,
 ) -> Result<(), BedError> {
+    if let Some((id, plugins)) = p.cni {
+        return place_by_cni(p, id, plugins, i, host);
+    }
     let tap = format!("t{}", i + 1);
     if host.kind == HostKind::Namespace {
         while handle.link(&tap)?.is_none() {
@@ -339,7 +357,17 @@ fn place_host(
         }
         return address(host, &tap);
     }
-    let sock = p.dir.join(format!("h{}.sock", i + 1));
+    place_vhost_user(p, i, host, p.dir.join(format!("h{}.sock", i + 1)))
+}
+
+/// A vhost-user host on its socket: a poll-mode endpoint on it unless a
+/// workload drives it or a guest connects later.
+fn place_vhost_user(
+    p: &Placing,
+    i: usize,
+    host: &mut BedHost,
+    sock: PathBuf,
+) -> Result<(), BedError> {
     let mac = host_mac(p.octet, i);
     host.vhost_user = Some((sock.clone(), mac.clone()));
     // Guests connect once launched (start_guests).
@@ -350,6 +378,77 @@ fn place_host(
         return Ok(());
     }
     host.endpoint = Some(start_endpoint(p, host, &sock, &mac)?);
+    Ok(())
+}
+
+/// Host `i` attached by `vnio cni` as a runtime attaches a pod: a tap in
+/// a namespace host, a vhost-user socket for the others.
+fn place_by_cni(
+    p: &Placing,
+    id: &str,
+    plugins: &'static str,
+    i: usize,
+    host: &mut BedHost,
+) -> Result<(), BedError> {
+    let data = p.dir.join("cni");
+    let mut conf = serde_json::json!({
+        "cniVersion": "1.1.0",
+        "name": format!("lab-{id}"),
+        "type": "vnio-cni",
+        "control": p.dir.join("switch.sock"),
+        "dataDir": data.join("records"),
+        "ipam": super::cni::ipam(host.addr, &data.join("ipam")),
+    });
+    let vhost_user = host.kind != HostKind::Namespace;
+    if vhost_user {
+        conf["kind"] = "vhost-user".into();
+        conf["socketDir"] = data.join("pods").display().to_string().into();
+        conf["mac"] = host_mac(p.octet, i).into();
+    } else {
+        conf["kind"] = "tap".into();
+    }
+    let mut plugin = std::process::Command::new(&p.ctx.vnio);
+    plugin.arg("cni");
+    let result = super::cni::add(super::cni::Add {
+        plugin,
+        container: &format!("{id}-{}", host.name),
+        // A poll-mode host has no namespace of its own; its endpoint runs
+        // in the wire's, which stands in for its pod's (host-local wants one).
+        netns: host.netns.as_ref().unwrap_or(p.wire).path(),
+        cni_path: plugins,
+        conf,
+    })?;
+    if !vhost_user {
+        host.ifname = Some(super::cni::POD_IFNAME.into());
+        return Ok(());
+    }
+    let sock = super::cni::socket_of(&result)
+        .ok_or_else(|| setup(format!("host {}", host.name), "vnio cni gave no socketPath"))?;
+    place_vhost_user(p, i, host, sock)
+}
+
+/// Waits until the switch answers on its control socket.
+fn wait_control(
+    p: &Placing,
+    switch: &mut Process,
+    control: &Path,
+    deadline: Instant,
+) -> Result<(), BedError> {
+    while std::os::unix::net::UnixStream::connect(control).is_err() {
+        if let Ok(Some(status)) = switch.child_mut().try_wait() {
+            return Err(setup(
+                "starting the vnio switch",
+                format!("it exited ({status}): {}", log_tail(p.log)),
+            ));
+        }
+        if Instant::now() > deadline {
+            return Err(setup(
+                "starting the vnio switch",
+                format!("{} does not answer: {}", control.display(), log_tail(p.log)),
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
     Ok(())
 }
 

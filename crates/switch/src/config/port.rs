@@ -43,6 +43,9 @@ pub struct PortSpec {
     /// vhost-user: who listens.
     #[serde(default)]
     pub mode: SocketMode,
+    /// vhost-user, server mode: the socket's owner, group and mode.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub socket_access: Option<crate::socket_access::SocketAccess>,
     /// tap: interface name (default: the port name); uplink: the host interface.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ifname: Option<String>,
@@ -200,6 +203,7 @@ impl PortSpec {
             kind: PortKind::VhostUser,
             socket: Some(socket.into()),
             mode,
+            socket_access: None,
             ifname: None,
             netns: None,
             vlan: None,
@@ -337,6 +341,12 @@ impl PortSpec {
             && (self.socket.is_some() || self.ifname.as_ref().unwrap_or(&self.name).len() >= 16)
         {
             return Err("a tap port takes `ifname` (at most 15 characters), not `socket`".into());
+        }
+        if let Some(a) = &self.socket_access {
+            if self.kind != PortKind::VhostUser || self.mode != SocketMode::Server {
+                return Err("`socket_access` applies to server-mode vhost-user ports (in client mode the front-end makes the socket)".into());
+            }
+            a.resolve().map_err(|e| format!("socket_access: {e}"))?;
         }
         if self.netns.is_some() && self.kind != PortKind::Tap {
             return Err("`netns` applies to tap ports only".into());

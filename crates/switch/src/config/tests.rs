@@ -223,3 +223,29 @@ fn settings_added_later_are_written_only_when_set() {
     let back: SwitchConfig = toml::from_str(&toml::to_string(&set).unwrap()).unwrap();
     assert_eq!(back, set);
 }
+
+#[test]
+fn socket_access_is_for_server_sockets_and_checked() {
+    let port = |extra: &str| {
+        Config::parse(&format!(
+            "[[port]]\nname = \"a\"\nkind = \"vhost-user\"\nsocket = \"/s\"\n{extra}"
+        ))
+    };
+    let c = port("socket_access = { owner = 0, group = \"root\", mode = \"0660\" }\n").unwrap();
+    let a = c.ports[0]
+        .socket_access
+        .as_ref()
+        .unwrap()
+        .resolve()
+        .unwrap();
+    assert_eq!((a.uid, a.gid, a.mode), (Some(0), Some(0), Some(0o660)));
+    let e = port("mode = \"client\"\nsocket_access = { mode = \"0660\" }\n").unwrap_err();
+    assert!(e.to_string().contains("server-mode"), "{e}");
+    let e = port("socket_access = { owner = \"no-such-user-vnio\" }\n").unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("socket_access: owner no-such-user-vnio"),
+        "{e}"
+    );
+    assert!(port("socket_access = { mode = \"0660\", other = 1 }\n").is_err());
+}

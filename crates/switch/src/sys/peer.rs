@@ -1,6 +1,6 @@
 //! Who is at the other end of a Unix socket (SO_PEERCRED, SO_PEERGROUPS:
 //! the credentials the kernel recorded at connect time, which the peer
-//! cannot forge), who we are, and a group's id by name.
+//! cannot forge), who we are, and a user's or a group's id by name.
 
 use std::ffi::CString;
 use std::io;
@@ -108,6 +108,34 @@ pub fn group_id(name: &str) -> io::Result<Option<u32>> {
         match r {
             0 if res.is_null() => return Ok(None),
             0 => return Ok(Some(g.gr_gid)),
+            libc::ERANGE if buf.len() < 1 << 20 => buf.resize(buf.len() * 2, 0),
+            e => return Err(io::Error::from_raw_os_error(e)),
+        }
+    }
+}
+
+/// The id of the user called `name` (None: no such user).
+pub fn user_id(name: &str) -> io::Result<Option<u32>> {
+    let cname = CString::new(name).map_err(|_| io::ErrorKind::InvalidInput)?;
+    let mut buf = vec![0u8; 4096];
+    loop {
+        // SAFETY: an all-zero passwd is a valid out-parameter.
+        let mut p: libc::passwd = unsafe { std::mem::zeroed() };
+        let mut res: *mut libc::passwd = std::ptr::null_mut();
+        // SAFETY: every pointer is to live memory of the size passed;
+        // getpwnam_r writes the strings it returns into `buf` only.
+        let r = unsafe {
+            libc::getpwnam_r(
+                cname.as_ptr(),
+                &mut p,
+                buf.as_mut_ptr() as *mut libc::c_char,
+                buf.len(),
+                &mut res,
+            )
+        };
+        match r {
+            0 if res.is_null() => return Ok(None),
+            0 => return Ok(Some(p.pw_uid)),
             libc::ERANGE if buf.len() < 1 << 20 => buf.resize(buf.len() * 2, 0),
             e => return Err(io::Error::from_raw_os_error(e)),
         }

@@ -38,6 +38,13 @@ impl Worker {
                 let mut p =
                     VhostUserPort::with_offloads(socket, spec.mode, spec.offloads.unwrap_or(true))
                         .map_err(|x| e(&x))?;
+                if let Some(a) = &spec.socket_access {
+                    // Validated with the spec; a failure drops the port,
+                    // which removes its socket.
+                    a.resolve()?
+                        .apply(socket)
+                        .map_err(|x| format!("socket_access of {}: {x}", socket.display()))?;
+                }
                 p.set_max_memory(self.cfg.max_guest_memory());
                 p.set_queue_pairs(spec.queue_count());
                 Port::VhostUser(p)

@@ -207,6 +207,7 @@ impl AddArgs {
             kind,
             socket,
             mode: self.mode.unwrap_or_default(),
+            socket_access: None,
             ifname: self.uplink.or(self.ifname),
             netns: self.netns,
             vlan: self.vlan,
