@@ -95,3 +95,36 @@ fn every_delivered_frame_is_timed_once() {
         assert!(metrics.contains("# TYPE vnio_switch_time_in_switch_seconds histogram"));
     });
 }
+
+#[test]
+fn off_records_nothing_and_forwards_alike() {
+    bounded(Duration::from_secs(60), || {
+        let dir = Dir::new("dwell-off");
+        let sw = switch_tuned(&dir, 2, |s| s.time_in_switch = false);
+        let (mut e1, mut e2) = (endpoint(&dir, 1, 1), endpoint(&dir, 2, 2));
+        e2.send_frame(&frame([0xff; 6], 2, 0x0800)).unwrap();
+        wait_for("mac(2) learned", || {
+            sw.handle().fdb().unwrap().iter().any(|e| e.mac == mac(2))
+        });
+        let f = frame(mac(2).0, 1, 0x0800);
+        let mut buf = [0u8; 2048];
+        let (mut sent, mut got) = (0u64, 0u64);
+        for _ in 0..50 {
+            sent += e1.send_burst(&[&f[..]; 8]) as u64;
+            while got < sent {
+                if e2.poll_recv(&mut buf).is_some() {
+                    got += 1;
+                } else {
+                    std::thread::yield_now();
+                }
+            }
+        }
+        let p2 = port(sw.handle(), "p2");
+        assert!(p2.stats.rx.packets >= sent, "{:?}", p2.stats.rx);
+        assert!(
+            p2.stats.time_in_switch.is_none(),
+            "{:?}",
+            p2.stats.time_in_switch
+        );
+    });
+}

@@ -166,6 +166,9 @@ pub struct Knobs {
     /// The vnio switch's workers never sleep (`idle_polls` at its maximum),
     /// as the DPDK switches' poll-mode threads do.
     pub switch_busy_poll: Option<bool>,
+    /// false: the vnio switch does not record how long frames stay in it
+    /// (its `time_in_switch` setting), to measure what recording costs.
+    pub time_in_switch: Option<bool>,
     /// Frames the vnio switch takes from one queue per polling round (its
     /// `budget`, default 64): how long a round a frame may wait behind others.
     pub switch_budget: Option<usize>,
@@ -238,6 +241,7 @@ impl Knobs {
             egress_share: pick(&over.egress_share, &self.egress_share),
             egress_limit_mbit: pick(&over.egress_limit_mbit, &self.egress_limit_mbit),
             switch_busy_poll: pick(&over.switch_busy_poll, &self.switch_busy_poll),
+            time_in_switch: pick(&over.time_in_switch, &self.time_in_switch),
             switch_budget: pick(&over.switch_budget, &self.switch_budget),
             switch_rt_priority: pick(&over.switch_rt_priority, &self.switch_rt_priority),
             shield: pick(&over.shield, &self.shield),
@@ -389,6 +393,9 @@ fn check_for_wire(at: &str, k: &Knobs, wire: WireKind) -> Result<(), KnobError> 
             "switch_busy_poll",
             "needs wire = \"switch\" (the anchor switches always busy-poll)",
         );
+    }
+    if wire != WireKind::Switch && k.time_in_switch.is_some() {
+        return fail(at, "time_in_switch", "needs wire = \"switch\"");
     }
     if wire != WireKind::Switch {
         if k.port_policy.is_some_and(|p| p != PortPolicy::Default) {

@@ -222,6 +222,12 @@ impl Testbed {
                 .notes
                 .push("switch workers busy-poll (idle_polls at its maximum)".into());
         }
+        if knobs.time_in_switch == Some(false) {
+            switch_config.time_in_switch = false;
+            self.description
+                .notes
+                .push("time in the switch not recorded".into());
+        }
         if let Some(budget) = knobs.switch_budget {
             switch_config.budget = budget;
             self.description

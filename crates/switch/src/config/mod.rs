@@ -146,6 +146,11 @@ pub struct SwitchConfig {
     /// only when not the default.
     #[serde(skip_serializing_if = "is_default_drop_rate")]
     pub drop_event_rate: u64,
+    /// Record how long frames stay in the switch, per destination port
+    /// (default true; `crate::dwell`): off, only to measure what recording
+    /// costs. Written out only when off.
+    #[serde(skip_serializing_if = "is_true")]
+    pub time_in_switch: bool,
 }
 
 /// The default [`SwitchConfig::mac_move_quiet_ms`].
@@ -154,6 +159,10 @@ pub const MAC_MOVE_QUIET_MS: u64 = 1000;
 pub const MAC_FLAP_HOLD_SECS: u64 = 60;
 /// The default [`SwitchConfig::drop_event_rate`].
 pub const DROP_EVENT_RATE: u64 = 1000;
+
+fn is_true(b: &bool) -> bool {
+    *b
+}
 
 fn is_default_move_quiet(ms: &u64) -> bool {
     *ms == MAC_MOVE_QUIET_MS
@@ -195,6 +204,7 @@ impl Default for SwitchConfig {
             workers: 1,
             read_ahead: ReadAheadMode::Auto,
             drop_event_rate: DROP_EVENT_RATE,
+            time_in_switch: true,
         }
     }
 }

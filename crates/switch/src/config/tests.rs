@@ -213,6 +213,7 @@ fn settings_added_later_are_written_only_when_set() {
         "workers",
         "read_ahead",
         "state",
+        "time_in_switch",
     ] {
         assert!(!text.contains(key), "{key} written at its default:\n{text}");
     }

@@ -272,6 +272,8 @@ pub struct Datapath {
     round_end: u64,
     /// Whether transmit bursts are read ahead (measured when `Auto`).
     read_ahead: ReadAhead,
+    /// Whether each round's time in the switch is recorded (`crate::dwell`).
+    time_in_switch: bool,
     /// When a flap was last said in the log (`moves.rs`).
     flap_said: Option<Instant>,
     /// Where what changes is said (`tell.rs`); none in a bare data path.
@@ -300,6 +302,7 @@ impl Datapath {
             perf_mark: crate::perf::clock(),
             round_end: 0,
             read_ahead: ReadAhead::new(ReadAheadMode::Off),
+            time_in_switch: true,
             flap_said: None,
             events: None,
         }
@@ -348,6 +351,12 @@ impl Datapath {
     /// datapath never does.
     pub fn set_read_ahead(&mut self, mode: ReadAheadMode) {
         self.read_ahead = ReadAhead::new(mode);
+    }
+
+    /// Records (the default) or not how long each round's frames stayed in
+    /// the switch (`crate::dwell`): off, to measure what recording costs.
+    pub fn set_time_in_switch(&mut self, on: bool) {
+        self.time_in_switch = on;
     }
 
     /// The worker is back from waiting for events (asleep, or a look at
@@ -400,9 +409,16 @@ impl Datapath {
         self.publish_rx();
         // Every frame of the round is published now: it stayed in the
         // switch at most since the round began (`crate::dwell`).
+        // (The clock is read for the round's accounting in any case; off,
+        // the time in the switch is only not recorded.)
         let round_cycles = if work > 0 {
             self.round_end = crate::perf::clock();
-            self.round_end.wrapping_sub(self.perf_mark)
+            let cycles = self.round_end.wrapping_sub(self.perf_mark);
+            if self.time_in_switch {
+                cycles
+            } else {
+                0
+            }
         } else {
             0
         };

@@ -145,6 +145,7 @@ impl Worker {
         )?;
         let mut dp = Datapath::new(cfg.fdb());
         dp.set_read_ahead(cfg.read_ahead);
+        dp.set_time_in_switch(cfg.time_in_switch);
         Ok(Self {
             dp,
             epoll,
