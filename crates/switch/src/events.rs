@@ -127,6 +127,16 @@ pub enum Kind {
         /// The port that had taken it.
         from: Name,
     },
+    /// An address moved to this port from `from`, where it was live (a VM
+    /// migrated, a host moved; flaps are [`Kind::MacFlap`]).
+    MacMoved {
+        /// The address.
+        mac: [u8; 6],
+        /// Its VLAN.
+        vid: u16,
+        /// The port that held it.
+        from: Name,
+    },
     /// Drops of one reason went above (or back under) the configured rate.
     Drops {
         /// The reason.
@@ -288,6 +298,15 @@ pub enum What {
         /// The port that had taken it.
         from: String,
     },
+    /// See [`Kind::MacMoved`]: `mac` moved to `port` from `from`.
+    MacMoved {
+        /// The address.
+        mac: String,
+        /// Its VLAN.
+        vid: u16,
+        /// The port that held it.
+        from: String,
+    },
     /// See [`Kind::Drops`].
     Drops {
         /// The reason's counter name.
@@ -328,6 +347,11 @@ impl EventLine {
             Kind::PortChanged => What::PortChanged,
             Kind::MacFlap { mac, from } => What::MacFlap {
                 mac: crate::wire::EthernetAddress(mac).to_string(),
+                from: from.as_str().into(),
+            },
+            Kind::MacMoved { mac, vid, from } => What::MacMoved {
+                mac: crate::wire::EthernetAddress(mac).to_string(),
+                vid,
                 from: from.as_str().into(),
             },
             Kind::Drops {

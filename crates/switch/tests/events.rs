@@ -79,6 +79,7 @@ fn kinds(v: &[EventLine]) -> Vec<&'static str> {
             What::PortRemoved => "removed",
             What::PortChanged => "changed",
             What::MacFlap { .. } => "flap",
+            What::MacMoved { .. } => "moved",
             What::Drops { .. } => "drops",
         })
         .collect()
@@ -203,6 +204,55 @@ fn a_mac_flap_names_both_ports() {
         };
         assert_eq!((m.as_str(), from.as_str()), ("02:00:00:00:00:01", "p2"));
         assert!(port(sw.handle(), "p2").stats.tx.mac_flaps >= 1);
+    });
+}
+
+#[test]
+fn a_moved_mac_is_said_once_per_move() {
+    bounded(Duration::from_secs(60), || {
+        let dir = Dir::new("ev-move");
+        // Every move taken at once (a Linux bridge's rule): no flaps.
+        let sw = switch_tuned(&dir, 2, |s| s.mac_move_quiet_ms = 0);
+        let mut ends = [endpoint(&dir, 1, 1), endpoint(&dir, 2, 2)];
+        let mut ev = subscribe(&sw);
+        let mut c = Client::connect(sw.control_path()).unwrap();
+        let bcast = [0xff; 6];
+        ends[0].send_frame(&frame(bcast, 1, 0x0800)).unwrap();
+        wait_for("mac(1) on p1", || {
+            sw.handle().fdb().unwrap().iter().any(|e| e.mac == mac(1))
+        });
+        // mac(1) goes to p2 and back to p1, each time with a burst of
+        // frames: one event per move, on the port it moved to.
+        for (to, from) in [("p2", "p1"), ("p1", "p2")] {
+            let k = usize::from(to == "p2");
+            let f = frame(bcast, 1, 0x0800);
+            for _ in 0..4 {
+                assert_eq!(ends[k].send_burst(&[&f[..]; 8]), 8);
+            }
+            // A change of the port's policies marks the end of its events.
+            c.request(&Request::PortSet {
+                name: to.into(),
+                set: PolicyUpdate {
+                    lro: Some(false),
+                    ..Default::default()
+                },
+            })
+            .unwrap();
+            let seen = until(&mut ev, to, |w| matches!(w, What::PortChanged));
+            let moves: Vec<_> = seen
+                .iter()
+                .filter_map(|e| match &e.what {
+                    What::MacMoved { mac, vid, from } => Some((mac.clone(), *vid, from.clone())),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(
+                moves,
+                [("02:00:00:00:00:01".to_string(), 1, from.to_string())],
+                "{seen:?}"
+            );
+        }
+        assert_eq!(port(sw.handle(), "p1").stats.tx.mac_flaps, 0);
     });
 }
 

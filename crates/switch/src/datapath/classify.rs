@@ -158,7 +158,7 @@ impl Datapath {
         };
         let d = match decision {
             Ok(d) => {
-                self.count_learned(cx, l2, d.learned);
+                self.count_learned(cx, l2, d.vid, d.learned);
                 d
             }
             Err(r) => {
@@ -328,7 +328,10 @@ impl Datapath {
                 until: now + super::MEMO_HOLD,
                 fdb_gen: fdb.generation(),
                 topo_gen: *topo_gen,
-                decision,
+                decision: decision.map(|d| Decision {
+                    learned: d.learned.settled(),
+                    ..d
+                }),
                 to,
             });
         }

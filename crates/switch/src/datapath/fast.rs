@@ -397,11 +397,12 @@ impl Datapath {
         // A destination with LRO looks further into the frame.
         let looked = route.as_ref().filter(|r| !r.lro).map(|_| look);
         let done = self.forward_plain(cx, mem, segs, len, hdr_len, route, tally, looked);
-        // A flap is counted and said here when the fast case took the
-        // frame (else the full path counts it from the remembered decision).
-        if let (true, Ok(d)) = (done, decision) {
-            if matches!(d.learned, Learned::Flapped { .. }) {
-                self.count_learned(cx, &l2, d.learned);
+        // A move or a flap is counted and said here, taken or not: the
+        // decision is remembered settled (`Learned::settled`), so the full
+        // path, deciding from it, does not count it again.
+        if let Ok(d) = decision {
+            if matches!(d.learned, Learned::Flapped { .. } | Learned::Moved { .. }) {
+                self.count_learned(cx, &l2, d.vid, d.learned);
             }
         }
         done

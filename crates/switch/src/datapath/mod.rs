@@ -276,6 +276,8 @@ pub struct Datapath {
     time_in_switch: bool,
     /// When a flap was last said in the log (`moves.rs`).
     flap_said: Option<Instant>,
+    /// When the current second of move events began, and how many were said.
+    moves_said: (Option<Instant>, u32),
     /// Where what changes is said (`tell.rs`); none in a bare data path.
     events: Option<Arc<crate::events::EventQueue>>,
 }
@@ -304,6 +306,7 @@ impl Datapath {
             read_ahead: ReadAhead::new(ReadAheadMode::Off),
             time_in_switch: true,
             flap_said: None,
+            moves_said: (None, 0),
             events: None,
         }
     }

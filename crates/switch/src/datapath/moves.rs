@@ -2,7 +2,10 @@
 //! frame's source: a refusal counted on the sending port, a flap counted
 //! on the port that had taken the address and said in one line naming
 //! both ports (at most one line a second per worker: an attacker who
-//! keeps flapping addresses shows in the counters, not in a flooded log).
+//! keeps flapping addresses shows in the counters, not in a flooded log),
+//! a move said as an event (at most [`MOVES_SAID`] a second per worker:
+//! the rule lets one address move at most once per quiet time, but many
+//! addresses may move at once, and the events' one queue is shared).
 
 use super::{Datapath, FrameCtx};
 use crate::events::{Kind, Name};
@@ -13,11 +16,19 @@ use std::time::Duration;
 
 /// Least time between two lines about flaps.
 const SAY_EVERY: Duration = Duration::from_secs(1);
+/// Most move events one worker says in a second.
+pub const MOVES_SAID: u32 = 64;
 
 impl Datapath {
     /// Counts what learning the source of a frame from slot `i` (header
-    /// `l2`) did, when it was not a plain refresh or addition.
-    pub(super) fn count_learned(&mut self, cx: FrameCtx, l2: &L2Header, learned: Learned) {
+    /// `l2`, VLAN `vid`) did, when it was not a plain refresh or addition.
+    pub(super) fn count_learned(
+        &mut self,
+        cx: FrameCtx,
+        l2: &L2Header,
+        vid: u16,
+        learned: Learned,
+    ) {
         let (i, now) = (cx.from, cx.now);
         let Some(me) = self.slots[i].as_ref() else {
             return;
@@ -25,6 +36,28 @@ impl Datapath {
         match learned {
             Learned::PortLimit => me.stats.tx.drop(DropReason::FdbLimit),
             Learned::Kept => bump(&me.stats.tx.mac_kept, 1),
+            Learned::Moved { from } => {
+                let (since, said) = &mut self.moves_said;
+                if since.map_or(true, |t| now >= t + SAY_EVERY) {
+                    (*since, *said) = (Some(now), 0);
+                }
+                if *said >= MOVES_SAID {
+                    return;
+                }
+                *said += 1;
+                let Some(q) = &self.events else {
+                    return;
+                };
+                let holder = self.slots.iter().flatten().find(|s| s.id == from);
+                q.push(me.id, &me.name, || Kind::MacMoved {
+                    mac: l2.src.0,
+                    vid,
+                    from: holder.map_or_else(
+                        || Name::display(&format_args!("port {}", from.0)),
+                        |t| Name::new(&t.name),
+                    ),
+                });
+            }
             Learned::Flapped { from } => {
                 let taker = self.slots.iter().flatten().find(|s| s.id == from);
                 if let Some(t) = taker {

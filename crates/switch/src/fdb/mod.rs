@@ -127,8 +127,15 @@ impl Entry {
 pub enum Learned {
     /// Known on this port already: its age was reset.
     Refreshed,
-    /// Added, or moved from another port: lookups may answer differently.
+    /// Added (or taken over from an entry that had aged): lookups may
+    /// answer differently.
     Changed,
+    /// Moved from another port, or from behind another VTEP of this one,
+    /// where it was still live: lookups answer differently.
+    Moved {
+        /// The port that held it.
+        from: PortId,
+    },
     /// Not learned: the port holds as many addresses as its limit allows.
     PortLimit,
     /// Not learned: the table is full (or only the reserve is left and the
@@ -152,8 +159,20 @@ impl Learned {
     pub fn is_learned(self) -> bool {
         matches!(
             self,
-            Learned::Refreshed | Learned::Changed | Learned::Flapped { .. }
+            Learned::Refreshed | Learned::Changed | Learned::Moved { .. } | Learned::Flapped { .. }
         )
+    }
+
+    /// What learning the same source again, right after, would say: a
+    /// change is done once (a remembered decision must not count a move
+    /// or a flap for every frame of the flow).
+    pub fn settled(self) -> Self {
+        match self {
+            Learned::Changed | Learned::Moved { .. } | Learned::Flapped { .. } => {
+                Learned::Refreshed
+            }
+            other => other,
+        }
     }
 }
 
@@ -369,6 +388,7 @@ impl Fdb {
         self.generation += 1;
         match verdict {
             Verdict::Flap => Learned::Flapped { from: old.port },
+            _ if live => Learned::Moved { from: old.port },
             _ => Learned::Changed,
         }
     }

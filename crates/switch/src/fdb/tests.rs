@@ -24,8 +24,8 @@ fn learns_moves_and_ages() {
     assert_eq!(f.lookup(2, mac(1), t0), None, "VLANs are separate tables");
     assert_eq!(
         f.learn(1, mac(1), PortId(2), None, t0 + Duration::from_secs(1)),
-        Learned::Changed,
-        "a move is a change"
+        Learned::Moved { from: PortId(1) },
+        "a move of a live address names its holder"
     );
     assert_eq!((f.port_len(PortId(1)), f.port_len(PortId(2))), (0, 1));
     assert_eq!(
@@ -71,7 +71,12 @@ fn an_address_moving_back_and_forth_counts_once_where_it_is() {
     for k in 0..10 {
         let (to, from) = if k % 2 == 0 { (1, 2) } else { (2, 1) };
         let g = f.generation();
-        assert_eq!(f.learn(1, mac(1), PortId(to), None, now), Learned::Changed);
+        let said = f.learn(1, mac(1), PortId(to), None, now);
+        let want = match k {
+            0 => Learned::Changed,
+            _ => Learned::Moved { from: PortId(from) },
+        };
+        assert_eq!(said, want, "move {k}");
         assert!(f.generation() > g, "move {k} is a change");
         assert_eq!((f.port_len(PortId(to)), f.port_len(PortId(from))), (1, 0));
     }
@@ -255,7 +260,7 @@ fn remote_vteps_are_learned_moved_and_aged_with_the_address() {
     assert_eq!((f.generation(), f.remote(1, mac(1), t0)), (g, Some(a)));
     assert_eq!(
         f.learn_remote(1, mac(1), PortId(3), Limits::default(), b, t0),
-        Learned::Changed,
+        Learned::Moved { from: PortId(3) },
         "moved to another VTEP"
     );
     assert!(f.generation() > g);
@@ -263,7 +268,7 @@ fn remote_vteps_are_learned_moved_and_aged_with_the_address() {
     assert_eq!(f.entries(t0)[0].remote, Some(b));
     assert_eq!(
         f.learn(1, mac(1), PortId(4), None, t0),
-        Learned::Changed,
+        Learned::Moved { from: PortId(3) },
         "moved off the VXLAN port"
     );
     assert_eq!(f.remote(1, mac(1), t0), None);
@@ -324,7 +329,7 @@ fn a_sending_holder_keeps_its_address() {
     // Quiet for the rule's second: the address moves.
     assert_eq!(
         claim(&mut f, Place::port(X), false, t0 + ms(1500)),
-        Learned::Changed
+        Learned::Moved { from: PortId(1) }
     );
     assert_eq!(f.lookup(1, mac(1), t0 + ms(1500)), Some(X));
     assert_eq!((f.port_len(V), f.port_len(X)), (0, 1));
@@ -340,7 +345,7 @@ fn an_announce_moves_at_once_and_a_contested_move_is_held_back() {
     claim(&mut f, Place::port(V), false, t0);
     assert_eq!(
         claim(&mut f, Place::port(X), true, t0 + ms(1)),
-        Learned::Changed
+        Learned::Moved { from: PortId(1) }
     );
     assert_eq!(f.lookup(1, mac(1), t0 + ms(1)), Some(X));
     // A migrated VM's old place is paused: nothing contests. Here V
@@ -362,7 +367,7 @@ fn an_announce_moves_at_once_and_a_contested_move_is_held_back() {
     // After the hold, the ordinary rule again.
     assert_eq!(
         claim(&mut f, Place::port(X), true, t0 + ms(62_003)),
-        Learned::Changed
+        Learned::Moved { from: PortId(1) }
     );
     assert_eq!((f.port_len(V), f.port_len(X)), (0, 1));
 }
@@ -385,7 +390,7 @@ fn a_vtep_takes_a_local_address_only_once_it_is_quiet() {
     assert_eq!(f.remote(1, mac(1), t0 + ms(5)), None);
     assert_eq!(
         claim(&mut f, behind(7), true, t0 + ms(1000)),
-        Learned::Changed
+        Learned::Moved { from: PortId(1) }
     );
     assert_eq!(f.remote(1, mac(1), t0 + ms(1000)), Some(vtep(7)));
 }
@@ -402,7 +407,7 @@ fn local_wins_over_remote_and_vteps_over_each_other_only_when_quiet() {
     assert_eq!(f.remote(1, mac(1), t0 + ms(1)), Some(vtep(7)));
     assert_eq!(
         claim(&mut f, Place::port(V), false, t0 + ms(2)),
-        Learned::Changed
+        Learned::Moved { from: PortId(9) }
     );
     assert_eq!(
         claim(&mut f, behind(7), false, t0 + ms(3)),
@@ -418,7 +423,7 @@ fn local_wins_over_remote_and_vteps_over_each_other_only_when_quiet() {
     // After the hold and a quiet second, another VTEP may take it.
     assert_eq!(
         claim(&mut f, behind(8), false, t0 + ms(61_000)),
-        Learned::Changed
+        Learned::Moved { from: PortId(9) }
     );
     assert_eq!((f.vtep_len(vtep(7)), f.vtep_len(vtep(8))), (0, 1));
 }
@@ -453,6 +458,9 @@ fn what_another_worker_learned_is_taken_as_told() {
     let now = Instant::now();
     let mut f = Fdb::new(16, DEFAULT_AGING);
     claim(&mut f, Place::port(V), false, now);
-    assert_eq!(f.learn_told(1, mac(1), X, now), Learned::Changed);
+    assert_eq!(
+        f.learn_told(1, mac(1), X, now),
+        Learned::Moved { from: PortId(1) }
+    );
     assert_eq!(f.lookup(1, mac(1), now), Some(X));
 }
