@@ -66,6 +66,7 @@ pub mod events;
 pub mod events_hub;
 pub mod logging;
 pub mod pool;
+pub mod reaper;
 pub mod serve;
 pub mod socket_access;
 pub mod sockpath;

@@ -183,9 +183,10 @@ impl Device {
         self
     }
 
-    /// Every descriptor the device holds, handed over for the caller to
-    /// close after unwatching them; the device is left as new (same offer,
-    /// same cap).
+    /// Every kick descriptor the device holds, handed over for the caller
+    /// to close after unwatching them; the device is left as new (same
+    /// offer, same cap). The rest, the guest's memory and dirty log above
+    /// all, is dropped off the worker (`crate::reaper`).
     pub fn retire(&mut self, out: &mut Vec<File>) {
         let fresh = Self {
             offered: self.offered,
@@ -193,9 +194,10 @@ impl Device {
             pairs: self.pairs,
             ..Self::default()
         };
-        let old = std::mem::replace(self, fresh);
-        out.extend(old.retired);
-        out.extend(old.vrings.into_iter().filter_map(|v| v.kick));
+        let mut old = std::mem::replace(self, fresh);
+        out.append(&mut old.retired);
+        out.extend(old.vrings.iter_mut().filter_map(|v| v.kick.take()));
+        crate::reaper::retire(old);
     }
 
     /// Kick descriptors dropped by requests since the last call, to close

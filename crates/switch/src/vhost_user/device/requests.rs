@@ -92,7 +92,8 @@ impl Device {
             mem_end,
             left: self.max_memory.saturating_sub(self.mem_total()),
         };
-        self.log = None;
+        // The old log is unmapped off the worker (`crate::reaper`).
+        crate::reaper::retire(self.log.take());
         let log = DirtyLog::map(fd, size, offset, bounds)?;
         self.log = Some(Arc::new(log));
         self.apply_log();
@@ -105,15 +106,19 @@ impl Device {
         let logged = self.log.as_ref().map_or(0, |l| l.mapped());
         let cap = self.max_memory.saturating_sub(logged);
         let mem = Arc::new(GuestMem::from_table(table, cap)?);
-        self.mem = Some(mem);
+        // The old memory is held here while the queues let go of it, then
+        // unmapped off the worker (`crate::reaper`).
+        let old = self.mem.replace(mem);
+        let mut started = Ok(());
         // Running queues continue on the new memory from where they are.
         for i in 0..self.num_queues() {
             if let Some(q) = self.vrings[i].active.take() {
                 self.vrings[i].base = q.stop_state();
-                self.try_start(i)?;
+                started = started.and_then(|()| self.try_start(i));
             }
         }
-        Ok(Reply::Ack)
+        crate::reaper::retire(old);
+        started.map(|()| Reply::Ack)
     }
 
     /// Applies one request about a single vring ([`Device::handle`] sends
