@@ -1,333 +1,235 @@
 //! VXLAN ports in EVPN mode against real FRR (root and Debian's `frr`;
-//! prints a skip line otherwise): three hosts (network namespaces on one
-//! underlay bridge), each with zebra and bgpd (iBGP, the first a route
-//! reflector) and a vnio switch with an `evpn` VXLAN port and a poll-mode
-//! endpoint. The routes converge (timed), endpoints reach each other
-//! across hosts, and unicast after convergence floods to nobody.
+//! prints a skip line otherwise), on the fabric of `common::frr`: three
+//! vnio hosts and a kernel VTEP, zebra and bgpd on each (the first host
+//! the route reflector). The routes converge (timed); endpoints reach each
+//! other and the kernel VTEP's host; unicast after convergence floods to
+//! nobody; an endpoint that moves from one host to another is followed
+//! within a second.
 
 mod common;
 
-use common::underlay::{ip, ns, skip_reason, tag};
+use common::frr::{fabric, frr_missing, Host, VNI};
+use common::underlay::{skip_reason, tag};
 use common::*;
-use std::net::Ipv4Addr;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-use vnio_lab::Netns;
-use vnio_switch::config::{Config, PortSpec, SwitchConfig};
-use vnio_switch::daemon::Switch;
-use vnio_switch::endpoint::Endpoint;
-use vnio_switch::port::SocketMode;
+use vnio_switch::endpoint::stack::Event;
+use vnio_switch::endpoint::{Endpoint, EndpointConfig};
+use vnio_switch::wire::{EthernetAddress, Ipv4Address};
 
-const ZEBRA: &str = "/usr/lib/frr/zebra";
-const BGPD: &str = "/usr/lib/frr/bgpd";
-const VNI: u32 = 4242;
 /// How long FRR may take to converge (sessions, then routes).
 const CONVERGE: Duration = Duration::from_secs(60);
+/// How soon a moved endpoint must be found behind its new host.
+const MOVE: Duration = Duration::from_secs(1);
 
-/// zebra and bgpd of one namespace, killed (by their pid files) when dropped.
-struct Frr {
-    dir: PathBuf,
+fn sw(h: &Host) -> &vnio_switch::daemon::WorkerHandle {
+    h.sw.as_ref().expect("a vnio host").handle()
 }
 
-impl Frr {
-    /// Starts zebra and bgpd in `ns` with address `me` peering with
-    /// `peers` (as their route reflector when `rr`).
-    fn start(ns: &Netns, dir: &Path, me: Ipv4Addr, peers: &[Ipv4Addr], rr: bool) -> Self {
-        let _ = std::fs::create_dir_all(dir);
-        let mut conf = format!(
-            "hostname {}\nrouter bgp 65000\n bgp router-id {me}\n no bgp default ipv4-unicast\n timers bgp 3 9\n",
-            ns.name()
-        );
-        for p in peers {
-            conf += &format!(" neighbor {p} remote-as 65000\n neighbor {p} timers connect 1\n");
-        }
-        conf += " address-family l2vpn evpn\n";
-        for p in peers {
-            conf += &format!("  neighbor {p} activate\n");
-            if rr {
-                conf += &format!("  neighbor {p} route-reflector-client\n");
-            }
-        }
-        conf += "  advertise-all-vni\n exit-address-family\n";
-        std::fs::write(dir.join("frr.conf"), conf).unwrap();
-        let _ = Command::new("chown")
-            .args(["-R", "frr:frr"])
-            .arg(dir)
-            .status();
-        let frr = Self {
-            dir: dir.to_path_buf(),
-        };
-        let d = dir.to_str().unwrap();
-        for (bin, conf) in [
-            (ZEBRA, "/dev/null".to_string()),
-            (BGPD, format!("{d}/frr.conf")),
-        ] {
-            let name = Path::new(bin).file_name().unwrap().to_str().unwrap();
-            let out = Command::new("ip")
-                .args([
-                    "netns",
-                    "exec",
-                    ns.name(),
-                    bin,
-                    "-d",
-                    "-u",
-                    "frr",
-                    "-g",
-                    "frr",
-                ])
-                .args([
-                    "-i",
-                    &format!("{d}/{name}.pid"),
-                    "-z",
-                    &format!("{d}/zserv.api"),
-                ])
-                .args(["-f", &conf, "--vty_socket", d])
-                .output()
-                .unwrap();
-            assert!(out.status.success(), "{name}: {out:?}");
-        }
-        frr
-    }
-
-    fn vtysh(&self, cmd: &str) -> String {
-        let out = Command::new("vtysh")
-            .args(["--vty_socket", self.dir.to_str().unwrap(), "-c", cmd])
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
+/// The VTEP `h`'s switch has `mac` pinned behind, if any.
+fn behind(h: &Host, mac: EthernetAddress) -> Option<Ipv4Addr> {
+    let fdb = sw(h).fdb().unwrap();
+    fdb.iter().find(|e| e.mac == mac).and_then(|e| e.remote)
 }
 
-impl Drop for Frr {
-    fn drop(&mut self) {
-        for name in ["bgpd", "zebra"] {
-            if let Ok(pid) = std::fs::read_to_string(self.dir.join(format!("{name}.pid"))) {
-                let _ = Command::new("kill").arg(pid.trim()).status();
-            }
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-struct Host {
-    // Dropped in this order: FRR, the switch, then the namespace.
-    frr: Option<Frr>,
-    sw: Option<Switch>,
-    dir: Dir,
-    addr: Ipv4Addr,
-    ns: Netns,
-}
-
-impl Drop for Host {
-    fn drop(&mut self) {
-        self.frr.take();
-        self.sw.take();
-    }
-}
-
-fn evpn_port(local: Ipv4Addr) -> PortSpec {
-    PortSpec {
-        evpn: true,
-        ..PortSpec::vxlan("vx", VNI, local, &[])
-    }
-}
-
-fn host(ns: Netns, k: u8, addr: Ipv4Addr) -> Host {
-    let dir = Dir::new(&format!("ev{k}"));
-    let cfg = Config {
-        switch: SwitchConfig {
-            control: dir.sock("control"),
-            idle_polls: 4,
-            ..SwitchConfig::default()
-        },
-        ports: vec![
-            PortSpec::vhost_user("p1", dir.sock("p1"), SocketMode::Server),
-            evpn_port(addr),
-        ],
-    };
-    let sw = ns.run(move || Switch::start(cfg)).unwrap().unwrap();
-    Host {
-        frr: None,
-        sw: Some(sw),
-        dir,
-        addr,
-        ns,
-    }
-}
-
-/// Three hosts on one underlay bridge (in a namespace of its own).
-fn underlay(n: u8) -> (Netns, Vec<Host>) {
-    let u = ns(&format!("vnev{n}u"));
-    ip(&u, &["link", "add", "br0", "type", "bridge"]);
-    ip(&u, &["link", "set", "br0", "up"]);
-    let mut hosts = Vec::new();
-    for k in 1..=3u8 {
-        let h = ns(&format!("vnev{n}h{k}"));
-        let addr = Ipv4Addr::new(10, 78, n, k);
-        let side = format!("h{k}");
-        ip(
-            &u,
-            &[
-                "link",
-                "add",
-                &side,
-                "type",
-                "veth",
-                "peer",
-                "name",
-                "ul",
-                "netns",
-                h.name(),
-            ],
-        );
-        ip(&u, &["link", "set", &side, "master", "br0", "up"]);
-        ip(&h, &["addr", "add", &format!("{addr}/24"), "dev", "ul"]);
-        ip(&h, &["link", "set", "ul", "up"]);
-        ip(&h, &["link", "set", "lo", "up"]);
-        hosts.push(host(h, k, addr));
-    }
-    (u, hosts)
-}
-
-fn frr_present() -> Option<String> {
-    for bin in [ZEBRA, BGPD, "/usr/bin/vtysh"] {
-        if !Path::new(bin).exists() {
-            return Some(format!("no {bin} (scripts/setup --e2e installs frr)"));
-        }
-    }
-    None
-}
-
-/// Whether `h`'s switch has `mac` pinned behind `vtep`.
-fn pinned(h: &Host, mac: vnio_switch::wire::EthernetAddress, vtep: Ipv4Addr) -> bool {
-    let fdb = h.sw.as_ref().unwrap().handle().fdb().unwrap();
-    fdb.iter().any(|e| e.mac == mac && e.remote == Some(vtep))
-}
-
-fn datagrams_in(h: &Host, from: Ipv4Addr) -> u64 {
-    let vx = port(h.sw.as_ref().unwrap().handle(), "vx");
-    vx.stats
-        .vteps
-        .iter()
-        .filter(|r| r.remote == from.to_string())
-        .map(|r| r.packets_in)
-        .sum()
-}
-
-/// Datagrams each host's EVPN port dropped as from an unknown VTEP.
+/// Datagrams each vnio host's EVPN port dropped as from an unknown VTEP.
 fn unknown_vteps(hosts: &[Host]) -> Vec<u64> {
-    hosts
-        .iter()
-        .map(|h| {
-            let vx = port(h.sw.as_ref().unwrap().handle(), "vx");
-            vx.stats.tx.drops.get("unknown_vtep").copied().unwrap_or(0)
-        })
+    let vnio = hosts.iter().filter(|h| h.sw.is_some());
+    vnio.map(|h| port(sw(h), "vx").stats.tx.drops["unknown_vtep"])
         .collect()
 }
 
+fn endpoint(h: &Host, port: &str, n: u8) -> Endpoint {
+    let cfg = EndpointConfig::new(mac(n), common::ip(n));
+    Endpoint::connect(&h.dir.sock(port), cfg).unwrap()
+}
+
+fn responder(mut ep: Endpoint, stop: Arc<AtomicBool>) -> JoinHandle<Endpoint> {
+    std::thread::spawn(move || {
+        let s = stop.clone();
+        ep.serve(Duration::from_secs(60), &move || s.load(Ordering::SeqCst))
+            .unwrap();
+        ep
+    })
+}
+
+fn ping(a: &mut Endpoint, to: Ipv4Address, seq: u16) {
+    a.ping(to, 9, seq, b"over evpn").unwrap();
+    let got = a.poll_until(T, |_, ev| match ev {
+        Event::EchoReply { src, seq, .. } if src == to => Some(seq),
+        _ => None,
+    });
+    assert_eq!(got.expect("ping answered across EVPN"), seq);
+}
+
+/// Datagrams `h`'s EVPN port sent to VTEP `to` (counted when sent, so
+/// before any answer to them can arrive).
+fn datagrams_out(h: &Host, to: Ipv4Addr) -> u64 {
+    let vx = port(sw(h), "vx");
+    vx.stats
+        .vteps
+        .iter()
+        .filter(|r| r.remote == to.to_string())
+        .map(|r| r.packets_out)
+        .sum()
+}
+
+/// What the hosts' FRR and switches know, for a failure's message.
+fn dump(hosts: &[Host]) {
+    for h in hosts {
+        let f = h.frr.as_ref().unwrap();
+        println!("{}: {}", h.addr, f.vtysh("show bgp l2vpn evpn summary"));
+        println!("{}", f.vtysh(&format!("show evpn mac vni {VNI}")));
+        if h.sw.is_some() {
+            println!("{:?}", sw(h).fdb());
+        }
+    }
+}
+
+/// Sends a broadcast from each endpoint (its switch learns it) until
+/// `done`, at most `limit`; the time it took.
+fn until(
+    hosts: &[Host],
+    eps: &mut [&mut Endpoint],
+    limit: Duration,
+    done: impl Fn() -> bool,
+) -> Duration {
+    let t0 = Instant::now();
+    loop {
+        for ep in eps.iter_mut() {
+            let me = ep.mac().0[5];
+            ep.send_frame(&frame([0xff; 6], me, 0x88b5)).unwrap();
+            ep.drain(64);
+        }
+        if done() {
+            return t0.elapsed();
+        }
+        if t0.elapsed() > limit {
+            dump(hosts);
+            panic!("not within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 #[test]
-fn three_hosts_converge_and_reach_each_other_through_frr() {
-    if let Some(why) = skip_reason().or_else(frr_present) {
+fn evpn_fabric_through_frr() {
+    if let Some(why) = skip_reason().or_else(frr_missing) {
         println!("skip: EVPN test needs root, the vxlan device and FRR ({why})");
         return;
     }
     bounded(Duration::from_secs(150), || {
-        let n = tag();
-        let (_u, mut hosts) = underlay(n);
+        let kernel_ip = common::ip(4);
+        let t0 = Instant::now();
+        let (_u, hosts) = fabric(tag(), 3, Some(kernel_ip.into()));
         let addrs: Vec<Ipv4Addr> = hosts.iter().map(|h| h.addr).collect();
-        let mut eps: Vec<Endpoint> = hosts
-            .iter()
-            .enumerate()
-            .map(|(i, h)| {
-                let cfg = vnio_switch::endpoint::EndpointConfig::new(
-                    mac(i as u8 + 1),
-                    common::ip(i as u8 + 1),
-                );
-                Endpoint::connect(&h.dir.sock("p1"), cfg).unwrap()
-            })
-            .collect();
-        let started = Instant::now();
-        for (i, h) in hosts.iter_mut().enumerate() {
-            let peers: Vec<Ipv4Addr> = match i {
-                0 => addrs[1..].to_vec(),
-                _ => vec![addrs[0]],
-            };
-            let dir = std::env::temp_dir().join(format!("vnio-evpn-{}-{i}", std::process::id()));
-            h.frr = Some(Frr::start(&h.ns, &dir, h.addr, &peers, i == 0));
-        }
-        // Each endpoint says who it is (a broadcast its switch learns from)
-        // until every switch has every other endpoint pinned behind its host.
-        let deadline = started + CONVERGE;
-        loop {
-            for (i, ep) in eps.iter_mut().enumerate() {
-                ep.send_frame(&frame([0xff; 6], i as u8 + 1, 0x88b5))
-                    .unwrap();
-                ep.drain(64);
-            }
-            let done = (0..3)
-                .all(|i| (0..3).all(|j| i == j || pinned(&hosts[i], mac(j as u8 + 1), addrs[j])));
-            if done {
-                break;
-            }
-            if Instant::now() > deadline {
-                for h in &hosts {
-                    let f = h.frr.as_ref().unwrap();
-                    println!("{}", f.vtysh("show bgp l2vpn evpn summary"));
-                    println!("{}", f.vtysh(&format!("show evpn mac vni {VNI}")));
-                    println!("{:?}", h.sw.as_ref().unwrap().handle().fdb());
-                }
-                panic!("EVPN did not converge within {CONVERGE:?}");
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        println!(
-            "EVPN converged (3 hosts, route reflector): {:.2} s from FRR's start",
-            started.elapsed().as_secs_f64()
-        );
-        let strangers_at_convergence = unknown_vteps(&hosts);
-        for h in &hosts {
-            let vx = port(h.sw.as_ref().unwrap().handle(), "vx");
-            let rows: Vec<&str> = vx.stats.vteps.iter().map(|r| r.remote.as_str()).collect();
-            assert_eq!(rows.len(), 2, "flood list of {}: {rows:?}", h.addr);
-        }
+        let mut e1 = endpoint(&hosts[0], "p1", 1);
+        let mut e2 = endpoint(&hosts[1], "p1", 2);
+        let mut e3 = endpoint(&hosts[2], "p1", 3);
 
-        // Endpoint 1 talks to endpoint 2 (ARP, then unicast): host 3 hears
-        // the ARP broadcast and nothing of the unicast.
-        let mut b = eps.remove(1);
+        // Convergence: every vnio host floods to the three others and has
+        // every other endpoint behind its host.
+        let all_pinned = || {
+            (0..3).all(|i| {
+                port(sw(&hosts[i]), "vx").stats.vteps.len() == 3
+                    && (0..3)
+                        .all(|j| i == j || behind(&hosts[i], mac(j as u8 + 1)) == Some(addrs[j]))
+            })
+        };
+        until(
+            &hosts,
+            &mut [&mut e1, &mut e2, &mut e3],
+            CONVERGE,
+            all_pinned,
+        );
+        println!(
+            "EVPN converged (3 vnio hosts, a kernel VTEP, a route reflector): {:.2} s from FRR's start",
+            t0.elapsed().as_secs_f64()
+        );
+        for h in &hosts[..3] {
+            let rows = port(sw(h), "vx").stats.vteps;
+            assert_eq!(rows.len(), 3, "flood list of {}: {rows:?}", h.addr);
+        }
+        let strangers = unknown_vteps(&hosts);
+
+        // 1 talks to 2 (ARP, a ping, UDP echoes): host 1 sends host 3 the
+        // ARP broadcast and nothing of the unicast.
         let stop = Arc::new(AtomicBool::new(false));
-        let s = stop.clone();
-        let rb = std::thread::spawn(move || {
-            b.serve(Duration::from_secs(60), &move || s.load(Ordering::SeqCst))
-                .unwrap();
-            b
-        });
-        let a = &mut eps[0];
-        a.resolve(common::ip(2), T)
+        let r2 = responder(e2, stop.clone());
+        e1.resolve(common::ip(2), T)
             .expect("ARP answered across EVPN");
-        let before = datagrams_in(&hosts[2], addrs[0]);
-        a.ping(common::ip(2), 9, 1, b"over evpn").unwrap();
-        let got = a.poll_until(T, |_, ev| match ev {
-            vnio_switch::endpoint::stack::Event::EchoReply { seq, .. } => Some(seq),
-            _ => None,
-        });
-        assert_eq!(got.expect("ping answered across EVPN"), 1);
-        let peer = std::net::SocketAddrV4::new(common::ip(2).into(), 7);
+        let before = datagrams_out(&hosts[0], addrs[2]);
+        ping(&mut e1, common::ip(2), 1);
+        let peer = SocketAddrV4::new(common::ip(2).into(), 7);
         let mut buf = [0u8; 2048];
         for i in 0..100u32 {
-            a.udp_send_to(peer, 4000, format!("datagram {i}").as_bytes())
+            e1.udp_send_to(peer, 4000, format!("datagram {i}").as_bytes())
                 .unwrap();
-            a.udp_recv_timeout(&mut buf, T).unwrap().expect("echoed");
+            e1.udp_recv_timeout(&mut buf, T).unwrap().expect("echoed");
         }
-        stop.store(true, Ordering::SeqCst);
-        rb.join().unwrap();
-        let floods = datagrams_in(&hosts[2], addrs[0]) - before;
-        println!("unknown-unicast floods to host 3 during 101 unicast exchanges 1<->2: {floods}");
+        let floods = datagrams_out(&hosts[0], addrs[2]) - before;
+        println!("unknown-unicast floods to host 3 while 1 and 2 exchanged 101 unicasts: {floods}");
         assert_eq!(floods, 0);
+
+        // The kernel VTEP's host answers across the fabric; each side has
+        // the other's address behind the right VTEP, from FRR.
+        let km = e1
+            .resolve(kernel_ip, T)
+            .expect("the kernel VTEP's host answers ARP");
+        ping(&mut e1, kernel_ip, 2);
+        let t = Instant::now();
+        while behind(&hosts[0], km) != Some(addrs[3]) {
+            if t.elapsed() > T {
+                println!("kernel host's {km}");
+                dump(&hosts);
+                panic!("the kernel VTEP's host is not pinned on host 1");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let kernel_fdb = |mac: EthernetAddress, vtep: Ipv4Addr| {
+            let out = std::process::Command::new("bridge")
+                .args(["-n", hosts[3].ns.name(), "fdb", "show", "dev", "kx"])
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .any(|l| l.starts_with(&mac.to_string()) && l.contains(&format!("dst {vtep}")))
+        };
+        wait_for("endpoint 1 behind host 1 on the kernel VTEP", || {
+            kernel_fdb(mac(1), addrs[0])
+        });
+        println!(
+            "kernel VTEP at {}: reached from vnio, routes both ways",
+            addrs[3]
+        );
+
+        // Endpoint 1 moves from host 1 to host 2 (its port p2).
+        drop(e1);
+        let mut moved = endpoint(&hosts[1], "p2", 1);
+        let followed = || {
+            [0, 2]
+                .iter()
+                .all(|&i| behind(&hosts[i], mac(1)) == Some(addrs[1]))
+                && kernel_fdb(mac(1), addrs[1])
+        };
+        let took = until(&hosts, &mut [&mut moved], MOVE, followed);
+        println!(
+            "an endpoint moved from host 1 to host 2: followed by hosts 1, 3 and the kernel VTEP in {} ms",
+            took.as_millis()
+        );
+        let r1 = responder(moved, stop.clone());
+        e3.resolve(common::ip(1), T)
+            .expect("the moved endpoint answers ARP");
+        ping(&mut e3, common::ip(1), 3);
+        stop.store(true, Ordering::SeqCst);
+        r1.join().unwrap();
+        r2.join().unwrap();
+
         // Strangers were dropped only while routes were still arriving.
-        assert_eq!(unknown_vteps(&hosts), strangers_at_convergence);
+        assert_eq!(unknown_vteps(&hosts), strangers);
         drop(hosts);
     });
 }
