@@ -490,6 +490,12 @@ fn request(server: &ControlServer, line: &[u8]) -> Response {
             Response::ok(serde_json::Value::Null)
         }
         Ok(Request::PortAdd { mut port }) => {
+            if port.evpn {
+                return Response::err(format!(
+                    "port {}: an `evpn` vxlan port is set in the configuration file (its FRR shadow starts with the switch)",
+                    port.name
+                ));
+            }
             // A client's port binds where the client says, as the switch:
             // only inside the socket directory.
             if let Some(sock) = &port.socket {

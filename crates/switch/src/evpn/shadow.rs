@@ -58,7 +58,8 @@ impl Shadow {
             peer: format!("vnio-p{vni}"),
         };
         s.remove();
-        s.build(vni, local).inspect_err(|_| s.remove())?;
+        // On failure `s` drops, which removes what was made.
+        s.build(vni, local)?;
         Ok(s)
     }
 
