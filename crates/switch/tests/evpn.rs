@@ -224,12 +224,31 @@ fn evpn_fabric_through_frr() {
         e3.resolve(common::ip(1), T)
             .expect("the moved endpoint answers ARP");
         ping(&mut e3, common::ip(1), 3);
+
         stop.store(true, Ordering::SeqCst);
         r1.join().unwrap();
         r2.join().unwrap();
-
         // Strangers were dropped only while routes were still arriving.
         assert_eq!(unknown_vteps(&hosts), strangers);
+
+        // FRR stops on host 3 (zebra takes every route out of the shadow
+        // as it leaves): host 3's switch keeps forwarding on what it knew.
+        // (The other hosts withdraw host 3, as EVPN says.) That nothing is
+        // removed can only be seen by waiting: well past the agent's quiet
+        // time before removals.
+        let mut hosts = hosts;
+        hosts[2].frr.take().unwrap().stop();
+        std::thread::sleep(Duration::from_secs(2));
+        assert_eq!(behind(&hosts[2], mac(1)), Some(addrs[1]));
+        assert_eq!(behind(&hosts[2], mac(2)), Some(addrs[1]));
+        assert_eq!(port(sw(&hosts[2]), "vx").stats.vteps.len(), 3);
+        let was = datagrams_out(&hosts[2], addrs[1]);
+        let to1 = SocketAddrV4::new(common::ip(1).into(), 7);
+        e3.udp_send_to(to1, 4000, b"after FRR left").unwrap();
+        wait_for("host 3 still sending to host 2", || {
+            datagrams_out(&hosts[2], addrs[1]) == was + 1
+        });
+        println!("FRR stopped on host 3: its switch still forwards to host 2 on the last routes");
         drop(hosts);
     });
 }

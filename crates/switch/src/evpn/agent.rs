@@ -20,6 +20,9 @@ use std::time::{Duration, Instant};
 const ANNOUNCE_EVERY: Duration = Duration::from_millis(200);
 /// Longest wait for netlink before the thread looks at the clock.
 const WAIT_MS: i32 = 50;
+/// Removals wait until netlink has been quiet this long, so that a burst
+/// (zebra leaving takes every route away) is seen whole.
+const QUIET: Duration = Duration::from_millis(300);
 
 /// What EVPN says about the VNI.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -47,6 +50,21 @@ impl Routes {
                 }
             }
         }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.macs.is_empty() && self.flood.is_empty()
+    }
+
+    /// `now` with what `self` has and `now` lacks: additions and moves
+    /// without removals.
+    fn with_removals_held(&self, now: &Routes) -> Routes {
+        let mut t = now.clone();
+        for (&mac, &vtep) in &self.macs {
+            t.macs.entry(mac).or_insert(vtep);
+        }
+        t.flood.extend(self.flood.iter().copied());
+        t
     }
 
     fn known(&self) -> BTreeSet<Ipv4Addr> {
@@ -77,6 +95,41 @@ impl Routes {
             }
         }
         out
+    }
+}
+
+/// What the worker was told, and when removals reach it.
+#[derive(Debug, Default)]
+struct Installed {
+    sent: Routes,
+    /// Every route went at once (FRR stopped, or lost its peers): the
+    /// port forwards on the last routes until some come back.
+    frozen: bool,
+}
+
+impl Installed {
+    /// The routes the worker should have, given `now` from the kernel;
+    /// `quiet`: netlink has been quiet for [`QUIET`].
+    fn target(&mut self, now: &Routes, quiet: bool, name: &str) -> Routes {
+        if !quiet {
+            return self.sent.with_removals_held(now);
+        }
+        if now.is_empty() && !self.sent.is_empty() {
+            if !self.frozen {
+                log::warn!(
+                    "evpn {name}: every route was withdrawn at once (FRR stopped or lost its peers): forwarding on the last {} addresses and {} VTEPs",
+                    self.sent.macs.len(),
+                    self.sent.known().len()
+                );
+                self.frozen = true;
+            }
+            return self.sent.clone();
+        }
+        if self.frozen && !now.is_empty() {
+            log::info!("evpn {name}: routes are back, following EVPN again");
+            self.frozen = false;
+        }
+        now.clone()
     }
 }
 
@@ -152,12 +205,13 @@ impl Drop for Agent {
 }
 
 fn run(port: Port, shadow: Shadow, mut watch: Watch, workers: WorkerHandle, stop: &AtomicBool) {
-    let (mut now, mut sent) = (Routes::default(), Routes::default());
+    let mut now = Routes::default();
+    let mut installed = Installed::default();
     // While a dump runs, the routes it (and the events meanwhile) bring.
     let mut fresh = Some(Routes::default());
     let mut redump = watch.dump().is_err();
     let mut announced = Announced::default();
-    let mut next_announce = Instant::now();
+    let (mut next_announce, mut last_event) = (Instant::now(), Instant::now());
     let mut reads = Vec::new();
     while !stop.load(Ordering::SeqCst) {
         if redump {
@@ -189,13 +243,16 @@ fn run(port: Port, shadow: Shadow, mut watch: Watch, workers: WorkerHandle, stop
                         }
                     }
                 }
+                last_event = Instant::now();
             }
         }
-        if fresh.is_none() && now != sent {
-            let changes = sent.changes(&now);
-            match workers.evpn(&port.name, changes) {
-                Ok(()) => sent = now.clone(),
-                Err(e) => log::warn!("evpn {}: routes not installed: {e}", port.name),
+        if fresh.is_none() {
+            let target = installed.target(&now, last_event.elapsed() >= QUIET, &port.name);
+            if target != installed.sent {
+                match workers.evpn(&port.name, installed.sent.changes(&target)) {
+                    Ok(()) => installed.sent = target,
+                    Err(e) => log::warn!("evpn {}: routes not installed: {e}", port.name),
+                }
             }
         }
         if Instant::now() >= next_announce {
@@ -217,6 +274,30 @@ mod tests {
             mac: EthernetAddress([if m == 0 { 0 } else { 2 }, 0, 0, 0, 0, m]),
             vtep: Ipv4Addr::new(10, 0, 0, vtep),
         }
+    }
+
+    #[test]
+    fn removals_wait_for_quiet_and_a_total_withdrawal_is_not_followed() {
+        let mut full = Routes::default();
+        full.apply(n(true, 0, 2));
+        full.apply(n(true, 1, 2));
+        let mut i = Installed {
+            sent: full.clone(),
+            frozen: false,
+        };
+        let mut less = full.clone();
+        less.apply(n(false, 1, 2));
+        less.apply(n(true, 2, 3));
+        // While events arrive, the new route goes in and the old one stays.
+        let t = i.target(&less, false, "t");
+        assert_eq!(t.macs.len(), 2);
+        assert_eq!(i.target(&less, true, "t"), less);
+        i.sent = less.clone();
+        // Everything withdrawn: the last routes stay until some come back.
+        assert_eq!(i.target(&Routes::default(), true, "t"), less);
+        assert!(i.frozen);
+        assert_eq!(i.target(&full, true, "t"), full);
+        assert!(!i.frozen);
     }
 
     #[test]

@@ -98,14 +98,66 @@ impl Frr {
     }
 }
 
+impl Frr {
+    /// Stops the daemons as a service manager would (SIGTERM: zebra takes
+    /// its routes out of the kernel as it leaves) and waits for them.
+    pub fn stop(mut self) {
+        stop_daemons(&self.dir, "TERM");
+        self.dir = PathBuf::new();
+    }
+}
+
 impl Drop for Frr {
     fn drop(&mut self) {
-        for name in ["bgpd", "zebra"] {
-            if let Ok(pid) = std::fs::read_to_string(self.dir.join(format!("{name}.pid"))) {
-                let _ = Command::new("kill").arg(pid.trim()).status();
-            }
+        // Teardown: at once (a graceful exit takes seconds).
+        if !self.dir.as_os_str().is_empty() {
+            stop_daemons(&self.dir, "KILL");
         }
-        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Sends `signal` to the daemons whose pid files are in `dir`, waits up
+/// to 5 s for each to exit, and removes `dir`.
+fn stop_daemons(dir: &Path, signal: &str) {
+    for name in ["bgpd", "zebra"] {
+        let Ok(pid) = std::fs::read_to_string(dir.join(format!("{name}.pid"))) else {
+            continue;
+        };
+        let pid = pid.trim();
+        let _ = Command::new("kill").args(["-s", signal, pid]).status();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while alive(pid) && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Whether process `pid` runs (a zombie has exited).
+fn alive(pid: &str) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit_once(") ").map(|(_, r)| !r.starts_with('Z')))
+        .unwrap_or(false)
+}
+
+/// Stops the daemons of earlier runs that ended without unwinding (a
+/// test that timed out): their directories name a process that is gone.
+fn stop_stale_daemons() {
+    let Ok(dirs) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for d in dirs.flatten() {
+        let name = d.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name
+            .strip_prefix("vnio-frr-")
+            .and_then(|r| r.split('-').next())
+        else {
+            continue;
+        };
+        if !alive(pid) {
+            stop_daemons(&d.path(), "KILL");
+        }
     }
 }
 
@@ -222,6 +274,7 @@ fn in_ns(ns: &Netns, args: &[&str]) {
 /// with address `kernel` behind it, on underlay 10.78.`n`.0/24, FRR
 /// running on each.
 pub fn fabric(n: u8, vnio: usize, kernel: Option<Ipv4Addr>) -> (Netns, Vec<Host>) {
+    stop_stale_daemons();
     let u = ns(&format!("vnev{n}u"));
     ip(&u, &["link", "add", "br0", "type", "bridge"]);
     ip(&u, &["link", "set", "br0", "up"]);
