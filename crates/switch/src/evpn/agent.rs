@@ -23,6 +23,9 @@ const WAIT_MS: i32 = 50;
 /// Removals wait until netlink has been quiet this long, so that a burst
 /// (zebra leaving takes every route away) is seen whole.
 const QUIET: Duration = Duration::from_millis(300);
+/// How often every route is handed to the worker again (pinning is
+/// idempotent): a port reset flushes the port's FDB entries.
+const RESYNC: Duration = Duration::from_secs(10);
 
 /// What EVPN says about the VNI.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -105,9 +108,37 @@ struct Installed {
     /// Every route went at once (FRR stopped, or lost its peers): the
     /// port forwards on the last routes until some come back.
     frozen: bool,
+    /// The last failure to hand routes over, said once.
+    failing: Option<String>,
+    resynced: Option<Instant>,
 }
 
 impl Installed {
+    /// Hands the worker what takes it from the routes it has to those
+    /// `target` says.
+    fn install(&mut self, target: Routes, workers: &WorkerHandle, name: &str) {
+        let quiet_sync = !self.frozen && self.sent == target;
+        if quiet_sync && self.resynced.map_or(true, |t| t.elapsed() >= RESYNC) {
+            // Everything again, from nothing (no removals: none are due).
+            self.sent = Routes::default();
+            self.resynced = Some(Instant::now());
+        }
+        if target == self.sent {
+            return;
+        }
+        match workers.evpn(name, self.sent.changes(&target)) {
+            Ok(()) => self.failing = None,
+            Err(e) => {
+                if self.failing.as_deref() != Some(e.as_str()) {
+                    log::warn!("evpn {name}: routes not installed: {e}");
+                }
+                self.failing = Some(e);
+            }
+        }
+        // Not retried until the routes change (or the next resync).
+        self.sent = target;
+    }
+
     /// The routes the worker should have, given `now` from the kernel;
     /// `quiet`: netlink has been quiet for [`QUIET`].
     fn target(&mut self, now: &Routes, quiet: bool, name: &str) -> Routes {
@@ -247,13 +278,9 @@ fn run(port: Port, shadow: Shadow, mut watch: Watch, workers: WorkerHandle, stop
             }
         }
         if fresh.is_none() {
-            let target = installed.target(&now, last_event.elapsed() >= QUIET, &port.name);
-            if target != installed.sent {
-                match workers.evpn(&port.name, installed.sent.changes(&target)) {
-                    Ok(()) => installed.sent = target,
-                    Err(e) => log::warn!("evpn {}: routes not installed: {e}", port.name),
-                }
-            }
+            let quiet = last_event.elapsed() >= QUIET;
+            let target = installed.target(&now, quiet, &port.name);
+            installed.install(target, &workers, &port.name);
         }
         if Instant::now() >= next_announce {
             next_announce = Instant::now() + ANNOUNCE_EVERY;
@@ -283,7 +310,7 @@ mod tests {
         full.apply(n(true, 1, 2));
         let mut i = Installed {
             sent: full.clone(),
-            frozen: false,
+            ..Installed::default()
         };
         let mut less = full.clone();
         less.apply(n(false, 1, 2));

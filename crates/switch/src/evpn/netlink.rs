@@ -138,3 +138,40 @@ fn parse(m: &[u8], ifindex: i32, added: bool) -> Option<Neigh> {
         vtep: vtep?,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An ndmsg for device `ifindex` with the given attributes.
+    fn ndmsg(ifindex: i32, attrs: &[(u16, &[u8])]) -> Vec<u8> {
+        let mut m = vec![0u8; NDMSG];
+        m[0] = AF_BRIDGE;
+        m[4..8].copy_from_slice(&ifindex.to_ne_bytes());
+        for (ty, v) in attrs {
+            m.extend_from_slice(&((4 + v.len()) as u16).to_ne_bytes());
+            m.extend_from_slice(&ty.to_ne_bytes());
+            m.extend_from_slice(v);
+            m.resize((m.len() + 3) & !3, 0);
+        }
+        m
+    }
+
+    #[test]
+    fn entries_with_a_vtep_on_the_device_are_read() {
+        let mac = [2, 0, 0, 0, 0, 9];
+        let dst = [10, 0, 0, 2];
+        let m = ndmsg(5, &[(NDA_LLADDR, &mac), (NDA_DST, &dst)]);
+        let n = parse(&m, 5, true).unwrap();
+        assert_eq!(n.mac, EthernetAddress(mac));
+        assert_eq!(n.vtep, Ipv4Addr::new(10, 0, 0, 2));
+        assert!(n.added);
+        // Another device, no VTEP (a local entry), another family, truncated.
+        assert!(parse(&m, 6, true).is_none());
+        assert!(parse(&ndmsg(5, &[(NDA_LLADDR, &mac)]), 5, true).is_none());
+        let mut inet = m.clone();
+        inet[0] = 2;
+        assert!(parse(&inet, 5, true).is_none());
+        assert!(parse(&m[..NDMSG + 6], 5, true).is_none());
+    }
+}
