@@ -180,6 +180,7 @@ fn run(dir: &Path, len: usize, secs: f64, rounds: usize, only: Option<&str>) -> 
         remotes: vec![Ipv4Addr::new(10, 99, 0, 2)],
         accept: vec![],
         dstport: 4789,
+        evpn: false,
         ttl: None,
         underlay_mtu: 1500,
         capacity_bps: None,

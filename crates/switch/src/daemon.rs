@@ -106,6 +106,11 @@ impl WorkerHandle {
         self.with(|w| w.fdb()).map_err(ControlError::Io)
     }
 
+    /// Hands EVPN's changes for port `name` to its worker.
+    pub fn evpn(&self, name: &str, changes: Vec<crate::evpn::Change>) -> Result<(), String> {
+        self.with(|w| w.evpn(name, changes))
+    }
+
     /// Every worker's time accounting.
     pub fn perf(&self) -> Vec<crate::perf::PerfSnapshot> {
         self.with(|w| w.perf())
@@ -131,6 +136,8 @@ pub struct Switch {
     events: Option<JoinHandle<()>>,
     stop: Arc<AtomicBool>,
     control_path: PathBuf,
+    /// One per EVPN port of the configuration (see [`crate::evpn`]).
+    evpn: Vec<crate::evpn::agent::Agent>,
 }
 
 impl Switch {
@@ -163,14 +170,23 @@ impl Switch {
             events: None,
             stop: stop.clone(),
             control_path: path.clone(),
+            evpn: Vec::new(),
         };
         // The operator's own ports: their sockets may be anywhere.
         let config_ports: Vec<String> = config.ports.iter().map(|p| p.name.clone()).collect();
         for p in config.ports {
             let name = p.name.clone();
-            sw.handle
+            let evpn = crate::evpn::agent::Port::of(&p);
+            let info = sw
+                .handle
                 .add_port(p)
-                .map_err(|e| StartError::Port(name, e.to_string()))?;
+                .map_err(|e| StartError::Port(name.clone(), e.to_string()))?;
+            if let Some(mut port) = evpn {
+                port.id = PortId(info.id);
+                let agent = crate::evpn::agent::Agent::start(port, sw.handle.clone())
+                    .map_err(|e| StartError::Port(name, e))?;
+                sw.evpn.push(agent);
+            }
         }
         let state = restore(&sw.handle, &config.switch.state_path(), &config_ports);
         if let Some(dir) = path.parent() {
@@ -251,6 +267,7 @@ impl Drop for Switch {
         if let Some(e) = self.events.take() {
             let _ = e.join();
         }
+        self.evpn.clear();
         self.handle.stop();
         let _ = sockpath::remove_stale(&self.control_path);
     }
@@ -473,6 +490,12 @@ fn request(server: &ControlServer, line: &[u8]) -> Response {
             Response::ok(serde_json::Value::Null)
         }
         Ok(Request::PortAdd { mut port }) => {
+            if port.evpn {
+                return Response::err(format!(
+                    "port {}: an `evpn` vxlan port is set in the configuration file (its FRR shadow starts with the switch)",
+                    port.name
+                ));
+            }
             // A client's port binds where the client says, as the switch:
             // only inside the socket directory.
             if let Some(sock) = &port.socket {

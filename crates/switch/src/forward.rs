@@ -79,6 +79,9 @@ pub struct PortPolicy {
     pub fdb_limit: Option<u32>,
     /// A VXLAN port: addresses each remote VTEP may have learned.
     pub vtep_fdb_limit: Option<u32>,
+    /// A VXLAN port in EVPN mode: its sources are not learned (the
+    /// control plane places remote addresses).
+    pub evpn: bool,
 }
 
 impl PortPolicy {
@@ -133,7 +136,10 @@ pub fn decide(
     }
     let vid = policy.vlan.ingress(l2.tag).ok_or(DropReason::Vlan)?;
     let ingress = from.port;
-    let learned = fdb.learn_at(vid, l2.src, from, l2.announce, policy.fdb_limits(), now);
+    let learned = match policy.evpn {
+        true => Learned::Off,
+        false => fdb.learn_at(vid, l2.src, from, l2.announce, policy.fdb_limits(), now),
+    };
     if l2.dst.is_multicast() {
         return Ok(Decision {
             vid,

@@ -64,6 +64,7 @@ pub mod daemon;
 pub mod endpoint;
 pub mod events;
 pub mod events_hub;
+pub mod evpn;
 pub mod logging;
 pub mod pool;
 pub mod reaper;

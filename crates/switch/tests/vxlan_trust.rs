@@ -353,6 +353,7 @@ fn floods_to_vteps_are_charged_to_the_senders_limit() {
             remotes: remotes.clone(),
             accept: vec![],
             dstport,
+            evpn: false,
             ttl: None,
             underlay_mtu: 1500,
             capacity_bps: None,

@@ -164,6 +164,10 @@ pub struct PortSpec {
     /// port's `fdb_limit` shared among its `remotes`, at least 64).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vtep_fdb_limit: Option<u32>,
+    /// vxlan: the flood list and the VTEPs heard come from BGP EVPN
+    /// through FRR (then no `remotes` or `accept`), see docs/cluster.md.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub evpn: bool,
 }
 
 /// Validates egress settings (Mbit/s) into a policy (bit/s); 0 Mbit/s
@@ -235,6 +239,7 @@ impl PortSpec {
             underlay_mtu: None,
             accept: Vec::new(),
             vtep_fdb_limit: None,
+            evpn: false,
         }
     }
 
@@ -310,6 +315,7 @@ impl PortSpec {
             cross_connect: self.cross_connect.clone(),
             fdb_limit: self.fdb_limit,
             vtep_fdb_limit: self.vtep_limit(),
+            evpn: self.evpn,
         })
     }
 

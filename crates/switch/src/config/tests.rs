@@ -110,6 +110,8 @@ fn vxlan_ports_parse_and_check() {
         "vni = 1\nlocal = \"10.0.0.1\"\nremotes = [\"10.0.0.1\"]\n",
         "vni = 1\nlocal = \"10.0.0.1\"\nsocket = \"/s\"\n",
         "vni = 1\nlocal = \"10.0.0.1\"\ndstport = 0\n",
+        "vni = 1\nlocal = \"10.0.0.1\"\nevpn = true\nremotes = [\"10.0.0.2\"]\n",
+        "vni = 1\nlocal = \"10.0.0.1\"\nevpn = true\naccept = [\"10.0.0.0/8\"]\n",
     ] {
         assert!(Config::parse(&format!("{base}{bad}")).is_err(), "{bad}");
     }
@@ -117,6 +119,12 @@ fn vxlan_ports_parse_and_check() {
         Config::parse("[[port]]\nname = \"a\"\nkind = \"tap\"\nvni = 1\n").is_err(),
         "vxlan keys on another kind"
     );
+    let evpn = Config::parse(&format!(
+        "{base}vni = 7\nlocal = \"10.0.0.1\"\nevpn = true\n"
+    ))
+    .unwrap();
+    let o = evpn.ports[0].vxlan_options().unwrap();
+    assert!(o.evpn && o.remotes.is_empty());
 }
 
 #[test]

@@ -33,6 +33,7 @@ impl PortSpec {
             remotes: self.remotes.clone(),
             accept: self.accept.clone(),
             dstport: self.dstport.unwrap_or(crate::wire::vxlan::DEFAULT_PORT),
+            evpn: self.evpn,
             ttl: self.ttl,
             underlay_mtu: self
                 .underlay_mtu
@@ -61,10 +62,11 @@ impl PortSpec {
             || self.vtep_fdb_limit.is_some()
             || self.dstport.is_some()
             || self.ttl.is_some()
-            || self.underlay_mtu.is_some();
+            || self.underlay_mtu.is_some()
+            || self.evpn;
         if self.kind != PortKind::Vxlan {
             return match any {
-                true => Err("`vni`, `local`, `remotes`, `accept`, `vtep_fdb_limit`, `dstport`, `ttl` and `underlay_mtu` apply to vxlan ports only".into()),
+                true => Err("`vni`, `local`, `remotes`, `accept`, `vtep_fdb_limit`, `dstport`, `ttl`, `underlay_mtu` and `evpn` apply to vxlan ports only".into()),
                 false => Ok(()),
             };
         }
@@ -104,6 +106,11 @@ impl PortSpec {
                 "at most {} `accept` prefixes",
                 crate::port::vxlan::MAX_REMOTES
             ));
+        }
+        if self.evpn && (!self.remotes.is_empty() || !self.accept.is_empty()) {
+            return Err(
+                "an `evpn` vxlan port takes its flood list and peers from EVPN: no `remotes` or `accept`".into(),
+            );
         }
         if self.dstport == Some(0) {
             return Err("`dstport` cannot be 0".into());

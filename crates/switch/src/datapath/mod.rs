@@ -25,6 +25,7 @@ mod copies;
 mod cross;
 mod deliver;
 mod events;
+mod evpn;
 mod fast;
 mod frame;
 mod ingress;

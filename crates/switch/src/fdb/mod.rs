@@ -59,6 +59,7 @@ use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
 pub mod moves;
+mod pinned;
 use moves::Verdict;
 pub use moves::{Mobility, Place};
 
@@ -100,6 +101,9 @@ struct Entry {
     moved: Instant,
     /// Held where it is until `moved + hold` (a flap was caught).
     held: bool,
+    /// Installed by a control plane (EVPN): never ages, stays until
+    /// withdrawn or claimed by a local port.
+    pinned: bool,
 }
 
 impl Entry {
@@ -111,7 +115,13 @@ impl Entry {
             before: None,
             moved: now,
             held: false,
+            pinned: false,
         }
+    }
+
+    /// Whether the entry has aged out at `now`.
+    fn expired(&self, now: Instant, aging: Duration) -> bool {
+        !self.pinned && now.saturating_duration_since(self.seen) > aging
     }
 
     fn place(&self) -> Place {
@@ -143,6 +153,8 @@ pub enum Learned {
     Full,
     /// A group address: never learned.
     Group,
+    /// The port does not learn (EVPN: the control plane places addresses).
+    Off,
     /// Not moved: another port holds the address and is still sending
     /// from it (see [`moves`]). The frame is forwarded.
     Kept,
@@ -366,7 +378,12 @@ impl Fdb {
             }
         };
         // A move: from another port, or from another VTEP of the same port.
-        let live = now.saturating_duration_since(e.seen) <= aging;
+        // An EVPN address is the control plane's: no frame behind a VTEP
+        // moves it; a local port that sends from it takes it at once.
+        if e.pinned && at.remote.is_some() {
+            return Learned::Kept;
+        }
+        let live = !e.pinned && !e.expired(now, aging);
         let verdict = match live {
             true => rule.verdict(e, at, announce, now),
             false => Verdict::Move,
@@ -397,7 +414,7 @@ impl Fdb {
     /// port and has not aged out at `now`.
     pub fn remote(&self, vid: u16, mac: EthernetAddress, now: Instant) -> Option<Ipv4Addr> {
         let e = self.map.get(&key(vid, mac))?;
-        if now.saturating_duration_since(e.seen) > self.aging {
+        if e.expired(now, self.aging) {
             return None;
         }
         e.remote
@@ -406,7 +423,7 @@ impl Fdb {
     /// The port `mac` on `vid` lives on, unless unknown or aged out at `now`.
     pub fn lookup(&self, vid: u16, mac: EthernetAddress, now: Instant) -> Option<PortId> {
         let e = self.map.get(&key(vid, mac))?;
-        if now.saturating_duration_since(e.seen) > self.aging {
+        if e.expired(now, self.aging) {
             return None;
         }
         Some(e.port)
@@ -418,7 +435,7 @@ impl Fdb {
         let aging = self.aging;
         let (per_port, per_vtep) = (&mut self.per_port, &mut self.per_vtep);
         self.map.retain(|_, e| {
-            let keep = now.saturating_duration_since(e.seen) <= aging;
+            let keep = !e.expired(now, aging);
             if !keep {
                 remove(per_port, per_vtep, e.place());
             }

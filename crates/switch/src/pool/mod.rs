@@ -433,6 +433,18 @@ impl Workers {
         Ok(all)
     }
 
+    /// Hands EVPN's `changes` for port `name` to the worker that has it
+    /// (without waiting: the worker applies them between rounds).
+    pub fn evpn(&self, name: &str, changes: Vec<crate::evpn::Change>) -> Result<(), String> {
+        let e = self
+            .ports
+            .iter()
+            .find(|p| p.name == name)
+            .ok_or_else(|| format!("no port {name}"))?;
+        self.link(e.worker)?
+            .send(Command::Evpn(name.to_string(), changes))
+    }
+
     /// Stops every worker.
     pub fn stop(&mut self) {
         for l in &mut self.links {

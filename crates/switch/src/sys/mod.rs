@@ -9,6 +9,7 @@ pub mod copy_batch;
 pub mod eventfd;
 pub mod events_io;
 pub mod memfd;
+pub mod netlink;
 pub mod packet;
 pub mod peer;
 pub mod prefetch;

@@ -81,6 +81,8 @@ pub enum Command {
         Vec<Option<crate::port::vhost_user::WorkerHandle>>,
         Sender<Result<(), String>>,
     ),
+    /// What BGP EVPN says about a VXLAN port in EVPN mode (by name).
+    Evpn(String, Vec<crate::evpn::Change>),
     /// Stop the worker.
     Stop,
 }
@@ -260,6 +262,9 @@ impl Worker {
                         .map(|(i, _)| i)
                         .collect::<Vec<_>>();
                     let _ = reply.send(v.into_iter().filter_map(|i| self.info(i)).collect());
+                }
+                Command::Evpn(name, changes) => {
+                    self.dp.evpn(&name, &changes, Instant::now());
                 }
                 Command::Fdb(reply) => {
                     let _ = reply.send(self.dp.fdb().entries(Instant::now()));

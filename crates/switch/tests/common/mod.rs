@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+pub mod frr;
 pub mod testpmd;
 pub mod underlay;
 

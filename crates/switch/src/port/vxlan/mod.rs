@@ -38,6 +38,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::Instant;
 
 mod deliver;
+mod evpn;
 mod flow;
 mod peers;
 mod receive;
@@ -77,6 +78,9 @@ pub struct VxlanOptions {
     pub accept: Vec<Ipv4Net>,
     /// UDP destination port (and the port received on).
     pub dstport: u16,
+    /// The flood list and the VTEPs heard come from BGP EVPN (through
+    /// FRR, see [`crate::evpn`]); sources behind VTEPs are not learned.
+    pub evpn: bool,
     /// Outer TTL (default: the kernel's).
     pub ttl: Option<u8>,
     /// The underlay's MTU: largest outer IPv4 packet.

@@ -239,6 +239,8 @@ impl AddArgs {
             underlay_mtu: self.underlay_mtu,
             accept: self.accept,
             vtep_fdb_limit: self.vtep_fdb_limit,
+            // EVPN ports come from the configuration file only.
+            evpn: false,
         })
     }
 }
