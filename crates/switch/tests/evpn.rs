@@ -124,7 +124,7 @@ fn evpn_fabric_through_frr() {
     bounded(Duration::from_secs(150), || {
         let kernel_ip = common::ip(4);
         let t0 = Instant::now();
-        let (_u, hosts) = fabric(tag(), 3, Some(kernel_ip.into()));
+        let (_u, hosts) = fabric(tag(), 3, &[kernel_ip.into()]);
         let addrs: Vec<Ipv4Addr> = hosts.iter().map(|h| h.addr).collect();
         let mut e1 = endpoint(&hosts[0], "p1", 1);
         let mut e2 = endpoint(&hosts[1], "p1", 2);

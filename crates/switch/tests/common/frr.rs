@@ -190,6 +190,8 @@ fn vnio_host(ns: Netns, k: usize, addr: Ipv4Addr) -> Host {
         switch: SwitchConfig {
             control: dir.sock("control"),
             idle_polls: 4,
+            // Room for the scale run's MACs (the default table holds 8192).
+            fdb_capacity: 1 << 16,
             ..SwitchConfig::default()
         },
         ports: vec![
@@ -270,15 +272,15 @@ fn in_ns(ns: &Netns, args: &[&str]) {
     assert!(out.status.success(), "{args:?}: {out:?}");
 }
 
-/// `vnio` vnio hosts and, when `kernel` is set, a kernel VTEP after them
-/// with address `kernel` behind it, on underlay 10.78.`n`.0/24, FRR
+/// `vnio` vnio hosts and after them a kernel VTEP per address in
+/// `kernel` (the address behind it), on underlay 10.78.`n`.0/24, FRR
 /// running on each.
-pub fn fabric(n: u8, vnio: usize, kernel: Option<Ipv4Addr>) -> (Netns, Vec<Host>) {
+pub fn fabric(n: u8, vnio: usize, kernel: &[Ipv4Addr]) -> (Netns, Vec<Host>) {
     stop_stale_daemons();
     let u = ns(&format!("vnev{n}u"));
     ip(&u, &["link", "add", "br0", "type", "bridge"]);
     ip(&u, &["link", "set", "br0", "up"]);
-    let count = vnio + usize::from(kernel.is_some());
+    let count = vnio + kernel.len();
     let mut hosts = Vec::new();
     for k in 1..=count {
         let h = ns(&format!("vnev{n}h{k}"));
@@ -303,8 +305,8 @@ pub fn fabric(n: u8, vnio: usize, kernel: Option<Ipv4Addr>) -> (Netns, Vec<Host>
         ip(&h, &["addr", "add", &format!("{addr}/24"), "dev", "ul"]);
         ip(&h, &["link", "set", "ul", "up"]);
         ip(&h, &["link", "set", "lo", "up"]);
-        hosts.push(match (k > vnio, kernel) {
-            (true, Some(behind)) => kernel_host(h, k, addr, behind),
+        hosts.push(match k.checked_sub(vnio + 1).and_then(|i| kernel.get(i)) {
+            Some(&behind) => kernel_host(h, k, addr, behind),
             _ => vnio_host(h, k, addr),
         });
     }
