@@ -34,8 +34,9 @@ fn rss_kib() -> u64 {
         .unwrap()
 }
 
-/// Adds (or deletes) the MACs `macs` on kernel VTEP `h`'s access port.
-fn kernel_macs(h: &Host, macs: &[[u8; 6]], add: bool) {
+/// Adds (or deletes) the MACs `macs` on the access port of the kernel
+/// VTEP in namespace `ns` (static entries, which its zebra advertises).
+fn kernel_macs(ns: &str, macs: &[[u8; 6]], add: bool) {
     let mut batch = String::new();
     for m in macs {
         let m = vnio_switch::wire::EthernetAddress(*m);
@@ -45,15 +46,7 @@ fn kernel_macs(h: &Host, macs: &[[u8; 6]], add: bool) {
         };
     }
     let mut c = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            h.ns.name(),
-            "bridge",
-            "-force",
-            "-batch",
-            "-",
-        ])
+        .args(["netns", "exec", ns, "bridge", "-force", "-batch", "-"])
         .stdin(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -96,7 +89,7 @@ fn evpn_at_scale() {
     let rss0 = rss_kib();
     let t0 = Instant::now();
     for (k, h) in hosts[1..].iter().enumerate() {
-        kernel_macs(h, &macs(k), true);
+        kernel_macs(h.ns.name(), &macs(k), true);
     }
     let want = per * vteps;
     let deadline = t0 + Duration::from_secs(600);
@@ -140,22 +133,7 @@ fn evpn_at_scale() {
         while !s.load(std::sync::atomic::Ordering::SeqCst) {
             for add in [false, true] {
                 for (ns, m) in &churners {
-                    let mut batch = String::new();
-                    for x in m {
-                        let x = vnio_switch::wire::EthernetAddress(*x);
-                        batch += &match add {
-                            true => format!("fdb replace {x} dev kv master static\n"),
-                            false => format!("fdb del {x} dev kv master\n"),
-                        };
-                    }
-                    let mut c = Command::new("ip")
-                        .args(["netns", "exec", ns, "bridge", "-force", "-batch", "-"])
-                        .stdin(Stdio::piped())
-                        .stderr(Stdio::null())
-                        .spawn()
-                        .unwrap();
-                    c.stdin.take().unwrap().write_all(batch.as_bytes()).unwrap();
-                    c.wait().unwrap();
+                    kernel_macs(ns, m, add);
                 }
             }
             rounds += 1;
