@@ -84,6 +84,9 @@ fn what(e: &EventLine) -> String {
         What::MacFlap { mac, from } => {
             format!("address {mac} flapped: {from} took it, it stays here")
         }
+        What::MacMoved { mac, vid, from } => {
+            format!("address {mac} (VLAN {vid}) moved here from {from}")
+        }
         What::Drops {
             reason,
             per_sec,
