@@ -9,30 +9,37 @@ use common::*;
 use std::time::Duration;
 use vnio_switch::control::{Client, Request};
 
+/// `bursts` bursts of 8 unicast frames from p1 to p2, each received
+/// before the next is sent; returns the frames sent.
+fn stream(sw: &vnio_switch::daemon::Switch, dir: &Dir, bursts: usize) -> u64 {
+    let (mut e1, mut e2) = (endpoint(dir, 1, 1), endpoint(dir, 2, 2));
+    // p2's address first: the stream is unicast.
+    e2.send_frame(&frame([0xff; 6], 2, 0x0800)).unwrap();
+    wait_for("mac(2) learned", || {
+        sw.handle().fdb().unwrap().iter().any(|e| e.mac == mac(2))
+    });
+    let f = frame(mac(2).0, 1, 0x0800);
+    let mut buf = [0u8; 2048];
+    let (mut sent, mut got) = (0u64, 0u64);
+    for _ in 0..bursts {
+        sent += e1.send_burst(&[&f[..]; 8]) as u64;
+        while got < sent {
+            if e2.poll_recv(&mut buf).is_some() {
+                got += 1;
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+    sent
+}
+
 #[test]
 fn every_delivered_frame_is_timed_once() {
     bounded(Duration::from_secs(60), || {
         let dir = Dir::new("dwell");
         let sw = switch(&dir, 2);
-        let (mut e1, mut e2) = (endpoint(&dir, 1, 1), endpoint(&dir, 2, 2));
-        // p2's address first: the stream is unicast.
-        e2.send_frame(&frame([0xff; 6], 2, 0x0800)).unwrap();
-        wait_for("mac(2) learned", || {
-            sw.handle().fdb().unwrap().iter().any(|e| e.mac == mac(2))
-        });
-        let f = frame(mac(2).0, 1, 0x0800);
-        let mut buf = [0u8; 2048];
-        let (mut sent, mut got) = (0u64, 0u64);
-        for _ in 0..200 {
-            sent += e1.send_burst(&[&f[..]; 8]) as u64;
-            while got < sent {
-                if e2.poll_recv(&mut buf).is_some() {
-                    got += 1;
-                } else {
-                    std::thread::yield_now();
-                }
-            }
-        }
+        let sent = stream(&sw, &dir, 200);
         let p2 = port(sw.handle(), "p2");
         let t = p2
             .stats
@@ -101,24 +108,7 @@ fn off_records_nothing_and_forwards_alike() {
     bounded(Duration::from_secs(60), || {
         let dir = Dir::new("dwell-off");
         let sw = switch_tuned(&dir, 2, |s| s.time_in_switch = false);
-        let (mut e1, mut e2) = (endpoint(&dir, 1, 1), endpoint(&dir, 2, 2));
-        e2.send_frame(&frame([0xff; 6], 2, 0x0800)).unwrap();
-        wait_for("mac(2) learned", || {
-            sw.handle().fdb().unwrap().iter().any(|e| e.mac == mac(2))
-        });
-        let f = frame(mac(2).0, 1, 0x0800);
-        let mut buf = [0u8; 2048];
-        let (mut sent, mut got) = (0u64, 0u64);
-        for _ in 0..50 {
-            sent += e1.send_burst(&[&f[..]; 8]) as u64;
-            while got < sent {
-                if e2.poll_recv(&mut buf).is_some() {
-                    got += 1;
-                } else {
-                    std::thread::yield_now();
-                }
-            }
-        }
+        let sent = stream(&sw, &dir, 50);
         let p2 = port(sw.handle(), "p2");
         assert!(p2.stats.rx.packets >= sent, "{:?}", p2.stats.rx);
         assert!(

@@ -8,10 +8,10 @@
 //! - advertises as type-2 routes the addresses in the bridge's FDB on the
 //!   access port: vnio puts there, as `static` entries, the addresses it
 //!   learned on its local ports, and takes them away when they leave
-//!   ([`announce`]);
+//!   (`announce.rs`);
 //! - installs remote type-2 routes as FDB entries on the `vxlan` device
 //!   (`dst` the VTEP) and type-3 routes as all-zero entries (the flood
-//!   list). vnio follows them over netlink ([`netlink`]) and hands them to
+//!   list). vnio follows them over netlink (`netlink.rs`) and hands them to
 //!   the port's worker ([`Change`]): addresses pinned behind their VTEP,
 //!   the flood list, the VTEPs the port hears.
 //!
