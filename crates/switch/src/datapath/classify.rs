@@ -158,7 +158,7 @@ impl Datapath {
         };
         let d = match decision {
             Ok(d) => {
-                self.count_learned(cx, l2, d.vid, d.learned);
+                self.teller.learned(cx, &self.slots, l2, d.vid, d.learned);
                 d
             }
             Err(r) => {
@@ -200,7 +200,9 @@ impl Datapath {
         let i = cx.from;
         if let Some(j) = dest_slot {
             if let Some(w) = self.routed_away(j, frame) {
-                self.push_remote(i, w, Some(p), frame, d);
+                if let Some(me) = self.slots[i].as_ref() {
+                    self.peers.push(me, w, Some(p), frame, d);
+                }
                 return Fwd::Done;
             }
             let to_vtep = self.vtep_of(j, d.vid, l2.dst, cx.now);
@@ -209,8 +211,8 @@ impl Datapath {
                 return Fwd::Wait;
             }
             self.deliver_to(j, frame, tagging, FrameCtx { to_vtep, ..cx });
-        } else if let Some(w) = self.remote.iter().find(|r| r.id == p).map(|r| r.worker) {
-            self.push_remote(i, w, Some(p), frame, d);
+        } else if let Some(me) = self.slots[i].as_ref() {
+            self.peers.push_to_owner(me, p, frame, d);
         }
         Fwd::Done
     }
@@ -241,19 +243,13 @@ impl Datapath {
                 sent = true;
             }
         }
+        let Some(me) = self.slots[i].as_ref() else {
+            return;
+        };
         // Once to every other worker with a member of the VLAN.
-        for k in 0..self.peers.len() {
-            let w = self.peers[k].worker;
-            if self
-                .remote
-                .iter()
-                .any(|r| r.worker == w && r.vlan.egress(d.vid).is_some())
-            {
-                sent |= self.push_remote(i, w, None, frame, d);
-            }
-        }
-        if let (false, Some(s)) = (sent, &self.slots[i]) {
-            s.stats.tx.drop(DropReason::NoRoute);
+        sent |= self.peers.flood(me, frame, d);
+        if !sent {
+            me.stats.tx.drop(DropReason::NoRoute);
         }
     }
 
@@ -295,7 +291,7 @@ impl Datapath {
         let Datapath {
             slots,
             fdb,
-            remote,
+            peers,
             topo_gen,
             ..
         } = self;
@@ -308,10 +304,7 @@ impl Datapath {
         let decision = decide(fdb, from, &me.policy, l2, now, |p, vid| {
             match slots.iter().flatten().find(|s| s.id == p) {
                 Some(s) => s.policy.vlan.egress(vid),
-                None => remote
-                    .iter()
-                    .find(|r| r.id == p)
-                    .and_then(|r| r.vlan.egress(vid)),
+                None => peers.egress(p, vid),
             }
         });
         let to = match decision.map(|d| (d.dest, d.vid)) {
@@ -319,7 +312,10 @@ impl Datapath {
                 .iter()
                 .position(|s| s.as_ref().is_some_and(|s| s.id == p))
                 .map(|j| (j, tagging)),
-            Ok((Destination::Flood, vid)) => sole_recipient(slots, remote, src_id, vid),
+            Ok((Destination::Flood, vid)) if !peers.has_members(vid) => {
+                sole_recipient(slots, src_id, vid)
+            }
+            Ok((Destination::Flood, _)) => None,
             Err(_) => None,
         };
         if let Some(me) = slots[i].as_mut() {
@@ -397,6 +393,20 @@ impl Datapath {
         }
         true
     }
+
+    /// The VTEP behind VXLAN slot `j` that `dst` on `vid` was learned
+    /// behind (`None`: not a VXLAN port, or unknown there: flood its remotes).
+    pub(super) fn vtep_of(
+        &self,
+        j: usize,
+        vid: u16,
+        dst: crate::wire::EthernetAddress,
+        now: Instant,
+    ) -> Option<std::net::Ipv4Addr> {
+        let s = self.slots[j].as_ref()?;
+        s.port.vxlan()?;
+        self.fdb.remote(vid, dst, now)
+    }
 }
 
 /// The one port on this worker a flood on VLAN `vid` from port `src` reaches
@@ -407,13 +417,9 @@ impl Datapath {
 /// lending changes without the ports' generation).
 fn sole_recipient(
     slots: &[Option<super::Slot>],
-    remote: &[crate::mesh::RemotePort],
     src: PortId,
     vid: u16,
 ) -> Option<(usize, Tagging)> {
-    if remote.iter().any(|r| r.vlan.egress(vid).is_some()) {
-        return None;
-    }
     let mut sole = None;
     for (j, s) in slots.iter().enumerate() {
         let Some(s) = s else { continue };

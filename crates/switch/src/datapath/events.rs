@@ -1,6 +1,7 @@
 //! Notifications and descriptor events: when the guest is called, when
 //! it is asked to kick, and what a readable descriptor means.
 
+use super::teller::running_queues;
 use super::{Datapath, FrameCtx, PortRuntime, Slot};
 use crate::coalesce::{Coalescer, Decision};
 use crate::config::Policies;
@@ -148,10 +149,9 @@ impl Datapath {
             self.lro_deliver(idx, now);
         }
         // What its messages start or stop is said after them.
-        let before = if what == Watch::Connection {
-            self.running_queues(idx)
-        } else {
-            0
+        let before = match self.slots.get(idx).and_then(Option::as_ref) {
+            Some(s) if what == Watch::Connection => running_queues(s),
+            _ => 0,
         };
         let Some(s) = self.slots.get_mut(idx).and_then(Option::as_mut) else {
             return;
@@ -166,7 +166,7 @@ impl Datapath {
                 if let Ok(true) = p.accept() {
                     s.stats.connections.fetch_add(1, Relaxed);
                     log::info!("port {}: front-end connected", s.name);
-                    self.tell(idx, || Kind::Connected);
+                    self.teller.tell(s, || Kind::Connected);
                 }
             }
             // A spread port's pairs come home before any message is read
@@ -192,7 +192,7 @@ impl Datapath {
                 }
                 Err(ResetCause::Conn(ConnError::Closed)) => {
                     log::info!("port {}: front-end disconnected", s.name);
-                    self.tell(idx, || Kind::Disconnected);
+                    self.teller.tell(s, || Kind::Disconnected);
                     self.restart(idx, now);
                 }
                 Err(e) => {
@@ -207,8 +207,10 @@ impl Datapath {
                 }
             }
         }
-        if what == Watch::Connection {
-            self.tell_queues(idx, before);
+        if let Some(s) = self.slots.get(idx).and_then(Option::as_ref) {
+            if what == Watch::Connection {
+                self.teller.queues(s, before);
+            }
         }
     }
 
@@ -221,16 +223,12 @@ impl Datapath {
                     s.stats.connections.fetch_add(1, Relaxed);
                     log::info!("port {}: connected to front-end", s.name);
                     changed.push(i);
-                    if let Some(q) = &self.events {
-                        q.push(s.id, &s.name, || Kind::Connected);
-                    }
+                    self.teller.tell(s, || Kind::Connected);
                 }
             }
         }
     }
-}
 
-impl Datapath {
     /// Publishes what a transmit burst from slot `i`'s pair `pair` did: its
     /// used entries first, then the receive queues' its frames went to (the
     /// order a restart relies on, see `poll_round`). Published per burst,

@@ -402,7 +402,7 @@ impl Datapath {
         // path, deciding from it, does not count it again.
         if let Ok(d) = decision {
             if matches!(d.learned, Learned::Flapped { .. } | Learned::Moved { .. }) {
-                self.count_learned(cx, &l2, d.vid, d.learned);
+                self.teller.learned(cx, &self.slots, &l2, d.vid, d.learned);
             }
         }
         done
@@ -493,7 +493,7 @@ impl Datapath {
                 crate::stats::bump(&me.stats.tx.mac_kept, tally.kept);
             }
         }
-        self.perf.fast_frames(tally.frames);
+        self.clock.perf.fast_frames(tally.frames);
     }
 }
 

@@ -2,10 +2,12 @@
 //! of port receives its own way (`crate::port`, its `receive`) and hands
 //! frames back through [`Switch`]: one at a time to classification, or a
 //! guest's transmit ring a burst at a time to the fast case and the full
-//! path here.
+//! path here. Frames other workers switched to this one's ports come
+//! through their rings (`peers.rs`), decided already: they are delivered.
 
 use super::fast::{Look, PlainTally};
-use super::{Datapath, FrameCtx, Fwd, Port};
+use super::{head_of, Datapath, Frame, FrameCtx, Fwd, Port};
+use crate::mesh::{Kind, Record, RECORD_HEADER};
 use crate::port::Switch;
 use crate::stats::DropReason;
 use crate::vhost_user::buffers::Src;
@@ -83,7 +85,7 @@ impl Datapath {
         if let Some(s) = self.slots[i].as_mut() {
             s.rt.egress_held = false;
         }
-        burst.set_read_ahead(self.read_ahead.on());
+        burst.set_read_ahead(self.clock.read_ahead());
         let mut n = 0;
         while n < budget {
             let want = (budget - n).min(BURST);
@@ -91,7 +93,7 @@ impl Datapath {
                 Some(q) => q.pop_burst(&mut burst, want),
                 None => break,
             };
-            self.perf.burst(burst.len(), burst.pending());
+            self.clock.perf.burst(burst.len(), burst.pending());
             let (done, wait) = self.forward_burst(i, &mem, &burst, hdr_len, now);
             n += done + usize::from(popped.is_err());
             let given = Given {
@@ -267,6 +269,93 @@ impl Datapath {
             for k in 0..done {
                 c.frame((burst.chain(k).2 as usize).saturating_sub(hdr_len));
             }
+        }
+    }
+
+    /// Takes up to `budget` records from each other worker and delivers
+    /// them to this worker's ports. Returns the records taken.
+    pub(super) fn poll_peers(&mut self, now: Instant, budget: usize) -> usize {
+        let mut work = 0;
+        for k in 0..self.peers.rings.len() {
+            let Some(mut rx) = self.peers.rings[k].rx.take() else {
+                continue;
+            };
+            let mut n = 0;
+            while n < budget {
+                let Some(rec) = rx.peek() else { break };
+                self.on_record(rec, now);
+                rx.pop();
+                n += 1;
+            }
+            if n > 0 {
+                rx.release();
+            }
+            work += n;
+            self.peers.rings[k].rx = Some(rx);
+        }
+        work
+    }
+
+    fn on_record(&mut self, rec: &[u8], now: Instant) {
+        let Some(r) = Record::parse(rec) else { return };
+        if r.kind == Kind::Flush {
+            self.fdb.flush_port(r.src);
+            return;
+        }
+        let bytes = &rec[RECORD_HEADER..];
+        if bytes.len() < 14 + usize::from(r.src_tag_len) {
+            return;
+        }
+        // The port's limit and the rule for moves were applied where it
+        // lives: learn what was learned there (only the table's capacity here).
+        if r.learn {
+            self.fdb.learn_told(
+                r.vid,
+                crate::wire::EthernetAddress::from_bytes(&bytes[6..12]),
+                r.src,
+                now,
+            );
+        }
+        let mut macs = [0u8; 12];
+        macs.copy_from_slice(&bytes[..12]);
+        let frame = Frame {
+            src: Src::Local(bytes),
+            head: head_of(bytes),
+            hdr_len: 0,
+            vhdr: r.vhdr,
+            macs,
+            src_tag_len: u64::from(r.src_tag_len),
+            tci_pcp: r.tci_pcp,
+            frame_len: bytes.len() as u64,
+        };
+        for j in 0..self.slots.len() {
+            let Some(s) = self.slots[j].as_ref() else {
+                continue;
+            };
+            // A flood reached the wire through the uplink's own worker.
+            let wanted = match r.dest {
+                Some(p) => s.id == p,
+                None => s.id != r.src && !s.port.is_lent(),
+            };
+            if !wanted {
+                continue;
+            }
+            if let Some(tagging) = s.policy.vlan.egress(r.vid) {
+                let mut cx = FrameCtx::new(FrameCtx::REMOTE, now);
+                if r.dest.is_some() {
+                    let dst = crate::wire::EthernetAddress::from_bytes(&bytes[..6]);
+                    cx.to_vtep = self.vtep_of(j, r.vid, dst, now);
+                }
+                self.deliver_to(j, &frame, tagging, cx);
+            }
+            if r.dest.is_some() {
+                return;
+            }
+        }
+        // No such port here: a pair lent to this worker whose frames came
+        // before it did (taken from the inbox, the frame is delivered).
+        if r.dest.is_some() && self.take_held_pairs() {
+            self.on_record(rec, now);
         }
     }
 }

@@ -10,35 +10,40 @@
 //! case; each kind of port receives, delivers and ends its round itself
 //! (`crate::port`), reached through one dispatch point. A frame's context
 //! (`FrameCtx`) is an argument, never a field set around a call; the
-//! buffers reused frame after frame are one struct (`Scratch`). The files:
-//! `ingress.rs` (what the port kinds ask of the switch, and a guest's
-//! bursts), `classify.rs` (the full path: headers, decision, unicast or
-//! flood), `fast.rs` and `copies/` (the fast case), `deliver.rs` (to a
-//! destination, software offloads), `lro_delivery.rs`, `events.rs`
-//! (notifications, descriptor events, publishing), `table.rs` (adding,
-//! changing, resetting ports), `lending.rs`, `spread.rs` and `cross.rs`
-//! (ports given to other ports or workers), `peers.rs` (other workers),
-//! `moves.rs` and `tell.rs` (what is counted and said), `read_ahead.rs`.
+//! buffers reused frame after frame are one struct (`Scratch`); what is
+//! not forwarding has its own type: the other workers (`peers.rs`,
+//! `Peers`), what is said (`teller.rs`, `Teller`), where the time goes
+//! (`clock.rs`, `RoundClock`, with `read_ahead.rs`).
+//!
+//! A frame's way, one file per stage: `ingress.rs` (taken from a port's
+//! transmit ring, or from another worker's ring), `fast.rs` and `copies/`
+//! (the fast case: a burst's plain frames to a remembered destination) or
+//! `classify.rs` (the full path: headers, decision, unicast or flood),
+//! `deliver.rs` and `lro_delivery.rs` (into a destination's receive
+//! buffers, software offloads, LRO aggregates), `events.rs` (publishing,
+//! calls, kicks and descriptor events). Beside the way: `table.rs`
+//! (adding, changing, resetting ports; EVPN's routes), `lending.rs`,
+//! `spread.rs` and `cross.rs` (ports given to other ports or workers).
 
 mod classify;
+mod clock;
 mod copies;
 mod cross;
 mod deliver;
 mod events;
-mod evpn;
 mod fast;
 mod frame;
 mod ingress;
 mod lending;
 mod lro_delivery;
-mod moves;
 mod peers;
 mod read_ahead;
 mod spread;
 mod table;
-mod tell;
+mod teller;
 
 pub use crate::port::QUEUE_TURN;
+use clock::RoundClock;
 pub(crate) use copies::Copies;
 pub(crate) use events::signal_now;
 use events::tx_budget;
@@ -47,15 +52,17 @@ use frame::head_of;
 pub(crate) use frame::{Frame, FrameCtx};
 pub use lending::Lent;
 pub use lro_delivery::{LRO_HOLD, LRO_IDLE};
-use read_ahead::ReadAhead;
+use peers::Peers;
 pub use read_ahead::ReadAheadMode;
+use spread::HeldPairs;
+use table::Faults;
+use teller::Teller;
 
 use crate::coalesce::Coalescer;
 use crate::config::Policies;
 use crate::fdb::Fdb;
 use crate::forward::{L2Header, PortPolicy};
 use crate::lro::place::InPlace;
-use crate::mesh::{Peer, RemotePort};
 use crate::perf::WorkerPerf;
 use crate::port::vhost_user::RxPlan;
 pub use crate::port::Port;
@@ -236,51 +243,30 @@ impl Scratch {
 pub struct Datapath {
     slots: Vec<Option<Slot>>,
     fdb: Fdb,
+    /// Counts changes to the ports and their policies (see [`FlowMemo`]).
+    topo_gen: u64,
     /// Slots whose watched descriptors changed outside an event (resets).
     dirty: Vec<usize>,
-    /// The SIGBUS handler's epoch last seen ([`crate::sys::sigbus::epoch`]).
-    sigbus_epoch: u64,
-    /// A queue failed to signal its call eventfd this round.
-    call_failed: bool,
     /// The transmit chains being forwarded (moved out while in use: the
     /// whole data path reads them, its full path and its fast case alike).
     tx_burst: Option<Box<Burst>>,
     /// Buffers reused frame after frame.
     scratch: Scratch,
-    /// The earliest held call's deadline after the last round.
-    next_deadline: Option<Instant>,
-    /// The other workers.
-    peers: Vec<Peer>,
-    /// Ports other workers own.
-    remote: Vec<RemotePort>,
-    /// Counts changes to the ports and their policies (see [`FlowMemo`]).
-    topo_gen: u64,
     /// Slots whose receive queues have used entries to publish after the
     /// transmit burst being forwarded (see [`Datapath::publish_burst`]).
     rx_touched: Vec<usize>,
-    /// Where this worker's time goes (read by the control plane).
-    perf: Arc<WorkerPerf>,
-    /// Lent pairs whose rings failed here, to give back (see `spread.rs`).
-    broken_pairs: Vec<usize>,
-    /// Pairs other workers' ports lend this worker.
-    pair_inbox: Option<std::sync::mpsc::Receiver<crate::port::vhost_user::LentPair>>,
-    /// The counter when the last round ended, or the worker resumed
-    /// polling ([`Datapath::perf_resume`]): a round's cost is the time
-    /// since, one counter read per round.
-    perf_mark: u64,
-    /// The counter read that ended the last busy round's forwarding: it
-    /// times that round's frames in the switch and ends its accounting.
-    round_end: u64,
-    /// Whether transmit bursts are read ahead (measured when `Auto`).
-    read_ahead: ReadAhead,
-    /// Whether each round's time in the switch is recorded (`crate::dwell`).
-    time_in_switch: bool,
-    /// When a flap was last said in the log (`moves.rs`).
-    flap_said: Option<Instant>,
-    /// When the current second of move events began, and how many were said.
-    moves_said: (Option<Instant>, u32),
-    /// Where what changes is said (`tell.rs`); none in a bare data path.
-    events: Option<Arc<crate::events::EventQueue>>,
+    /// The earliest held call's deadline after the last round.
+    next_deadline: Option<Instant>,
+    /// What broke ports outside a frame's path (`table.rs`).
+    faults: Faults,
+    /// The other workers and their ports (`peers.rs`).
+    peers: Peers,
+    /// Pairs of other workers' ports served here (`spread.rs`).
+    held: HeldPairs,
+    /// Where this worker's time goes (`clock.rs`).
+    clock: RoundClock,
+    /// Where what changes is said (`teller.rs`).
+    teller: Teller,
 }
 
 impl Datapath {
@@ -289,26 +275,17 @@ impl Datapath {
         Self {
             slots: Vec::new(),
             fdb,
+            topo_gen: 0,
             dirty: Vec::with_capacity(64),
-            sigbus_epoch: crate::sys::sigbus::epoch(),
-            call_failed: false,
             tx_burst: Some(Box::new(Burst::new())),
             scratch: Scratch::new(),
-            next_deadline: None,
-            peers: Vec::new(),
-            remote: Vec::new(),
-            topo_gen: 0,
             rx_touched: Vec::with_capacity(64),
-            perf: Arc::default(),
-            broken_pairs: Vec::new(),
-            pair_inbox: None,
-            perf_mark: crate::perf::clock(),
-            round_end: 0,
-            read_ahead: ReadAhead::new(ReadAheadMode::Off),
-            time_in_switch: true,
-            flap_said: None,
-            moves_said: (None, 0),
-            events: None,
+            next_deadline: None,
+            faults: Faults::new(),
+            peers: Peers::default(),
+            held: HeldPairs::default(),
+            clock: RoundClock::new(),
+            teller: Teller::default(),
         }
     }
 
@@ -320,16 +297,7 @@ impl Datapath {
             self.prepare_rx(now);
             self.scratch.copies.release();
         }
-        // A busy round read the counter before its calls (`poll_round`).
-        let end = if work > 0 {
-            self.round_end
-        } else {
-            crate::perf::clock()
-        };
-        let cycles = end.wrapping_sub(self.perf_mark);
-        self.perf.round(cycles, work, self.read_ahead.on());
-        self.read_ahead.round(cycles, work);
-        self.perf_mark = end;
+        self.clock.end_round(work);
         work
     }
 
@@ -354,24 +322,57 @@ impl Datapath {
     /// Transmit bursts read ahead or not (see [`ReadAheadMode`]); a new
     /// datapath never does.
     pub fn set_read_ahead(&mut self, mode: ReadAheadMode) {
-        self.read_ahead = ReadAhead::new(mode);
+        self.clock.set_read_ahead(mode);
     }
 
     /// Records (the default) or not how long each round's frames stayed in
     /// the switch (`crate::dwell`): off, to measure what recording costs.
     pub fn set_time_in_switch(&mut self, on: bool) {
-        self.time_in_switch = on;
+        self.clock.set_time_in_switch(on);
     }
 
     /// The worker is back from waiting for events (asleep, or a look at
     /// its descriptors): that time is not the next round's.
     pub fn perf_resume(&mut self) {
-        self.perf_mark = crate::perf::clock();
+        self.clock.resume();
+    }
+
+    /// Says what changes into `q` from now on.
+    pub fn set_events(&mut self, q: Arc<crate::events::EventQueue>) {
+        self.teller.set_queue(q);
+    }
+
+    /// Connects to another worker.
+    pub fn add_peer(&mut self, p: crate::mesh::PeerSetup) {
+        self.peers.add(p);
+    }
+
+    /// Disconnects from a worker that stopped (its ports are gone or moved).
+    pub fn remove_peer(&mut self, w: crate::mesh::WorkerId) {
+        self.peers.remove(w);
+    }
+
+    /// True when another worker published records not yet taken.
+    pub fn peers_pending(&mut self) -> bool {
+        self.peers.pending()
+    }
+
+    /// Learns (or updates) where another worker's port is.
+    pub fn set_remote(&mut self, r: crate::mesh::RemotePort) {
+        self.topo_gen += 1;
+        self.peers.set_remote(r);
+    }
+
+    /// Forgets another worker's port.
+    pub fn remove_remote(&mut self, id: PortId) {
+        self.topo_gen += 1;
+        self.peers.forget_remote(id);
+        self.fdb.flush_port(id);
     }
 
     /// The counters of where this data path's time goes.
     pub fn perf(&self) -> Arc<WorkerPerf> {
-        Arc::clone(&self.perf)
+        Arc::clone(&self.clock.perf)
     }
 
     fn poll_round(&mut self, now: Instant, budget: usize) -> usize {
@@ -404,42 +405,29 @@ impl Datapath {
                 for k in 0..p.device.queue_pairs() {
                     if let Some(vq) = p.device.queue(tx_queue(k)) {
                         vq.signal(&s.stats.tx);
-                        self.call_failed |= vq.call_failed();
+                        self.faults.call_failed |= vq.call_failed();
                     }
                 }
             }
         }
         // (Frames from other kinds of ports, and other workers'.)
         self.publish_rx();
-        // Every frame of the round is published now: it stayed in the
-        // switch at most since the round began (`crate::dwell`).
-        // (The clock is read for the round's accounting in any case; off,
-        // the time in the switch is only not recorded.)
-        let round_cycles = if work > 0 {
-            self.round_end = crate::perf::clock();
-            let cycles = self.round_end.wrapping_sub(self.perf_mark);
-            if self.time_in_switch {
-                cycles
-            } else {
-                0
-            }
-        } else {
-            0
-        };
+        // Every frame of the round is published now (`crate::dwell`).
+        let round_cycles = self.clock.forwarded(work);
         for s in self.slots.iter_mut().flatten() {
             let cx = RoundCx {
                 now,
                 round_cycles,
                 stats: &s.stats,
                 rt: &mut s.rt,
-                call_failed: &mut self.call_failed,
+                call_failed: &mut self.faults.call_failed,
             };
             if let Some(t) = s.port.end_round(cx) {
                 next = Some(next.map_or(t, |n| n.min(t)));
             }
         }
         self.next_deadline = next;
-        self.flush_peers();
+        self.peers.flush();
         self.reset_broken(now);
         work
     }

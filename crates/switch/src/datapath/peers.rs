@@ -1,31 +1,38 @@
-//! Traffic between workers: frames and flushes through the rings to the
-//! workers that own other ports.
+//! The other workers: the rings frames and flushes take to the workers
+//! that own other ports, and where those ports are. What comes back
+//! through the rings is ingress (`ingress.rs`).
 
-use super::{head_of, Datapath, Frame, FrameCtx};
-use crate::mesh::{Kind, PeerSetup, Record, RemotePort, WorkerId, RECORD_HEADER};
+use super::{Frame, Slot};
+use crate::forward::Decision;
+use crate::mesh::{Kind, Peer, PeerSetup, Record, RemotePort, WorkerId, RECORD_HEADER};
 use crate::stats::DropReason;
-use crate::vhost_user::buffers::Src;
+use crate::vlan::Tagging;
 use crate::wire::virtio_net::VirtioNetHdrRepr;
 use crate::PortId;
-use std::time::Instant;
 
-impl Datapath {
-    /// Copies a frame from slot `i` into the ring to worker `w` (it owns the
-    /// destination, or has members of the VLAN when `dest` is `None`) with
-    /// decision `d`. A full ring is a `ring_full` drop counted on the
+/// The other workers of the switch, and their ports.
+#[derive(Default)]
+pub(super) struct Peers {
+    /// The rings to and from each other worker.
+    pub(super) rings: Vec<Peer>,
+    /// Ports other workers own.
+    remote: Vec<RemotePort>,
+}
+
+impl Peers {
+    /// Copies a frame from port `src` into the ring to worker `w` (it owns
+    /// the destination, or has members of the VLAN when `dest` is `None`)
+    /// with decision `d`. A full ring is a `ring_full` drop counted on the
     /// sending port (the destination's counters belong to the other worker).
-    pub(super) fn push_remote(
+    pub(super) fn push(
         &mut self,
-        i: usize,
+        src: &Slot,
         w: WorkerId,
         dest: Option<PortId>,
         frame: &Frame<'_>,
-        d: &crate::forward::Decision,
+        d: &Decision,
     ) -> bool {
-        let Some(src) = self.slots[i].as_ref() else {
-            return false;
-        };
-        let Some(peer) = self.peers.iter_mut().find(|p| p.worker == w) else {
+        let Some(peer) = self.rings.iter_mut().find(|p| p.worker == w) else {
             return false;
         };
         let len = RECORD_HEADER + frame.frame_len as usize;
@@ -57,9 +64,41 @@ impl Datapath {
         true
     }
 
+    /// Sends a frame from `src` for port `dest` to the worker owning it;
+    /// false when no worker does.
+    pub(super) fn push_to_owner(
+        &mut self,
+        src: &Slot,
+        dest: PortId,
+        frame: &Frame<'_>,
+        d: &Decision,
+    ) -> bool {
+        match self.remote.iter().find(|r| r.id == dest).map(|r| r.worker) {
+            Some(w) => self.push(src, w, Some(dest), frame, d),
+            None => false,
+        }
+    }
+
+    /// Floods a frame from `src` once to every other worker with a member
+    /// of its VLAN; true when one took it.
+    pub(super) fn flood(&mut self, src: &Slot, frame: &Frame<'_>, d: &Decision) -> bool {
+        let mut sent = false;
+        for k in 0..self.rings.len() {
+            let w = self.rings[k].worker;
+            if self
+                .remote
+                .iter()
+                .any(|r| r.worker == w && r.vlan.egress(d.vid).is_some())
+            {
+                sent |= self.push(src, w, None, frame, d);
+            }
+        }
+        sent
+    }
+
     /// Tells every other worker to forget what it learned on `id`.
-    pub(super) fn flush_remote(&mut self, id: PortId) {
-        for peer in &mut self.peers {
+    pub(super) fn flush_port(&mut self, id: PortId) {
+        for peer in &mut self.rings {
             if let Some(buf) = peer.tx.reserve(RECORD_HEADER) {
                 Record {
                     kind: Kind::Flush,
@@ -78,96 +117,9 @@ impl Datapath {
         }
     }
 
-    /// Takes up to `budget` records from each other worker and delivers
-    /// them to this worker's ports. Returns the records taken.
-    pub(super) fn poll_peers(&mut self, now: Instant, budget: usize) -> usize {
-        let mut work = 0;
-        for k in 0..self.peers.len() {
-            let Some(mut rx) = self.peers[k].rx.take() else {
-                continue;
-            };
-            let mut n = 0;
-            while n < budget {
-                let Some(rec) = rx.peek() else { break };
-                self.on_record(rec, now);
-                rx.pop();
-                n += 1;
-            }
-            if n > 0 {
-                rx.release();
-            }
-            work += n;
-            self.peers[k].rx = Some(rx);
-        }
-        work
-    }
-
-    pub(super) fn on_record(&mut self, rec: &[u8], now: Instant) {
-        let Some(r) = Record::parse(rec) else { return };
-        if r.kind == Kind::Flush {
-            self.fdb.flush_port(r.src);
-            return;
-        }
-        let bytes = &rec[RECORD_HEADER..];
-        if bytes.len() < 14 + usize::from(r.src_tag_len) {
-            return;
-        }
-        // The port's limit and the rule for moves were applied where it
-        // lives: learn what was learned there (only the table's capacity here).
-        if r.learn {
-            self.fdb.learn_told(
-                r.vid,
-                crate::wire::EthernetAddress::from_bytes(&bytes[6..12]),
-                r.src,
-                now,
-            );
-        }
-        let mut macs = [0u8; 12];
-        macs.copy_from_slice(&bytes[..12]);
-        let frame = Frame {
-            src: Src::Local(bytes),
-            head: head_of(bytes),
-            hdr_len: 0,
-            vhdr: r.vhdr,
-            macs,
-            src_tag_len: u64::from(r.src_tag_len),
-            tci_pcp: r.tci_pcp,
-            frame_len: bytes.len() as u64,
-        };
-        for j in 0..self.slots.len() {
-            let Some(s) = self.slots[j].as_ref() else {
-                continue;
-            };
-            // A flood reached the wire through the uplink's own worker.
-            let wanted = match r.dest {
-                Some(p) => s.id == p,
-                None => s.id != r.src && !s.port.is_lent(),
-            };
-            if !wanted {
-                continue;
-            }
-            if let Some(tagging) = s.policy.vlan.egress(r.vid) {
-                let mut cx = FrameCtx::new(FrameCtx::REMOTE, now);
-                if r.dest.is_some() {
-                    let dst = crate::wire::EthernetAddress::from_bytes(&bytes[..6]);
-                    cx.to_vtep = self.vtep_of(j, r.vid, dst, now);
-                }
-                self.deliver_to(j, &frame, tagging, cx);
-            }
-            if r.dest.is_some() {
-                return;
-            }
-        }
-        // No such port here: a pair lent to this worker whose frames came
-        // before it did (taken from the inbox, the frame is delivered).
-        if r.dest.is_some() && self.take_held_pairs() {
-            self.on_record(rec, now);
-        }
-    }
-
     /// Publishes this round's records to other workers, waking sleepers.
-    pub(super) fn flush_peers(&mut self) {
-        for peer in &mut self.peers {
+    pub(super) fn flush(&mut self) {
+        for peer in &mut self.rings {
             if std::mem::take(&mut peer.pushed) {
                 peer.tx.flush();
                 peer.doorbell.ring();
@@ -176,48 +128,42 @@ impl Datapath {
     }
 
     /// True when another worker published records not yet taken.
-    pub fn peers_pending(&mut self) -> bool {
-        self.peers
+    pub(super) fn pending(&mut self) -> bool {
+        self.rings
             .iter_mut()
             .any(|p| p.rx.as_mut().is_some_and(|rx| rx.pending()))
     }
 
     /// Connects to another worker.
-    pub fn add_peer(&mut self, p: PeerSetup) {
-        self.peers.retain(|x| x.worker != p.worker);
-        self.peers.push(p.into_peer());
+    pub(super) fn add(&mut self, p: PeerSetup) {
+        self.rings.retain(|x| x.worker != p.worker);
+        self.rings.push(p.into_peer());
     }
 
     /// Disconnects from a worker that stopped (its ports are gone or moved).
-    pub fn remove_peer(&mut self, w: WorkerId) {
-        self.peers.retain(|x| x.worker != w);
+    pub(super) fn remove(&mut self, w: WorkerId) {
+        self.rings.retain(|x| x.worker != w);
     }
 
     /// Learns (or updates) where another worker's port is.
-    pub fn set_remote(&mut self, r: RemotePort) {
-        self.topo_gen += 1;
+    pub(super) fn set_remote(&mut self, r: RemotePort) {
         self.remote.retain(|x| x.id != r.id);
         self.remote.push(r);
     }
 
-    /// Forgets another worker's port.
-    pub fn remove_remote(&mut self, id: PortId) {
-        self.topo_gen += 1;
-        self.remote.retain(|x| x.id != id);
-        self.fdb.flush_port(id);
+    /// How a frame on `vid` leaves another worker's port `p`, if it does.
+    pub(super) fn egress(&self, p: PortId, vid: u16) -> Option<Tagging> {
+        let r = self.remote.iter().find(|r| r.id == p)?;
+        r.vlan.egress(vid)
     }
 
-    /// The VTEP behind VXLAN slot `j` that `dst` on `vid` was learned
-    /// behind (`None`: not a VXLAN port, or unknown there: flood its remotes).
-    pub(super) fn vtep_of(
-        &self,
-        j: usize,
-        vid: u16,
-        dst: crate::wire::EthernetAddress,
-        now: Instant,
-    ) -> Option<std::net::Ipv4Addr> {
-        let s = self.slots[j].as_ref()?;
-        s.port.vxlan()?;
-        self.fdb.remote(vid, dst, now)
+    /// True when another worker has a member of VLAN `vid`.
+    pub(super) fn has_members(&self, vid: u16) -> bool {
+        self.remote.iter().any(|r| r.vlan.egress(vid).is_some())
+    }
+
+    /// Forgets another worker's port (it left, or came here).
+    pub(super) fn forget_remote(&mut self, id: PortId) {
+        self.remote.retain(|x| x.id != id);
     }
 }

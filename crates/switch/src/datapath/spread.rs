@@ -7,10 +7,19 @@ use crate::PortId;
 use std::sync::mpsc::Receiver;
 use std::time::Instant;
 
+/// The holder's side: pairs other workers' ports lend this worker.
+#[derive(Default)]
+pub(super) struct HeldPairs {
+    /// Where they arrive.
+    inbox: Option<Receiver<LentPair>>,
+    /// Slots of held pairs whose rings failed here, to give back.
+    pub(super) broken: Vec<usize>,
+}
+
 impl Datapath {
     /// Where other workers' ports send the pairs they lend this one.
     pub fn set_pair_inbox(&mut self, inbox: Receiver<LentPair>) {
-        self.pair_inbox = Some(inbox);
+        self.held.inbox = Some(inbox);
     }
 
     /// Serves the pairs lent to this worker that wait in its inbox (at
@@ -18,7 +27,7 @@ impl Datapath {
     /// comes through the mesh first). True when one came.
     pub(super) fn take_held_pairs(&mut self) -> bool {
         let mut came = false;
-        while let Some(lp) = self.pair_inbox.as_ref().and_then(|r| r.try_recv().ok()) {
+        while let Some(lp) = self.held.inbox.as_ref().and_then(|r| r.try_recv().ok()) {
             log::debug!("{}: served by this worker", lp.name);
             let slot = self.hold_pair(lp);
             self.mark_dirty(slot);
@@ -80,7 +89,7 @@ impl Datapath {
     /// Lent pairs here that failed (their ring errors reset them): to give
     /// back to their owners, who reset their ports.
     pub fn take_broken_pairs(&mut self) -> Vec<usize> {
-        std::mem::take(&mut self.broken_pairs)
+        std::mem::take(&mut self.held.broken)
     }
 
     /// The owners' side, when the worker looks at its events: takes back

@@ -1,8 +1,12 @@
-//! The port table: adding, finding, changing and removing ports, and the
-//! one path by which a port is reset.
+//! The port table: adding, finding, changing and removing ports, the one
+//! path by which a port is reset, and what BGP EVPN says about a VXLAN
+//! port in EVPN mode, applied between polling rounds: remote addresses
+//! pinned in the FDB behind their VTEP, the port's flood list and the
+//! VTEPs it hears (see [`crate::evpn`]).
 
 use super::{Datapath, LroCtx, Port, PortRuntime, Slot};
 use crate::config::Policies;
+use crate::evpn::Change;
 use crate::fdb::Fdb;
 use crate::forward::PortPolicy;
 use crate::lro::place::InPlace;
@@ -12,6 +16,37 @@ use crate::vlan::Tagging;
 use crate::PortId;
 use std::sync::Arc;
 use std::time::Instant;
+
+/// What breaks ports outside a frame's path, looked at once a round.
+pub(super) struct Faults {
+    /// The SIGBUS handler's epoch last seen ([`crate::sys::sigbus::epoch`]).
+    sigbus_epoch: u64,
+    /// A queue failed to signal its call eventfd this round.
+    pub(super) call_failed: bool,
+}
+
+impl Faults {
+    pub(super) fn new() -> Self {
+        Self {
+            sigbus_epoch: crate::sys::sigbus::epoch(),
+            call_failed: false,
+        }
+    }
+
+    /// Whether anything broke since the last look (one load of the
+    /// handler's epoch and one flag); then, whether guest memory was lost.
+    #[inline]
+    fn take(&mut self) -> Option<bool> {
+        let epoch = crate::sys::sigbus::epoch();
+        let lost = epoch != self.sigbus_epoch;
+        let failed = std::mem::take(&mut self.call_failed);
+        if !lost && !failed {
+            return None;
+        }
+        self.sigbus_epoch = epoch;
+        Some(lost)
+    }
+}
 
 impl Slot {
     /// A virtual NIC (vhost-user or tap), as opposed to an uplink.
@@ -63,7 +98,7 @@ impl Datapath {
         // A lent uplink queue is the uplink only for unicast frames: floods
         // to the wire still go through the uplink's own worker.
         if !slot.port.is_lent() {
-            self.remote.retain(|r| r.id != slot.id);
+            self.peers.forget_remote(slot.id);
         }
         // What was learned on it here came through another worker's ring.
         self.fdb.flush_port(slot.id);
@@ -265,7 +300,7 @@ impl Datapath {
             .resets
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         log::warn!("port {}: reset: {why}", s.name);
-        self.tell(idx, || crate::events::Kind::Reset {
+        self.teller.tell(s, || crate::events::Kind::Reset {
             reason: crate::events::Text::display(why),
         });
         self.restart(idx, now);
@@ -285,13 +320,13 @@ impl Datapath {
             p.reset(now);
             if p.lent_pair().is_some() {
                 // Its owner resets the port once it has the pair back.
-                self.broken_pairs.push(idx);
+                self.held.broken.push(idx);
             }
         }
         s.rt.restart();
         let id = s.id;
         self.fdb.flush_port(id);
-        self.flush_remote(id);
+        self.peers.flush_port(id);
         self.mark_dirty(idx);
     }
 
@@ -299,13 +334,9 @@ impl Datapath {
     /// whose call eventfd would have blocked. Cheap when nothing happened:
     /// one load of the SIGBUS handler's epoch and one flag a queue.
     pub(super) fn reset_broken(&mut self, now: Instant) {
-        let epoch = crate::sys::sigbus::epoch();
-        let lost = epoch != self.sigbus_epoch;
-        if !lost && !self.call_failed {
+        let Some(lost) = self.faults.take() else {
             return;
-        }
-        self.sigbus_epoch = epoch;
-        self.call_failed = false;
+        };
         for i in 0..self.slots.len() {
             let Some(p) = self.slots[i].as_mut().and_then(|s| s.port.vhost_user_mut()) else {
                 continue;
@@ -335,5 +366,44 @@ impl Datapath {
     /// Takes the slots whose watched descriptors changed since the last call.
     pub fn take_dirty(&mut self, out: &mut Vec<usize>) {
         out.append(&mut self.dirty);
+    }
+
+    /// Applies `changes` to the EVPN port `name`; false when this worker
+    /// has no such port (it moved, or left).
+    pub fn evpn(&mut self, name: &str, changes: &[Change], now: Instant) -> bool {
+        let Some(i) = self.find(name) else {
+            return false;
+        };
+        let Some(s) = self.slots[i].as_mut() else {
+            return false;
+        };
+        let Port::Vxlan(vx) = &mut s.port else {
+            return false;
+        };
+        // Remote frames arrive untagged: the port's own VLAN holds them.
+        let Some(vid) = s.policy.vlan.ingress(None) else {
+            return false;
+        };
+        let id = s.id;
+        for c in changes {
+            match c {
+                Change::Pin { mac, vtep } => {
+                    if !self.fdb.pin_remote(vid, *mac, id, *vtep, now) {
+                        log::warn!(
+                            "evpn {name}: the FDB is full, {mac} behind {vtep} is not installed"
+                        );
+                    }
+                }
+                Change::Unpin { mac, vtep } => {
+                    self.fdb.unpin_remote(vid, *mac, id, *vtep);
+                }
+                Change::Vteps { flood, known } => {
+                    vx.set_vteps(flood, known);
+                    // Remembered flood decisions counted the old list.
+                    self.topo_gen += 1;
+                }
+            }
+        }
+        true
     }
 }
