@@ -115,6 +115,64 @@ fn until(
     }
 }
 
+/// True when the kernel VTEP's bridge (host `k`) has `mac` behind `vtep`.
+fn kernel_fdb(k: &Host, mac: EthernetAddress, vtep: Ipv4Addr) -> bool {
+    let out = std::process::Command::new("bridge")
+        .args(["-n", k.ns.name(), "fdb", "show", "dev", "kx"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .any(|l| l.starts_with(&mac.to_string()) && l.contains(&format!("dst {vtep}")))
+}
+
+/// Endpoint `e1` on host 1 reaches the kernel VTEP's host (host 4):
+/// each side has the other's address behind the right VTEP, from FRR.
+fn kernel_vtep_is_reached(hosts: &[Host], e1: &mut Endpoint, kernel_ip: Ipv4Address) {
+    let addrs: Vec<Ipv4Addr> = hosts.iter().map(|h| h.addr).collect();
+    let km = e1
+        .resolve(kernel_ip, T)
+        .expect("the kernel VTEP's host answers ARP");
+    ping(e1, kernel_ip, 2);
+    let t = Instant::now();
+    while behind(&hosts[0], km) != Some(addrs[3]) {
+        if t.elapsed() > T {
+            println!("kernel host's {km}");
+            dump(hosts);
+            panic!("the kernel VTEP's host is not pinned on host 1");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    wait_for("endpoint 1 behind host 1 on the kernel VTEP", || {
+        kernel_fdb(&hosts[3], mac(1), addrs[0])
+    });
+    println!(
+        "kernel VTEP at {}: reached from vnio, routes both ways",
+        addrs[3]
+    );
+}
+
+/// FRR stops on host 3 (zebra takes every route out of the shadow as it
+/// leaves): host 3's switch keeps forwarding, from `e3`, on what it knew.
+fn frr_stopped_keeps_routes(hosts: &mut [Host], e3: &mut Endpoint) {
+    let addrs: Vec<Ipv4Addr> = hosts.iter().map(|h| h.addr).collect();
+    // (The other hosts withdraw host 3, as EVPN says.) That nothing is
+    // removed can only be seen by waiting: well past the agent's quiet
+    // time before removals.
+    hosts[2].frr.take().unwrap().stop();
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(behind(&hosts[2], mac(1)), Some(addrs[1]));
+    assert_eq!(behind(&hosts[2], mac(2)), Some(addrs[1]));
+    assert_eq!(port(sw(&hosts[2]), "vx").stats.vteps.len(), 3);
+    let was = datagrams_out(&hosts[2], addrs[1]);
+    let to1 = SocketAddrV4::new(common::ip(1).into(), 7);
+    e3.udp_send_to(to1, 4000, b"after FRR left").unwrap();
+    wait_for("host 3 still sending to host 2", || {
+        datagrams_out(&hosts[2], addrs[1]) == was + 1
+    });
+    println!("FRR stopped on host 3: its switch still forwards to host 2 on the last routes");
+}
+
 #[test]
 fn evpn_fabric_through_frr() {
     if let Some(why) = skip_reason().or_else(frr_missing) {
@@ -174,37 +232,7 @@ fn evpn_fabric_through_frr() {
         println!("unknown-unicast floods to host 3 while 1 and 2 exchanged 101 unicasts: {floods}");
         assert_eq!(floods, 0);
 
-        // The kernel VTEP's host answers across the fabric; each side has
-        // the other's address behind the right VTEP, from FRR.
-        let km = e1
-            .resolve(kernel_ip, T)
-            .expect("the kernel VTEP's host answers ARP");
-        ping(&mut e1, kernel_ip, 2);
-        let t = Instant::now();
-        while behind(&hosts[0], km) != Some(addrs[3]) {
-            if t.elapsed() > T {
-                println!("kernel host's {km}");
-                dump(&hosts);
-                panic!("the kernel VTEP's host is not pinned on host 1");
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let kernel_fdb = |mac: EthernetAddress, vtep: Ipv4Addr| {
-            let out = std::process::Command::new("bridge")
-                .args(["-n", hosts[3].ns.name(), "fdb", "show", "dev", "kx"])
-                .output()
-                .unwrap();
-            String::from_utf8_lossy(&out.stdout)
-                .lines()
-                .any(|l| l.starts_with(&mac.to_string()) && l.contains(&format!("dst {vtep}")))
-        };
-        wait_for("endpoint 1 behind host 1 on the kernel VTEP", || {
-            kernel_fdb(mac(1), addrs[0])
-        });
-        println!(
-            "kernel VTEP at {}: reached from vnio, routes both ways",
-            addrs[3]
-        );
+        kernel_vtep_is_reached(&hosts, &mut e1, kernel_ip);
 
         // Endpoint 1 moves from host 1 to host 2 (its port p2).
         drop(e1);
@@ -213,7 +241,7 @@ fn evpn_fabric_through_frr() {
             [0, 2]
                 .iter()
                 .all(|&i| behind(&hosts[i], mac(1)) == Some(addrs[1]))
-                && kernel_fdb(mac(1), addrs[1])
+                && kernel_fdb(&hosts[3], mac(1), addrs[1])
         };
         let took = until(&hosts, &mut [&mut moved], MOVE, followed);
         println!(
@@ -231,24 +259,8 @@ fn evpn_fabric_through_frr() {
         // Strangers were dropped only while routes were still arriving.
         assert_eq!(unknown_vteps(&hosts), strangers);
 
-        // FRR stops on host 3 (zebra takes every route out of the shadow
-        // as it leaves): host 3's switch keeps forwarding on what it knew.
-        // (The other hosts withdraw host 3, as EVPN says.) That nothing is
-        // removed can only be seen by waiting: well past the agent's quiet
-        // time before removals.
         let mut hosts = hosts;
-        hosts[2].frr.take().unwrap().stop();
-        std::thread::sleep(Duration::from_secs(2));
-        assert_eq!(behind(&hosts[2], mac(1)), Some(addrs[1]));
-        assert_eq!(behind(&hosts[2], mac(2)), Some(addrs[1]));
-        assert_eq!(port(sw(&hosts[2]), "vx").stats.vteps.len(), 3);
-        let was = datagrams_out(&hosts[2], addrs[1]);
-        let to1 = SocketAddrV4::new(common::ip(1).into(), 7);
-        e3.udp_send_to(to1, 4000, b"after FRR left").unwrap();
-        wait_for("host 3 still sending to host 2", || {
-            datagrams_out(&hosts[2], addrs[1]) == was + 1
-        });
-        println!("FRR stopped on host 3: its switch still forwards to host 2 on the last routes");
+        frr_stopped_keeps_routes(&mut hosts, &mut e3);
         drop(hosts);
     });
 }

@@ -4,12 +4,14 @@
 //! the descriptors the worker watches ([`Watch`]), the two data-path halves
 //! (frames from the port: `receive`; frames to the port: `deliver`), the
 //! round's end (`end_round`: what it queued leaves, its calls go), its
-//! offload capabilities, and lending where a kind lends part of itself to
-//! another worker. [`Port`] holds one of them; `each_kind!` is the one
-//! list of kinds a call goes through (enum dispatch: the forwarding loop
-//! stays monomorphic, no trait object, no box). Adding a kind is its own
-//! files, a variant of [`Port`] and an arm in `each_kind!` and in
-//! `receive`.
+//! offload capabilities, lending where a kind lends part of itself to
+//! another worker, what the control plane shows of it (`describe`,
+//! `vteps`) and what goes when it is deleted (`release`). [`Port`] holds
+//! one of them; `each_kind!` is the one list of kinds a call goes through
+//! (enum dispatch: the forwarding loop stays monomorphic, no trait object,
+//! no box). Adding a kind is its own files, a variant of [`Port`], an arm
+//! in `each_kind!` and in `receive`, and its construction from its spec
+//! (`worker/ports.rs`).
 
 pub mod flow_hash;
 mod local;
@@ -125,6 +127,46 @@ pub(crate) trait Kind {
     /// Frames from the port in slot `i` of `sw`, up to `budget`, each
     /// handed to the switch. Returns the frames taken.
     fn receive<S: Switch>(sw: &mut S, i: usize, now: Instant, budget: usize) -> usize;
+    /// What the control plane shows of the port.
+    fn describe(&self) -> Described;
+    /// The port was deleted: what must go at once (before a port of the
+    /// same name may come) goes; the rest goes when it is dropped.
+    fn release(&mut self) {}
+    /// The remote VTEPs the port sends to and hears (a VXLAN port's).
+    fn vteps(&self) -> Vec<vxlan::VtepSnapshot> {
+        Vec::new()
+    }
+}
+
+/// What the control plane shows of a port's kind and state.
+pub struct Described {
+    /// The kind's name (`vhost-user`, `tap`, `uplink`, `uplink-queue`, `vxlan`).
+    pub kind: &'static str,
+    /// Where it is: a socket's path, an interface, a tunnel's addresses.
+    pub at: String,
+    /// A vhost-user socket's side.
+    pub mode: Option<SocketMode>,
+    /// A front-end is connected (always, for kinds without one).
+    pub connected: bool,
+    /// Its queues run.
+    pub running: bool,
+    /// The port is the host's wire (an uplink): it shows its egress
+    /// capacity rather than a sender's share.
+    pub wire: bool,
+}
+
+impl Described {
+    /// A port without a front-end, always running.
+    pub fn running(kind: &'static str, at: String) -> Self {
+        Self {
+            kind,
+            at,
+            mode: None,
+            connected: true,
+            running: true,
+            wire: false,
+        }
+    }
 }
 
 /// What a delivery may use besides the port: the receive buffers being
@@ -210,6 +252,21 @@ impl Port {
     /// See [`Kind::on_readable`].
     pub(crate) fn on_readable(&mut self) {
         each_kind!(self, p => Kind::on_readable(p))
+    }
+
+    /// See [`Kind::describe`].
+    pub fn describe(&self) -> Described {
+        each_kind!(self, p => Kind::describe(p))
+    }
+
+    /// See [`Kind::release`].
+    pub(crate) fn release(&mut self) {
+        each_kind!(self, p => Kind::release(p))
+    }
+
+    /// See [`Kind::vteps`].
+    pub(crate) fn vteps(&self) -> Vec<vxlan::VtepSnapshot> {
+        each_kind!(self, p => Kind::vteps(p))
     }
 
     /// See [`Kind::sched`].

@@ -3,7 +3,7 @@
 //! header as virtio ports. Reads happen only after epoll reports the tap
 //! readable, until it would block; each frame costs one read or write.
 
-use super::{DeliverCx, Kind, Port, Switch, Watch, Watched};
+use super::{DeliverCx, Described, Kind, Port, Switch, Watch, Watched};
 use crate::datapath::{DeliverError, Frame, FrameCtx};
 use crate::offload::Caps;
 use crate::stats::DropReason;
@@ -179,6 +179,14 @@ impl Kind for TapPort {
         } else {
             Err(DeliverError::Drop(DropReason::RingFull))
         }
+    }
+
+    fn describe(&self) -> Described {
+        Described::running("tap", self.ifname().to_string())
+    }
+
+    fn release(&mut self) {
+        TapPort::release(self)
     }
 
     /// One read per frame, until the tap would block.

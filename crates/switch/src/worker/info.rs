@@ -56,26 +56,12 @@ impl Worker {
     pub(super) fn info(&mut self, slot: usize) -> Option<PortInfo> {
         let queues = self.uplink_queues(slot);
         let s = self.dp.slot(slot)?;
-        let (kind, socket, mode, connected, running) = match &s.port {
-            Port::VhostUser(p) => (
-                "vhost-user",
-                p.path().display().to_string(),
-                Some(p.mode()),
-                p.connected(),
-                p.device.ready(0) && p.device.ready(1),
-            ),
-            Port::Tap(t) => ("tap", t.ifname().to_string(), None, true, true),
-            Port::Uplink(u) if u.lent().is_some() => {
-                ("uplink-queue", u.ifname().to_string(), None, true, true)
-            }
-            Port::Uplink(u) => ("uplink", u.ifname().to_string(), None, true, true),
-            Port::Vxlan(v) => ("vxlan", v.describe(), None, true, true),
-        };
+        let d = s.port.describe();
         let pairs = spread::pairs_info(&s.port);
         // Read from the acknowledged features once the queues run: they
         // were started with this layout.
         let virtqueue = match &s.port {
-            Port::VhostUser(p) if running => {
+            Port::VhostUser(p) if d.running => {
                 let acked = p.device.acked_features();
                 Some(VirtqueueInfo {
                     packed: p.device.packed(),
@@ -87,11 +73,11 @@ impl Worker {
         Some(PortInfo {
             name: s.name.clone(),
             id: s.id.0,
-            kind: kind.into(),
-            socket: Some(socket),
-            mode,
-            connected,
-            running,
+            kind: d.kind.into(),
+            socket: Some(d.at),
+            mode: d.mode,
+            connected: d.connected,
+            running: d.running,
             queues: pairs,
             virtqueue,
             vlan: format!("{:?}", s.policy.vlan),
@@ -104,13 +90,13 @@ impl Worker {
                     .filter(|_| s.policies.latency == Latency::High),
                 tx_poll_budget: s.policies.effective_tx_poll_budget(),
             },
-            egress: match &s.port {
-                Port::Uplink(u) => EgressInfo {
-                    capacity_mbps: u.sched.capacity_bps().map(|b| b / 1_000_000),
-                    contended: Some(u.sched.contended()),
+            egress: match s.port.sched().filter(|_| d.wire) {
+                Some(sched) => EgressInfo {
+                    capacity_mbps: sched.capacity_bps().map(|b| b / 1_000_000),
+                    contended: Some(sched.contended()),
                     ..Default::default()
                 },
-                _ => EgressInfo {
+                None => EgressInfo {
                     share: Some(s.policy.egress.share),
                     limit_mbps: s.policy.egress.limit_bps.map(|b| b / 1_000_000),
                     reserve_mbps: s.policy.egress.reserve_bps.map(|b| b / 1_000_000),
@@ -119,10 +105,7 @@ impl Worker {
             },
             stats: PortStatsSnapshot {
                 uplink_queues: queues,
-                vteps: match &s.port {
-                    Port::Vxlan(v) => v.vteps(),
-                    _ => Vec::new(),
-                },
+                vteps: s.port.vteps(),
                 ..spread::snapshot(s)
             },
         })

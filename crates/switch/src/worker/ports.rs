@@ -99,14 +99,7 @@ impl Worker {
 
     pub(super) fn del(&mut self, name: &str) -> Result<(), String> {
         let mut slot = self.detach(name)?;
-        match &mut slot.port {
-            Port::Tap(t) => t.release(),
-            // The guest's memory is unmapped off the worker (`crate::reaper`);
-            // the rest (its socket above all) goes now, before a port of
-            // the same name may come.
-            Port::VhostUser(p) => p.device.retire(&mut Vec::new()),
-            _ => {}
-        }
+        slot.port.release();
         log::info!("port {name} removed");
         Ok(())
     }

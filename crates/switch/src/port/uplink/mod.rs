@@ -19,7 +19,7 @@ mod receive;
 
 pub use queue::{Rx, RxQueue};
 
-use super::{DeliverCx, Kind, RoundCx, Switch, Watch, Watched};
+use super::{DeliverCx, Described, Kind, RoundCx, Switch, Watch, Watched};
 use crate::datapath::{DeliverError, Frame};
 use crate::egress::Scheduler;
 use crate::netqueue::QueueTable;
@@ -455,6 +455,18 @@ impl Kind for UplinkPort {
     fn end_round(&mut self, cx: RoundCx<'_>) -> Option<Instant> {
         self.flush();
         self.sched.wake_at(cx.now)
+    }
+
+    fn describe(&self) -> Described {
+        let kind = if self.lent().is_some() {
+            "uplink-queue"
+        } else {
+            "uplink"
+        };
+        Described {
+            wire: kind == "uplink",
+            ..Described::running(kind, self.ifname().to_string())
+        }
     }
 
     fn receive<S: Switch>(sw: &mut S, i: usize, now: Instant, budget: usize) -> usize {

@@ -13,7 +13,7 @@ pub(crate) use deliver::RxPlan;
 pub use spread::{LentPair, Returned, Spread, WorkerHandle, LEND_QUIET};
 pub use steer::{flow_hash, pick_pair, SteerKey};
 
-use super::{DeliverCx, Kind, RoundCx, SocketMode, Switch, Watch, Watched};
+use super::{DeliverCx, Described, Kind, RoundCx, SocketMode, Switch, Watch, Watched};
 use crate::datapath::{signal_now, DeliverError, Frame};
 use crate::offload::Caps;
 use crate::vhost_user::conn::{ConnError, Connection};
@@ -389,6 +389,23 @@ impl Kind for VhostUserPort {
             }
         }
         hold
+    }
+
+    fn describe(&self) -> Described {
+        Described {
+            kind: "vhost-user",
+            at: self.path().display().to_string(),
+            mode: Some(self.mode()),
+            connected: self.connected(),
+            running: self.device.ready(0) && self.device.ready(1),
+            wire: false,
+        }
+    }
+
+    /// The guest's memory is unmapped off the worker (`crate::reaper`);
+    /// the rest (its socket above all) goes now.
+    fn release(&mut self) {
+        self.device.retire(&mut Vec::new());
     }
 
     fn receive<S: Switch>(sw: &mut S, i: usize, now: Instant, budget: usize) -> usize {

@@ -23,7 +23,7 @@
 //! dropped and counted (`too_big`) before it is copied, and the kernel's
 //! EMSGSIZE for a route with a smaller MTU is counted the same way.
 
-use super::{DeliverCx, Kind, RoundCx, Switch, Watch, Watched};
+use super::{DeliverCx, Described, Kind, RoundCx, Switch, Watch, Watched};
 use crate::datapath::{DeliverError, Frame};
 use crate::egress::Scheduler;
 use crate::offload::Caps;
@@ -399,6 +399,14 @@ impl Kind for VxlanPort {
     fn end_round(&mut self, cx: RoundCx<'_>) -> Option<Instant> {
         self.flush(&cx.stats.rx);
         self.sched.wake_at(cx.now)
+    }
+
+    fn describe(&self) -> Described {
+        Described::running("vxlan", VxlanPort::describe(self))
+    }
+
+    fn vteps(&self) -> Vec<VtepSnapshot> {
+        VxlanPort::vteps(self)
     }
 
     fn receive<S: Switch>(sw: &mut S, i: usize, now: Instant, budget: usize) -> usize {
