@@ -194,7 +194,7 @@ fn connect(
         (a, b)
     });
     let running = |dp: &Datapath| {
-        dp.slots().all(|(_, s)| matches!(&s.port, Port::VhostUser(p) if p.device.ready(0) && p.device.ready(1)))
+        dp.table().slots().all(|(_, s)| matches!(&s.port, Port::VhostUser(p) if p.device.ready(0) && p.device.ready(1)))
     };
     // The last requests need no answer: the endpoints may be done before
     // the switch has read them.

@@ -92,7 +92,7 @@ fn bench_dp(
         (a, b)
     });
     let running = |dp: &Datapath| {
-        dp.slots().all(|(_, s)| match &s.port {
+        dp.table().slots().all(|(_, s)| match &s.port {
             Port::VhostUser(p) => p.device.ready(0) && p.device.ready(1),
             _ => true,
         })
@@ -233,7 +233,7 @@ fn run(dir: &Path, len: usize, secs: f64, rounds: usize, only: Option<&str>) -> 
     }
     let m: Vec<f64> = ns_per.iter_mut().map(|v| median(v)).collect();
     for (k, (name, (dp, ..))) in benches.iter().enumerate() {
-        let s = dp.slot(1).map(|s| s.stats.rx.snapshot());
+        let s = dp.table().slot(1).map(|s| s.stats.rx.snapshot());
         let (pk, drops) = s.map_or((0, 0), |s| (s.packets, s.drops.values().sum::<u64>()));
         println!(
             "{name:<6} {len} B: {:.1} ns per frame in the switch (median of {rounds} x {secs} s; runs {:?}); {} frames, delivered {pk}, drops {drops}",

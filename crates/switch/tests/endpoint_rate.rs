@@ -89,7 +89,7 @@ fn the_rate_loop_counts_every_frame_once_and_recycles_buffers() {
             assert_eq!(got, sent, "{len} B: every frame counted once");
         }
         let s = eps[1].stats();
-        let (_, p2) = dp.slots().find(|(_, s)| s.name == "p2").unwrap();
+        let (_, p2) = dp.table().slots().find(|(_, s)| s.name == "p2").unwrap();
         // The port's receive side is what the switch delivered to it (one
         // frame before the loop).
         let delivered = p2.stats.snapshot().rx.packets;

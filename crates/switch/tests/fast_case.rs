@@ -157,14 +157,14 @@ fn a_source_echoed_back_from_another_port_stays_put_and_on_the_fast_case() {
         assert_eq!(dp.fdb().port_len(vnio_switch::PortId(1)), 1);
         assert_eq!(dp.fdb().port_len(vnio_switch::PortId(2)), 0);
         assert_eq!((port_stats(&dp, "p1").0, port_stats(&dp, "p2").0), (20, 20));
-        let (_, p2) = dp.slots().find(|(_, s)| s.name == "p2").unwrap();
+        let (_, p2) = dp.table().slots().find(|(_, s)| s.name == "p2").unwrap();
         assert_eq!(p2.stats.snapshot().tx.mac_kept, 20, "every echo counted");
     });
 }
 
 /// (transmitted, received) frames of port `name`.
 fn port_stats(dp: &Datapath, name: &str) -> (u64, u64) {
-    let (_, s) = dp.slots().find(|(_, s)| s.name == name).unwrap();
+    let (_, s) = dp.table().slots().find(|(_, s)| s.name == name).unwrap();
     let snap = s.stats.snapshot();
     (snap.tx.packets, snap.rx.packets)
 }
@@ -216,6 +216,6 @@ fn a_receive_ring_that_fills_in_a_run_drops_the_rest_and_counts_them() {
 
 /// Frames dropped at port `name` for want of a receive chain.
 fn ring_full(dp: &Datapath, name: &str) -> u64 {
-    let (_, s) = dp.slots().find(|(_, s)| s.name == name).unwrap();
+    let (_, s) = dp.table().slots().find(|(_, s)| s.name == name).unwrap();
     s.stats.rx.drops(vnio_switch::stats::DropReason::RingFull)
 }

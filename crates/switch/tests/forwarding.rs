@@ -181,7 +181,7 @@ fn what_is_learned_counts_for_the_very_next_frame() {
         eps[0].send_frame(&frame(9, 1)).unwrap();
         assert_eq!(got(&mut dp, &mut eps), [0, 1, 0]);
         // p2 leaves the switch: what was learned there goes with it.
-        let p2 = dp.find("p2").unwrap();
+        let p2 = dp.table().find("p2").unwrap();
         dp.remove(p2);
         eps[0].send_frame(&frame(9, 1)).unwrap();
         assert_eq!(got(&mut dp, &mut eps), [0, 0, 1]);

@@ -227,7 +227,7 @@ fn a_memory_table_over_the_cap_is_refused() {
 fn a_reset_returns_the_port_to_its_initial_state() {
     use vnio_switch::datapath::{Datapath, Port};
     fn pristine(dp: &Datapath, idx: usize) -> bool {
-        match &dp.slot(idx).unwrap().port {
+        match &dp.table().slot(idx).unwrap().port {
             Port::VhostUser(p) => p.is_pristine(),
             _ => unreachable!("vhost-user ports"),
         }
@@ -239,8 +239,8 @@ fn a_reset_returns_the_port_to_its_initial_state() {
     assert!(pristine(&dp, 0), "as a port nobody connected to");
     // The old connection and kick eventfds stay open until the worker
     // unwatched them.
-    assert!(dp.has_retired(0));
-    dp.release_retired(0);
-    assert!(!dp.has_retired(0));
+    assert!(dp.table_mut().has_retired(0));
+    dp.table_mut().release_retired(0);
+    assert!(!dp.table_mut().has_retired(0));
     assert!(!pristine(&dp, 1), "the other port is untouched");
 }

@@ -344,7 +344,7 @@ fn floods_to_vteps_are_charged_to_the_senders_limit() {
             limit_bps: Some(10_000_000),
             ..Default::default()
         };
-        dp.set_egress(0, limit);
+        dp.table_mut().set_egress(0, limit);
         let remotes: Vec<Ipv4Addr> = (3..=10).map(|k| Ipv4Addr::new(127, 0, 0, k)).collect();
         let dstport = 40_000 + (std::process::id() % 20_000) as u16;
         let Ok(vx) = VxlanPort::open(VxlanOptions {
@@ -382,7 +382,7 @@ fn floods_to_vteps_are_charged_to_the_senders_limit() {
             dp.poll(Instant::now(), 64);
         }
         dp.poll(Instant::now(), 64);
-        let (_, slot) = dp.slots().find(|(_, s)| s.name == "vx").unwrap();
+        let (_, slot) = dp.table().slots().find(|(_, s)| s.name == "vx").unwrap();
         let Port::Vxlan(v) = &slot.port else {
             unreachable!()
         };

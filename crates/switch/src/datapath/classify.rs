@@ -3,7 +3,7 @@
 //! FDB and VLANs, a remembered decision for the same flow), then the
 //! egress admission of an uplink it goes to.
 
-use super::{Datapath, FlowMemo, Frame, FrameCtx, Fwd, MAX_FRAME};
+use super::{Datapath, FlowMemo, Frame, FrameCtx, Fwd, Table, MAX_FRAME};
 use crate::fdb::Place;
 use crate::forward::{decide, Decision, Destination, L2Header};
 use crate::offload::{self, Reject};
@@ -49,7 +49,8 @@ impl Datapath {
         let Some((frame, l2)) = self.admit(cx.from, src, total, hdr_len, &mut pre) else {
             return Fwd::Done;
         };
-        let direct = direct.or_else(|| self.slots[cx.from].as_ref().and_then(|s| s.direct_to));
+        let direct =
+            direct.or_else(|| self.table.slots[cx.from].as_ref().and_then(|s| s.direct_to));
         if let Some(to) = direct {
             self.forward_direct(cx, &frame, &l2, to);
             return Fwd::Done;
@@ -70,7 +71,7 @@ impl Datapath {
         hdr_len: usize,
         pre: &'a mut [u8; PRE_LEN],
     ) -> Option<(Frame<'a>, L2Header)> {
-        let s = self.slots[i].as_ref()?;
+        let s = self.table.slots[i].as_ref()?;
         let stats = &s.stats;
         let want = (hdr_len + L2Header::MAX_LEN).min(total as usize);
         let got = src.read(0, &mut pre[..want]);
@@ -131,13 +132,14 @@ impl Datapath {
     fn forward_direct(&mut self, cx: FrameCtx, frame: &Frame<'_>, l2: &L2Header, to: PortId) {
         let tagging = l2.tag.map_or(Tagging::Untagged, Tagging::Tagged);
         match self
+            .table
             .slots
             .iter()
             .position(|s| s.as_ref().is_some_and(|s| s.id == to))
         {
             Some(j) => self.deliver_to(j, frame, tagging, cx),
             None => {
-                if let Some(s) = &self.slots[cx.from] {
+                if let Some(s) = &self.table.slots[cx.from] {
                     s.stats.tx.drop(DropReason::NoRoute);
                 }
             }
@@ -149,7 +151,7 @@ impl Datapath {
     /// ([`Datapath::flood`]); a vNIC's first source address learned.
     fn forward_switched(&mut self, cx: FrameCtx, frame: &Frame<'_>, l2: &L2Header) -> Fwd {
         let i = cx.from;
-        let Some(me) = self.slots[i].as_ref() else {
+        let Some(me) = self.table.slots[i].as_ref() else {
             return Fwd::Done;
         };
         let learn = me.needs_mac;
@@ -158,11 +160,12 @@ impl Datapath {
         };
         let d = match decision {
             Ok(d) => {
-                self.teller.learned(cx, &self.slots, l2, d.vid, d.learned);
+                self.teller
+                    .learned(cx, &self.table.slots, l2, d.vid, d.learned);
                 d
             }
             Err(r) => {
-                if let Some(me) = self.slots[i].as_ref() {
+                if let Some(me) = self.table.slots[i].as_ref() {
                     me.stats.tx.drop(r);
                 }
                 return Fwd::Done;
@@ -178,7 +181,7 @@ impl Datapath {
             Destination::Flood => self.flood(cx, frame, &d),
         }
         if learn {
-            self.learn_mac(i, l2.src);
+            self.table.learn_mac(i, l2.src);
         }
         Fwd::Done
     }
@@ -199,8 +202,8 @@ impl Datapath {
         let (p, tagging) = to;
         let i = cx.from;
         if let Some(j) = dest_slot {
-            if let Some(w) = self.routed_away(j, frame) {
-                if let Some(me) = self.slots[i].as_ref() {
+            if let Some(w) = self.table.routed_away(j, frame) {
+                if let Some(me) = self.table.slots[i].as_ref() {
                     self.peers.push(me, w, Some(p), frame, d);
                 }
                 return Fwd::Done;
@@ -211,7 +214,7 @@ impl Datapath {
                 return Fwd::Wait;
             }
             self.deliver_to(j, frame, tagging, FrameCtx { to_vtep, ..cx });
-        } else if let Some(me) = self.slots[i].as_ref() {
+        } else if let Some(me) = self.table.slots[i].as_ref() {
             self.peers.push_to_owner(me, p, frame, d);
         }
         Fwd::Done
@@ -222,12 +225,12 @@ impl Datapath {
     /// counted as `no_route` on the sender when it reached none.
     fn flood(&mut self, cx: FrameCtx, frame: &Frame<'_>, d: &Decision) {
         let i = cx.from;
-        let Some(src_id) = self.slots[i].as_ref().map(|s| s.id) else {
+        let Some(src_id) = self.table.slots[i].as_ref().map(|s| s.id) else {
             return;
         };
         let mut sent = false;
-        for j in 0..self.slots.len() {
-            let Some(s) = self.slots[j].as_ref() else {
+        for j in 0..self.table.slots.len() {
+            let Some(s) = self.table.slots[j].as_ref() else {
                 continue;
             };
             // Direct-mode ports are not switched: no floods either.
@@ -243,7 +246,7 @@ impl Datapath {
                 sent = true;
             }
         }
-        let Some(me) = self.slots[i].as_ref() else {
+        let Some(me) = self.table.slots[i].as_ref() else {
             return;
         };
         // Once to every other worker with a member of the VLAN.
@@ -275,8 +278,8 @@ impl Datapath {
     /// per frame.)
     #[inline]
     pub(super) fn remembered(&self, i: usize, l2: &L2Header, now: Instant) -> Option<&FlowMemo> {
-        let m = self.slots[i].as_ref()?.rt.flow.as_ref()?;
-        m.holds(l2, now, self.fdb.generation(), self.topo_gen)
+        let m = self.table.slots[i].as_ref()?.rt.flow.as_ref()?;
+        m.holds(l2, now, self.fdb.generation(), self.table.gen)
             .then_some(m)
     }
 
@@ -289,10 +292,14 @@ impl Datapath {
     ) -> Option<(Result<Decision, DropReason>, Option<usize>)> {
         let (i, now) = (cx.from, cx.now);
         let Datapath {
-            slots,
+            table:
+                Table {
+                    slots,
+                    gen: topo_gen,
+                    ..
+                },
             fdb,
             peers,
-            topo_gen,
             ..
         } = self;
         let me = slots[i].as_ref()?;
@@ -336,7 +343,9 @@ impl Datapath {
 
     /// How many copies of a frame slot `j` sends (see [`crate::port::Kind::copies`]).
     fn copies_to(&self, j: usize, to_vtep: Option<std::net::Ipv4Addr>) -> usize {
-        self.slots[j].as_ref().map_or(1, |s| s.port.copies(to_vtep))
+        self.table.slots[j]
+            .as_ref()
+            .map_or(1, |s| s.port.copies(to_vtep))
     }
 
     /// Charges a flood from slot `i` of `bytes` to slot `j`'s egress
@@ -344,11 +353,11 @@ impl Datapath {
     /// limit too); false: the vNIC is past its limit and the flood does
     /// not go to `j` (counted there).
     fn charge_flood(&mut self, i: usize, j: usize, bytes: usize) -> bool {
-        let Some(src) = self.slots[i].as_ref() else {
+        let Some(src) = self.table.slots[i].as_ref() else {
             return true;
         };
         let (id, guest) = (src.id, src.port.vhost_user().is_some());
-        let Some(dst) = self.slots[j].as_mut() else {
+        let Some(dst) = self.table.slots[j].as_mut() else {
             return true;
         };
         if dst.port.charge_flood(id, guest, bytes) {
@@ -365,11 +374,11 @@ impl Datapath {
     /// link. A waiting frame is taken back from `i`'s counters.
     #[inline]
     pub(super) fn egress_wait(&mut self, i: usize, j: usize, bytes: usize, copies: usize) -> bool {
-        let Some(src) = self.slots[i].as_ref() else {
+        let Some(src) = self.table.slots[i].as_ref() else {
             return false;
         };
         let (id, guest) = (src.id, src.port.vhost_user().is_some());
-        let Some(dst) = self.slots[j].as_mut().map(|s| &mut s.port) else {
+        let Some(dst) = self.table.slots[j].as_mut().map(|s| &mut s.port) else {
             return false;
         };
         // (Room for a tag the frame may leave with.)
@@ -387,7 +396,7 @@ impl Datapath {
         } else if sched.admit(id, bytes * copies).is_ok() {
             return false;
         }
-        if let Some(s) = &self.slots[i] {
+        if let Some(s) = &self.table.slots[i] {
             s.stats.tx.unframe(bytes);
             crate::stats::bump(&s.stats.tx.egress_waits, 1);
         }
@@ -403,7 +412,7 @@ impl Datapath {
         dst: crate::wire::EthernetAddress,
         now: Instant,
     ) -> Option<std::net::Ipv4Addr> {
-        let s = self.slots[j].as_ref()?;
+        let s = self.table.slots[j].as_ref()?;
         s.port.vxlan()?;
         self.fdb.remote(vid, dst, now)
     }

@@ -8,9 +8,9 @@
 //! "not switched" exclusion apply to it unchanged; the fast case knows the
 //! peer's slot (`PortRuntime::cross`) and skips the forwarding decision.
 
-use super::Datapath;
+use super::Table;
 
-impl Datapath {
+impl Table {
     /// Whether a port with policy `cross_connect` can be added here: its
     /// peer is a vhost-user port of this worker, not yet bound to another.
     pub fn check_cross(&self, cross_connect: Option<&str>) -> Result<(), String> {
@@ -55,7 +55,7 @@ impl Datapath {
             }
         }
         // Both leave the switched ports: remembered decisions go.
-        self.topo_gen += 1;
+        self.gen += 1;
         log::info!("port id {a}: cross-connected with port id {b}");
     }
 

@@ -1,7 +1,7 @@
 //! Delivery: a classified frame into a destination port, with the offload
 //! work the destination did not negotiate done in software.
 
-use super::{head_of, Datapath, DeliverError, Frame, FrameCtx, Scratch, Slot};
+use super::{head_of, Datapath, DeliverError, Frame, FrameCtx, Scratch, Slot, Table};
 use crate::offload::{self, Caps, Reject, Work};
 use crate::port::DeliverCx;
 use crate::stats::DropReason;
@@ -20,7 +20,7 @@ impl Datapath {
         tagging: Tagging,
         cx: FrameCtx,
     ) {
-        let Some(caps) = self.slots[j].as_ref().map(|s| s.port.rx_caps()) else {
+        let Some(caps) = self.table.slots[j].as_ref().map(|s| s.port.rx_caps()) else {
             return;
         };
         if self.lro_offer(j, frame, tagging, caps, cx) {
@@ -40,7 +40,7 @@ impl Datapath {
     /// `bad_descriptor` drop, and the port reset (at delivery, or while
     /// readying a chain in an idle round).
     pub(super) fn rx_ring_hostile(&mut self, j: usize, now: Instant, e: &ChainError) {
-        if let Some(s) = &self.slots[j] {
+        if let Some(s) = &self.table.slots[j] {
             s.stats.rx.drop(DropReason::BadDescriptor);
         }
         self.reset(j, now, &format_args!("receive queue: {e}"));
@@ -60,7 +60,7 @@ impl Datapath {
         cx: FrameCtx,
     ) {
         let Datapath {
-            slots,
+            table: Table { slots, .. },
             scratch,
             rx_touched,
             ..
@@ -157,7 +157,11 @@ impl Datapath {
         tagging: Tagging,
         cx: FrameCtx,
     ) -> bool {
-        let Datapath { slots, scratch, .. } = self;
+        let Datapath {
+            table: Table { slots, .. },
+            scratch,
+            ..
+        } = self;
         let Some(dst) = slots[j].as_mut() else {
             return false;
         };
@@ -181,7 +185,7 @@ impl Datapath {
         result: Result<usize, DeliverError>,
         now: Instant,
     ) -> bool {
-        let Some(dst) = self.slots[j].as_mut() else {
+        let Some(dst) = self.table.slots[j].as_mut() else {
             return false;
         };
         match account(dst, j, result, &mut self.rx_touched) {

@@ -95,7 +95,8 @@ impl Datapath {
 
     /// True when every transmit queue asks its guest for kicks (the worker may sleep).
     pub fn all_tx_armed(&self) -> bool {
-        self.slots
+        self.table
+            .slots
             .iter()
             .flatten()
             .all(|s| match s.port.vhost_user() {
@@ -112,7 +113,7 @@ impl Datapath {
     /// when frames arrived meanwhile (poll again instead).
     pub fn arm_notifications(&mut self) -> bool {
         let mut pending = false;
-        for s in self.slots.iter_mut().flatten() {
+        for s in self.table.slots.iter_mut().flatten() {
             if s.rt.egress_held {
                 // Its frames wait for the egress scheduler, whose timer
                 // wakes the worker: a kick would not let them go sooner.
@@ -130,7 +131,7 @@ impl Datapath {
 
     /// After waking: tells transmit queues the worker is polling.
     pub fn disarm_notifications(&mut self) {
-        for s in self.slots.iter_mut().flatten() {
+        for s in self.table.slots.iter_mut().flatten() {
             if let Some(p) = s.port.vhost_user_mut() {
                 for_tx(p, |q| q.disable_notification());
                 s.rt.tx_armed = false;
@@ -149,11 +150,11 @@ impl Datapath {
             self.lro_deliver(idx, now);
         }
         // What its messages start or stop is said after them.
-        let before = match self.slots.get(idx).and_then(Option::as_ref) {
+        let before = match self.table.slots.get(idx).and_then(Option::as_ref) {
             Some(s) if what == Watch::Connection => running_queues(s),
             _ => 0,
         };
-        let Some(s) = self.slots.get_mut(idx).and_then(Option::as_mut) else {
+        let Some(s) = self.table.slots.get_mut(idx).and_then(Option::as_mut) else {
             return;
         };
         // Other kinds only note readiness; a front-end's events are here.
@@ -171,7 +172,7 @@ impl Datapath {
             }
             // A spread port's pairs come home before any message is read
             // (its connection is unwatched until they are).
-            Watch::Connection if p.recall_pairs() => self.mark_dirty(idx),
+            Watch::Connection if p.recall_pairs() => self.table.mark_dirty(idx),
             Watch::Connection => match p.on_readable() {
                 Ok(()) => {
                     // A migrated guest without GUEST_ANNOUNCE: QEMU's
@@ -207,7 +208,7 @@ impl Datapath {
                 }
             }
         }
-        if let Some(s) = self.slots.get(idx).and_then(Option::as_ref) {
+        if let Some(s) = self.table.slots.get(idx).and_then(Option::as_ref) {
             if what == Watch::Connection {
                 self.teller.queues(s, before);
             }
@@ -216,7 +217,7 @@ impl Datapath {
 
     /// Time-driven port work (client reconnects); pushes slots whose watched set changed.
     pub fn tick(&mut self, now: Instant, changed: &mut Vec<usize>) {
-        for (i, s) in self.slots.iter_mut().enumerate() {
+        for (i, s) in self.table.slots.iter_mut().enumerate() {
             let Some(s) = s else { continue };
             if let Some(p) = s.port.vhost_user_mut() {
                 if p.tick(now) {
@@ -247,7 +248,7 @@ impl Datapath {
     pub(super) fn publish_rx(&mut self) {
         for t in 0..self.rx_touched.len() {
             let j = self.rx_touched[t];
-            let Some(s) = self.slots.get_mut(j).and_then(Option::as_mut) else {
+            let Some(s) = self.table.slots.get_mut(j).and_then(Option::as_mut) else {
                 continue;
             };
             s.rt.rx_unpublished = false;

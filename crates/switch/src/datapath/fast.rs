@@ -229,13 +229,13 @@ impl Datapath {
     /// (or one that is not a plain delivery to one port), or a destination
     /// with an LRO aggregate open.
     pub(super) fn plain_route(&self, i: usize, now: Instant) -> Option<PlainRoute> {
-        let me = self.slots[i].as_ref()?;
+        let me = self.table.slots[i].as_ref()?;
         let (to, macs, learn, kept) = match me.rt.cross {
             // Cross-connected: to its peer as it came, nothing learned.
             Some(j) => (j, None, false, false),
             None => {
                 let m = me.rt.flow.as_ref()?;
-                if !m.holds_any_untagged(now, self.fdb.generation(), self.topo_gen)
+                if !m.holds_any_untagged(now, self.fdb.generation(), self.table.gen)
                     || me.direct_to.is_some()
                 {
                     return None;
@@ -256,7 +256,7 @@ impl Datapath {
                 )
             }
         };
-        let dst = self.slots[to].as_ref()?;
+        let dst = self.table.slots[to].as_ref()?;
         if dst.rt.lro.as_ref().is_some_and(|c| c.agg.active()) {
             return None;
         }
@@ -302,7 +302,7 @@ impl Datapath {
         let Some(Slot {
             port: Port::VhostUser(p),
             ..
-        }) = self.slots[j].as_mut()
+        }) = self.table.slots[j].as_mut()
         else {
             return false;
         };
@@ -325,7 +325,7 @@ impl Datapath {
         self.delivered(j, result, now);
         if r.learn {
             r.learn = false;
-            self.learn_mac(i, look.src());
+            self.table.learn_mac(i, look.src());
         }
         if !ok {
             // A drop, or a hostile ring that reset the destination.
@@ -362,7 +362,7 @@ impl Datapath {
         let (i, now) = (cx.from, cx.now);
         if route.is_some()
             || len.saturating_sub(hdr_len as u64) > MAX_FRAME
-            || !self.slots[i]
+            || !self.table.slots[i]
                 .as_ref()
                 .is_some_and(|s| s.direct_to.is_none())
         {
@@ -402,7 +402,8 @@ impl Datapath {
         // path, deciding from it, does not count it again.
         if let Ok(d) = decision {
             if matches!(d.learned, Learned::Flapped { .. } | Learned::Moved { .. }) {
-                self.teller.learned(cx, &self.slots, &l2, d.vid, d.learned);
+                self.teller
+                    .learned(cx, &self.table.slots, &l2, d.vid, d.learned);
             }
         }
         done
@@ -438,7 +439,7 @@ impl Datapath {
             stats,
             rt,
             ..
-        }) = self.slots[j].as_mut()
+        }) = self.table.slots[j].as_mut()
         else {
             return 0;
         };
@@ -470,7 +471,7 @@ impl Datapath {
         if r.learn {
             r.learn = false;
             if let Some(look) = looks[from] {
-                self.learn_mac(i, look.src());
+                self.table.learn_mac(i, look.src());
             }
         }
         if let Some(e) = &run.fault {
@@ -487,7 +488,7 @@ impl Datapath {
         if tally.frames == 0 {
             return;
         }
-        if let Some(me) = self.slots[i].as_ref() {
+        if let Some(me) = self.table.slots[i].as_ref() {
             me.stats.tx.frames(tally.frames, tally.bytes);
             if tally.kept > 0 {
                 crate::stats::bump(&me.stats.tx.mac_kept, tally.kept);

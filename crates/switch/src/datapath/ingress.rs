@@ -22,12 +22,12 @@ use std::time::Instant;
 impl Switch for Datapath {
     #[inline]
     fn port_mut(&mut self, i: usize) -> Option<&mut Port> {
-        self.slots.get_mut(i)?.as_mut().map(|s| &mut s.port)
+        self.table.slots.get_mut(i)?.as_mut().map(|s| &mut s.port)
     }
 
     #[inline]
     fn drop_from(&self, i: usize, reason: DropReason) {
-        if let Some(s) = self.slots.get(i).and_then(Option::as_ref) {
+        if let Some(s) = self.table.slots.get(i).and_then(Option::as_ref) {
             s.stats.tx.drop(reason);
         }
     }
@@ -82,7 +82,7 @@ impl Datapath {
         let Some(mut burst) = self.tx_burst.take() else {
             return 0;
         };
-        if let Some(s) = self.slots[i].as_mut() {
+        if let Some(s) = self.table.slots[i].as_mut() {
             s.rt.egress_held = false;
         }
         burst.set_read_ahead(self.clock.read_ahead());
@@ -121,7 +121,7 @@ impl Datapath {
     /// queue `pair`, when it runs.
     #[inline]
     fn pair_source(&mut self, i: usize, pair: usize) -> Option<(Arc<GuestMem>, usize)> {
-        let p = self.slots[i].as_mut()?.port.vhost_user_mut()?;
+        let p = self.table.slots[i].as_mut()?.port.vhost_user_mut()?;
         let hl = p.device.vnet_hdr_len();
         let q = p.device.queue(tx_queue(pair))?;
         Some((q.mem().clone(), hl))
@@ -210,7 +210,7 @@ impl Datapath {
     ) -> bool {
         let mut bad = None;
         if g.wait {
-            if let Some(s) = self.slots[i].as_mut() {
+            if let Some(s) = self.table.slots[i].as_mut() {
                 s.rt.egress_held = true;
             }
         }
@@ -226,7 +226,7 @@ impl Datapath {
             }
         }
         if let Err(e) = g.popped {
-            if let Some(s) = &self.slots[i] {
+            if let Some(s) = &self.table.slots[i] {
                 s.stats.tx.drop(DropReason::BadDescriptor);
             }
             bad = Some(e);
@@ -242,10 +242,10 @@ impl Datapath {
     /// Slot `i` has frames left for the next round: it is still
     /// backlogged toward the uplinks it sends to.
     fn backlogged(&mut self, i: usize) {
-        let Some(id) = self.slots[i].as_ref().map(|s| s.id) else {
+        let Some(id) = self.table.slots[i].as_ref().map(|s| s.id) else {
             return;
         };
-        for s in self.slots.iter_mut().flatten() {
+        for s in self.table.slots.iter_mut().flatten() {
             if let Some(sched) = s.port.sched_mut() {
                 sched.backlogged(id);
             }
@@ -258,13 +258,19 @@ impl Datapath {
         i: usize,
         pair: usize,
     ) -> Option<&mut crate::vhost_user::queue::ActiveQueue> {
-        let p = self.slots.get_mut(i)?.as_mut()?.port.vhost_user_mut()?;
+        let p = self
+            .table
+            .slots
+            .get_mut(i)?
+            .as_mut()?
+            .port
+            .vhost_user_mut()?;
         p.device.queue(tx_queue(pair))
     }
 
     /// Counts the first `done` frames of `burst` on slot `i`'s pair `pair`.
     fn count_pair(&self, i: usize, pair: usize, burst: &Burst, done: usize, hdr_len: usize) {
-        if let Some(s) = &self.slots[i] {
+        if let Some(s) = &self.table.slots[i] {
             let c = &s.stats.pair(pair).tx;
             for k in 0..done {
                 c.frame((burst.chain(k).2 as usize).saturating_sub(hdr_len));
@@ -328,8 +334,8 @@ impl Datapath {
             tci_pcp: r.tci_pcp,
             frame_len: bytes.len() as u64,
         };
-        for j in 0..self.slots.len() {
-            let Some(s) = self.slots[j].as_ref() else {
+        for j in 0..self.table.slots.len() {
+            let Some(s) = self.table.slots[j].as_ref() else {
                 continue;
             };
             // A flood reached the wire through the uplink's own worker.

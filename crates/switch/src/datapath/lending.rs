@@ -1,7 +1,7 @@
 //! Uplink receive queues given to vNICs: direct mode, and queues lent to
 //! the worker of a latency-sensitive port.
 
-use super::{Datapath, Port, Slot};
+use super::{Port, Slot, Table};
 use crate::config::Policies;
 use crate::forward::PortPolicy;
 use crate::netqueue::QueueRequest;
@@ -23,7 +23,7 @@ pub struct Lent {
     pub port: UplinkPort,
 }
 
-impl Datapath {
+impl Table {
     /// Whether a direct-mode port can be bound as its policy asks.
     pub fn check_direct(&self, policy: &PortPolicy) -> Result<(), String> {
         let Some(name) = &policy.direct else {
@@ -78,7 +78,7 @@ impl Datapath {
             s.direct_to = Some(up_id);
         }
         // The port leaves the switched ports: remembered decisions go.
-        self.topo_gen += 1;
+        self.gen += 1;
         log::info!("port id {id}: direct on uplink {name}, receive queue {q}");
         true
     }
@@ -150,46 +150,7 @@ impl Datapath {
         out
     }
 
-    /// Takes in a queue another worker's uplink lent (its frames come
-    /// straight to this worker's ports, and theirs leave through it).
-    pub fn hold(&mut self, l: Lent) -> usize {
-        let Lent {
-            uplink,
-            name,
-            policy,
-            policies,
-            port,
-        } = l;
-        self.add(uplink, name, policy, policies, Port::Uplink(port))
-    }
-
-    /// Gives back the lent queues held here (of uplink `of` only, when set).
-    pub fn release_lent(&mut self, of: Option<PortId>) -> Vec<Lent> {
-        let mut out = Vec::new();
-        for i in 0..self.slots.len() {
-            let lent = self.slots[i]
-                .as_ref()
-                .is_some_and(|s| s.port.is_lent() && of.map_or(true, |u| u == s.id));
-            if !lent {
-                continue;
-            }
-            if let Some(s) = self.remove(i) {
-                self.mark_dirty(i);
-                if let Port::Uplink(port) = s.port {
-                    out.push(Lent {
-                        uplink: s.id,
-                        name: s.name,
-                        policy: s.policy,
-                        policies: s.policies,
-                        port,
-                    });
-                }
-            }
-        }
-        out
-    }
-
-    /// Takes back queues lent with [`Datapath::lend_queues`]; `leaving`: the
+    /// Takes back queues lent with [`Table::lend_queues`]; `leaving`: the
     /// vNIC they were lent for is gone (it leaves the tables too).
     pub fn restore(&mut self, lent: Vec<Lent>, leaving: Option<PortId>) {
         for l in lent {

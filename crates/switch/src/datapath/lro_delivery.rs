@@ -1,7 +1,7 @@
 //! LRO toward vhost-user ports: segments merged in place into the
 //! destination's receive buffers, and when an aggregate ends.
 
-use super::{Datapath, Frame, FrameCtx, Port};
+use super::{Datapath, Frame, FrameCtx, Port, Table};
 use crate::lro;
 use crate::lro::place::{Delivered, PlaceError};
 use crate::offload::Caps;
@@ -33,7 +33,11 @@ impl Datapath {
         cx: FrameCtx,
     ) -> bool {
         let now = cx.now;
-        let Datapath { slots, scratch, .. } = self;
+        let Datapath {
+            table: Table { slots, .. },
+            scratch,
+            ..
+        } = self;
         let rx_chain = &mut scratch.rx_chain;
         let want = cx.rx_hint;
         let Some(slot) = slots[j].as_mut() else {
@@ -146,8 +150,9 @@ impl Datapath {
     /// (a polling round must publish it and call the guest first).
     pub fn end_batch(&mut self, now: Instant) -> bool {
         let mut delivered = false;
-        for j in 0..self.slots.len() {
+        for j in 0..self.table.slots.len() {
             let active = self
+                .table
                 .slots
                 .get(j)
                 .and_then(Option::as_ref)
@@ -163,7 +168,7 @@ impl Datapath {
 
     /// Ends slot `j`'s aggregate if its time is up; otherwise returns when it will be.
     pub(super) fn lro_due(&mut self, j: usize, now: Instant) -> Option<Instant> {
-        let ctx = self.slots.get(j)?.as_ref()?.rt.lro.as_ref()?;
+        let ctx = self.table.slots.get(j)?.as_ref()?.rt.lro.as_ref()?;
         if !ctx.agg.active() {
             return None;
         }
@@ -178,7 +183,7 @@ impl Datapath {
 
     /// Ends slot `j`'s aggregate, if any: delivered into the buffers it was built in.
     pub(super) fn lro_deliver(&mut self, j: usize, now: Instant) {
-        let Some(s) = self.slots.get_mut(j).and_then(Option::as_mut) else {
+        let Some(s) = self.table.slots.get_mut(j).and_then(Option::as_mut) else {
             return;
         };
         let (Port::VhostUser(p), Some(ctx)) = (&mut s.port, s.rt.lro.as_mut()) else {
@@ -204,7 +209,7 @@ impl Datapath {
         ended: Result<Option<Delivered>, PlaceError>,
         now: Instant,
     ) {
-        let Some(s) = self.slots.get_mut(j).and_then(Option::as_mut) else {
+        let Some(s) = self.table.slots.get_mut(j).and_then(Option::as_mut) else {
             return;
         };
         match ended {

@@ -6,14 +6,14 @@
 //! on the stack, counters are relaxed atomics, and notifications (eventfd
 //! writes) happen once per queue per burst, only when the driver wants one.
 //!
-//! The data path keeps the slots, the FDB, classification and the fast
-//! case; each kind of port receives, delivers and ends its round itself
-//! (`crate::port`), reached through one dispatch point. A frame's context
-//! (`FrameCtx`) is an argument, never a field set around a call; the
-//! buffers reused frame after frame are one struct (`Scratch`); what is
-//! not forwarding has its own type: the other workers (`peers.rs`,
-//! `Peers`), what is said (`teller.rs`, `Teller`), where the time goes
-//! (`clock.rs`, `RoundClock`, with `read_ahead.rs`).
+//! The data path keeps the ports (`table.rs`, `Table`), the FDB,
+//! classification and the fast case; each kind of port receives, delivers
+//! and ends its round itself (`crate::port`), reached through one dispatch
+//! point. A frame's context (`FrameCtx`) is an argument, never a field set
+//! around a call; the buffers reused frame after frame are one struct
+//! (`Scratch`); what is not forwarding has its own type: the other workers
+//! (`peers.rs`, `Peers`), what is said (`teller.rs`, `Teller`), where the
+//! time goes (`clock.rs`, `RoundClock`, with `read_ahead.rs`).
 //!
 //! A frame's way, one file per stage: `ingress.rs` (taken from a port's
 //! transmit ring, or from another worker's ring), `fast.rs` and `copies/`
@@ -21,9 +21,10 @@
 //! `classify.rs` (the full path: headers, decision, unicast or flood),
 //! `deliver.rs` and `lro_delivery.rs` (into a destination's receive
 //! buffers, software offloads, LRO aggregates), `events.rs` (publishing,
-//! calls, kicks and descriptor events). Beside the way: `table.rs`
-//! (adding, changing, resetting ports; EVPN's routes), `lending.rs`,
-//! `spread.rs` and `cross.rs` (ports given to other ports or workers).
+//! calls, kicks and descriptor events). Beside the way: `lifecycle.rs`
+//! (adding, removing, resetting ports; EVPN's routes), `spread.rs` (pairs
+//! of other workers' ports served here), and on the table `lending.rs`
+//! (uplink queues given to vNICs) and `cross.rs` (cross-connects).
 
 mod classify;
 mod clock;
@@ -35,6 +36,7 @@ mod fast;
 mod frame;
 mod ingress;
 mod lending;
+mod lifecycle;
 mod lro_delivery;
 mod peers;
 mod read_ahead;
@@ -51,11 +53,12 @@ pub(crate) use fast::Look;
 use frame::head_of;
 pub(crate) use frame::{Frame, FrameCtx};
 pub use lending::Lent;
+use lifecycle::Faults;
 pub use lro_delivery::{LRO_HOLD, LRO_IDLE};
 use peers::Peers;
 pub use read_ahead::ReadAheadMode;
 use spread::HeldPairs;
-use table::Faults;
+pub use table::Table;
 use teller::Teller;
 
 use crate::coalesce::Coalescer;
@@ -241,12 +244,9 @@ impl Scratch {
 
 /// The switch's data plane.
 pub struct Datapath {
-    slots: Vec<Option<Slot>>,
+    /// The ports (`table.rs`).
+    table: Table,
     fdb: Fdb,
-    /// Counts changes to the ports and their policies (see [`FlowMemo`]).
-    topo_gen: u64,
-    /// Slots whose watched descriptors changed outside an event (resets).
-    dirty: Vec<usize>,
     /// The transmit chains being forwarded (moved out while in use: the
     /// whole data path reads them, its full path and its fast case alike).
     tx_burst: Option<Box<Burst>>,
@@ -273,10 +273,8 @@ impl Datapath {
     /// An empty switch with the given FDB.
     pub fn new(fdb: Fdb) -> Self {
         Self {
-            slots: Vec::new(),
+            table: Table::new(),
             fdb,
-            topo_gen: 0,
-            dirty: Vec::with_capacity(64),
             tx_burst: Some(Box::new(Burst::new())),
             scratch: Scratch::new(),
             rx_touched: Vec::with_capacity(64),
@@ -306,8 +304,11 @@ impl Datapath {
     /// miss on the receive ring. A chain that fails validation is a
     /// `bad_descriptor` drop and resets its port, as it would at delivery.
     fn prepare_rx(&mut self, now: Instant) {
-        for j in 0..self.slots.len() {
-            let Some(p) = self.slots[j].as_mut().and_then(|s| s.port.vhost_user_mut()) else {
+        for j in 0..self.table.slots.len() {
+            let Some(p) = self.table.slots[j]
+                .as_mut()
+                .and_then(|s| s.port.vhost_user_mut())
+            else {
                 continue;
             };
             if p.lent_pair().is_some() {
@@ -359,15 +360,25 @@ impl Datapath {
 
     /// Learns (or updates) where another worker's port is.
     pub fn set_remote(&mut self, r: crate::mesh::RemotePort) {
-        self.topo_gen += 1;
+        self.table.gen += 1;
         self.peers.set_remote(r);
     }
 
     /// Forgets another worker's port.
     pub fn remove_remote(&mut self, id: PortId) {
-        self.topo_gen += 1;
+        self.table.gen += 1;
         self.peers.forget_remote(id);
         self.fdb.flush_port(id);
+    }
+
+    /// The ports.
+    pub fn table(&self) -> &Table {
+        &self.table
+    }
+
+    /// The ports, to change in place.
+    pub fn table_mut(&mut self) -> &mut Table {
+        &mut self.table
     }
 
     /// The counters of where this data path's time goes.
@@ -376,22 +387,22 @@ impl Datapath {
     }
 
     fn poll_round(&mut self, now: Instant, budget: usize) -> usize {
-        for s in self.slots.iter_mut().flatten() {
+        for s in self.table.slots.iter_mut().flatten() {
             if let Some(sched) = s.port.sched_mut() {
                 sched.begin_round(now);
             }
         }
         let mut work = self.poll_peers(now, budget);
-        for i in 0..self.slots.len() {
+        for i in 0..self.table.slots.len() {
             let n = self.forward_from(i, now, budget);
             work += n;
-            if let Some(s) = self.slots[i].as_mut() {
+            if let Some(s) = self.table.slots[i].as_mut() {
                 tx_budget(s, n);
             }
         }
         let mut next: Option<Instant> = None;
         // LRO aggregates end when their flow pauses or they are old enough.
-        for j in 0..self.slots.len() {
+        for j in 0..self.table.slots.len() {
             if let Some(due) = self.lro_due(j, now) {
                 next = Some(next.map_or(due, |n| n.min(due)));
             }
@@ -400,7 +411,7 @@ impl Datapath {
         // shows what they became: a switch killed in between loses this
         // round's frames (TCP sends them again) instead of having them sent
         // again by their guests and delivered twice.
-        for s in self.slots.iter_mut().flatten() {
+        for s in self.table.slots.iter_mut().flatten() {
             if let Some(p) = s.port.vhost_user_mut() {
                 for k in 0..p.device.queue_pairs() {
                     if let Some(vq) = p.device.queue(tx_queue(k)) {
@@ -414,7 +425,7 @@ impl Datapath {
         self.publish_rx();
         // Every frame of the round is published now (`crate::dwell`).
         let round_cycles = self.clock.forwarded(work);
-        for s in self.slots.iter_mut().flatten() {
+        for s in self.table.slots.iter_mut().flatten() {
             let cx = RoundCx {
                 now,
                 round_cycles,

@@ -3,7 +3,6 @@
 
 use super::{Datapath, Port, PortRuntime, Slot};
 use crate::port::vhost_user::{LentPair, Returned};
-use crate::PortId;
 use std::sync::mpsc::Receiver;
 use std::time::Instant;
 
@@ -30,7 +29,7 @@ impl Datapath {
         while let Some(lp) = self.held.inbox.as_ref().and_then(|r| r.try_recv().ok()) {
             log::debug!("{}: served by this worker", lp.name);
             let slot = self.hold_pair(lp);
-            self.mark_dirty(slot);
+            self.table.mark_dirty(slot);
             came = true;
         }
         came
@@ -62,30 +61,6 @@ impl Datapath {
         self.attach(slot)
     }
 
-    /// The worker serving the pair a frame to slot `j` steers to, when
-    /// `j` is a spread port (or a pair of one) and that is another worker.
-    #[inline]
-    pub(super) fn routed_away(
-        &self,
-        j: usize,
-        f: &super::Frame<'_>,
-    ) -> Option<crate::mesh::WorkerId> {
-        let s = self.slots[j].as_ref().filter(|s| s.routed)?;
-        s.port.vhost_user()?.steer_away(f)
-    }
-
-    /// The slot serving pair `pair` of port `id` lent here.
-    pub fn find_lent_pair(&self, id: PortId, pair: usize) -> Option<usize> {
-        self.slots.iter().position(|s| {
-            s.as_ref().is_some_and(|s| {
-                s.id == id
-                    && s.port
-                        .vhost_user()
-                        .is_some_and(|p| p.lent_pair() == Some(pair))
-            })
-        })
-    }
-
     /// Lent pairs here that failed (their ring errors reset them): to give
     /// back to their owners, who reset their ports.
     pub fn take_broken_pairs(&mut self) -> Vec<usize> {
@@ -97,14 +72,14 @@ impl Datapath {
     /// slots whose watched descriptors changed.
     pub fn spread_tick(&mut self, now: Instant, changed: &mut Vec<usize>) {
         self.take_held_pairs();
-        for i in 0..self.slots.len() {
+        for i in 0..self.table.slots.len() {
             let Some(Slot {
                 port,
                 name,
                 policy,
                 policies,
                 ..
-            }) = self.slots[i].as_mut()
+            }) = self.table.slots[i].as_mut()
             else {
                 continue;
             };

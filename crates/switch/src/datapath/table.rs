@@ -1,51 +1,21 @@
-//! The port table: adding, finding, changing and removing ports, the one
-//! path by which a port is reset, and what BGP EVPN says about a VXLAN
-//! port in EVPN mode, applied between polling rounds: remote addresses
-//! pinned in the FDB behind their VTEP, the port's flood list and the
-//! VTEPs it hears (see [`crate::evpn`]).
+//! The port table: the slots, found by name or index, the generation
+//! remembered decisions depend on (`FlowMemo`), the slots whose watched
+//! descriptors changed, and what changes a port's policies in place.
+//! Adding, removing and resetting ports, which the FDB, the other workers
+//! and the events take part in, is `lifecycle.rs`.
 
-use super::{Datapath, LroCtx, Port, PortRuntime, Slot};
+use super::Slot;
 use crate::config::Policies;
-use crate::evpn::Change;
-use crate::fdb::Fdb;
-use crate::forward::PortPolicy;
-use crate::lro::place::InPlace;
 use crate::port::Watched;
-use crate::stats::PortStats;
-use crate::vlan::Tagging;
 use crate::PortId;
-use std::sync::Arc;
-use std::time::Instant;
 
-/// What breaks ports outside a frame's path, looked at once a round.
-pub(super) struct Faults {
-    /// The SIGBUS handler's epoch last seen ([`crate::sys::sigbus::epoch`]).
-    sigbus_epoch: u64,
-    /// A queue failed to signal its call eventfd this round.
-    pub(super) call_failed: bool,
-}
-
-impl Faults {
-    pub(super) fn new() -> Self {
-        Self {
-            sigbus_epoch: crate::sys::sigbus::epoch(),
-            call_failed: false,
-        }
-    }
-
-    /// Whether anything broke since the last look (one load of the
-    /// handler's epoch and one flag); then, whether guest memory was lost.
-    #[inline]
-    fn take(&mut self) -> Option<bool> {
-        let epoch = crate::sys::sigbus::epoch();
-        let lost = epoch != self.sigbus_epoch;
-        let failed = std::mem::take(&mut self.call_failed);
-        if !lost && !failed {
-            return None;
-        }
-        self.sigbus_epoch = epoch;
-        Some(lost)
-    }
+/// The ports of a data path, by slot.
+pub struct Table {
+    pub(super) slots: Vec<Option<Slot>>,
+    /// Counts changes to the ports and their policies (see `FlowMemo`).
+    pub(super) gen: u64,
+    /// Slots whose watched descriptors changed outside an event (resets).
+    pub(super) dirty: Vec<usize>,
 }
 
 impl Slot {
@@ -55,54 +25,19 @@ impl Slot {
     }
 }
 
-impl Datapath {
-    /// Adds a port; returns its slot index.
-    pub fn add(
-        &mut self,
-        id: PortId,
-        name: String,
-        policy: PortPolicy,
-        policies: Policies,
-        port: Port,
-    ) -> usize {
-        let mac = policy.mac;
-        let mut slot = Slot {
-            id,
-            name,
-            policy,
-            port,
-            stats: Arc::new(PortStats::default()),
-            rt: PortRuntime::new(&policies),
-            policies,
-            mac,
-            needs_mac: false,
-            direct_to: None,
-            routed: false,
-        };
-        slot.needs_mac = slot.is_vnic() && mac.is_none();
-        if slot.port.vhost_user().is_some() {
-            // Reserved once per port: aggregating never allocates.
-            slot.rt.lro = Some(Box::new(LroCtx {
-                agg: InPlace::new(),
-                tagging: Tagging::Untagged,
-                started: Instant::now(),
-                last: Instant::now(),
-            }));
+impl Table {
+    pub(super) fn new() -> Self {
+        Self {
+            slots: Vec::new(),
+            gen: 0,
+            dirty: Vec::with_capacity(64),
         }
-        self.attach(slot)
     }
 
-    /// Takes in a port another worker detached; returns its slot index.
-    pub fn attach(&mut self, slot: Slot) -> usize {
-        self.topo_gen += 1;
-        // A lent uplink queue is the uplink only for unicast frames: floods
-        // to the wire still go through the uplink's own worker.
-        if !slot.port.is_lent() {
-            self.peers.forget_remote(slot.id);
-        }
-        // What was learned on it here came through another worker's ring.
-        self.fdb.flush_port(slot.id);
-        let idx = match self.slots.iter().position(Option::is_none) {
+    /// Puts `slot` in the first free slot; returns its index.
+    pub(super) fn insert(&mut self, slot: Slot) -> usize {
+        self.gen += 1;
+        match self.slots.iter().position(Option::is_none) {
             Some(i) => {
                 self.slots[i] = Some(slot);
                 i
@@ -111,58 +46,7 @@ impl Datapath {
                 self.slots.push(Some(slot));
                 self.slots.len() - 1
             }
-        };
-        let pair = self.slots[idx]
-            .as_ref()
-            .and_then(|s| s.port.vhost_user())
-            .is_some_and(|p| p.lent_pair().is_some());
-        // A lent pair's port joined the uplinks' tables on its owner.
-        if !pair && !self.bind_direct(idx) {
-            self.join_queues(idx);
         }
-        self.bind_cross(idx);
-        idx
-    }
-
-    /// Records the MAC learned on vNIC slot `i`; its uplink queues follow it.
-    #[cold]
-    pub(super) fn learn_mac(&mut self, i: usize, mac: crate::wire::EthernetAddress) {
-        let Some(s) = self.slots[i].as_mut() else {
-            return;
-        };
-        s.needs_mac = false;
-        s.mac = Some(mac);
-        let id = s.id;
-        for s in self.slots.iter_mut().flatten() {
-            if let Some(u) = s.port.uplink_mut() {
-                u.update_queues(|t| t.set_mac(id, mac));
-            }
-        }
-    }
-
-    /// Removes the port in slot `idx`, forgetting its addresses.
-    pub fn remove(&mut self, idx: usize) -> Option<Slot> {
-        self.scratch.copies.release();
-        // The aggregate's chains go back with a delivery, not with the port.
-        self.lro_deliver(idx, Instant::now());
-        self.topo_gen += 1;
-        self.unbind_cross(idx);
-        let s = self.slots.get_mut(idx)?.take()?;
-        self.fdb.flush_port(s.id);
-        for u in self.slots.iter_mut().flatten() {
-            if let Some(sched) = u.port.sched_mut() {
-                sched.remove(s.id);
-            }
-            if let Some(u) = u.port.uplink_mut() {
-                u.update_queues(|t| t.leave(s.id));
-                for q in 0..u.queue_count() {
-                    if let Some(rx) = u.queue_mut(q).filter(|rx| rx.direct == Some(s.id)) {
-                        rx.direct = None;
-                    }
-                }
-            }
-        }
-        Some(s)
     }
 
     /// The slot index of the port named `name`.
@@ -188,6 +72,22 @@ impl Datapath {
             .iter()
             .enumerate()
             .filter_map(|(i, s)| s.as_ref().map(|s| (i, s)))
+    }
+
+    /// Records the MAC learned on vNIC slot `i`; its uplink queues follow it.
+    #[cold]
+    pub(super) fn learn_mac(&mut self, i: usize, mac: crate::wire::EthernetAddress) {
+        let Some(s) = self.slots[i].as_mut() else {
+            return;
+        };
+        s.needs_mac = false;
+        s.mac = Some(mac);
+        let id = s.id;
+        for s in self.slots.iter_mut().flatten() {
+            if let Some(u) = s.port.uplink_mut() {
+                u.update_queues(|t| t.set_mac(id, mac));
+            }
+        }
     }
 
     /// Whether every uplink with a known capacity can also reserve
@@ -223,7 +123,7 @@ impl Datapath {
     /// Changes a vNIC's egress policy (share, limit, reservation) on every
     /// uplink and VXLAN port.
     pub fn set_egress(&mut self, idx: usize, e: crate::egress::EgressPolicy) {
-        self.topo_gen += 1;
+        self.gen += 1;
         let Some(s) = self.slot_mut(idx) else { return };
         s.policy.egress = e;
         let id = s.id;
@@ -239,7 +139,7 @@ impl Datapath {
     /// age out.
     pub fn set_fdb_limit(&mut self, idx: usize, limit: u32) {
         // Remembered decisions hold a refusal (or not) under the old limit.
-        self.topo_gen += 1;
+        self.gen += 1;
         if let Some(s) = self.slot_mut(idx) {
             s.policy.fdb_limit = Some(limit);
         }
@@ -247,21 +147,11 @@ impl Datapath {
 
     /// Changes slot `idx`'s latency policies.
     pub fn set_policies(&mut self, idx: usize, p: Policies) {
-        self.topo_gen += 1;
+        self.gen += 1;
         if let Some(s) = self.slot_mut(idx) {
             s.policies = p;
             s.rt.coalescer.set_policy(p.effective_coalesce());
         }
-    }
-
-    /// The FDB.
-    pub fn fdb(&self) -> &Fdb {
-        &self.fdb
-    }
-
-    /// Ages the FDB.
-    pub fn age(&mut self, now: Instant) -> usize {
-        self.fdb.age(now)
     }
 
     /// The descriptors slot `idx` wants watched.
@@ -272,7 +162,7 @@ impl Datapath {
     }
 
     /// True when slot `idx` has descriptors to close once the worker
-    /// unwatched them ([`Datapath::release_retired`]).
+    /// unwatched them ([`Table::release_retired`]).
     pub fn has_retired(&mut self, idx: usize) -> bool {
         self.slots
             .get_mut(idx)
@@ -288,75 +178,6 @@ impl Datapath {
         }
     }
 
-    /// Resets a port after an error: counts it, says why once in the log,
-    /// and restarts it (the one restart path).
-    pub fn reset(&mut self, idx: usize, now: Instant, why: &dyn std::fmt::Display) {
-        // Copies into or from its memory are made before it may go.
-        self.scratch.copies.release();
-        let Some(s) = self.slots.get_mut(idx).and_then(Option::as_mut) else {
-            return;
-        };
-        s.stats
-            .resets
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        log::warn!("port {}: reset: {why}", s.name);
-        self.teller.tell(s, || crate::events::Kind::Reset {
-            reason: crate::events::Text::display(why),
-        });
-        self.restart(idx, now);
-    }
-
-    /// The one way a port goes back to its initial state (after an error or
-    /// a front-end that left): its front-end and device state dropped (the
-    /// descriptors retired until unwatched), its run-time state restarted,
-    /// its addresses forgotten here and in the other workers.
-    pub(super) fn restart(&mut self, idx: usize, now: Instant) {
-        self.scratch.copies.release();
-        let Some(s) = self.slots.get_mut(idx).and_then(Option::as_mut) else {
-            return;
-        };
-        // Only a vhost-user port has a front-end to drop.
-        if let Some(p) = s.port.vhost_user_mut() {
-            p.reset(now);
-            if p.lent_pair().is_some() {
-                // Its owner resets the port once it has the pair back.
-                self.held.broken.push(idx);
-            }
-        }
-        s.rt.restart();
-        let id = s.id;
-        self.fdb.flush_port(id);
-        self.peers.flush_port(id);
-        self.mark_dirty(idx);
-    }
-
-    /// Resets the ports whose guest memory vanished under the switch or
-    /// whose call eventfd would have blocked. Cheap when nothing happened:
-    /// one load of the SIGBUS handler's epoch and one flag a queue.
-    pub(super) fn reset_broken(&mut self, now: Instant) {
-        let Some(lost) = self.faults.take() else {
-            return;
-        };
-        for i in 0..self.slots.len() {
-            let Some(p) = self.slots[i].as_mut().and_then(|s| s.port.vhost_user_mut()) else {
-                continue;
-            };
-            if lost && p.device.memory_lost() {
-                self.reset(
-                    i,
-                    now,
-                    &"guest memory or the dirty log vanished under the switch (a file was truncated); the switch read zeros there",
-                );
-            } else if let Some((q, e)) = p.device.take_call_failure() {
-                self.reset(
-                    i,
-                    now,
-                    &format_args!("queue {q}: cannot signal the call eventfd: {e}"),
-                );
-            }
-        }
-    }
-
     pub(super) fn mark_dirty(&mut self, idx: usize) {
         if !self.dirty.contains(&idx) {
             self.dirty.push(idx);
@@ -368,42 +189,27 @@ impl Datapath {
         out.append(&mut self.dirty);
     }
 
-    /// Applies `changes` to the EVPN port `name`; false when this worker
-    /// has no such port (it moved, or left).
-    pub fn evpn(&mut self, name: &str, changes: &[Change], now: Instant) -> bool {
-        let Some(i) = self.find(name) else {
-            return false;
-        };
-        let Some(s) = self.slots[i].as_mut() else {
-            return false;
-        };
-        let Port::Vxlan(vx) = &mut s.port else {
-            return false;
-        };
-        // Remote frames arrive untagged: the port's own VLAN holds them.
-        let Some(vid) = s.policy.vlan.ingress(None) else {
-            return false;
-        };
-        let id = s.id;
-        for c in changes {
-            match c {
-                Change::Pin { mac, vtep } => {
-                    if !self.fdb.pin_remote(vid, *mac, id, *vtep, now) {
-                        log::warn!(
-                            "evpn {name}: the FDB is full, {mac} behind {vtep} is not installed"
-                        );
-                    }
-                }
-                Change::Unpin { mac, vtep } => {
-                    self.fdb.unpin_remote(vid, *mac, id, *vtep);
-                }
-                Change::Vteps { flood, known } => {
-                    vx.set_vteps(flood, known);
-                    // Remembered flood decisions counted the old list.
-                    self.topo_gen += 1;
-                }
-            }
-        }
-        true
+    /// The worker serving the pair a frame to slot `j` steers to, when
+    /// `j` is a spread port (or a pair of one) and that is another worker.
+    #[inline]
+    pub(super) fn routed_away(
+        &self,
+        j: usize,
+        f: &super::Frame<'_>,
+    ) -> Option<crate::mesh::WorkerId> {
+        let s = self.slots[j].as_ref().filter(|s| s.routed)?;
+        s.port.vhost_user()?.steer_away(f)
+    }
+
+    /// The slot serving pair `pair` of port `id` lent here.
+    pub fn find_lent_pair(&self, id: PortId, pair: usize) -> Option<usize> {
+        self.slots.iter().position(|s| {
+            s.as_ref().is_some_and(|s| {
+                s.id == id
+                    && s.port
+                        .vhost_user()
+                        .is_some_and(|p| p.lent_pair() == Some(pair))
+            })
+        })
     }
 }

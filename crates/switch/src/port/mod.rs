@@ -254,7 +254,7 @@ impl Port {
         each_kind!(self, p => Kind::on_readable(p))
     }
 
-    /// See [`Kind::describe`].
+    /// What the control plane shows of the port (its kind's `describe`).
     pub fn describe(&self) -> Described {
         each_kind!(self, p => Kind::describe(p))
     }

@@ -16,13 +16,14 @@ impl Worker {
     fn uplink_queues(&mut self, slot: usize) -> Vec<UplinkQueueSnapshot> {
         let names: Vec<(PortId, String)> = self
             .dp
+            .table()
             .slots()
             .map(|(_, s)| (s.id, s.name.clone()))
             .collect();
         let Some(Slot {
             port: Port::Uplink(u),
             ..
-        }) = self.dp.slot_mut(slot)
+        }) = self.dp.table_mut().slot_mut(slot)
         else {
             return Vec::new();
         };
@@ -55,7 +56,7 @@ impl Worker {
 
     pub(super) fn info(&mut self, slot: usize) -> Option<PortInfo> {
         let queues = self.uplink_queues(slot);
-        let s = self.dp.slot(slot)?;
+        let s = self.dp.table().slot(slot)?;
         let d = s.port.describe();
         let pairs = spread::pairs_info(&s.port);
         // Read from the acknowledged features once the queues run: they

@@ -189,11 +189,11 @@ impl Worker {
 
     fn sync(&mut self, slot: usize) {
         let mut now_watched = Vec::new();
-        self.dp.watched(slot, &mut now_watched);
+        self.dp.table().watched(slot, &mut now_watched);
         if self.registered.len() <= slot {
             self.registered.resize_with(slot + 1, Vec::new);
         }
-        let retired = self.dp.has_retired(slot);
+        let retired = self.dp.table_mut().has_retired(slot);
         if self.registered[slot] == now_watched && !retired {
             return;
         }
@@ -207,7 +207,7 @@ impl Worker {
                 .ctl(ControlOperation::Delete, fd, EpollEvent::default());
         }
         if retired {
-            self.dp.release_retired(slot);
+            self.dp.table_mut().release_retired(slot);
         }
         for &(fd, w) in &now_watched {
             if let Err(e) = self.epoll.ctl(
@@ -257,6 +257,7 @@ impl Worker {
                     // A lent pair is listed (and counted) with its port.
                     let v = self
                         .dp
+                        .table()
                         .slots()
                         .filter(|(_, s)| !spread::is_lent_pair(s))
                         .map(|(i, _)| i)
@@ -270,7 +271,7 @@ impl Worker {
                     let _ = reply.send(self.dp.fdb().entries(Instant::now()));
                 }
                 Command::Lend(id, req, mac, reply) => {
-                    let _ = reply.send(self.dp.lend_queues(id, req, mac));
+                    let _ = reply.send(self.dp.table_mut().lend_queues(id, req, mac));
                 }
                 Command::Hold(lent, reply) => {
                     for l in lent {
@@ -285,7 +286,7 @@ impl Worker {
                     let _ = reply.send(self.dp.release_lent(of));
                 }
                 Command::Restore(lent, leaving, reply) => {
-                    self.dp.restore(lent, leaving);
+                    self.dp.table_mut().restore(lent, leaving);
                     let _ = reply.send(());
                 }
                 Command::ReturnPair(id, k) => self.return_pair(id, k),
@@ -401,7 +402,7 @@ impl Worker {
                 self.dp.tick(now, &mut changed);
             }
             self.dp.spread_tick(now, &mut changed);
-            self.dp.take_dirty(&mut changed);
+            self.dp.table_mut().take_dirty(&mut changed);
             for &s in &changed {
                 self.sync(s);
             }

@@ -17,16 +17,19 @@ impl Worker {
     pub(super) fn add(&mut self, spec: &PortSpec, id: crate::PortId) -> Result<PortInfo, String> {
         let e = |e: &dyn std::error::Error| crate::error_chain(e);
         let policy = spec.policy().map_err(|x| e(&x))?;
-        if self.dp.find(&spec.name).is_some() {
+        if self.dp.table().find(&spec.name).is_some() {
             return Err(format!("port {} exists", spec.name));
         }
         let policies = spec.policies(&self.cfg);
         // Unprefixed, as the other refusals here: the caller names the port.
-        self.dp.check_direct(&policy)?;
-        self.dp.check_cross(policy.cross_connect.as_deref())?;
+        self.dp.table().check_direct(&policy)?;
+        self.dp
+            .table()
+            .check_cross(policy.cross_connect.as_deref())?;
         if spec.kind != PortKind::Uplink && policy.direct.is_none() {
-            self.dp.check_queue_request(policy.uplink_queue)?;
+            self.dp.table().check_queue_request(policy.uplink_queue)?;
             self.dp
+                .table()
                 .check_reservation(policy.egress.reserve_bps.unwrap_or(0), None)?;
         }
         let port = match spec.kind {
@@ -81,7 +84,7 @@ impl Worker {
             }
         };
         let slot = self.dp.add(id, spec.name.clone(), policy, policies, port);
-        if let (Some(s), PortKind::VhostUser) = (self.dp.slot(slot), spec.kind) {
+        if let (Some(s), PortKind::VhostUser) = (self.dp.table().slot(slot), spec.kind) {
             let pairs = spec.queue_count() as u64;
             s.stats
                 .queue_pairs
@@ -108,6 +111,7 @@ impl Worker {
     pub(super) fn detach(&mut self, name: &str) -> Result<Box<Slot>, String> {
         let slot = self
             .dp
+            .table()
             .find(name)
             .ok_or_else(|| format!("no port {name}"))?;
         if let Some(list) = self.registered.get_mut(slot) {
@@ -141,9 +145,10 @@ impl Worker {
     pub(super) fn set(&mut self, name: &str, u: &PolicyUpdate) -> Result<PortInfo, String> {
         let slot = self
             .dp
+            .table()
             .find(name)
             .ok_or_else(|| format!("no port {name}"))?;
-        let s = self.dp.slot(slot).ok_or("port vanished")?;
+        let s = self.dp.table().slot(slot).ok_or("port vanished")?;
         if u.share.is_some() || u.limit_mbps.is_some() || u.reserve_mbps.is_some() {
             if !s.is_vnic() {
                 return Err(format!(
@@ -160,8 +165,9 @@ impl Worker {
             .map_err(|w| format!("port {name}: {w}"))?;
             let id = s.id;
             self.dp
+                .table()
                 .check_reservation(e.reserve_bps.unwrap_or(0), Some(id))?;
-            self.dp.set_egress(slot, e);
+            self.dp.table_mut().set_egress(slot, e);
             log::info!(
                 "port {name}: egress share {}, limit {}, reservation {}",
                 e.share,
@@ -172,13 +178,13 @@ impl Worker {
             );
         }
         if let Some(l) = u.fdb_limit {
-            self.dp.set_fdb_limit(slot, l);
+            self.dp.table_mut().set_fdb_limit(slot, l);
             log::info!("port {name}: fdb limit {l}");
         }
-        let s = self.dp.slot(slot).ok_or("port vanished")?;
+        let s = self.dp.table().slot(slot).ok_or("port vanished")?;
         let mut p = s.policies;
         p.apply(u);
-        self.dp.set_policies(slot, p);
+        self.dp.table_mut().set_policies(slot, p);
         log::info!(
             "port {name}: coalesce {}, lro {}, latency {}, tx_poll_budget {}",
             p.effective_coalesce(),

@@ -62,7 +62,7 @@ impl Worker {
             }
             self.dp.poll(std::time::Instant::now(), self.cfg.budget);
         }
-        match self.dp.find_lent_pair(id, k) {
+        match self.dp.table().find_lent_pair(id, k) {
             Some(slot) => self.give_back(slot),
             None => log::debug!("port id {id}: queue pair {k} is not here"),
         }
@@ -101,6 +101,7 @@ impl Worker {
     ) -> Result<(), String> {
         let slot = self
             .dp
+            .table()
             .find(name)
             .ok_or_else(|| format!("no port {name}"))?;
         let wake = self
@@ -112,7 +113,7 @@ impl Worker {
             port: Port::VhostUser(p),
             routed,
             ..
-        }) = self.dp.slot_mut(slot)
+        }) = self.dp.table_mut().slot_mut(slot)
         else {
             return Err(format!("port {name}: not a vhost-user port"));
         };

@@ -134,7 +134,7 @@ pub fn driven_with(
             .collect::<Vec<_>>()
     });
     let running = |dp: &Datapath| {
-        dp.slots().all(|(_, s)| {
+        dp.table().slots().all(|(_, s)| {
             matches!(&s.port, Port::VhostUser(p) if p.device.ready(0) && p.device.ready(1))
         })
     };
