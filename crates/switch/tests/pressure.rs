@@ -3,8 +3,9 @@
 //! counted as `ring_full` under its name and that queue (and not the other
 //! queue), in the port's counters, `stats`' JSON, Prometheus and the rates
 //! `vnio switch perf` shows; and a vNIC held back by an uplink's egress
-//! limit has the frames left in its transmit ring counted under its name
-//! (root only: a veth).
+//! limit, or by an uplink whose transmit ring a slow qdisc keeps full, has
+//! the frames left in its transmit ring counted under its name, the
+//! second with its holds named as the destination's (root only: a veth).
 
 mod common;
 
@@ -239,18 +240,40 @@ fn a_full_receive_queue_counts_its_drops_under_its_name() {
     });
 }
 
+/// What holds p1 back.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Slow {
+    /// Its 10 Mbit/s egress limit.
+    Limit,
+    /// The uplink's interface, behind a 10 Mbit/s token bucket with a deep
+    /// queue: the kernel keeps the frames' transmit slots until the bucket
+    /// lets them go, and the uplink's transmit ring fills.
+    Qdisc,
+}
+
 /// p1 sends full-size frames to a host behind the uplink as fast as its
-/// ring takes them, under a 10 Mbit/s egress limit: the switch leaves the
-/// frames it cannot send in p1's transmit ring, counted under p1's name
-/// (and nothing under p2's, which sends nothing).
-fn held_back_by_an_egress_limit() {
+/// ring takes them and `slow` holds it back: the switch leaves the frames
+/// it cannot send in p1's transmit ring, counted under p1's name (and
+/// nothing under p2's, which sends nothing); held by the uplink's full
+/// ring, the holds say so.
+fn held_back(slow: Slow) {
     use vnio_switch::port::uplink::{UplinkOptions, UplinkPort, HDR_LEN};
     const FAR: [u8; 6] = [2, 0, 0, 0, 0, 0x77];
     let dir = Dir::new("pressure-held");
-    let (_veth, a, b) = veth_up("vnp");
+    let (_veth, a, b) = veth_up(if slow == Slow::Limit { "vnp" } else { "vnq" });
     let up = PortSpec::uplink("up", &a);
     let mut p1 = PortSpec::vhost_user("p1", dir.sock("p1"), SocketMode::Server);
-    p1.limit_mbps = Some(10);
+    match slow {
+        Slow::Limit => p1.limit_mbps = Some(10),
+        Slow::Qdisc => {
+            let tc = std::process::Command::new("tc")
+                .args(["qdisc", "add", "dev", &a, "root", "tbf"])
+                .args(["rate", "10mbit", "burst", "16kb", "limit", "64mb"])
+                .status()
+                .expect("tc runs");
+            assert!(tc.success(), "tc qdisc add on {a}");
+        }
+    }
     let p2 = PortSpec::vhost_user("p2", dir.sock("p2"), SocketMode::Server);
     let cfg = Config {
         switch: SwitchConfig {
@@ -292,7 +315,7 @@ fn held_back_by_an_egress_limit() {
     let p1 = &now.iter().find(|(n, _)| n == "p1").unwrap().1;
     let p2 = &now.iter().find(|(n, _)| n == "p2").unwrap().1;
     println!(
-        "p1 tx {} held frames {} in {} rounds ({} with the destination full)",
+        "{slow:?}: p1 tx {} held frames {} in {} rounds ({} with the destination full)",
         p1.tx.packets, p1.tx.held_frames, p1.tx.egress_waits, p1.tx.held_dest_full
     );
     assert!(p1.tx.egress_waits > 0, "p1 was held back: {p1:?}");
@@ -301,6 +324,9 @@ fn held_back_by_an_egress_limit() {
         "every hold leaves a frame at least: {p1:?}"
     );
     assert!(p1.tx.held_dest_full <= p1.tx.egress_waits);
+    if slow == Slow::Qdisc {
+        assert!(p1.tx.held_dest_full > 0, "held by the full ring: {p1:?}");
+    }
     assert_eq!((p2.tx.held_frames, p2.tx.egress_waits), (0, 0));
     let v = c
         .request(&Request::Stats {
@@ -329,5 +355,14 @@ fn a_vnic_held_back_counts_what_it_left_in_its_ring() {
         println!("skip: the egress test needs root");
         return;
     }
-    bounded(Duration::from_secs(60), held_back_by_an_egress_limit);
+    bounded(Duration::from_secs(60), || held_back(Slow::Limit));
+}
+
+#[test]
+fn a_vnic_held_back_by_a_slow_uplink_says_the_destination_was_full() {
+    if !vnio_lab::is_root() || std::process::Command::new("tc").arg("-V").output().is_err() {
+        println!("skip: needs root and tc (iproute2)");
+        return;
+    }
+    bounded(Duration::from_secs(60), || held_back(Slow::Qdisc));
 }
