@@ -2,7 +2,7 @@
 //! queue has only a few buffers has the frames steered there beyond them
 //! counted as `ring_full` under its name and that queue (and not the other
 //! queue), in the port's counters, `stats`' JSON, Prometheus and the rates
-//! `vnio switch perf` shows; and a vNIC held back by an uplink's egress
+//! `vnio switch perf` shows, also with that pair lent to another worker; and a vNIC held back by an uplink's egress
 //! limit, or by an uplink whose transmit ring a slow qdisc keeps full, has
 //! the frames left in its transmit ring counted under its name, the
 //! second with its holds named as the destination's (root only: a veth).
@@ -109,135 +109,167 @@ fn metric(c: &mut Client, what: &str) -> u64 {
 
 #[test]
 fn a_full_receive_queue_counts_its_drops_under_its_name() {
-    bounded(Duration::from_secs(60), || {
-        let dir = Dir::new("pressure-rx");
-        let mut p1 = PortSpec::vhost_user("p1", dir.sock("p1"), SocketMode::Server);
-        p1.queues = Some(2);
-        let p2 = PortSpec::vhost_user("p2", dir.sock("p2"), SocketMode::Server);
-        let cfg = Config {
-            switch: SwitchConfig {
-                control: dir.sock("control"),
-                idle_polls: 4,
-                ..SwitchConfig::default()
-            },
-            ports: vec![p1, p2],
-        };
-        let sw = Switch::start(cfg).unwrap();
-        let mut c = Client::connect(sw.control_path()).unwrap();
-        // The guest: pair 0 with a full receive ring (256 buffers), pair
-        // 1's receive queue with FEW buffers.
-        let mut h = RawFrontend::connect(&dir.sock("p1"));
-        h.handshake_with(Order::Standard, MQ, PROTOCOL_MQ);
-        let at = h.tx.layout.end().div_ceil(4096) * 4096;
-        let layout = RingLayout::at(at, 16, BUF);
-        assert!(layout.end() <= h.mem.last_addr().raw_value());
-        let mut rx1 = DriverRing::new(&h.mem, layout, false).expect("ring inside memory");
-        for _ in 0..FEW {
-            let id = rx1.take().unwrap();
-            rx1.publish(id, BUF, true);
-        }
-        let (kick, call) = (
-            EventFd::new(EFD_NONBLOCK).unwrap(),
-            EventFd::new(EFD_NONBLOCK).unwrap(),
-        );
-        start_vring(&h, 2, layout, &kick, &call);
-        let mut e2 = endpoint(&dir, 2, 2);
-        // The guest's address first, so the frames to it are unicast.
-        h.send_frame(&frame(mac(2).0, 1, 0x88b5));
-        let mut buf = [0u8; 2048];
-        wait_for("p2 got the guest's frame", || {
-            e2.poll_recv(&mut buf).is_some()
-        });
-        let before = stats(&mut c);
-        let t0 = Instant::now();
-        let mut sent = 0u64;
-        while sent < FRAMES {
-            if e2.send_frame(&udp(sent as u16 % FLOWS)).is_ok() {
-                sent += 1;
-            } else {
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        }
-        wait_for("every frame delivered or dropped", || {
-            let s = port(sw.handle(), "p1").stats;
-            s.rx.packets + s.rx.drops["ring_full"] >= FRAMES
-        });
-        let p = port(sw.handle(), "p1").stats;
-        println!(
-            "p1: pairs {:?} rx queues {:?} in {:?}",
-            p.queue_pairs,
-            p.rx_queues,
-            t0.elapsed()
-        );
-        assert_eq!(p.rx.packets + p.rx.drops["ring_full"], FRAMES);
-        assert_eq!(p.rx_queues.len(), 2);
-        let (q0, q1) = (&p.rx_queues[0], &p.rx_queues[1]);
-        assert_eq!(q0.ring_full, 0, "pair 0's ring had room: {p:?}");
-        assert_eq!(
-            p.queue_pairs[1].rx_packets,
-            u64::from(FEW),
-            "pair 1 took as many as it had buffers"
-        );
-        assert!(q1.ring_full > 0, "frames were steered to pair 1: {p:?}");
-        assert_eq!(q1.ring_full, p.rx.drops["ring_full"], "every drop named");
-        assert_eq!(
-            p.queue_pairs[0].rx_packets + p.queue_pairs[1].rx_packets + q1.ring_full,
-            FRAMES
-        );
-        // The guest has them: FEW used entries in pair 1's ring, the rest
-        // of the delivered ones in pair 0's.
-        let mut used1 = 0;
-        while rx1.reap().is_some() {
-            used1 += 1;
-        }
-        assert_eq!(used1, FEW);
-        let mut got0 = 0;
-        while h.recv_frame(Duration::from_millis(50)).is_some() {
-            got0 += 1;
-        }
-        assert_eq!(got0, p.queue_pairs[0].rx_packets);
-        // The same under the control socket: `stats`' JSON, Prometheus.
-        let v = c
-            .request(&Request::Stats {
-                name: Some("p1".into()),
-            })
-            .unwrap();
-        assert_eq!(v["p1"]["rx_queues"][1]["ring_full"], q1.ring_full, "{v}");
-        assert_eq!(v["p1"]["rx_queues"][0]["ring_full"], 0, "{v}");
-        assert_eq!(
-            metric(
-                &mut c,
-                "vnio_switch_rx_ring_full_total{port=\"p1\",queue=\"1\"}"
-            ),
-            q1.ring_full
-        );
-        assert_eq!(
-            metric(
-                &mut c,
-                "vnio_switch_rx_ring_full_total{port=\"p1\",queue=\"0\"}"
-            ),
-            0
-        );
-        assert_eq!(
-            metric(
-                &mut c,
-                "vnio_switch_rx_ring_full_total{port=\"p2\",queue=\"0\"}"
-            ),
-            0
-        );
-        // And as `vnio switch perf` reads it: a count and a rate over the
-        // interval between two readings.
-        let now = stats(&mut c);
-        let rates = pressure(&now, &before);
-        let r = rates.iter().find(|r| r.port == "p1").unwrap();
-        assert_eq!(r.rx_ring_full[1].ring_full.count, q1.ring_full);
-        assert_eq!(r.rx_ring_full[0].ring_full.count, 0);
-        let span = r.span_ns as f64 / 1e9;
-        assert!(span > 0.0 && span < 60.0, "{r:?}");
-        assert!((r.rx_ring_full[1].ring_full.per_sec * span - q1.ring_full as f64).abs() < 1e-6);
-        assert!(!rates.iter().find(|r| r.port == "p2").unwrap().any());
-        assert_eq!(p.resets, 0);
+    bounded(Duration::from_secs(60), || full_queue(1));
+}
+
+/// The same with the guest's pair 1 lent to a second worker (spreading):
+/// its drops are counted where it is served and shown under its queue.
+#[test]
+fn a_full_receive_queue_on_a_lent_pair_counts_its_drops_under_its_name() {
+    bounded(Duration::from_secs(60), || full_queue(2));
+}
+
+/// p1, a guest with two pairs, the second's receive queue with FEW
+/// buffers, is sent FRAMES frames of FLOWS flows by p2, with `workers`
+/// shared workers (two: pair 1 is lent to the second).
+fn full_queue(workers: usize) {
+    let dir = Dir::new(&format!("pressure-rx{workers}"));
+    let mut p1 = PortSpec::vhost_user("p1", dir.sock("p1"), SocketMode::Server);
+    p1.queues = Some(2);
+    let p2 = PortSpec::vhost_user("p2", dir.sock("p2"), SocketMode::Server);
+    let cfg = Config {
+        switch: SwitchConfig {
+            control: dir.sock("control"),
+            idle_polls: 4,
+            workers,
+            ..SwitchConfig::default()
+        },
+        ports: vec![p1, p2],
+    };
+    let sw = Switch::start(cfg).unwrap();
+    let mut c = Client::connect(sw.control_path()).unwrap();
+    // The guest: pair 0 with a full receive ring (256 buffers), pair
+    // 1's receive queue with FEW buffers.
+    let mut h = RawFrontend::connect(&dir.sock("p1"));
+    h.handshake_with(Order::Standard, MQ, PROTOCOL_MQ);
+    let (mut rx1, _fds) = pair_one_with_few_buffers(&h);
+    let spread = if workers > 1 { vec![0, 1] } else { Vec::new() };
+    wait_for("both pairs running where they should", || {
+        let q = port(sw.handle(), "p1").queues.unwrap();
+        q.running == 2 && (workers == 1 || q.workers == spread)
     });
+    let mut e2 = endpoint(&dir, 2, 2);
+    // The guest's address first, so the frames to it are unicast.
+    h.send_frame(&frame(mac(2).0, 1, 0x88b5));
+    let mut buf = [0u8; 2048];
+    wait_for("p2 got the guest's frame", || {
+        e2.poll_recv(&mut buf).is_some()
+    });
+    let before = stats(&mut c);
+    let t0 = Instant::now();
+    let mut sent = 0u64;
+    while sent < FRAMES {
+        if e2.send_frame(&udp(sent as u16 % FLOWS)).is_ok() {
+            sent += 1;
+        } else {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    wait_for("every frame delivered or dropped", || {
+        let s = port(sw.handle(), "p1").stats;
+        s.rx.packets + s.rx.drops["ring_full"] >= FRAMES
+    });
+    let p = port(sw.handle(), "p1").stats;
+    println!(
+        "p1: pairs {:?} rx queues {:?} in {:?}",
+        p.queue_pairs,
+        p.rx_queues,
+        t0.elapsed()
+    );
+    assert_eq!(p.rx.packets + p.rx.drops["ring_full"], FRAMES);
+    assert_eq!(p.rx_queues.len(), 2);
+    let (q0, q1) = (&p.rx_queues[0], &p.rx_queues[1]);
+    assert_eq!(q0.ring_full, 0, "pair 0's ring had room: {p:?}");
+    assert_eq!(
+        p.queue_pairs[1].rx_packets,
+        u64::from(FEW),
+        "pair 1 took as many as it had buffers"
+    );
+    assert!(q1.ring_full > 0, "frames were steered to pair 1: {p:?}");
+    assert_eq!(q1.ring_full, p.rx.drops["ring_full"], "every drop named");
+    assert_eq!(
+        p.queue_pairs[0].rx_packets + p.queue_pairs[1].rx_packets + q1.ring_full,
+        FRAMES
+    );
+    // The guest has them: FEW used entries in pair 1's ring, the rest
+    // of the delivered ones in pair 0's.
+    let mut used1 = 0;
+    while rx1.reap().is_some() {
+        used1 += 1;
+    }
+    assert_eq!(used1, FEW);
+    let mut got0 = 0;
+    while h.recv_frame(Duration::from_millis(50)).is_some() {
+        got0 += 1;
+    }
+    assert_eq!(got0, p.queue_pairs[0].rx_packets);
+    named_on_the_control_socket(&mut c, &before, q1.ring_full);
+    assert_eq!(p.resets, 0);
+}
+
+/// Starts pair 1 of `h`: its receive ring with FEW buffers (returned, to
+/// read what the switch put there), its transmit ring empty; the eventfds
+/// live as long as the pair runs.
+fn pair_one_with_few_buffers(h: &RawFrontend) -> (DriverRing, Vec<EventFd>) {
+    let at = h.tx.layout.end().div_ceil(4096) * 4096;
+    let layout = RingLayout::at(at, 16, BUF);
+    assert!(layout.end() <= h.mem.last_addr().raw_value());
+    let mut rx1 = DriverRing::new(&h.mem, layout, false).expect("ring inside memory");
+    for _ in 0..FEW {
+        let id = rx1.take().unwrap();
+        rx1.publish(id, BUF, true);
+    }
+    let (kick, call) = (
+        EventFd::new(EFD_NONBLOCK).unwrap(),
+        EventFd::new(EFD_NONBLOCK).unwrap(),
+    );
+    start_vring(h, 2, layout, &kick, &call);
+    // Pair 1's transmit queue (nothing sent on it): the pair runs.
+    let tx1 = RingLayout::at(layout.end().div_ceil(4096) * 4096, 16, BUF);
+    assert!(tx1.end() <= h.mem.last_addr().raw_value());
+    let _tx1 = DriverRing::new(&h.mem, tx1, false).expect("ring inside memory");
+    let (kick1, call1) = (
+        EventFd::new(EFD_NONBLOCK).unwrap(),
+        EventFd::new(EFD_NONBLOCK).unwrap(),
+    );
+    start_vring(h, 3, tx1, &kick1, &call1);
+    (rx1, vec![kick, call, kick1, call1])
+}
+
+/// p1's `ring_full` drops, `q1` on queue 1 and none on queue 0, as the
+/// control socket shows them: `stats`' JSON, Prometheus, and the rates
+/// `vnio switch perf` computes since the reading `before`.
+fn named_on_the_control_socket(c: &mut Client, before: &[(String, PortStatsSnapshot)], q1: u64) {
+    let v = c
+        .request(&Request::Stats {
+            name: Some("p1".into()),
+        })
+        .unwrap();
+    assert_eq!(v["p1"]["rx_queues"][1]["ring_full"], q1, "{v}");
+    assert_eq!(v["p1"]["rx_queues"][0]["ring_full"], 0, "{v}");
+    assert_eq!(
+        metric(c, "vnio_switch_rx_ring_full_total{port=\"p1\",queue=\"1\"}"),
+        q1
+    );
+    assert_eq!(
+        metric(c, "vnio_switch_rx_ring_full_total{port=\"p1\",queue=\"0\"}"),
+        0
+    );
+    assert_eq!(
+        metric(c, "vnio_switch_rx_ring_full_total{port=\"p2\",queue=\"0\"}"),
+        0
+    );
+    // And as `vnio switch perf` reads it: a count and a rate over the
+    // interval between two readings.
+    let now = stats(c);
+    let rates = pressure(&now, before);
+    let r = rates.iter().find(|r| r.port == "p1").unwrap();
+    assert_eq!(r.rx_ring_full[1].ring_full.count, q1);
+    assert_eq!(r.rx_ring_full[0].ring_full.count, 0);
+    let span = r.span_ns as f64 / 1e9;
+    assert!(span > 0.0 && span < 60.0, "{r:?}");
+    assert!((r.rx_ring_full[1].ring_full.per_sec * span - q1 as f64).abs() < 1e-6);
+    assert!(!rates.iter().find(|r| r.port == "p2").unwrap().any());
 }
 
 /// What holds p1 back.
