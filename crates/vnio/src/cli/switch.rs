@@ -50,7 +50,8 @@ enum Cmd {
     /// Print the counters in Prometheus text format.
     Metrics,
     /// Where each worker's time goes: busy, idle polling and other shares,
-    /// cost per frame, frames per burst and transmit queue depths.
+    /// cost per frame, frames per burst and transmit queue depths; then
+    /// each port's ring-full drops per receive queue and frames held back.
     Perf {
         /// Measure over this many seconds (default: since each worker started).
         #[arg(long, value_name = "SECONDS")]
