@@ -11,7 +11,9 @@
 
 use serde::Serialize;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
 
+pub mod pressure;
 mod prometheus;
 pub use prometheus::prometheus;
 
@@ -139,6 +141,14 @@ pub struct QueueStats {
     /// Flaps caught: an address this port took was claimed back by its
     /// previous holder, and is held there.
     pub mac_flaps: AtomicU64,
+    /// Back-pressure: frames left in the guest's transmit ring at the end
+    /// of a round because a destination could not take them (an uplink's
+    /// egress held the port, [`QueueStats::egress_waits`]); a frame waiting
+    /// several rounds counts once per round.
+    pub held_frames: AtomicU64,
+    /// Holds (of [`QueueStats::egress_waits`]) whose destination's own
+    /// ring was full: a slow destination, not a limit or a busy link.
+    pub held_dest_full: AtomicU64,
     drops: [AtomicU64; DropReason::ALL.len()],
 }
 
@@ -197,6 +207,8 @@ impl QueueStats {
             egress_waits: self.egress_waits.load(Ordering::Relaxed),
             mac_kept: self.mac_kept.load(Ordering::Relaxed),
             mac_flaps: self.mac_flaps.load(Ordering::Relaxed),
+            held_frames: self.held_frames.load(Ordering::Relaxed),
+            held_dest_full: self.held_dest_full.load(Ordering::Relaxed),
             drops: DropReason::ALL
                 .iter()
                 .map(|r| (r.name().to_string(), self.drops(*r)))
@@ -231,6 +243,9 @@ pub struct PairStats {
     pub tx: Count,
     /// Frames delivered into the pair's receive queue.
     pub rx: Count,
+    /// Frames dropped because the pair's receive queue had no buffers
+    /// (counted in the port's `rx` `ring_full` drops too).
+    pub rx_ring_full: AtomicU64,
 }
 
 /// Counters of one port.
@@ -251,6 +266,18 @@ pub struct PortStats {
     pairs: [PairStats; crate::vhost_user::device::MAX_QUEUE_PAIRS],
     /// How long frames delivered to the port stayed in the switch.
     pub dwell: crate::dwell::Dwell,
+    /// When counting began (the port was added): rates since then.
+    born: Born,
+}
+
+/// The instant a port's counters began.
+#[derive(Debug)]
+struct Born(Instant);
+
+impl Default for Born {
+    fn default() -> Self {
+        Born(Instant::now())
+    }
 }
 
 impl PortStats {
@@ -260,9 +287,31 @@ impl PortStats {
         &self.pairs[k.min(self.pairs.len() - 1)]
     }
 
+    /// A vhost-user port's receive queues and the frames each dropped
+    /// for want of buffers: one queue per pair; none for other ports.
+    fn rx_queues(&self) -> Vec<RxQueueSnapshot> {
+        match self.queue_pairs.load(Ordering::Relaxed) as usize {
+            0 => Vec::new(),
+            1 => vec![RxQueueSnapshot {
+                queue: 0,
+                ring_full: self.rx.drops(DropReason::RingFull),
+            }],
+            n => self.pairs[..n.min(self.pairs.len())]
+                .iter()
+                .enumerate()
+                .map(|(queue, p)| RxQueueSnapshot {
+                    queue,
+                    ring_full: p.rx_ring_full.load(Ordering::Relaxed),
+                })
+                .collect(),
+        }
+    }
+
     /// A copy for rendering.
     pub fn snapshot(&self) -> PortStatsSnapshot {
         PortStatsSnapshot {
+            age_ns: self.born.0.elapsed().as_nanos() as u64,
+            rx_queues: self.rx_queues(),
             tx: self.tx.snapshot(),
             rx: self.rx.snapshot(),
             resets: self.resets.load(Ordering::Relaxed),
@@ -326,6 +375,12 @@ pub struct QueueSnapshot {
     /// Addresses this port took that went back to their previous holder.
     #[serde(default)]
     pub mac_flaps: u64,
+    /// Frames left in the guest's transmit ring by holds (once per round).
+    #[serde(default)]
+    pub held_frames: u64,
+    /// Holds whose destination's ring was full.
+    #[serde(default)]
+    pub held_dest_full: u64,
     /// Drops by reason name.
     pub drops: std::collections::BTreeMap<String, u64>,
 }
@@ -341,6 +396,14 @@ pub struct PortStatsSnapshot {
     pub resets: u64,
     /// Connections.
     pub connections: u64,
+    /// Nanoseconds since the port's counters began (it was added): the
+    /// span of rates since then.
+    #[serde(default)]
+    pub age_ns: u64,
+    /// A vhost-user port's receive queues (one per queue pair), each with
+    /// the frames it dropped because it had no buffers (empty for other ports).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rx_queues: Vec<RxQueueSnapshot>,
     /// An uplink's receive queues (empty for other ports).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub uplink_queues: Vec<UplinkQueueSnapshot>,
@@ -354,6 +417,16 @@ pub struct PortStatsSnapshot {
     /// it was added ([`crate::dwell`]); none before the first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time_in_switch: Option<crate::dwell::DwellSummary>,
+}
+
+/// One receive queue of a vhost-user port.
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq, Eq)]
+pub struct RxQueueSnapshot {
+    /// Its queue pair (the vring is 2 * queue).
+    pub queue: usize,
+    /// Frames dropped because the queue had no (or not enough) buffers,
+    /// or did not run.
+    pub ring_full: u64,
 }
 
 /// Counters of one queue pair of a multiqueue vNIC.
@@ -419,6 +492,10 @@ mod tests {
             "vnio_switch_drops_total{port=\"vm1\",direction=\"rx\",reason=\"ring_full\"} 1\n"
         ));
         assert!(text.contains("# TYPE vnio_switch_bytes_total counter\n"));
+        assert!(
+            !text.contains("vnio_switch_rx_ring_full_total{"),
+            "no receive queues on a port that is not vhost-user"
+        );
         let mut vx = s.snapshot();
         vx.vteps.push(crate::port::vxlan::VtepSnapshot {
             remote: "192.0.2.2".into(),
@@ -437,7 +514,18 @@ mod tests {
             (snap.queue_pairs[1].rx_packets, snap.queue_pairs[1].rx_bytes),
             (1, 100)
         );
+        mq.pair(1).rx_ring_full.store(3, Ordering::Relaxed);
+        mq.tx.held_frames.store(9, Ordering::Relaxed);
+        let snap = mq.snapshot();
+        assert_eq!(snap.rx_queues.len(), 2);
+        assert_eq!(
+            (snap.rx_queues[0].ring_full, snap.rx_queues[1].ring_full),
+            (0, 3)
+        );
         let text = prometheus(&[("mq".into(), snap)]);
+        assert!(text.contains("vnio_switch_rx_ring_full_total{port=\"mq\",queue=\"1\"} 3\n"));
+        assert!(text.contains("vnio_switch_rx_ring_full_total{port=\"mq\",queue=\"0\"} 0\n"));
+        assert!(text.contains("vnio_switch_held_frames_total{port=\"mq\"} 9\n"));
         assert!(text.contains(
             "vnio_switch_queue_packets_total{port=\"mq\",queue=\"1\",direction=\"rx\"} 1\n"
         ));

@@ -399,6 +399,7 @@ impl Datapath {
         if let Some(s) = &self.table.slots[i] {
             s.stats.tx.unframe(bytes);
             crate::stats::bump(&s.stats.tx.egress_waits, 1);
+            crate::stats::bump(&s.stats.tx.held_dest_full, u64::from(!ready));
         }
         true
     }

@@ -212,6 +212,8 @@ impl Datapath {
         if g.wait {
             if let Some(s) = self.table.slots[i].as_mut() {
                 s.rt.egress_held = true;
+                let held = (burst.len() - g.done) as u64;
+                crate::stats::bump(&s.stats.tx.held_frames, held);
             }
         }
         if g.multi {

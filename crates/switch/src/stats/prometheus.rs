@@ -15,6 +15,7 @@ pub fn prometheus(ports: &[(String, PortStatsSnapshot)]) -> String {
         "Frames dropped, by reason.",
         drops(ports),
     );
+    pressure_families(&mut out, ports);
     uplink_queue_families(&mut out, ports);
     queue_pair_families(&mut out, ports);
     vtep_families(&mut out, ports);
@@ -167,6 +168,39 @@ fn drops(ports: &[(String, PortStatsSnapshot)]) -> Vec<(String, u64)> {
                 })
         })
         .collect()
+}
+
+/// Drops and waits where they happen: each vhost-user receive queue's
+/// drops for want of buffers, and each source's frames held back.
+fn pressure_families(out: &mut String, ports: &[(String, PortStatsSnapshot)]) {
+    let queues = ports.iter().flat_map(|(p, s)| {
+        s.rx_queues
+            .iter()
+            .map(move |q| (format!("port=\"{p}\",queue=\"{}\"", q.queue), q.ring_full))
+    });
+    family(
+        out,
+        "rx_ring_full_total",
+        "Frames dropped because a vhost-user receive queue (by queue pair) had no buffers.",
+        queues,
+    );
+    let per_port = |f: fn(&QueueSnapshot) -> u64| {
+        ports
+            .iter()
+            .map(move |(p, s)| (format!("port=\"{p}\""), f(&s.tx)))
+    };
+    family(
+        out,
+        "held_frames_total",
+        "Frames left in the port's transmit ring because a destination could not take them (once per round).",
+        per_port(|q| q.held_frames),
+    );
+    family(
+        out,
+        "held_dest_full_total",
+        "Rounds the port was held back because a destination's own ring was full.",
+        per_port(|q| q.held_dest_full),
+    );
 }
 
 /// An uplink's receive queues, each with its owner.

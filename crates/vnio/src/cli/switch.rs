@@ -11,13 +11,15 @@ use vnio_switch::config::Config;
 use vnio_switch::control::{Client, Request};
 use vnio_switch::daemon::Switch;
 use vnio_switch::perf::PerfSnapshot;
+use vnio_switch::stats::pressure::pressure;
+use vnio_switch::stats::PortStatsSnapshot;
 
 mod events;
 mod port;
 mod render;
 
 use self::port::PortCmd;
-use self::render::render_perf;
+use self::render::{render_perf, render_pressure};
 
 /// Arguments of `vnio switch`.
 #[derive(clap::Args)]
@@ -48,7 +50,8 @@ enum Cmd {
     /// Print the counters in Prometheus text format.
     Metrics,
     /// Where each worker's time goes: busy, idle polling and other shares,
-    /// cost per frame, frames per burst and transmit queue depths.
+    /// cost per frame, frames per burst and transmit queue depths; then
+    /// each port's ring-full drops per receive queue and frames held back.
     Perf {
         /// Measure over this many seconds (default: since each worker started).
         #[arg(long, value_name = "SECONDS")]
@@ -108,36 +111,51 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         Cmd::Shutdown => {
             client.request(&Request::Shutdown)?;
         }
-        Cmd::Perf { interval } => {
-            let take = |c: &mut Client| -> anyhow::Result<Vec<PerfSnapshot>> {
-                Ok(serde_json::from_value(c.request(&Request::Perf)?)?)
-            };
-            let mut now = take(&mut client)?;
-            if let Some(secs) = interval {
-                if !(secs > 0.0 && secs <= 3600.0) {
-                    anyhow::bail!("--interval {secs}: give 0 to 3600 seconds");
-                }
-                let before = now;
-                std::thread::sleep(std::time::Duration::from_secs_f64(secs));
-                now = take(&mut client)?
-                    .into_iter()
-                    .map(|w| match before.iter().find(|b| b.worker == w.worker) {
-                        Some(b) => w.since(b),
-                        None => w,
-                    })
-                    .collect();
-            }
-            if json {
-                let doc: Vec<_> = now
-                    .iter()
-                    .map(|w| serde_json::json!({ "counters": w, "figures": w.figures() }))
-                    .collect();
-                println!("{}", serde_json::to_string_pretty(&doc)?);
-            } else {
-                print!("{}", render_perf(&now));
-            }
-        }
+        Cmd::Perf { interval } => perf(&mut client, interval, json)?,
         Cmd::Port { command } => port::run(&mut client, command, json)?,
     }
     Ok(0)
+}
+
+/// `vnio switch perf`: the workers' time and the ports' drops and waits,
+/// since each started or over the next `interval` seconds.
+fn perf(client: &mut Client, interval: Option<f64>, json: bool) -> anyhow::Result<()> {
+    type Ports = Vec<(String, PortStatsSnapshot)>;
+    let take = |c: &mut Client| -> anyhow::Result<(Vec<PerfSnapshot>, Ports)> {
+        let workers = serde_json::from_value(c.request(&Request::Perf)?)?;
+        let ports: std::collections::BTreeMap<String, PortStatsSnapshot> =
+            serde_json::from_value(c.request(&Request::Stats { name: None })?)?;
+        Ok((workers, ports.into_iter().collect()))
+    };
+    let (mut workers, mut ports) = take(client)?;
+    let mut before: Ports = Vec::new();
+    if let Some(secs) = interval {
+        if !(secs > 0.0 && secs <= 3600.0) {
+            anyhow::bail!("--interval {secs}: give 0 to 3600 seconds");
+        }
+        let (w0, p0) = (workers, ports);
+        std::thread::sleep(std::time::Duration::from_secs_f64(secs));
+        (workers, ports) = take(client)?;
+        workers = workers
+            .into_iter()
+            .map(|w| match w0.iter().find(|b| b.worker == w.worker) {
+                Some(b) => w.since(b),
+                None => w,
+            })
+            .collect();
+        before = p0;
+    }
+    let ports = pressure(&ports, &before);
+    if json {
+        let workers: Vec<_> = workers
+            .iter()
+            .map(|w| serde_json::json!({ "counters": w, "figures": w.figures() }))
+            .collect();
+        let doc = serde_json::json!({ "workers": workers, "ports": ports });
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+    } else {
+        print!("{}", render_perf(&workers));
+        print!("{}", render_pressure(&ports));
+    }
+    Ok(())
 }

@@ -81,8 +81,12 @@ impl VhostUserPort {
             pair = super::steer::pair_for(&self.steer, f, ready);
         }
         let r = self.deliver_on(rx_queue(pair), f, tagging, plan, chain, hint);
-        if let Ok(bytes) = r {
-            stats.pair(pair).rx.frame(bytes);
+        match r {
+            Ok(bytes) => stats.pair(pair).rx.frame(bytes),
+            Err(DeliverError::Drop(DropReason::RingFull)) => {
+                crate::stats::bump(&stats.pair(pair).rx_ring_full, 1)
+            }
+            Err(_) => {}
         }
         r
     }

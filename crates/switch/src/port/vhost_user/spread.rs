@@ -174,6 +174,15 @@ impl Spread {
                 p.rx_packets += held.rx.packets;
                 p.rx_bytes += held.rx.bytes;
             }
+            // A lent pair is a one-queue port where it is served.
+            if let Some(q) = snap.rx_queues.get_mut(k) {
+                q.ring_full += held
+                    .rx
+                    .drops
+                    .get(crate::stats::DropReason::RingFull.name())
+                    .copied()
+                    .unwrap_or(0);
+            }
         }
     }
 
@@ -239,6 +248,8 @@ fn add(a: &mut QueueSnapshot, b: &QueueSnapshot) {
     a.egress_waits += b.egress_waits;
     a.mac_kept += b.mac_kept;
     a.mac_flaps += b.mac_flaps;
+    a.held_frames += b.held_frames;
+    a.held_dest_full += b.held_dest_full;
     for (r, n) in &b.drops {
         *a.drops.entry(r.clone()).or_default() += n;
     }

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use vnio_switch::perf::PerfSnapshot;
 use vnio_switch::port::SocketMode;
+use vnio_switch::stats::pressure::PortPressure;
 use vnio_switch::stats::PortStatsSnapshot;
 use vnio_switch::worker::PortInfo;
 
@@ -155,6 +156,20 @@ pub(super) fn print_stats(m: &BTreeMap<String, PortStatsSnapshot>) {
                 q.queue, q.tx_packets, q.tx_bytes, q.rx_packets, q.rx_bytes
             );
         }
+        if !s.rx_queues.is_empty() {
+            let cells: Vec<String> = s
+                .rx_queues
+                .iter()
+                .map(|q| format!("queue {} {}", q.queue, q.ring_full))
+                .collect();
+            println!("  rx ring full        {}", cells.join("  "));
+        }
+        if s.tx.egress_waits > 0 {
+            println!(
+                "  held back           rounds {:>8} (destination full {})  frames left in ring {}",
+                s.tx.egress_waits, s.tx.held_dest_full, s.tx.held_frames
+            );
+        }
         for v in &s.vteps {
             println!(
                 "  vtep {:<15} in packets {:>10} bytes {:>12}  out packets {:>10} bytes {:>12}",
@@ -240,6 +255,47 @@ pub(super) fn render_perf(workers: &[PerfSnapshot]) -> String {
                 .collect();
             let _ = writeln!(out, "  queue depth when polled: {}", depths.join("  "));
         }
+    }
+    out
+}
+
+/// Drops and waits per port over the span: each receive queue's ring-full
+/// drops, each source's frames held back; ports with neither in one line.
+pub(super) fn render_pressure(ports: &[PortPressure]) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let rate = |r: &vnio_switch::stats::pressure::Rate| format!("{} ({:.1}/s)", r.count, r.per_sec);
+    let quiet: Vec<&str> = ports
+        .iter()
+        .filter(|p| !p.any())
+        .map(|p| p.port.as_str())
+        .collect();
+    for p in ports.iter().filter(|p| p.any()) {
+        let _ = writeln!(out, "port {} over {:.3} s:", p.port, p.span_ns as f64 / 1e9);
+        if p.rx_ring_full.iter().any(|q| q.ring_full.count > 0) {
+            let cells: Vec<String> = p
+                .rx_ring_full
+                .iter()
+                .map(|q| format!("queue {} {}", q.queue, rate(&q.ring_full)))
+                .collect();
+            let _ = writeln!(out, "  rx ring full: {}", cells.join("  "));
+        }
+        if p.egress_waits.count > 0 {
+            let _ = writeln!(
+                out,
+                "  held back: {} rounds ({} with the destination full), {} frames left in its transmit ring",
+                rate(&p.egress_waits),
+                p.held_dest_full.count,
+                rate(&p.held_frames)
+            );
+        }
+    }
+    if !quiet.is_empty() {
+        let _ = writeln!(
+            out,
+            "no ring-full drops or held frames: {}",
+            quiet.join(", ")
+        );
     }
     out
 }
