@@ -13,7 +13,7 @@ use crate::serve::{self, ClientLimits, Clients, LineError};
 use crate::sockpath;
 use crate::state::PortState;
 use crate::stats;
-use crate::worker::PortInfo;
+use crate::worker::{PortInfo, WorkerError};
 use crate::PortId;
 use std::io::BufReader;
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -60,12 +60,7 @@ impl WorkerHandle {
 
     /// Adds a port.
     pub fn add_port(&self, spec: PortSpec) -> Result<PortInfo, ControlError> {
-        let info = self.with(|w| {
-            if w.port_id(&spec.name).is_some() {
-                return Err(ControlError::Exists(format!("port {} exists", spec.name)));
-            }
-            w.add_port(spec).map_err(ControlError::Invalid)
-        })?;
+        let info = self.with(|w| w.add_port(spec))?;
         self.events
             .push(PortId(info.id), &info.name, || Kind::PortAdded);
         Ok(info)
@@ -74,8 +69,10 @@ impl WorkerHandle {
     /// Removes a port.
     pub fn del_port(&self, name: &str) -> Result<(), ControlError> {
         let id = self.with(|w| {
-            let id = w.port_id(name).ok_or_else(|| not_found(name))?;
-            w.del_port(name).map_err(ControlError::Invalid).map(|()| id)
+            let id = w
+                .port_id(name)
+                .ok_or_else(|| WorkerError::NoPort(name.to_string()))?;
+            w.del_port(name).map(|()| id)
         })?;
         self.events.push(id, name, || Kind::PortRemoved);
         Ok(())
@@ -87,10 +84,7 @@ impl WorkerHandle {
         name: &str,
         set: crate::config::PolicyUpdate,
     ) -> Result<PortInfo, ControlError> {
-        let info = self.with(|w| {
-            w.port_id(name).ok_or_else(|| not_found(name))?;
-            w.set_port(name, set).map_err(ControlError::Invalid)
-        })?;
+        let info = self.with(|w| w.set_port(name, set))?;
         self.events
             .push(PortId(info.id), &info.name, || Kind::PortChanged);
         Ok(info)
@@ -98,16 +92,20 @@ impl WorkerHandle {
 
     /// Lists ports with their counters.
     pub fn list(&self) -> Result<Vec<PortInfo>, ControlError> {
-        self.with(|w| w.list()).map_err(ControlError::Io)
+        self.with(|w| w.list()).map_err(ControlError::from)
     }
 
     /// The FDB.
     pub fn fdb(&self) -> Result<Vec<crate::fdb::FdbEntry>, ControlError> {
-        self.with(|w| w.fdb()).map_err(ControlError::Io)
+        self.with(|w| w.fdb()).map_err(ControlError::from)
     }
 
     /// Hands EVPN's changes for port `name` to its worker.
-    pub fn evpn(&self, name: &str, changes: Vec<crate::evpn::Change>) -> Result<(), String> {
+    pub fn evpn(
+        &self,
+        name: &str,
+        changes: Vec<crate::evpn::Change>,
+    ) -> Result<(), crate::worker::WorkerError> {
         self.with(|w| w.evpn(name, changes))
     }
 
@@ -119,11 +117,6 @@ impl WorkerHandle {
     fn stop(&self) {
         self.with(|w| w.stop());
     }
-}
-
-/// No port `name` (as the workers say it).
-fn not_found(name: &str) -> ControlError {
-    ControlError::NotFound(format!("no port {name}"))
 }
 
 /// A running switch.
@@ -588,7 +581,7 @@ pub fn answer(handle: &WorkerHandle, req: Request) -> Response {
                 .filter(|p| name.as_ref().map_or(true, |n| *n == p.name))
                 .collect();
             if let (Some(n), true) = (&name, l.is_empty()) {
-                return Err(not_found(n));
+                return Err(WorkerError::NoPort(n.to_string()).into());
             }
             // Counters, with the policies in force next to them.
             let m: serde_json::Map<String, serde_json::Value> = l

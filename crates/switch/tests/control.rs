@@ -530,3 +530,64 @@ fn random_requests_leave_the_switch_answering() {
         assert!(p1.exists());
     });
 }
+
+/// Refusals over the socket carry the code of their kind: the port
+/// commands' typed errors reach the reply's `code` (not all `invalid`).
+#[test]
+fn refusals_over_the_socket_carry_their_code() {
+    let dir = Dir::new("ctl-codes");
+    let sw = Switch::start(config(&dir)).unwrap();
+    let mut s = UnixStream::connect(sw.control_path()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut ask = |req: serde_json::Value| {
+        s.write_all(format!("{req}\n").as_bytes()).unwrap();
+        let reply: serde_json::Value = serde_json::from_str(&line_of(&s)).unwrap();
+        (reply["code"].as_str().map(String::from), reply)
+    };
+    let sock = dir.sock("a").display().to_string();
+    let add = |name: &str, extra: serde_json::Value| {
+        let mut port = serde_json::json!({"name": name, "kind": "vhost-user", "socket": sock});
+        for (k, v) in extra.as_object().unwrap() {
+            port[k] = v.clone();
+        }
+        serde_json::json!({"op": "port_add", "port": port})
+    };
+    let (code, reply) = ask(add("a", serde_json::json!({})));
+    assert_eq!(
+        (code, &reply["ok"]),
+        (None, &serde_json::json!(true)),
+        "{reply}"
+    );
+    for (req, want, says) in [
+        (add("a", serde_json::json!({})), "exists", "port a exists"),
+        (
+            serde_json::json!({"op": "port_del", "name": "nope"}),
+            "not_found",
+            "no port nope",
+        ),
+        (
+            serde_json::json!({"op": "port_set", "name": "nope", "lro": false}),
+            "not_found",
+            "no port nope",
+        ),
+        (
+            serde_json::json!({"op": "port_set", "name": "a", "core": 0}),
+            "invalid",
+            "a core is for latency high",
+        ),
+        (
+            add("b", serde_json::json!({"cross_connect": "nope"})),
+            "invalid",
+            "no port named nope",
+        ),
+    ] {
+        let (code, reply) = ask(req.clone());
+        assert_eq!(code.as_deref(), Some(want), "{req} -> {reply}");
+        let error = reply["error"].as_str().unwrap();
+        assert!(error.contains(says) && !error.contains('\n'), "{error}");
+    }
+    // The switch still answers.
+    let (code, reply) = ask(serde_json::json!({"op": "port_list"}));
+    assert_eq!(code, None, "{reply}");
+    assert_eq!(reply["result"].as_array().map(Vec::len), Some(1), "{reply}");
+}

@@ -129,6 +129,7 @@ impl Installed {
         match workers.evpn(name, self.sent.changes(&target)) {
             Ok(()) => self.failing = None,
             Err(e) => {
+                let e = e.to_string();
                 if self.failing.as_deref() != Some(e.as_str()) {
                     log::warn!("evpn {name}: routes not installed: {e}");
                 }

@@ -23,7 +23,7 @@ use crate::mesh::{Doorbell, RemotePort, WorkerId};
 use crate::netqueue::QueueRequest;
 use crate::vlan::VlanMode;
 use crate::wire::EthernetAddress;
-use crate::worker::{Command, PortInfo};
+use crate::worker::{Command, PortInfo, WorkerError};
 use crate::PortId;
 use std::sync::mpsc::{self, Sender};
 use std::sync::Arc;
@@ -53,15 +53,20 @@ struct Link {
 }
 
 impl Link {
-    fn send(&self, c: Command) -> Result<(), String> {
-        self.tx.send(c).map_err(|_| "worker stopped".to_string())?;
-        self.wake.write(1).map_err(|e| e.to_string())
+    fn send(&self, c: Command) -> Result<(), WorkerError> {
+        self.tx
+            .send(c)
+            .map_err(|_| WorkerError::Unreachable(format!("{} stopped", self.id)))?;
+        self.wake
+            .write(1)
+            .map_err(|e| WorkerError::System(format!("cannot wake worker {}: {e}", self.id)))
     }
 
-    fn ask<T>(&self, f: impl FnOnce(Sender<T>) -> Command) -> Result<T, String> {
+    fn ask<T>(&self, f: impl FnOnce(Sender<T>) -> Command) -> Result<T, WorkerError> {
         let (tx, rx) = mpsc::channel();
         self.send(f(tx))?;
-        rx.recv_timeout(ANSWER_TIMEOUT).map_err(|e| e.to_string())
+        rx.recv_timeout(ANSWER_TIMEOUT)
+            .map_err(|e| WorkerError::Unreachable(format!("{} did not answer: {e}", self.id)))
     }
 
     fn stop(&mut self) {
@@ -140,11 +145,11 @@ impl Workers {
             .collect()
     }
 
-    fn link(&self, id: WorkerId) -> Result<&Link, String> {
+    fn link(&self, id: WorkerId) -> Result<&Link, WorkerError> {
         self.links
             .iter()
             .find(|l| l.id == id)
-            .ok_or_else(|| format!("worker {id} is gone"))
+            .ok_or_else(|| WorkerError::Unreachable(format!("{id} is gone")))
     }
 
     fn shared(&self) -> WorkerId {
@@ -157,17 +162,17 @@ impl Workers {
     /// Whether port `name`, which a new port asks to be cross-connected
     /// with, can be: a single-queue vhost-user port of the shared worker, in
     /// no direct mode or cross-connect yet.
-    fn cross_peer(&self, name: &str) -> Result<(), String> {
+    fn cross_peer(&self, name: &str) -> Result<(), WorkerError> {
         let k = self
             .ports
             .iter()
             .position(|p| p.name == name)
-            .ok_or_else(|| format!("cross_connect: no port named {name}"))?;
+            .ok_or_else(|| WorkerError::Refused(format!("cross_connect: no port named {name}")))?;
         let p = &self.ports[k];
         if p.uplink || p.worker != self.shared() || p.pairs > 1 || p.direct || self.is_cross(k) {
-            return Err(format!(
+            return Err(WorkerError::Refused(format!(
                 "cross_connect: port {name} must be a single-queue vhost-user port of ordinary latency, not direct or cross-connected already"
-            ));
+            )));
         }
         Ok(())
     }
@@ -194,10 +199,10 @@ impl Workers {
     }
 
     /// Adds a port: on the shared worker, or on a new dedicated one.
-    pub fn add_port(&mut self, spec: PortSpec) -> Result<PortInfo, String> {
+    pub fn add_port(&mut self, spec: PortSpec) -> Result<PortInfo, WorkerError> {
         let policy = spec.policy().map_err(|e| crate::error_chain(&e))?;
         if self.ports.iter().any(|p| p.name == spec.name) {
-            return Err(format!("port {} exists", spec.name));
+            return Err(WorkerError::Exists(spec.name.clone()));
         }
         let policies = spec.policies(&self.cfg);
         if let Some(peer) = &policy.cross_connect {
@@ -209,10 +214,10 @@ impl Workers {
             .any(|p| p.cross_connect.as_ref() == Some(&spec.name));
         let single = spec.kind == PortKind::VhostUser && spec.queue_count() == 1;
         if named && (!single || policies.latency == Latency::High) {
-            return Err(format!(
+            return Err(WorkerError::Refused(format!(
                 "port {}: a port cross-connects with it, so it must be a single-queue vhost-user port of ordinary latency",
                 spec.name
-            ));
+            )));
         }
         let worker = match policies.latency {
             Latency::High => {
@@ -278,12 +283,12 @@ impl Workers {
     }
 
     /// Removes a port (and its dedicated worker).
-    pub fn del_port(&mut self, name: &str) -> Result<(), String> {
+    pub fn del_port(&mut self, name: &str) -> Result<(), WorkerError> {
         let i = self
             .ports
             .iter()
             .position(|p| p.name == name)
-            .ok_or_else(|| format!("no port {name}"))?;
+            .ok_or_else(|| WorkerError::NoPort(name.to_string()))?;
         let (id, worker) = (self.ports[i].id, self.ports[i].worker);
         if self.ports[i].uplink {
             // Its lent queues close with it.
@@ -304,7 +309,12 @@ impl Workers {
     }
 
     /// Moves a port to worker `to` (its connection and rings go with it).
-    fn relocate(&mut self, i: usize, to: WorkerId, policies: Policies) -> Result<PortInfo, String> {
+    fn relocate(
+        &mut self,
+        i: usize,
+        to: WorkerId,
+        policies: Policies,
+    ) -> Result<PortInfo, WorkerError> {
         let (name, from) = (self.ports[i].name.clone(), self.ports[i].worker);
         let mut slot: Box<Slot> = self
             .link(from)?
@@ -321,34 +331,36 @@ impl Workers {
 
     /// Changes a port's policies; a change of latency moves it between the
     /// shared worker and a dedicated one.
-    pub fn set_port(&mut self, name: &str, u: PolicyUpdate) -> Result<PortInfo, String> {
+    pub fn set_port(&mut self, name: &str, u: PolicyUpdate) -> Result<PortInfo, WorkerError> {
         let i = self
             .ports
             .iter()
             .position(|p| p.name == name)
-            .ok_or_else(|| format!("no port {name}"))?;
+            .ok_or_else(|| WorkerError::NoPort(name.to_string()))?;
         let (cur, worker) = (self.ports[i].policies, self.ports[i].worker);
         let mut new = cur;
         new.apply(&u);
         if new.core.is_some() && new.latency != Latency::High {
-            return Err(format!("port {name}: a core is for latency high"));
+            return Err(WorkerError::Refused(format!(
+                "port {name}: a core is for latency high"
+            )));
         }
         if new.latency == Latency::High && self.ports[i].direct {
-            return Err(format!(
+            return Err(WorkerError::Refused(format!(
                 "latency high: port {name} is in direct mode (bound to an uplink queue the shared worker serves)"
-            ));
+            )));
         }
         if new.latency == Latency::High && self.is_cross(i) {
-            return Err(format!(
+            return Err(WorkerError::Refused(format!(
                 "latency high: port {name} is cross-connected (both ends stay on the shared worker)"
-            ));
+            )));
         }
         let dedicated_core = self.link(worker)?.core;
         if cur.latency != new.latency && self.spread_over(i) > 1 {
-            return Err(format!(
+            return Err(WorkerError::Refused(format!(
                 "port {name}: its queue pairs are spread over the {} shared workers (`workers`); a spread port stays on the shared worker",
                 self.spread_over(i)
-            ));
+            )));
         }
         match (cur.latency, new.latency) {
             (Latency::Normal, Latency::High) => {
@@ -395,7 +407,7 @@ impl Workers {
     }
 
     /// Every port, in the order they were added.
-    pub fn list(&self) -> Result<Vec<PortInfo>, String> {
+    pub fn list(&self) -> Result<Vec<PortInfo>, WorkerError> {
         let mut all = Vec::new();
         for l in &self.links {
             all.extend(l.ask(Command::List)?);
@@ -418,7 +430,7 @@ impl Workers {
 
     /// The learned addresses of every worker, one entry per address (the
     /// most recently seen).
-    pub fn fdb(&self) -> Result<Vec<FdbEntry>, String> {
+    pub fn fdb(&self) -> Result<Vec<FdbEntry>, WorkerError> {
         let mut all: Vec<FdbEntry> = Vec::new();
         for l in &self.links {
             for e in l.ask(Command::Fdb)? {
@@ -435,12 +447,12 @@ impl Workers {
 
     /// Hands EVPN's `changes` for port `name` to the worker that has it
     /// (without waiting: the worker applies them between rounds).
-    pub fn evpn(&self, name: &str, changes: Vec<crate::evpn::Change>) -> Result<(), String> {
+    pub fn evpn(&self, name: &str, changes: Vec<crate::evpn::Change>) -> Result<(), WorkerError> {
         let e = self
             .ports
             .iter()
             .find(|p| p.name == name)
-            .ok_or_else(|| format!("no port {name}"))?;
+            .ok_or_else(|| WorkerError::NoPort(name.to_string()))?;
         self.link(e.worker)?
             .send(Command::Evpn(name.to_string(), changes))
     }

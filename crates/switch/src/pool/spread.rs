@@ -3,7 +3,7 @@
 //! lent and taken back by the port (`port/vhost_user/spread.rs`), held by
 //! the worker chosen here (`worker/spread.rs`, `datapath/spread.rs`).
 
-use super::{Command, Link, Workers};
+use super::{Command, Link, WorkerError, Workers};
 use std::sync::Arc;
 
 impl Workers {
@@ -24,7 +24,7 @@ impl Workers {
     /// Serves multiqueue port `name`'s pair k on shared worker k mod
     /// `workers` (pair 0, and every pair with one worker, stays on the
     /// port's own).
-    pub(super) fn spread(&self, name: &str, pairs: usize) -> Result<(), String> {
+    pub(super) fn spread(&self, name: &str, pairs: usize) -> Result<(), WorkerError> {
         let shared = self.shared_workers();
         if shared.len() < 2 {
             return Ok(());
@@ -39,7 +39,11 @@ impl Workers {
                     worker: l.id,
                     commands: l.tx.clone(),
                     pairs: l.pairs.clone(),
-                    wake: Arc::new(l.wake.try_clone().map_err(|e| e.to_string())?),
+                    wake: Arc::new(
+                        l.wake
+                            .try_clone()
+                            .map_err(|e| WorkerError::System(e.to_string()))?,
+                    ),
                 })
             });
         }

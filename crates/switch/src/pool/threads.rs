@@ -6,7 +6,7 @@
 
 use super::{Link, Workers, ANSWER_TIMEOUT};
 use crate::mesh::{Doorbell, PeerSetup, RemotePort, WorkerId};
-use crate::worker::{Command, Worker};
+use crate::worker::{Command, Worker, WorkerError};
 use std::sync::mpsc;
 use std::sync::Arc;
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
@@ -14,9 +14,9 @@ use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 impl Workers {
     /// Starts a worker (dedicated to `core`, or the shared one) connected to
     /// every existing worker and told where every port is.
-    pub(super) fn spawn(&mut self, core: Option<usize>) -> Result<WorkerId, String> {
+    pub(super) fn spawn(&mut self, core: Option<usize>) -> Result<WorkerId, WorkerError> {
         let id = self.next_worker;
-        let io = |e: std::io::Error| e.to_string();
+        let io = |e: std::io::Error| WorkerError::System(format!("cannot start a worker: {e}"));
         let (tx, rx) = mpsc::channel();
         let wake = EventFd::new(EFD_NONBLOCK).map_err(io)?;
         let doorbell = Arc::new(Doorbell::new().map_err(io)?);
@@ -79,7 +79,7 @@ impl Workers {
             .map_err(io)?;
         ready_rx
             .recv_timeout(ANSWER_TIMEOUT)
-            .map_err(|e| e.to_string())??;
+            .map_err(|e| WorkerError::Unreachable(format!("{id} did not start: {e}")))??;
         if let Some(c) = core {
             warn_dedicated_core(c, rt);
         }

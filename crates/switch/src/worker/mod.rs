@@ -26,18 +26,26 @@ use vmm_sys_util::timerfd::TimerFd;
 
 pub use crate::port_info::{EgressInfo, PolicyInfo, PortInfo, QueuePairsInfo, VirtqueueInfo};
 
+pub use error::WorkerError;
+
+mod error;
 mod info;
 mod ports;
 mod spread;
 
-/// Requests to the worker; each carries where to answer.
+/// Requests to the worker; each carries where to answer (a refusal as a
+/// [`WorkerError`]).
 // One per control request: the size of the largest variant (a port spec) does not matter.
 #[allow(clippy::large_enum_variant)]
 pub enum Command {
     /// Add a port with this identity.
-    Add(PortSpec, crate::PortId, Sender<Result<PortInfo, String>>),
+    Add(
+        PortSpec,
+        crate::PortId,
+        Sender<Result<PortInfo, WorkerError>>,
+    ),
     /// Hand a port (with its connection and rings) over to the control plane.
-    Detach(String, Sender<Result<Box<Slot>, String>>),
+    Detach(String, Sender<Result<Box<Slot>, WorkerError>>),
     /// Take over a port another worker detached.
     Attach(Box<Slot>, Sender<PortInfo>),
     /// Learn where another worker's port is.
@@ -49,11 +57,11 @@ pub enum Command {
     /// Disconnect from a worker that stopped.
     RemovePeer(WorkerId),
     /// Restrict this worker's thread to these CPUs.
-    Pin(Vec<usize>, Sender<Result<(), String>>),
+    Pin(Vec<usize>, Sender<Result<(), WorkerError>>),
     /// Remove a port by name.
-    Del(String, Sender<Result<(), String>>),
+    Del(String, Sender<Result<(), WorkerError>>),
     /// Change a port's latency policies.
-    Set(String, PolicyUpdate, Sender<Result<PortInfo, String>>),
+    Set(String, PolicyUpdate, Sender<Result<PortInfo, WorkerError>>),
     /// List ports.
     List(Sender<Vec<PortInfo>>),
     /// The FDB.
@@ -79,7 +87,7 @@ pub enum Command {
         String,
         WorkerId,
         Vec<Option<crate::port::vhost_user::WorkerHandle>>,
-        Sender<Result<(), String>>,
+        Sender<Result<(), WorkerError>>,
     ),
     /// What BGP EVPN says about a VXLAN port in EVPN mode (by name).
     Evpn(String, Vec<crate::evpn::Change>),
@@ -240,8 +248,9 @@ impl Worker {
                 Command::AddPeer(p) => self.dp.add_peer(p),
                 Command::RemovePeer(w) => self.dp.remove_peer(w),
                 Command::Pin(cpus, reply) => {
-                    let r = crate::sys::affinity::pin_current_thread(&cpus)
-                        .map_err(|e| format!("cannot pin the worker to CPUs {cpus:?}: {e}"));
+                    let r = crate::sys::affinity::pin_current_thread(&cpus).map_err(|e| {
+                        WorkerError::Refused(format!("cannot pin the worker to CPUs {cpus:?}: {e}"))
+                    });
                     if r.is_ok() && self.dedicated.is_some() {
                         self.dedicated = cpus.first().copied();
                     }

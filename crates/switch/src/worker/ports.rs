@@ -3,7 +3,7 @@
 //! policies. Separate from the worker's loop: control-plane work, done
 //! between polling rounds.
 
-use super::{PortInfo, Worker};
+use super::{PortInfo, Worker, WorkerError};
 use crate::config::{PolicyUpdate, PortKind, PortSpec};
 use crate::datapath::{Port, Slot};
 use crate::port::tap::TapPort;
@@ -14,11 +14,15 @@ use std::time::Instant;
 use vmm_sys_util::epoll::{ControlOperation, EpollEvent};
 
 impl Worker {
-    pub(super) fn add(&mut self, spec: &PortSpec, id: crate::PortId) -> Result<PortInfo, String> {
+    pub(super) fn add(
+        &mut self,
+        spec: &PortSpec,
+        id: crate::PortId,
+    ) -> Result<PortInfo, WorkerError> {
         let e = |e: &dyn std::error::Error| crate::error_chain(e);
         let policy = spec.policy().map_err(|x| e(&x))?;
         if self.dp.table().find(&spec.name).is_some() {
-            return Err(format!("port {} exists", spec.name));
+            return Err(WorkerError::Exists(spec.name.clone()));
         }
         let policies = spec.policies(&self.cfg);
         // Unprefixed, as the other refusals here: the caller names the port.
@@ -97,10 +101,11 @@ impl Worker {
             self.sync(s);
         }
         log::info!("port {} added", spec.name);
-        self.info(slot).ok_or_else(|| "port vanished".into())
+        self.info(slot)
+            .ok_or_else(|| WorkerError::NoPort(spec.name.clone()))
     }
 
-    pub(super) fn del(&mut self, name: &str) -> Result<(), String> {
+    pub(super) fn del(&mut self, name: &str) -> Result<(), WorkerError> {
         let mut slot = self.detach(name)?;
         slot.port.release();
         log::info!("port {name} removed");
@@ -108,12 +113,12 @@ impl Worker {
     }
 
     /// Takes a port out of this worker (its descriptors unwatched).
-    pub(super) fn detach(&mut self, name: &str) -> Result<Box<Slot>, String> {
+    pub(super) fn detach(&mut self, name: &str) -> Result<Box<Slot>, WorkerError> {
         let slot = self
             .dp
             .table()
             .find(name)
-            .ok_or_else(|| format!("no port {name}"))?;
+            .ok_or_else(|| WorkerError::NoPort(name.to_string()))?;
         if let Some(list) = self.registered.get_mut(slot) {
             for (fd, _) in list.drain(..) {
                 let _ = self
@@ -124,7 +129,7 @@ impl Worker {
         self.dp
             .remove(slot)
             .map(Box::new)
-            .ok_or_else(|| "port vanished".into())
+            .ok_or_else(|| WorkerError::NoPort(name.to_string()))
     }
 
     pub(super) fn attach(&mut self, s: Box<Slot>) -> PortInfo {
@@ -142,18 +147,22 @@ impl Worker {
             .unwrap_or_else(|| unreachable!("attached above"))
     }
 
-    pub(super) fn set(&mut self, name: &str, u: &PolicyUpdate) -> Result<PortInfo, String> {
+    pub(super) fn set(&mut self, name: &str, u: &PolicyUpdate) -> Result<PortInfo, WorkerError> {
         let slot = self
             .dp
             .table()
             .find(name)
-            .ok_or_else(|| format!("no port {name}"))?;
-        let s = self.dp.table().slot(slot).ok_or("port vanished")?;
+            .ok_or_else(|| WorkerError::NoPort(name.to_string()))?;
+        let s = self
+            .dp
+            .table()
+            .slot(slot)
+            .ok_or_else(|| WorkerError::NoPort(name.to_string()))?;
         if u.share.is_some() || u.limit_mbps.is_some() || u.reserve_mbps.is_some() {
             if !s.is_vnic() {
-                return Err(format!(
+                return Err(WorkerError::Refused(format!(
                     "port {name}: share, limit and reservation apply to vhost-user and tap ports"
-                ));
+                )));
             }
             let cur = s.policy.egress;
             let mbps = |b: Option<u64>| b.map(|b| b / 1_000_000);
@@ -162,7 +171,7 @@ impl Worker {
                 u.limit_mbps.or(mbps(cur.limit_bps)),
                 u.reserve_mbps.or(mbps(cur.reserve_bps)),
             )
-            .map_err(|w| format!("port {name}: {w}"))?;
+            .map_err(|w| WorkerError::Refused(format!("port {name}: {w}")))?;
             let id = s.id;
             self.dp
                 .table()
@@ -181,7 +190,11 @@ impl Worker {
             self.dp.table_mut().set_fdb_limit(slot, l);
             log::info!("port {name}: fdb limit {l}");
         }
-        let s = self.dp.table().slot(slot).ok_or("port vanished")?;
+        let s = self
+            .dp
+            .table()
+            .slot(slot)
+            .ok_or_else(|| WorkerError::NoPort(name.to_string()))?;
         let mut p = s.policies;
         p.apply(u);
         self.dp.table_mut().set_policies(slot, p);
@@ -192,6 +205,7 @@ impl Worker {
             p.latency,
             p.tx_poll_budget
         );
-        self.info(slot).ok_or_else(|| "port vanished".into())
+        self.info(slot)
+            .ok_or_else(|| WorkerError::NoPort(name.to_string()))
     }
 }

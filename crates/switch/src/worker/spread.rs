@@ -3,7 +3,7 @@
 //! port in `port/vhost_user/spread.rs`, served in `datapath/spread.rs`):
 //! holding and returning pairs, and showing where each pair is served.
 
-use super::{QueuePairsInfo, Worker};
+use super::{QueuePairsInfo, Worker, WorkerError};
 use crate::datapath::{Port, Slot};
 use crate::mesh::WorkerId;
 use crate::port::vhost_user::WorkerHandle;
@@ -98,16 +98,16 @@ impl Worker {
         name: &str,
         home: WorkerId,
         holders: Vec<Option<WorkerHandle>>,
-    ) -> Result<(), String> {
+    ) -> Result<(), WorkerError> {
         let slot = self
             .dp
             .table()
             .find(name)
-            .ok_or_else(|| format!("no port {name}"))?;
+            .ok_or_else(|| WorkerError::NoPort(name.to_string()))?;
         let wake = self
             .wake
             .try_clone()
-            .map_err(|e| format!("port {name}: {e}"))?;
+            .map_err(|e| WorkerError::System(format!("port {name}: {e}")))?;
         let Some(Slot {
             id,
             port: Port::VhostUser(p),
@@ -115,7 +115,9 @@ impl Worker {
             ..
         }) = self.dp.table_mut().slot_mut(slot)
         else {
-            return Err(format!("port {name}: not a vhost-user port"));
+            return Err(WorkerError::Refused(format!(
+                "port {name}: not a vhost-user port"
+            )));
         };
         p.spread(*id, home, holders, Arc::new(wake));
         *routed = true;
