@@ -79,7 +79,9 @@ pub fn measure(
             tcp::stream(bed, from, to, run, stop)
         }
         WorkloadKind::Stream => rate(bed, p, from, to, run, stop),
-        WorkloadKind::Ping => Err("a poll-mode pair runs rr and stream only".into()),
+        WorkloadKind::Ping | WorkloadKind::Attach | WorkloadKind::Detach => {
+            Err("a poll-mode pair runs rr and stream only".into())
+        }
     }
 }
 

@@ -300,6 +300,9 @@ fn workload(
     let from = bed
         .host(&w.from)
         .ok_or_else(|| format!("no host {}", w.from))?;
+    if w.kind.is_pod_op() {
+        return crate::testbed::pods::measure(bed, p, from, run, opts, stop);
+    }
     let mut targets = Vec::new();
     for t in &w.to {
         let h = bed.host(t).ok_or_else(|| format!("no host {t}"))?;
@@ -377,6 +380,9 @@ fn in_namespace(
         WorkloadKind::Rr => vnio_measure::rr::job(&common, rr_params(p, knobs, transport)),
         WorkloadKind::Stream => {
             vnio_measure::stream::job(&common, stream_params(p, knobs, transport))
+        }
+        WorkloadKind::Attach | WorkloadKind::Detach => {
+            return Err("attach and detach run no traffic".into())
         }
         WorkloadKind::Ping => {
             let params = ping_params(targets, p, run, knobs);
@@ -523,6 +529,9 @@ fn in_guest(
             if knobs.rx_timestamp == Some(true) {
                 push(&["--rx-timestamp"]);
             }
+        }
+        WorkloadKind::Attach | WorkloadKind::Detach => {
+            return Err("attach and detach run no traffic".into())
         }
     }
     if let (Some(us), true) = (knobs.busy_poll_us, w.kind != WorkloadKind::Ping) {

@@ -34,6 +34,7 @@ mod anchors;
 mod cni;
 mod guests;
 mod own_cpu;
+pub mod pods;
 pub mod program;
 mod rings;
 pub mod span;

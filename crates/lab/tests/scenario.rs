@@ -297,6 +297,62 @@ fn a_workload_may_measure_until_its_percentile_is_known() {
 }
 
 #[test]
+fn pods_are_timed_through_cni_attachments_only() {
+    let attach = MINIMAL.replace(
+        "[[workload]]",
+        "[knobs]\nattach = \"cni\"\n\n[[workload]]\nname = \"add\"\nkind = \"attach\"\nfrom = \"client\"\n\n[[workload]]",
+    )
+    .replace("wire = \"veth\"", "wire = \"bridge\"");
+    let s = scenario(&attach);
+    let plan = Plan::new(&s, &Overrides::default(), &Capabilities::current()).unwrap();
+    let add = &plan.points[0];
+    assert_eq!((add.workload.pods, add.skip.as_deref()), (100, None));
+    assert!(
+        add.workload.describe().contains("100 pods"),
+        "{}",
+        add.workload.describe()
+    );
+    assert_eq!(plan.points[1].workload.pods, 0, "rr has no pods");
+    let quick = Overrides {
+        quick: true,
+        ..Default::default()
+    };
+    let plan = Plan::new(&s, &quick, &Capabilities::current()).unwrap();
+    assert_eq!(plan.points[0].workload.pods, 5);
+    // Hosts the lab attaches itself: nothing to time, said so.
+    let s = scenario(&attach.replace("attach = \"cni\"", ""));
+    let plan = Plan::new(&s, &Overrides::default(), &Capabilities::current()).unwrap();
+    let why = plan.points[0].skip.as_deref().unwrap();
+    assert!(why.contains("attach = \"cni\""), "{why}");
+    // Fields of the other kinds, and `to`, are refused; pods range.
+    for (from, to, want) in [
+        (
+            "from = \"client\"\n\n",
+            "from = \"client\"\nto = \"server\"\n\n",
+            "workload `add`: to: does not apply to attach workloads",
+        ),
+        (
+            "kind = \"attach\"",
+            "kind = \"detach\"\nsize = 64",
+            "workload `add`: size: does not apply to detach workloads",
+        ),
+        (
+            "kind = \"attach\"",
+            "kind = \"attach\"\npods = 0",
+            "workload `add`: pods: must be 1 to 1000",
+        ),
+        (
+            "kind = \"rr\"",
+            "kind = \"rr\"\npods = 5",
+            "workload `rr`: pods: does not apply to rr workloads",
+        ),
+    ] {
+        let e = error(&attach.replacen(from, to, 1));
+        assert!(e.contains(want), "want {want:?} in {e:?}");
+    }
+}
+
+#[test]
 fn syntax_errors_name_file_line_and_field() {
     let text = MINIMAL.replace("to = \"server\"", "to = \"server\"\nsesions = 2");
     let e = error(&text);

@@ -2,9 +2,12 @@
 //! containernetworking-plugins): pods attached by `vnio cni` (tap, and
 //! vhost-user with poll-mode endpoints) and by the reference `bridge`
 //! plugin, each with host-local IPAM giving the lab's addresses; every
-//! point measured but the one a poll-mode pair cannot run, its findings
-//! judged, and nothing left: the journal empty, no namespace, process or
-//! scratch directory of the run. About 15 s.
+//! point measured but the one a poll-mode pair cannot run, among them 5
+//! pods added and deleted through each plugin with every ADD and DEL
+//! timed (the runner fails a point whose DEL leaves the pod's namespace,
+//! port, interface, lease, record or socket behind); its findings judged,
+//! and nothing left: the journal empty, no namespace, process or scratch
+//! directory of the run. About 20 s.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -63,7 +66,7 @@ fn the_cni_scenario_measures_every_attachment_and_leaves_nothing() {
     let store = Store::open(&db).unwrap();
     let run = store.load(store.resolve("last").unwrap()).unwrap();
     let s = &run.scenarios[0];
-    assert_eq!(s.points.len(), 9, "3 attachments x 3 workloads");
+    assert_eq!(s.points.len(), 15, "3 attachments x 5 workloads");
     for p in &s.points {
         let at = format!("{} {}", p.point.configuration, p.point.workload.name);
         if p.point.configuration == "vnio-vhost-user" && p.point.workload.name == "rr-tcp" {
@@ -74,7 +77,23 @@ fn the_cni_scenario_measures_every_attachment_and_leaves_nothing() {
         let doc = p.document.as_ref().unwrap();
         let m = &doc.iterations[doc.chosen].merged;
         assert!(m.ops > 0, "{at}: {m:?}");
+        if p.point.workload.name.starts_with("pod-") {
+            // Every pod's operation timed, nothing left after any DEL.
+            assert_eq!(m.ops, 5, "{at}: the --quick pods");
+            assert!(doc.errors.is_empty(), "{at}: {:?}", doc.errors);
+            let lat = m.latency.as_ref().unwrap();
+            assert!(lat.p50_ns > 0 && lat.p99_ns >= lat.p50_ns, "{at}: {lat:?}");
+        }
     }
+    let pods_left: Vec<String> = std::fs::read_dir("/run/netns")
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with("vnio-") && n.contains("-pod"))
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(pods_left.is_empty(), "pod namespaces left: {pods_left:?}");
     // Each testbed says how its hosts were attached.
     for bed in &s.testbeds {
         let notes = bed.notes.join("; ");
@@ -97,6 +116,8 @@ fn the_cni_scenario_measures_every_attachment_and_leaves_nothing() {
         "cni-vhost-user-rtt-vs-bridge",
         "cni-tap-rtt-vs-bridge",
         "cni-tap-stream-vs-bridge",
+        "cni-tap-add-vs-bridge",
+        "cni-tap-del-vs-bridge",
     ] {
         assert!(text.contains(id), "finding {id} judged: {text}");
     }

@@ -51,7 +51,9 @@ pub(super) fn measure(
     let rtt = match w.kind {
         WorkloadKind::Rr => true,
         WorkloadKind::Stream => false,
-        WorkloadKind::Ping => return Err("the DPDK endpoints run rr and stream only".into()),
+        WorkloadKind::Ping | WorkloadKind::Attach | WorkloadKind::Detach => {
+            return Err("the DPDK endpoints run rr and stream only".into())
+        }
     };
     let knobs = &bed.description().knobs;
     let virtqueue = knobs.virtqueue.unwrap_or_default();

@@ -97,6 +97,15 @@ impl Capabilities {
         cfg: &Configuration,
         w: &WorkloadSpec,
     ) -> Option<String> {
+        if w.kind.is_pod_op() {
+            let cni = s.knobs.layered(&cfg.knobs).attach == Some(super::knobs::Attach::Cni);
+            return (!cni).then(|| {
+                format!(
+                    "{} times the CNI plugin that attaches the hosts: this configuration's hosts are attached by the lab (knob attach = \"cni\" to time one)",
+                    w.kind.as_str()
+                )
+            });
+        }
         let tool = s.knobs.layered(&cfg.knobs).instrument.unwrap_or_default();
         if tool != Instrument::Vnio {
             let installed = match tool {

@@ -299,6 +299,11 @@ pub enum WorkloadKind {
     Ping,
     /// Bulk transfer (netperf TCP_STREAM/UDP_STREAM).
     Stream,
+    /// Pods attached through the configuration's CNI plugin (knob
+    /// `attach = "cni"`), each ADD timed.
+    Attach,
+    /// The same pods, each DEL timed.
+    Detach,
 }
 
 impl WorkloadKind {
@@ -308,7 +313,15 @@ impl WorkloadKind {
             WorkloadKind::Rr => "rr",
             WorkloadKind::Ping => "ping",
             WorkloadKind::Stream => "stream",
+            WorkloadKind::Attach => "attach",
+            WorkloadKind::Detach => "detach",
         }
+    }
+
+    /// True for the kinds that time a CNI plugin's ADD or DEL rather than
+    /// traffic.
+    pub fn is_pod_op(self) -> bool {
+        matches!(self, WorkloadKind::Attach | WorkloadKind::Detach)
     }
 }
 
@@ -330,14 +343,20 @@ pub enum Protocol {
 pub struct WorkloadSpec {
     /// Lower-case letters, digits and '-'.
     pub name: String,
-    /// rr, ping or stream.
+    /// rr, ping, stream, attach or detach.
     pub kind: WorkloadKind,
-    /// The host the client runs in.
+    /// The host the client runs in; attach, detach: the host whose
+    /// attachment every pod gets (a tap for a namespace host, a
+    /// vhost-user socket for a poll-mode one).
     pub from: String,
     /// The hosts served (agents, or ping targets); sessions to all of them
-    /// start together.
-    #[serde(deserialize_with = "one_or_many")]
+    /// start together. None for attach and detach.
+    #[serde(default, deserialize_with = "one_or_many")]
     pub to: Vec<String>,
+    /// attach, detach: pods added (all of them), then deleted, per
+    /// iteration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pods: Option<u32>,
     /// rr, stream: tcp or udp.
     pub protocol: Option<Protocol>,
     /// Message bytes (rr request, stream write/datagram, ping payload).

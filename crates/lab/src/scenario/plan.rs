@@ -130,7 +130,17 @@ pub struct Resolved {
     /// rr open loop: how sends are spaced.
     #[serde(default)]
     pub arrivals: vnio_measure::arrivals::Arrival,
+    /// attach, detach: pods per iteration (0 for the other kinds).
+    #[serde(default)]
+    pub pods: u32,
 }
+
+/// Pods an attach or detach workload adds unless it says (issue 35's
+/// "p50/p99 over 100 pods").
+pub const PODS: u32 = 100;
+
+/// Pods per iteration under `--quick`: enough to see every step work.
+pub const QUICK_PODS: u32 = 5;
 
 /// How long a point with `ci` may measure unless it says.
 pub const CI_MAX_DURATION: Duration = Duration::from_secs(60);
@@ -148,7 +158,7 @@ impl Resolved {
         let at = |p: SweepParam| sweep.filter(|(q, _)| *q == p).map(|(_, v)| v);
         let protocol = w.protocol.unwrap_or_default();
         let default_size = match (w.kind, protocol) {
-            (WorkloadKind::Ping, _) => 56,
+            (WorkloadKind::Ping, _) | (WorkloadKind::Attach | WorkloadKind::Detach, _) => 56,
             (WorkloadKind::Rr, _) => 256,
             (WorkloadKind::Stream, Protocol::Tcp) => 128 * 1024,
             (WorkloadKind::Stream, Protocol::Udp) => 1472,
@@ -182,6 +192,10 @@ impl Resolved {
             ci: w.ci.clone(),
             max_duration: w.max_duration,
             arrivals: w.arrivals.unwrap_or_default(),
+            pods: match w.kind.is_pod_op() {
+                true => w.pods.unwrap_or(PODS),
+                false => 0,
+            },
         }
     }
 
@@ -223,6 +237,15 @@ impl Resolved {
                 }
                 s
             }
+            WorkloadKind::Attach | WorkloadKind::Detach => format!(
+                "{} pods through the CNI plugin, each {} timed",
+                self.pods,
+                if self.kind == WorkloadKind::Attach {
+                    "ADD"
+                } else {
+                    "DEL"
+                }
+            ),
         };
         if let Some(ci) = &self.ci {
             s.push_str(&format!(" until ci {ci}"));
@@ -339,11 +362,15 @@ impl Plan {
             for &sweep in &values {
                 let contention = contention_at(&s.contention, sweep);
                 for w in &s.workloads {
+                    let mut workload = Resolved::new(w, sweep);
+                    if o.quick {
+                        workload.pods = workload.pods.min(QUICK_PODS);
+                    }
                     points.push(Point {
                         seq: points.len(),
                         configuration: cfg.name.clone(),
                         sweep,
-                        workload: Resolved::new(w, sweep),
+                        workload,
                         contention: contention.clone(),
                         skip: caps.skip_reason(s, cfg, w),
                     });

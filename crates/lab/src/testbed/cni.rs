@@ -48,8 +48,8 @@ pub(super) fn ipam(addr: Ipv4Addr, data_dir: &Path) -> Value {
     })
 }
 
-/// One attachment to make.
-pub(super) struct Add<'a> {
+/// One plugin call: an attachment to make (ADD) or to remove (DEL).
+pub(super) struct Call<'a> {
     /// The plugin, ready to run (its namespace, its arguments).
     pub plugin: Command,
     /// CNI_CONTAINERID.
@@ -63,10 +63,16 @@ pub(super) struct Add<'a> {
 }
 
 /// Runs an ADD; the plugin's result, or its error in one line.
-pub(super) fn add(mut a: Add) -> Result<Value, BedError> {
-    let what = format!("CNI ADD of {}", a.container);
+pub(super) fn add(a: Call) -> Result<Value, BedError> {
+    call("ADD", a)
+}
+
+/// Runs `command` (ADD, DEL) as a runtime does; the plugin's result
+/// (none for a DEL), or its error in one line.
+pub(super) fn call(command: &str, mut a: Call) -> Result<Value, BedError> {
+    let what = format!("CNI {command} of {}", a.container);
     a.plugin
-        .env("CNI_COMMAND", "ADD")
+        .env("CNI_COMMAND", command)
         .env("CNI_CONTAINERID", a.container)
         .env("CNI_IFNAME", POD_IFNAME)
         .env("CNI_PATH", a.cni_path)
@@ -120,7 +126,7 @@ impl Testbed {
                 "bridge": "cni0",
                 "ipam": ipam(host.addr, &data),
             });
-            add(Add {
+            add(Call {
                 plugin: wire.command(Path::new(plugins).join("bridge")),
                 container: &format!("{id}-{}", host.name),
                 netns: ns.path(),

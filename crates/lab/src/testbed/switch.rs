@@ -415,7 +415,7 @@ fn place_by_cni(
     }
     let mut plugin = std::process::Command::new(&p.ctx.vnio);
     plugin.arg("cni");
-    let result = super::cni::add(super::cni::Add {
+    let result = super::cni::add(super::cni::Call {
         plugin,
         container: &format!("{id}-{}", host.name),
         // A poll-mode host has no namespace of its own; its endpoint runs

@@ -7,6 +7,10 @@ use super::{Check, SESSIONS_MAX};
 use crate::scenario::model::{Protocol, SweepParam, WorkloadKind, WorkloadSpec};
 use crate::scenario::ScenarioError;
 
+/// The most pods an attach or detach workload adds at once (each a
+/// namespace, a port and a lease alive until the DELs).
+const PODS_MAX: u32 = 1000;
+
 /// Which fields apply to which kind, and their ranges; `sweep` is the swept
 /// parameter and the value it takes.
 pub(super) fn check_workload(
@@ -20,6 +24,11 @@ pub(super) fn check_workload(
     if let Some((p, _)) = sweep {
         match p {
             SweepParam::Burst | SweepParam::Rate if w.kind == WorkloadKind::Ping => {
+                return not_for(c, at, w, p.as_str());
+            }
+            SweepParam::Size | SweepParam::Burst | SweepParam::Sessions | SweepParam::Rate
+                if w.kind.is_pod_op() =>
+            {
                 return not_for(c, at, w, p.as_str());
             }
             _ => {}
@@ -56,6 +65,9 @@ fn check_applies(c: &Check, at: &str, w: &WorkloadSpec) -> Result<(), ScenarioEr
     set(w.ci.is_some(), "ci", &[Rr, Ping])?;
     set(w.max_duration.is_some(), "max_duration", &[Rr, Ping])?;
     set(w.arrivals.is_some(), "arrivals", &[Rr])?;
+    set(w.size.is_some(), "size", &[Rr, Stream, Ping])?;
+    set(w.sessions.is_some(), "sessions", &[Rr, Stream, Ping])?;
+    set(w.pods.is_some(), "pods", &[Attach, Detach])?;
     if w.arrivals.is_some() && w.rate.is_none() {
         return c.fail(
             format!("{at}: arrivals"),
@@ -137,6 +149,9 @@ fn check_ranges(
             format!("{at}: rate"),
             "paces UDP streams only; TCP streams run as fast as TCP allows",
         );
+    }
+    if w.pods.is_some_and(|n| n == 0 || n > PODS_MAX) {
+        return c.fail(format!("{at}: pods"), format!("must be 1 to {PODS_MAX}"));
     }
     if w.interval.is_some_and(|i| i.is_zero()) {
         return c.fail(format!("{at}: interval"), "must be more than 0");

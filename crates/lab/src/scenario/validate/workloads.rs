@@ -23,7 +23,14 @@ pub(super) fn check_workloads(c: &Check, s: &Scenario, hosts: &Hosts) -> Result<
             return c.fail(&at, "name appears twice");
         }
         hosts.known(c, format!("{at}: from"), &w.from)?;
-        if w.to.is_empty() {
+        if w.kind.is_pod_op() {
+            if !w.to.is_empty() {
+                return c.fail(
+                    format!("{at}: to"),
+                    format!("does not apply to {} workloads", w.kind.as_str()),
+                );
+            }
+        } else if w.to.is_empty() {
             return c.fail(format!("{at}: to"), "names no host");
         }
         for t in &w.to {
