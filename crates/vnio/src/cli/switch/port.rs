@@ -25,7 +25,7 @@ use add::AddArgs;
 #[derive(Subcommand)]
 pub(super) enum PortCmd {
     /// Add a port (while others carry traffic): vhost-user (--socket), tap (--tap), uplink (--uplink) or vxlan (--vxlan).
-    Add(AddArgs),
+    Add(Box<AddArgs>),
     /// Change a running port's latency policies (unchanged when not given).
     Set {
         /// Port name.
@@ -120,7 +120,7 @@ fn parse_mode(s: &str) -> Result<SocketMode, String> {
 /// Runs one port command against the switch behind `client`.
 pub(super) fn run(client: &mut Client, command: PortCmd, json: bool) -> anyhow::Result<()> {
     match command {
-        PortCmd::Add(args) => add::run(client, args, json),
+        PortCmd::Add(args) => add::run(client, *args, json),
         PortCmd::Set { name, policy } => set(client, name, &policy, json),
         PortCmd::Del { name } => {
             client.request(&Request::PortDel { name: name.clone() })?;

@@ -8,6 +8,7 @@ use anyhow::Context;
 use vnio_switch::config::{PortKind, PortSpec};
 use vnio_switch::control::{Client, Request};
 use vnio_switch::port::SocketMode;
+use vnio_switch::socket_access::{Principal, SocketAccess};
 use vnio_switch::worker::PortInfo;
 
 use super::{parse_mode, parse_on_off, PolicyArgs};
@@ -74,6 +75,16 @@ pub(in crate::cli::switch) struct AddArgs {
     /// [default: server]
     #[arg(long, value_parser = parse_mode)]
     mode: Option<SocketMode>,
+    /// vhost-user server: the socket's owner (a user name or uid), for a
+    /// VMM that runs as another user.
+    #[arg(long, value_name = "USER", requires = "socket")]
+    socket_owner: Option<String>,
+    /// vhost-user server: the socket's group (a group name or gid).
+    #[arg(long, value_name = "GROUP", requires = "socket")]
+    socket_group: Option<String>,
+    /// vhost-user server: the socket's permission bits, in octal (e.g. 0660).
+    #[arg(long, value_name = "MODE", requires = "socket")]
+    socket_mode: Option<String>,
     /// Access VLAN.
     #[arg(long)]
     vlan: Option<u16>,
@@ -153,6 +164,12 @@ impl AddArgs {
                 "vhost-user",
             ),
             (
+                "--socket-owner, --socket-group and --socket-mode",
+                self.socket_access().is_some()
+                    && (kind != VhostUser || self.mode == Some(SocketMode::Client)),
+                "server-mode vhost-user",
+            ),
+            (
                 "--offloads",
                 self.offloads.is_some() && !vnic,
                 "vhost-user and tap",
@@ -187,10 +204,23 @@ impl AddArgs {
         }
     }
 
+    /// Who may connect to the socket, when a flag says (the switch checks
+    /// the names and the mode as it binds).
+    fn socket_access(&self) -> Option<SocketAccess> {
+        let who = |n: &Option<String>| n.clone().map(Principal::Name);
+        let a = SocketAccess {
+            owner: who(&self.socket_owner),
+            group: who(&self.socket_group),
+            mode: self.socket_mode.clone(),
+        };
+        (a != SocketAccess::default()).then_some(a)
+    }
+
     /// The port's specification, as the switch takes it.
     fn spec(self) -> anyhow::Result<PortSpec> {
         let kind = self.kind();
         self.check_flags(kind)?;
+        let socket_access = self.socket_access();
         // The switch takes socket paths as absolute (it has its own
         // working directory): a relative one is the caller's.
         let socket = match self.socket {
@@ -207,7 +237,7 @@ impl AddArgs {
             kind,
             socket,
             mode: self.mode.unwrap_or_default(),
-            socket_access: None,
+            socket_access,
             ifname: self.uplink.or(self.ifname),
             netns: self.netns,
             vlan: self.vlan,
@@ -309,5 +339,40 @@ mod tests {
             assert_eq!(e, what);
         }
         assert!(spec(&["vm1", "--socket", "/s", "--mode", "client"]).is_ok());
+    }
+
+    #[test]
+    fn socket_ownership_flags_make_the_ports_socket_access() {
+        let s = spec(&[
+            "vm1",
+            "--socket",
+            "/s",
+            "--socket-owner",
+            "qemu",
+            "--socket-mode",
+            "0660",
+        ]);
+        let a = s.unwrap().socket_access.unwrap();
+        assert_eq!(a.owner, Some(Principal::Name("qemu".into())));
+        assert_eq!((a.group, a.mode.as_deref()), (None, Some("0660")));
+        assert!(spec(&["vm1", "--socket", "/s"])
+            .unwrap()
+            .socket_access
+            .is_none());
+        assert!(spec(&["t1", "--tap", "--socket-mode", "0660"]).is_err());
+        let e = spec(&[
+            "vm1",
+            "--socket",
+            "/s",
+            "--mode",
+            "client",
+            "--socket-group",
+            "kvm",
+        ]);
+        let e = e.unwrap_err().to_string();
+        assert!(
+            e.starts_with("--socket-owner, --socket-group and --socket-mode: for server-mode"),
+            "{e}"
+        );
     }
 }
