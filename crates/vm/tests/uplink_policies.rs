@@ -136,7 +136,7 @@ fn uplink_switch(work: &Dir, va: &str, a_mac: &str) -> Switch {
     // Queue 0 is shared; a's direct binding takes one of the others and
     // b (uplink_queue auto) the last.
     let mut up = PortSpec::uplink("up", va);
-    up.queues = Some(3);
+    up.queues = std::num::NonZeroUsize::new(3);
     up.capacity_mbps = Some(CAPACITY_MBPS);
     let mut pa = PortSpec::vhost_user("pa", sock("pa"), SocketMode::Server);
     pa.mac = Some(a_mac.to_string());

@@ -13,6 +13,7 @@ use crate::port::SocketMode;
 use crate::vlan::VlanConfig;
 use crate::wire::EthernetAddress;
 use serde::{Deserialize, Serialize};
+use std::num::NonZeroUsize;
 use std::path::PathBuf;
 
 /// Kinds of ports.
@@ -101,8 +102,12 @@ pub struct PortSpec {
     /// uplink: receive queues (default 1); queue 0 is shared, the others go
     /// one per vNIC while they last. vhost-user: queue pairs offered to the
     /// front-end (default 1; more than one is a multiqueue vNIC, at most 8).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub queues: Option<usize>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "nonzero_queues"
+    )]
+    pub queues: Option<NonZeroUsize>,
     /// vhost-user or tap: the uplink receive queue this vNIC asks for
     /// ("auto", the default: its own while queues last; "shared"; or N).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -195,6 +200,19 @@ pub fn egress_policy(
     })
 }
 
+/// `queues`, rejecting 0 at parse with the key named (a port carries
+/// frames on at least one queue).
+fn nonzero_queues<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<NonZeroUsize>, D::Error> {
+    match Option::<usize>::deserialize(d)? {
+        None => Ok(None),
+        Some(n) => NonZeroUsize::new(n)
+            .map(Some)
+            .ok_or_else(|| serde::de::Error::custom("`queues` = 0: a port has at least 1 queue")),
+    }
+}
+
 fn is_false(b: &bool) -> bool {
     !*b
 }
@@ -257,10 +275,10 @@ impl PortSpec {
     /// The port's queue count, its default applied (the one place it is):
     /// a vhost-user port's queue pairs, an uplink's receive queues, 1 for
     /// the other kinds.
-    pub fn queue_count(&self) -> usize {
+    pub fn queue_count(&self) -> NonZeroUsize {
         match self.kind {
-            PortKind::VhostUser | PortKind::Uplink => self.queues.unwrap_or(1),
-            PortKind::Tap | PortKind::Vxlan => 1,
+            PortKind::VhostUser | PortKind::Uplink => self.queues.unwrap_or(NonZeroUsize::MIN),
+            PortKind::Tap | PortKind::Vxlan => NonZeroUsize::MIN,
         }
     }
 
@@ -389,7 +407,7 @@ impl PortSpec {
     }
 
     fn check_queues(&self) -> Result<(), &'static str> {
-        match (self.kind, self.queues) {
+        match (self.kind, self.queues.map(NonZeroUsize::get)) {
             (_, None) => Ok(()),
             (PortKind::Uplink, Some(k)) if !(1..=MAX_UPLINK_QUEUES).contains(&k) => {
                 Err("`queues` must be between 1 and 64")
@@ -449,7 +467,7 @@ impl PortSpec {
                 "a `cross_connect` port is not switched: no `direct`, VLAN, share, limit or reservation",
             );
         }
-        if self.latency == Latency::High || self.queue_count() > 1 {
+        if self.latency == Latency::High || self.queue_count().get() > 1 {
             // Both ends must stay on one worker: the shared one.
             return Err("a `cross_connect` port has one queue pair and ordinary latency");
         }

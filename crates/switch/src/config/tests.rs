@@ -258,3 +258,30 @@ fn socket_access_is_for_server_sockets_and_checked() {
     );
     assert!(port("socket_access = { mode = \"0660\", other = 1 }\n").is_err());
 }
+
+#[test]
+fn zero_queues_fail_at_parse_naming_the_key() {
+    for kind in [
+        "kind = \"vhost-user\"\nsocket = \"/a\"",
+        "kind = \"uplink\"\nifname = \"e\"",
+    ] {
+        let e =
+            Config::parse(&format!("[[port]]\nname = \"a\"\n{kind}\nqueues = 0\n")).unwrap_err();
+        let chain = crate::error_chain(&e);
+        assert!(chain.contains("`queues` = 0"), "{chain}");
+    }
+    let json = r#"{"name":"a","kind":"vhost-user","socket":"/a","queues":0}"#;
+    let e = serde_json::from_str::<PortSpec>(json)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("`queues` = 0"), "{e}");
+    let one = r#"{"name":"a","kind":"vhost-user","socket":"/a","queues":3}"#;
+    let spec: PortSpec = serde_json::from_str(one).unwrap();
+    assert_eq!(spec.queue_count().get(), 3);
+    assert_eq!(
+        serde_json::to_string(&spec)
+            .unwrap()
+            .contains(r#""queues":3"#),
+        true
+    );
+}

@@ -53,7 +53,7 @@ impl Worker {
                         .map_err(|x| format!("socket_access of {}: {x}", socket.display()))?;
                 }
                 p.set_max_memory(self.cfg.max_guest_memory());
-                p.set_queue_pairs(spec.queue_count());
+                p.set_queue_pairs(spec.queue_count().get());
                 Port::VhostUser(p)
             }
             PortKind::Tap => {
@@ -74,7 +74,7 @@ impl Worker {
                     .ok_or("an uplink port needs an interface")?;
                 let opts = UplinkOptions {
                     qdisc_bypass: spec.qdisc_bypass,
-                    queues: spec.queue_count(),
+                    queues: spec.queue_count().get(),
                     capacity_bps: spec.capacity_mbps.map(|m| m.saturating_mul(1_000_000)),
                     ..UplinkOptions::default()
                 };
@@ -89,7 +89,7 @@ impl Worker {
         };
         let slot = self.dp.add(id, spec.name.clone(), policy, policies, port);
         if let (Some(s), PortKind::VhostUser) = (self.dp.table().slot(slot), spec.kind) {
-            let pairs = spec.queue_count() as u64;
+            let pairs = spec.queue_count().get() as u64;
             s.stats
                 .queue_pairs
                 .store(pairs, std::sync::atomic::Ordering::Relaxed);

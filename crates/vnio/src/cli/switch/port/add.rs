@@ -95,7 +95,7 @@ pub(in crate::cli::switch) struct AddArgs {
     /// Uplink: receive queues (queue 0 shared, the others one per vNIC while they last);
     /// vhost-user: queue pairs offered to the guest (a multiqueue vNIC, 1-8).
     #[arg(long, conflicts_with_all = ["tap", "vxlan"])]
-    queues: Option<usize>,
+    queues: Option<std::num::NonZeroUsize>,
     /// Uplink or vxlan: egress capacity the shares divide, Mbit/s (default:
     /// an uplink's link speed; none for vxlan).
     #[arg(long, value_name = "MBPS")]
@@ -294,7 +294,12 @@ mod tests {
             assert_eq!(spec(args).unwrap().kind, kind, "{args:?}");
         }
         let up = spec(&["up", "--uplink", "eth0", "--queues", "4"]).unwrap();
-        assert_eq!((up.ifname.as_deref(), up.queues), (Some("eth0"), Some(4)));
+        assert_eq!(
+            (up.ifname.as_deref(), up.queues),
+            (Some("eth0"), std::num::NonZeroUsize::new(4))
+        );
+        let zero = spec(&["up", "--uplink", "eth0", "--queues", "0"]).unwrap_err();
+        assert!(zero.to_string().contains("--queues"), "{zero}");
     }
 
     #[test]
