@@ -278,10 +278,6 @@ fn zero_queues_fail_at_parse_naming_the_key() {
     let one = r#"{"name":"a","kind":"vhost-user","socket":"/a","queues":3}"#;
     let spec: PortSpec = serde_json::from_str(one).unwrap();
     assert_eq!(spec.queue_count().get(), 3);
-    assert_eq!(
-        serde_json::to_string(&spec)
-            .unwrap()
-            .contains(r#""queues":3"#),
-        true
-    );
+    let back = serde_json::to_string(&spec).unwrap();
+    assert!(back.contains(r#""queues":3"#), "{back}");
 }
