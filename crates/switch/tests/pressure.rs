@@ -296,7 +296,7 @@ fn held_back(slow: Slow) {
     let up = PortSpec::uplink("up", &a);
     let mut p1 = PortSpec::vhost_user("p1", dir.sock("p1"), SocketMode::Server);
     match slow {
-        Slow::Limit => p1.limit_mbps = Some(10),
+        Slow::Limit => p1.egress.limit_mbps = Some(10),
         Slow::Qdisc => {
             let tc = std::process::Command::new("tc")
                 .args(["qdisc", "add", "dev", &a, "root", "tbf"])

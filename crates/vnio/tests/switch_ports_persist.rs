@@ -82,7 +82,10 @@ fn ports_added_at_run_time_come_back_after_a_kill() {
         name: "vm1".into(),
         set: PolicyUpdate {
             lro: Some(false),
-            share: Some(300),
+            egress: vnio_switch::config::EgressSettings {
+                share: Some(300),
+                ..Default::default()
+            },
             ..Default::default()
         },
     })

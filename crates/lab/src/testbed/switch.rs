@@ -308,9 +308,9 @@ fn host_port(pk: &PortKnobs, dir: &Path, i: usize, host: &BedHost) -> PortSpec {
     if host.kind != HostKind::Namespace {
         port.lro = knobs.lro;
     }
-    port.share = for_host(&knobs.egress_share, host);
+    port.egress.share = for_host(&knobs.egress_share, host);
     port.offloads = for_host(&knobs.port_offloads, host);
-    port.limit_mbps = for_host(&knobs.egress_limit_mbit, host);
+    port.egress.limit_mbps = for_host(&knobs.egress_limit_mbit, host);
     port
 }
 

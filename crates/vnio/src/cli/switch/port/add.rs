@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
-use vnio_switch::config::{PortKind, PortSpec};
+use vnio_switch::config::{EgressSettings, PortKind, PortSpec};
 use vnio_switch::control::{Client, Request};
 use vnio_switch::port::SocketMode;
 use vnio_switch::worker::PortInfo;
@@ -143,9 +143,7 @@ impl AddArgs {
     fn check_flags(&self, kind: PortKind) -> anyhow::Result<()> {
         use PortKind::{Tap, Uplink, VhostUser, Vxlan};
         let vnic = matches!(kind, VhostUser | Tap);
-        let egress = self.policy.share.is_some()
-            || self.policy.limit_mbps.is_some()
-            || self.policy.reserve_mbps.is_some();
+        let egress = self.policy.egress().is_set();
         let misplaced = [
             (
                 "--mode",
@@ -222,9 +220,11 @@ impl AddArgs {
             latency: policy.latency.unwrap_or_default(),
             core: policy.core,
             tx_poll_budget: policy.tx_poll_budget,
-            share: policy.share,
-            limit_mbps: policy.limit_mbps.filter(|&m| m > 0),
-            reserve_mbps: policy.reserve_mbps.filter(|&m| m > 0),
+            egress: EgressSettings {
+                limit_mbps: policy.limit_mbps.filter(|&m| m > 0),
+                reserve_mbps: policy.reserve_mbps.filter(|&m| m > 0),
+                ..policy.egress()
+            },
             capacity_mbps: self.capacity_mbps,
             queues: self.queues,
             uplink_queue: self.uplink_queue,
