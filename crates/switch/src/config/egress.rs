@@ -4,7 +4,7 @@
 //! top-level. [`EgressPolicy`] is the checked form the data path uses.
 
 use crate::egress::{EgressPolicy, DEFAULT_SHARE, MAX_SHARE};
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 
 /// A vNIC's share, limit and reservation on the uplinks' egress, in Mbit/s;
 /// absent keys take the defaults (share 100, no limit, no reservation) or,
@@ -12,13 +12,25 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct EgressSettings {
     /// Weight on the uplinks' egress while they are contended (1-10000, default 100).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "share"
+    )]
     pub share: Option<u32>,
     /// Cap on the rate toward the uplinks, in Mbit/s (0: none).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "limit_mbps"
+    )]
     pub limit_mbps: Option<u64>,
     /// Rate guaranteed toward the uplinks, in Mbit/s (0: none).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "reserve_mbps"
+    )]
     pub reserve_mbps: Option<u64>,
 }
 
@@ -68,4 +80,25 @@ impl From<EgressPolicy> for EgressSettings {
             reserve_mbps: mbps(p.reserve_bps),
         }
     }
+}
+
+// Flattened, these keys are read from a buffered table, where a type error
+// would lose its position: each names its key instead.
+fn share<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    named(d, "share")
+}
+
+fn limit_mbps<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    named(d, "limit_mbps")
+}
+
+fn reserve_mbps<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    named(d, "reserve_mbps")
+}
+
+fn named<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+    d: D,
+    key: &str,
+) -> Result<Option<T>, D::Error> {
+    Option::<T>::deserialize(d).map_err(|e| serde::de::Error::custom(format_args!("`{key}`: {e}")))
 }

@@ -313,6 +313,14 @@ fn egress_settings_keep_their_top_level_keys() {
     );
     assert_eq!(Config::parse(&back).unwrap().ports, vec![spec]);
 
+    let e = Config::parse(&toml.replace("share = 5", "share = \"x\"")).unwrap_err();
+    let chain = crate::error_chain(&e);
+    assert!(
+        chain.contains("`share`: invalid type: string \"x\""),
+        "{chain}"
+    );
+    let e = serde_json::from_str::<PolicyUpdate>(r#"{"limit_mbps":-1}"#).unwrap_err();
+    assert!(e.to_string().contains("`limit_mbps`: invalid value"), "{e}");
     let e = Config::parse(&format!("{toml}bogus = 1\n")).unwrap_err();
     assert!(
         crate::error_chain(&e).contains("unknown field `bogus`"),
