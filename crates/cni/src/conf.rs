@@ -171,7 +171,7 @@ pub struct NetConf {
     pub vlan: Option<u16>,
     /// vhost-user: queue pairs.
     #[serde(default)]
-    pub queues: Option<usize>,
+    pub queues: Option<std::num::NonZeroUsize>,
     /// vhost-user: who listens (the switch's side).
     #[serde(default)]
     pub mode: Mode,
@@ -327,6 +327,10 @@ mod tests {
         assert_eq!(e.code, INCOMPATIBLE_VERSION);
         let e = NetConf::parse(br#"{"cniVersion":"1.0.0","kind":"tap","queues":2}"#).unwrap_err();
         assert_eq!(e.code, INVALID_CONFIG);
+        let e = NetConf::parse(br#"{"cniVersion":"1.0.0","kind":"vhost-user","queues":0}"#)
+            .unwrap_err();
+        assert_eq!(e.code, crate::error::DECODE);
+        assert!(e.details.contains("nonzero"), "{}", e.details);
         assert_eq!(NetConf::parse(b"{").unwrap_err().code, crate::error::DECODE);
         let c = NetConf::parse(
             br#"{"cniVersion":"1.0.0","mac":"02:00:00:00:00:01","runtimeConfig":{"mac":"02:aa:00:00:00:02"}}"#,

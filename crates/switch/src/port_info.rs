@@ -2,7 +2,7 @@
 //! state, the virtqueue layout it serves, policies in force and counters.
 
 use crate::coalesce::Coalesce;
-use crate::config::Latency;
+use crate::config::{EgressSettings, Latency};
 use crate::port::SocketMode;
 use crate::stats::PortStatsSnapshot;
 use serde::{Deserialize, Serialize};
@@ -106,15 +106,9 @@ pub struct PolicyInfo {
 /// uplink's capacity and whether it is contended.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, Default)]
 pub struct EgressInfo {
-    /// vNIC: weight while an uplink is contended.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub share: Option<u32>,
-    /// vNIC: rate cap, Mbit/s.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub limit_mbps: Option<u64>,
-    /// vNIC: guaranteed rate, Mbit/s.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reserve_mbps: Option<u64>,
+    /// vNIC: share, limit and reservation in force (top-level keys).
+    #[serde(flatten)]
+    pub settings: EgressSettings,
     /// Uplink: capacity the shares divide, Mbit/s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity_mbps: Option<u64>,

@@ -183,15 +183,7 @@ fn apply(p: &mut PortSpec, u: &PolicyUpdate) {
     if let Some(t) = u.tx_poll_budget {
         p.tx_poll_budget = Some(t);
     }
-    if let Some(s) = u.share {
-        p.share = Some(s);
-    }
-    if let Some(l) = u.limit_mbps {
-        p.limit_mbps = Some(l);
-    }
-    if let Some(r) = u.reserve_mbps {
-        p.reserve_mbps = Some(r);
-    }
+    p.egress = p.egress.updated(&u.egress);
     if let Some(l) = u.fdb_limit {
         p.fdb_limit = Some(l);
     }
@@ -224,7 +216,10 @@ mod tests {
         .unwrap();
         let u = PolicyUpdate {
             lro: Some(false),
-            share: Some(7),
+            egress: crate::config::EgressSettings {
+                share: Some(7),
+                ..Default::default()
+            },
             ..Default::default()
         };
         assert!(st.set("a", &u).unwrap());
@@ -234,7 +229,7 @@ mod tests {
         let names: Vec<_> = st2.ports().iter().map(|p| p.name.as_str()).collect();
         assert_eq!(names, ["b", "a"]);
         assert_eq!(st2.ports()[1].lro, Some(false));
-        assert_eq!(st2.ports()[1].share, Some(7));
+        assert_eq!(st2.ports()[1].egress.share, Some(7));
         assert_eq!(st2.ports()[1].mode, SocketMode::Client);
         let mut st2 = st2;
         assert!(st2.remove("b").unwrap());

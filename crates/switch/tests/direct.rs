@@ -50,7 +50,7 @@ fn run() {
         nh.set_up(&b).unwrap();
     }
     let mut up = PortSpec::uplink("up", &a);
-    up.queues = Some(2);
+    up.queues = std::num::NonZeroUsize::new(2);
     let mut p1 = PortSpec::vhost_user("p1", dir.sock("p1"), SocketMode::Server);
     p1.mac = Some(mac(1).to_string());
     p1.direct = Some("up".into());

@@ -9,7 +9,7 @@ mod common;
 
 use common::*;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use vnio_switch::config::{Config, PolicyUpdate, PortSpec, SwitchConfig};
+use vnio_switch::config::{Config, EgressSettings, PolicyUpdate, PortSpec, SwitchConfig};
 use vnio_switch::daemon::Switch;
 use vnio_switch::endpoint::{Endpoint, EndpointConfig};
 use vnio_switch::port::uplink::{Rx, UplinkOptions, UplinkPort, HDR_LEN};
@@ -216,9 +216,9 @@ fn run() {
     let mut up = PortSpec::uplink("up", &a);
     up.capacity_mbps = Some(100);
     let mut p1 = PortSpec::vhost_user("p1", dir.sock("p1"), SocketMode::Server);
-    p1.share = Some(100);
+    p1.egress.share = Some(100);
     let mut p2 = PortSpec::vhost_user("p2", dir.sock("p2"), SocketMode::Server);
-    p2.share = Some(300);
+    p2.egress.share = Some(300);
     let cfg = Config {
         switch: SwitchConfig {
             control: dir.sock("control"),
@@ -278,7 +278,7 @@ fn run() {
     let info = sw.handle().list().unwrap();
     let p1i = info.iter().find(|p| p.name == "p1").unwrap();
     assert!(p1i.stats.tx.egress_waits > 0, "p1 was held back");
-    assert_eq!(p1i.egress.share, Some(100));
+    assert_eq!(p1i.egress.settings.share, Some(100));
 
     // A limit, set live, holds with the link otherwise idle (p2's ring has
     // drained: it does not contend).
@@ -287,7 +287,10 @@ fn run() {
         .set_port(
             "p1",
             PolicyUpdate {
-                limit_mbps: Some(20),
+                egress: EgressSettings {
+                    limit_mbps: Some(20),
+                    ..Default::default()
+                },
                 ..Default::default()
             },
         )
@@ -313,7 +316,10 @@ fn run() {
         .set_port(
             "p2",
             PolicyUpdate {
-                reserve_mbps: Some(150),
+                egress: EgressSettings {
+                    reserve_mbps: Some(150),
+                    ..Default::default()
+                },
                 ..Default::default()
             },
         )

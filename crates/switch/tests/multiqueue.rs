@@ -39,7 +39,7 @@ fn mq_switch(dir: &Dir, pairs: usize, ports: usize) -> Switch {
                     SocketMode::Server,
                 );
                 if i == 1 {
-                    p.queues = Some(pairs);
+                    p.queues = std::num::NonZeroUsize::new(pairs);
                 }
                 p
             })

@@ -125,7 +125,7 @@ fn a_full_receive_queue_on_a_lent_pair_counts_its_drops_under_its_name() {
 fn full_queue(workers: usize) {
     let dir = Dir::new(&format!("pressure-rx{workers}"));
     let mut p1 = PortSpec::vhost_user("p1", dir.sock("p1"), SocketMode::Server);
-    p1.queues = Some(2);
+    p1.queues = std::num::NonZeroUsize::new(2);
     let p2 = PortSpec::vhost_user("p2", dir.sock("p2"), SocketMode::Server);
     let cfg = Config {
         switch: SwitchConfig {
@@ -296,7 +296,7 @@ fn held_back(slow: Slow) {
     let up = PortSpec::uplink("up", &a);
     let mut p1 = PortSpec::vhost_user("p1", dir.sock("p1"), SocketMode::Server);
     match slow {
-        Slow::Limit => p1.limit_mbps = Some(10),
+        Slow::Limit => p1.egress.limit_mbps = Some(10),
         Slow::Qdisc => {
             let tc = std::process::Command::new("tc")
                 .args(["qdisc", "add", "dev", &a, "root", "tbf"])

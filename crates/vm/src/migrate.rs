@@ -134,7 +134,7 @@ pub(crate) fn make_port(
         SocketMode::Client
     };
     let mut port = PortSpec::vhost_user(name, socket, mode);
-    port.queues = (queues > 1).then_some(usize::from(queues));
+    port.queues = std::num::NonZeroUsize::new(usize::from(queues)).filter(|q| q.get() > 1);
     switch(control)?
         .request(&Request::PortAdd { port })
         .ctx(|| format!("creating switch port {name} on {}", socket.display()))?;

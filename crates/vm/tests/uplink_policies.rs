@@ -136,7 +136,7 @@ fn uplink_switch(work: &Dir, va: &str, a_mac: &str) -> Switch {
     // Queue 0 is shared; a's direct binding takes one of the others and
     // b (uplink_queue auto) the last.
     let mut up = PortSpec::uplink("up", va);
-    up.queues = Some(3);
+    up.queues = std::num::NonZeroUsize::new(3);
     up.capacity_mbps = Some(CAPACITY_MBPS);
     let mut pa = PortSpec::vhost_user("pa", sock("pa"), SocketMode::Server);
     pa.mac = Some(a_mac.to_string());
@@ -144,8 +144,8 @@ fn uplink_switch(work: &Dir, va: &str, a_mac: &str) -> Switch {
     // b's MAC is not configured: its queue takes the address the switch
     // learns from b's first frame.
     let mut pb = PortSpec::vhost_user("pb", sock("pb"), SocketMode::Server);
-    pb.share = Some(300);
-    pb.limit_mbps = Some(LIMIT_MBPS);
+    pb.egress.share = Some(300);
+    pb.egress.limit_mbps = Some(LIMIT_MBPS);
     pb.tx_poll_budget = Some(TX_BUDGET);
     // a's second NIC: the default share (100), no limit; added last, it
     // finds no queue left and shares queue 0.
@@ -173,18 +173,21 @@ fn policies_configured(sw: &Switch) {
     println!(
         "up: capacity {:?} Mbit/s; pb: share {:?} limit {:?} Mbit/s, tx_poll_budget {}; pc: share {:?} limit {:?}; pa: direct on up",
         upi.egress.capacity_mbps,
-        pb.egress.share,
-        pb.egress.limit_mbps,
+        pb.egress.settings.share,
+        pb.egress.settings.limit_mbps,
         pb.policy.tx_poll_budget,
-        pc.egress.share,
-        pc.egress.limit_mbps
+        pc.egress.settings.share,
+        pc.egress.settings.limit_mbps
     );
     assert_eq!(upi.egress.capacity_mbps, Some(CAPACITY_MBPS));
-    assert_eq!(pb.egress.limit_mbps, Some(LIMIT_MBPS));
-    assert_eq!(pb.egress.share, Some(300));
-    assert_eq!(pc.egress.limit_mbps, None);
+    assert_eq!(pb.egress.settings.limit_mbps, Some(LIMIT_MBPS));
+    assert_eq!(pb.egress.settings.share, Some(300));
+    assert_eq!(pc.egress.settings.limit_mbps, None);
     assert_eq!(pb.policy.tx_poll_budget, TX_BUDGET);
-    assert_eq!(pa.egress.limit_mbps, None, "a direct port has no QoS");
+    assert_eq!(
+        pa.egress.settings.limit_mbps, None,
+        "a direct port has no QoS"
+    );
 }
 
 /// a answers ARP only where it has the address; a, a's second NIC and b

@@ -73,7 +73,7 @@ fn ports_added_at_run_time_come_back_after_a_kill() {
     let mut vm1 = PortSpec::vhost_user("vm1", dir.join("vm1.sock"), SocketMode::Server);
     vm1.vlan = Some(7);
     vm1.mac = Some("02:00:00:00:00:07".into());
-    vm1.queues = Some(2);
+    vm1.queues = std::num::NonZeroUsize::new(2);
     let vm2 = PortSpec::vhost_user("vm2", dir.join("vm2.sock"), SocketMode::Server);
     for p in [vm1, vm2] {
         c.request(&Request::PortAdd { port: p }).unwrap();
@@ -82,7 +82,10 @@ fn ports_added_at_run_time_come_back_after_a_kill() {
         name: "vm1".into(),
         set: PolicyUpdate {
             lro: Some(false),
-            share: Some(300),
+            egress: vnio_switch::config::EgressSettings {
+                share: Some(300),
+                ..Default::default()
+            },
             ..Default::default()
         },
     })

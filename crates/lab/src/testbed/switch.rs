@@ -8,6 +8,7 @@
 
 use super::*;
 use crate::scenario::{HostKind, Knobs, PortPolicy};
+use std::num::NonZeroUsize;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 use vnio_switch::config::{Config, PortSpec, SwitchConfig};
@@ -190,17 +191,18 @@ impl Testbed {
         o.set_controller("up", "br0")?;
         o.set_up("up")?;
         let mut up = PortSpec::uplink(UPLINK_PORT, "up0");
-        up.queues = knobs.uplink_queues;
+        up.queues = knobs.uplink_queues.and_then(NonZeroUsize::new);
         up.capacity_mbps = knobs.uplink_capacity_mbit;
         if knobs.port_policy == Some(PortPolicy::Direct) {
             // Queue 0 stays shared; a direct port takes one of its own.
-            up.queues = Some(up.queues.unwrap_or(1).max(2));
+            up.queues = up.queues.max(NonZeroUsize::new(2));
         }
+        let queues = up.queue_count();
         ports.insert(0, up);
         self.outside_ns = Some(out);
         self.description.notes.push(format!(
             "switch uplink on a veth to the outside bridge, {} receive queue(s){}",
-            knobs.uplink_queues.unwrap_or(1),
+            queues,
             knobs
                 .uplink_capacity_mbit
                 .map(|c| format!(", egress capacity {c} Mbit/s"))
@@ -306,9 +308,9 @@ fn host_port(pk: &PortKnobs, dir: &Path, i: usize, host: &BedHost) -> PortSpec {
     if host.kind != HostKind::Namespace {
         port.lro = knobs.lro;
     }
-    port.share = for_host(&knobs.egress_share, host);
+    port.egress.share = for_host(&knobs.egress_share, host);
     port.offloads = for_host(&knobs.port_offloads, host);
-    port.limit_mbps = for_host(&knobs.egress_limit_mbit, host);
+    port.egress.limit_mbps = for_host(&knobs.egress_limit_mbit, host);
     port
 }
 

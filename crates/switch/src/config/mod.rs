@@ -2,7 +2,8 @@
 //! and the port specification shared with the control socket's `port_add`.
 //!
 //! A port's specification is in `config/port.rs`, its latency policies in
-//! `config/policies.rs`, a VXLAN port's checks in `config/vxlan.rs`.
+//! `config/policies.rs`, its egress settings in `config/egress.rs`, a VXLAN
+//! port's checks in `config/vxlan.rs`.
 
 use crate::datapath::ReadAheadMode;
 use crate::vlan::BadVid;
@@ -10,12 +11,14 @@ use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::time::Duration;
 
+mod egress;
 mod policies;
 mod port;
 mod vxlan;
 
+pub use egress::EgressSettings;
 pub use policies::{Latency, Policies, PolicyUpdate};
-pub use port::{egress_policy, PortKind, PortSpec};
+pub use port::{PortKind, PortSpec};
 
 /// Why a configuration is invalid.
 #[derive(Debug, thiserror::Error)]

@@ -3,6 +3,7 @@
 //! force, and the updates `port_set` makes at run time. Separate from the
 //! port's specification: these are what change while the port runs.
 
+use super::EgressSettings;
 use crate::coalesce::Coalesce;
 use serde::{Deserialize, Serialize};
 
@@ -64,15 +65,9 @@ pub struct PolicyUpdate {
     /// Transmit busy-poll budget in empty rounds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tx_poll_budget: Option<u32>,
-    /// Egress share on the uplinks.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub share: Option<u32>,
-    /// Egress limit in Mbit/s (0: none).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub limit_mbps: Option<u64>,
-    /// Egress reservation in Mbit/s (0: none).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reserve_mbps: Option<u64>,
+    /// Egress share, limit and reservation (top-level keys; 0 Mbit/s: none).
+    #[serde(flatten)]
+    pub egress: EgressSettings,
     /// Addresses the port may have learned in the FDB.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fdb_limit: Option<u32>,

@@ -4,15 +4,19 @@
 //! the file and switch-wide settings in `config.rs`: the control socket
 //! takes a port spec on its own.
 
-use super::{ConfigError, Latency, Policies, SwitchConfig, MAX_QUEUE_PAIRS, MAX_UPLINK_QUEUES};
+use super::{
+    ConfigError, EgressSettings, Latency, Policies, SwitchConfig, MAX_QUEUE_PAIRS,
+    MAX_UPLINK_QUEUES,
+};
 use crate::coalesce::Coalesce;
-use crate::egress::{EgressPolicy, DEFAULT_SHARE, MAX_SHARE};
+use crate::egress::EgressPolicy;
 use crate::forward::PortPolicy;
 use crate::netqueue::QueueRequest;
 use crate::port::SocketMode;
 use crate::vlan::VlanConfig;
 use crate::wire::EthernetAddress;
 use serde::{Deserialize, Serialize};
+use std::num::NonZeroUsize;
 use std::path::PathBuf;
 
 /// Kinds of ports.
@@ -101,21 +105,19 @@ pub struct PortSpec {
     /// uplink: receive queues (default 1); queue 0 is shared, the others go
     /// one per vNIC while they last. vhost-user: queue pairs offered to the
     /// front-end (default 1; more than one is a multiqueue vNIC, at most 8).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub queues: Option<usize>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "nonzero_queues"
+    )]
+    pub queues: Option<NonZeroUsize>,
     /// vhost-user or tap: the uplink receive queue this vNIC asks for
     /// ("auto", the default: its own while queues last; "shared"; or N).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uplink_queue: Option<QueueRequest>,
-    /// vNIC: weight on the uplinks' egress while they are contended (1-10000, default 100).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub share: Option<u32>,
-    /// vNIC: cap on its rate toward the uplinks, in Mbit/s.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub limit_mbps: Option<u64>,
-    /// vNIC: rate guaranteed toward the uplinks, in Mbit/s.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reserve_mbps: Option<u64>,
+    /// vNIC: share, limit and reservation on the uplinks' egress (top-level keys).
+    #[serde(flatten)]
+    pub egress: EgressSettings,
     /// uplink or vxlan: the egress capacity shares divide, in Mbit/s
     /// (default: an uplink interface's link speed when the kernel knows
     /// it; for a vxlan port none, so only limits and reservations apply).
@@ -170,29 +172,17 @@ pub struct PortSpec {
     pub evpn: bool,
 }
 
-/// Validates egress settings (Mbit/s) into a policy (bit/s); 0 Mbit/s
-/// means no limit or reservation.
-pub fn egress_policy(
-    share: Option<u32>,
-    limit_mbps: Option<u64>,
-    reserve_mbps: Option<u64>,
-) -> Result<EgressPolicy, &'static str> {
-    let share = share.unwrap_or(DEFAULT_SHARE);
-    if !(1..=MAX_SHARE).contains(&share) {
-        return Err("`share` must be between 1 and 10000");
+/// `queues`, rejecting 0 at parse with the key named (a port carries
+/// frames on at least one queue).
+fn nonzero_queues<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<NonZeroUsize>, D::Error> {
+    match Option::<usize>::deserialize(d)? {
+        None => Ok(None),
+        Some(n) => NonZeroUsize::new(n)
+            .map(Some)
+            .ok_or_else(|| serde::de::Error::custom("`queues` = 0: a port has at least 1 queue")),
     }
-    let mbps = |m: Option<u64>| m.filter(|&m| m > 0).map(|m| m.saturating_mul(1_000_000));
-    let (limit_bps, reserve_bps) = (mbps(limit_mbps), mbps(reserve_mbps));
-    if let (Some(l), Some(r)) = (limit_bps, reserve_bps) {
-        if r > l {
-            return Err("`reserve_mbps` cannot exceed `limit_mbps`");
-        }
-    }
-    Ok(EgressPolicy {
-        share,
-        limit_bps,
-        reserve_bps,
-    })
 }
 
 fn is_false(b: &bool) -> bool {
@@ -224,9 +214,7 @@ impl PortSpec {
             tx_poll_budget: None,
             queues: None,
             uplink_queue: None,
-            share: None,
-            limit_mbps: None,
-            reserve_mbps: None,
+            egress: EgressSettings::default(),
             capacity_mbps: None,
             direct: None,
             cross_connect: None,
@@ -257,10 +245,10 @@ impl PortSpec {
     /// The port's queue count, its default applied (the one place it is):
     /// a vhost-user port's queue pairs, an uplink's receive queues, 1 for
     /// the other kinds.
-    pub fn queue_count(&self) -> usize {
+    pub fn queue_count(&self) -> NonZeroUsize {
         match self.kind {
-            PortKind::VhostUser | PortKind::Uplink => self.queues.unwrap_or(1),
-            PortKind::Tap | PortKind::Vxlan => 1,
+            PortKind::VhostUser | PortKind::Uplink => self.queues.unwrap_or(NonZeroUsize::MIN),
+            PortKind::Tap | PortKind::Vxlan => NonZeroUsize::MIN,
         }
     }
 
@@ -376,7 +364,7 @@ impl PortSpec {
         if self.uplink_queue.is_some() && self.kind == PortKind::Uplink {
             return Err("`uplink_queue` applies to vhost-user and tap ports");
         }
-        if self.vnic_egress() && self.kind == PortKind::Uplink {
+        if self.egress.is_set() && self.kind == PortKind::Uplink {
             return Err(
                 "`share`, `limit_mbps` and `reserve_mbps` apply to vhost-user and tap ports",
             );
@@ -385,11 +373,11 @@ impl PortSpec {
         {
             return Err("`capacity_mbps` applies to uplink and vxlan ports only");
         }
-        egress_policy(self.share, self.limit_mbps, self.reserve_mbps)
+        self.egress.policy()
     }
 
     fn check_queues(&self) -> Result<(), &'static str> {
-        match (self.kind, self.queues) {
+        match (self.kind, self.queues.map(NonZeroUsize::get)) {
             (_, None) => Ok(()),
             (PortKind::Uplink, Some(k)) if !(1..=MAX_UPLINK_QUEUES).contains(&k) => {
                 Err("`queues` must be between 1 and 64")
@@ -402,11 +390,6 @@ impl PortSpec {
         }
     }
 
-    /// Whether a vNIC's egress share, limit or reservation is set.
-    pub(super) fn vnic_egress(&self) -> bool {
-        self.share.is_some() || self.limit_mbps.is_some() || self.reserve_mbps.is_some()
-    }
-
     fn check_direct(&self, has_mac: bool) -> Result<(), &'static str> {
         if self.direct.is_none() {
             return Ok(());
@@ -417,7 +400,7 @@ impl PortSpec {
         if !has_mac {
             return Err("`direct` needs `mac` (its uplink queue takes frames for it)");
         }
-        if self.uplink_queue.is_some() || self.vnic_egress() {
+        if self.uplink_queue.is_some() || self.egress.is_set() {
             return Err(
                 "a `direct` port takes its own uplink queue and has no share, limit or reservation",
             );
@@ -443,13 +426,13 @@ impl PortSpec {
             || self.vlan.is_some()
             || !self.trunk.is_empty()
             || self.native_vlan.is_some()
-            || self.vnic_egress()
+            || self.egress.is_set()
         {
             return Err(
                 "a `cross_connect` port is not switched: no `direct`, VLAN, share, limit or reservation",
             );
         }
-        if self.latency == Latency::High || self.queue_count() > 1 {
+        if self.latency == Latency::High || self.queue_count().get() > 1 {
             // Both ends must stay on one worker: the shared one.
             return Err("a `cross_connect` port has one queue pair and ordinary latency");
         }

@@ -258,3 +258,132 @@ fn socket_access_is_for_server_sockets_and_checked() {
     );
     assert!(port("socket_access = { mode = \"0660\", other = 1 }\n").is_err());
 }
+
+#[test]
+fn zero_queues_fail_at_parse_naming_the_key() {
+    for kind in [
+        "kind = \"vhost-user\"\nsocket = \"/a\"",
+        "kind = \"uplink\"\nifname = \"e\"",
+    ] {
+        let e =
+            Config::parse(&format!("[[port]]\nname = \"a\"\n{kind}\nqueues = 0\n")).unwrap_err();
+        let chain = crate::error_chain(&e);
+        assert!(chain.contains("`queues` = 0"), "{chain}");
+    }
+    let json = r#"{"name":"a","kind":"vhost-user","socket":"/a","queues":0}"#;
+    let e = serde_json::from_str::<PortSpec>(json)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("`queues` = 0"), "{e}");
+    let one = r#"{"name":"a","kind":"vhost-user","socket":"/a","queues":3}"#;
+    let spec: PortSpec = serde_json::from_str(one).unwrap();
+    assert_eq!(spec.queue_count().get(), 3);
+    let back = serde_json::to_string(&spec).unwrap();
+    assert!(back.contains(r#""queues":3"#), "{back}");
+}
+
+#[test]
+fn egress_settings_keep_their_top_level_keys() {
+    let toml = "[[port]]\nname = \"a\"\nkind = \"vhost-user\"\nsocket = \"/a\"\n\
+                share = 5\nlimit_mbps = 10\nreserve_mbps = 2\n";
+    let spec = Config::parse(toml).unwrap().ports.remove(0);
+    let want = EgressSettings {
+        share: Some(5),
+        limit_mbps: Some(10),
+        reserve_mbps: Some(2),
+    };
+    assert_eq!(spec.egress, want);
+    assert_eq!(spec.egress.policy().unwrap().limit_bps, Some(10_000_000));
+    let json = serde_json::to_value(&spec).unwrap();
+    assert_eq!(
+        json,
+        serde_json::json!({"name": "a", "kind": "vhost-user", "socket": "/a",
+            "mode": "server", "spoof_guard": false,
+            "share": 5, "limit_mbps": 10, "reserve_mbps": 2})
+    );
+    assert_eq!(serde_json::from_value::<PortSpec>(json).unwrap(), spec);
+    let back = toml::to_string(&Config {
+        switch: SwitchConfig::default(),
+        ports: vec![spec.clone()],
+    })
+    .unwrap();
+    assert!(
+        back.contains("\nshare = 5\nlimit_mbps = 10\nreserve_mbps = 2\n"),
+        "{back}"
+    );
+    assert_eq!(Config::parse(&back).unwrap().ports, vec![spec]);
+
+    let e = Config::parse(&toml.replace("share = 5", "share = \"x\"")).unwrap_err();
+    let chain = crate::error_chain(&e);
+    assert!(
+        chain.contains("`share`: invalid type: string \"x\""),
+        "{chain}"
+    );
+    let e = serde_json::from_str::<PolicyUpdate>(r#"{"limit_mbps":-1}"#).unwrap_err();
+    assert!(e.to_string().contains("`limit_mbps`: invalid value"), "{e}");
+    let e = Config::parse(&format!("{toml}bogus = 1\n")).unwrap_err();
+    assert!(
+        crate::error_chain(&e).contains("unknown field `bogus`"),
+        "{}",
+        crate::error_chain(&e)
+    );
+    let e = serde_json::from_str::<PortSpec>(r#"{"name":"a","kind":"tap","sharee":1}"#)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("unknown field `sharee`"), "{e}");
+}
+
+#[test]
+fn a_policy_update_and_port_info_keep_their_egress_keys() {
+    let u: PolicyUpdate = serde_json::from_str(r#"{"lro":false,"limit_mbps":20}"#).unwrap();
+    assert_eq!(
+        (u.lro, u.egress.limit_mbps, u.egress.share),
+        (Some(false), Some(20), None)
+    );
+    assert_eq!(
+        serde_json::to_value(&u).unwrap(),
+        serde_json::json!({"lro": false, "limit_mbps": 20})
+    );
+    let e = serde_json::from_str::<PolicyUpdate>(r#"{"limit":20}"#).unwrap_err();
+    assert!(e.to_string().contains("unknown field `limit`"), "{e}");
+    let info = crate::port_info::EgressInfo {
+        settings: EgressSettings {
+            share: Some(100),
+            limit_mbps: Some(20),
+            reserve_mbps: None,
+        },
+        ..Default::default()
+    };
+    let json = serde_json::to_value(&info).unwrap();
+    assert_eq!(json, serde_json::json!({"share": 100, "limit_mbps": 20}));
+    assert_eq!(
+        serde_json::from_value::<crate::port_info::EgressInfo>(json).unwrap(),
+        info
+    );
+}
+
+#[test]
+fn an_update_keeps_what_it_does_not_give() {
+    let cur = EgressSettings::from(crate::egress::EgressPolicy {
+        share: 300,
+        limit_bps: Some(50_000_000),
+        reserve_bps: None,
+    });
+    let u = EgressSettings {
+        reserve_mbps: Some(10),
+        ..Default::default()
+    };
+    let p = cur.updated(&u).policy().unwrap();
+    assert_eq!(
+        (p.share, p.limit_bps, p.reserve_bps),
+        (300, Some(50_000_000), Some(10_000_000))
+    );
+    let over = EgressSettings {
+        reserve_mbps: Some(60),
+        ..Default::default()
+    };
+    assert!(
+        cur.updated(&over).policy().is_err(),
+        "a reservation above the limit"
+    );
+}

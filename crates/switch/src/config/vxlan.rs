@@ -121,7 +121,8 @@ impl PortSpec {
         {
             return Err("`underlay_mtu` must be between 576 and 65535".into());
         }
-        let vnic_only = self.vnic_egress() || self.uplink_queue.is_some() || self.direct.is_some();
+        let vnic_only =
+            self.egress.is_set() || self.uplink_queue.is_some() || self.direct.is_some();
         if vnic_only || self.offloads.is_some() {
             return Err(
                 "a vxlan port has no uplink queue, egress policy, direct mode or offloads".into(),

@@ -212,7 +212,7 @@ impl Workers {
             .ports
             .iter()
             .any(|p| p.cross_connect.as_ref() == Some(&spec.name));
-        let single = spec.kind == PortKind::VhostUser && spec.queue_count() == 1;
+        let single = spec.kind == PortKind::VhostUser && spec.queue_count().get() == 1;
         if named && (!single || policies.latency == Latency::High) {
             return Err(WorkerError::Refused(format!(
                 "port {}: a port cross-connects with it, so it must be a single-queue vhost-user port of ordinary latency",
@@ -230,7 +230,7 @@ impl Workers {
         let name = spec.name.clone();
         let uplink = spec.kind == PortKind::Uplink;
         let pairs = match spec.kind {
-            PortKind::VhostUser => spec.queue_count(),
+            PortKind::VhostUser => spec.queue_count().get(),
             _ => 1,
         };
         let r = self

@@ -98,9 +98,7 @@ impl Worker {
                     ..Default::default()
                 },
                 None => EgressInfo {
-                    share: Some(s.policy.egress.share),
-                    limit_mbps: s.policy.egress.limit_bps.map(|b| b / 1_000_000),
-                    reserve_mbps: s.policy.egress.reserve_bps.map(|b| b / 1_000_000),
+                    settings: s.policy.egress.into(),
                     ..Default::default()
                 },
             },

@@ -4,7 +4,7 @@
 //! between polling rounds.
 
 use super::{PortInfo, Worker, WorkerError};
-use crate::config::{PolicyUpdate, PortKind, PortSpec};
+use crate::config::{EgressSettings, PolicyUpdate, PortKind, PortSpec};
 use crate::datapath::{Port, Slot};
 use crate::port::tap::TapPort;
 use crate::port::uplink::{UplinkOptions, UplinkPort};
@@ -53,7 +53,7 @@ impl Worker {
                         .map_err(|x| format!("socket_access of {}: {x}", socket.display()))?;
                 }
                 p.set_max_memory(self.cfg.max_guest_memory());
-                p.set_queue_pairs(spec.queue_count());
+                p.set_queue_pairs(spec.queue_count().get());
                 Port::VhostUser(p)
             }
             PortKind::Tap => {
@@ -74,7 +74,7 @@ impl Worker {
                     .ok_or("an uplink port needs an interface")?;
                 let opts = UplinkOptions {
                     qdisc_bypass: spec.qdisc_bypass,
-                    queues: spec.queue_count(),
+                    queues: spec.queue_count().get(),
                     capacity_bps: spec.capacity_mbps.map(|m| m.saturating_mul(1_000_000)),
                     ..UplinkOptions::default()
                 };
@@ -89,7 +89,7 @@ impl Worker {
         };
         let slot = self.dp.add(id, spec.name.clone(), policy, policies, port);
         if let (Some(s), PortKind::VhostUser) = (self.dp.table().slot(slot), spec.kind) {
-            let pairs = spec.queue_count() as u64;
+            let pairs = spec.queue_count().get() as u64;
             s.stats
                 .queue_pairs
                 .store(pairs, std::sync::atomic::Ordering::Relaxed);
@@ -158,20 +158,16 @@ impl Worker {
             .table()
             .slot(slot)
             .ok_or_else(|| WorkerError::NoPort(name.to_string()))?;
-        if u.share.is_some() || u.limit_mbps.is_some() || u.reserve_mbps.is_some() {
+        if u.egress.is_set() {
             if !s.is_vnic() {
                 return Err(WorkerError::Refused(format!(
                     "port {name}: share, limit and reservation apply to vhost-user and tap ports"
                 )));
             }
-            let cur = s.policy.egress;
-            let mbps = |b: Option<u64>| b.map(|b| b / 1_000_000);
-            let e = crate::config::egress_policy(
-                Some(u.share.unwrap_or(cur.share)),
-                u.limit_mbps.or(mbps(cur.limit_bps)),
-                u.reserve_mbps.or(mbps(cur.reserve_bps)),
-            )
-            .map_err(|w| WorkerError::Refused(format!("port {name}: {w}")))?;
+            let e = EgressSettings::from(s.policy.egress)
+                .updated(&u.egress)
+                .policy()
+                .map_err(|w| WorkerError::Refused(format!("port {name}: {w}")))?;
             let id = s.id;
             self.dp
                 .table()

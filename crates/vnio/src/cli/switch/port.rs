@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use clap::Subcommand;
 use vnio_switch::coalesce::Coalesce;
-use vnio_switch::config::{Latency, PolicyUpdate};
+use vnio_switch::config::{EgressSettings, Latency, PolicyUpdate};
 use vnio_switch::control::{Client, Request};
 use vnio_switch::port::SocketMode;
 use vnio_switch::stats::PortStatsSnapshot;
@@ -86,6 +86,15 @@ pub(super) struct PolicyArgs {
 }
 
 impl PolicyArgs {
+    /// The share, limit and reservation given (0 Mbit/s: none).
+    fn egress(&self) -> EgressSettings {
+        EgressSettings {
+            share: self.share,
+            limit_mbps: self.limit_mbps,
+            reserve_mbps: self.reserve_mbps,
+        }
+    }
+
     fn update(&self) -> PolicyUpdate {
         PolicyUpdate {
             coalesce: self.coalesce,
@@ -93,9 +102,7 @@ impl PolicyArgs {
             latency: self.latency,
             core: self.core,
             tx_poll_budget: self.tx_poll_budget,
-            share: self.share,
-            limit_mbps: self.limit_mbps,
-            reserve_mbps: self.reserve_mbps,
+            egress: self.egress(),
             fdb_limit: self.fdb_limit,
         }
     }

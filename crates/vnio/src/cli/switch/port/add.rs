@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
-use vnio_switch::config::{PortKind, PortSpec};
+use vnio_switch::config::{EgressSettings, PortKind, PortSpec};
 use vnio_switch::control::{Client, Request};
 use vnio_switch::port::SocketMode;
 use vnio_switch::socket_access::{Principal, SocketAccess};
@@ -106,7 +106,7 @@ pub(in crate::cli::switch) struct AddArgs {
     /// Uplink: receive queues (queue 0 shared, the others one per vNIC while they last);
     /// vhost-user: queue pairs offered to the guest (a multiqueue vNIC, 1-8).
     #[arg(long, conflicts_with_all = ["tap", "vxlan"])]
-    queues: Option<usize>,
+    queues: Option<std::num::NonZeroUsize>,
     /// Uplink or vxlan: egress capacity the shares divide, Mbit/s (default:
     /// an uplink's link speed; none for vxlan).
     #[arg(long, value_name = "MBPS")]
@@ -154,9 +154,7 @@ impl AddArgs {
     fn check_flags(&self, kind: PortKind) -> anyhow::Result<()> {
         use PortKind::{Tap, Uplink, VhostUser, Vxlan};
         let vnic = matches!(kind, VhostUser | Tap);
-        let egress = self.policy.share.is_some()
-            || self.policy.limit_mbps.is_some()
-            || self.policy.reserve_mbps.is_some();
+        let egress = self.policy.egress().is_set();
         let misplaced = [
             (
                 "--mode",
@@ -252,9 +250,11 @@ impl AddArgs {
             latency: policy.latency.unwrap_or_default(),
             core: policy.core,
             tx_poll_budget: policy.tx_poll_budget,
-            share: policy.share,
-            limit_mbps: policy.limit_mbps.filter(|&m| m > 0),
-            reserve_mbps: policy.reserve_mbps.filter(|&m| m > 0),
+            egress: EgressSettings {
+                limit_mbps: policy.limit_mbps.filter(|&m| m > 0),
+                reserve_mbps: policy.reserve_mbps.filter(|&m| m > 0),
+                ..policy.egress()
+            },
             capacity_mbps: self.capacity_mbps,
             queues: self.queues,
             uplink_queue: self.uplink_queue,
@@ -324,7 +324,12 @@ mod tests {
             assert_eq!(spec(args).unwrap().kind, kind, "{args:?}");
         }
         let up = spec(&["up", "--uplink", "eth0", "--queues", "4"]).unwrap();
-        assert_eq!((up.ifname.as_deref(), up.queues), (Some("eth0"), Some(4)));
+        assert_eq!(
+            (up.ifname.as_deref(), up.queues),
+            (Some("eth0"), std::num::NonZeroUsize::new(4))
+        );
+        let zero = spec(&["up", "--uplink", "eth0", "--queues", "0"]).unwrap_err();
+        assert!(zero.to_string().contains("--queues"), "{zero}");
     }
 
     #[test]
