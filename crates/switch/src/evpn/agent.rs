@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 /// How often the local addresses are compared with the shadow bridge.
 const ANNOUNCE_EVERY: Duration = Duration::from_millis(200);
 /// Longest wait for netlink before the thread looks at the clock.
-const WAIT_MS: i32 = 50;
+const WAIT_MS: u64 = 50;
 /// Removals wait until netlink has been quiet this long, so that a burst
 /// (zebra leaving takes every route away) is seen whole.
 const QUIET: Duration = Duration::from_millis(300);

@@ -1,24 +1,21 @@
 //! The bridge FDB over rtnetlink (AF_BRIDGE neighbours): a dump, then
 //! RTM_NEWNEIGH and RTM_DELNEIGH as they happen, of the entries on one
 //! `vxlan` device that carry a remote VTEP (`NDA_DST`): remote addresses,
-//! and the all-zero address, which stands for the flood list.
+//! and the all-zero address, which stands for the flood list. Messages are
+//! built and read with netlink-packet-route, the socket is netlink-sys's.
 
-use crate::sys::netlink;
+use crate::sys::netlink::force_rcvbuf;
+use crate::sys::wait::readable_within;
 use crate::wire::EthernetAddress;
+use netlink_packet_core::{
+    NetlinkBuffer, NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_DUMP, NLM_F_REQUEST,
+};
+use netlink_packet_route::neighbour::{NeighbourAddress, NeighbourAttribute, NeighbourMessage};
+use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
+use netlink_sys::{protocols::NETLINK_ROUTE, Socket};
 use std::io;
 use std::net::Ipv4Addr;
-use std::os::fd::OwnedFd;
-
-const RTM_NEWNEIGH: u16 = 28;
-const RTM_DELNEIGH: u16 = 29;
-const RTM_GETNEIGH: u16 = 30;
-const NLMSG_ERROR: u16 = 2;
-const NLMSG_DONE: u16 = 3;
-const NDA_DST: u16 = 1;
-const NDA_LLADDR: u16 = 2;
-const AF_BRIDGE: u8 = 7;
-const HDR: usize = 16;
-const NDMSG: usize = 12;
+use std::time::Duration;
 
 /// One FDB entry with a remote VTEP, added or removed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,6 +29,7 @@ pub struct Neigh {
 }
 
 /// What one read brought.
+#[derive(Debug, PartialEq, Eq)]
 pub enum Read {
     /// An entry of the device (from the dump or an event).
     Neigh(Neigh),
@@ -41,8 +39,8 @@ pub enum Read {
 
 /// A netlink socket subscribed to neighbour changes.
 pub struct Watch {
-    fd: OwnedFd,
-    ifindex: i32,
+    socket: Socket,
+    ifindex: u32,
     buf: Vec<u8>,
     seq: u32,
 }
@@ -51,127 +49,161 @@ impl Watch {
     /// Watches device `ifindex`. A large receive buffer makes an overrun
     /// (a burst of routes) rare; it is still handled (dump again).
     pub fn open(ifindex: i32) -> io::Result<Self> {
+        let mut socket = Socket::new(NETLINK_ROUTE)?;
+        // A smaller buffer only makes overruns likelier; they are handled.
+        let _ = force_rcvbuf(&socket, 8 << 20);
+        socket.bind_auto()?;
+        socket.add_membership(libc::RTNLGRP_NEIGH)?;
+        socket.set_non_blocking(true)?;
         Ok(Self {
-            fd: netlink::neigh_socket(8 << 20)?,
-            ifindex,
-            buf: vec![0; 1 << 16],
+            socket,
+            ifindex: ifindex as u32,
+            buf: Vec::with_capacity(1 << 16),
             seq: 0,
         })
     }
 
     /// Waits up to `ms` milliseconds for something to read.
-    pub fn wait(&self, ms: i32) {
-        netlink::wait_readable(&self.fd, ms);
+    pub fn wait(&self, ms: u64) {
+        let _ = readable_within(&self.socket, Duration::from_millis(ms));
     }
 
     /// Asks for every AF_BRIDGE FDB entry; they arrive through [`Watch::read`].
     pub fn dump(&mut self) -> io::Result<()> {
-        self.seq += 1;
-        let mut m = [0u8; HDR + NDMSG];
-        m[0..4].copy_from_slice(&((HDR + NDMSG) as u32).to_ne_bytes());
-        m[4..6].copy_from_slice(&RTM_GETNEIGH.to_ne_bytes());
-        let flags = (libc::NLM_F_REQUEST | libc::NLM_F_DUMP) as u16;
-        m[6..8].copy_from_slice(&flags.to_ne_bytes());
-        m[8..12].copy_from_slice(&self.seq.to_ne_bytes());
-        m[HDR] = AF_BRIDGE;
-        netlink::send(&self.fd, &m)
+        self.seq = self.seq.wrapping_add(1);
+        let mut request = NeighbourMessage::default();
+        request.header.family = AddressFamily::Bridge;
+        let mut header = NetlinkHeader::default();
+        header.flags = NLM_F_REQUEST | NLM_F_DUMP;
+        header.sequence_number = self.seq;
+        let mut packet = NetlinkMessage::new(
+            header,
+            NetlinkPayload::from(RouteNetlinkMessage::GetNeighbour(request)),
+        );
+        packet.finalize();
+        let mut bytes = vec![0; packet.buffer_len()];
+        packet.serialize(&mut bytes);
+        self.socket.send(&bytes, 0).map(|_| ())
     }
 
     /// Everything one datagram holds, into `out`; `Ok(false)` when there
     /// was nothing to read. An error (ENOBUFS: the socket overran) means
     /// events may be lost: dump again.
     pub fn read(&mut self, out: &mut Vec<Read>) -> io::Result<bool> {
-        let Some(n) = netlink::recv(&self.fd, &mut self.buf)? else {
-            return Ok(false);
-        };
+        self.buf.clear();
+        match self.socket.recv(&mut self.buf, 0) {
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+            Err(e) => return Err(e),
+        }
         let mut at = 0;
-        while at + HDR <= n {
-            let b = &self.buf[at..n];
-            let len = u32::from_ne_bytes([b[0], b[1], b[2], b[3]]) as usize;
-            let ty = u16::from_ne_bytes([b[4], b[5]]);
-            if len < HDR || len > b.len() {
+        while let Ok(frame) = NetlinkBuffer::new_checked(&self.buf[at..]) {
+            let len = frame.length() as usize;
+            out.extend(decode(&self.buf[at..at + len], self.ifindex));
+            at += (len + 3) & !3;
+            if at >= self.buf.len() {
                 break;
             }
-            match ty {
-                // A failed dump ends it too: what it brought is all there is.
-                NLMSG_DONE | NLMSG_ERROR => out.push(Read::DumpDone),
-                RTM_NEWNEIGH | RTM_DELNEIGH => {
-                    if let Some(x) = parse(&b[HDR..len], self.ifindex, ty == RTM_NEWNEIGH) {
-                        out.push(Read::Neigh(x));
-                    }
-                }
-                _ => {}
-            }
-            at += (len + 3) & !3;
         }
         Ok(true)
     }
 }
 
-/// An ndmsg and its attributes: an entry of device `ifindex` with a VTEP.
-fn parse(m: &[u8], ifindex: i32, added: bool) -> Option<Neigh> {
-    if m.len() < NDMSG || m[0] != AF_BRIDGE {
-        return None;
-    }
-    if i32::from_ne_bytes([m[4], m[5], m[6], m[7]]) != ifindex {
+/// What one netlink message says about device `ifindex`: an entry with a
+/// VTEP, the end of the dump, or nothing (other messages, other devices,
+/// local entries, and messages that do not parse).
+fn decode(frame: &[u8], ifindex: u32) -> Option<Read> {
+    let message = NetlinkMessage::<RouteNetlinkMessage>::deserialize(frame).ok()?;
+    let (neighbour, added) = match message.payload {
+        // A failed dump ends it too: what it brought is all there is.
+        NetlinkPayload::Done(_) | NetlinkPayload::Error(_) => return Some(Read::DumpDone),
+        NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewNeighbour(n)) => (n, true),
+        NetlinkPayload::InnerMessage(RouteNetlinkMessage::DelNeighbour(n)) => (n, false),
+        _ => return None,
+    };
+    if neighbour.header.family != AddressFamily::Bridge || neighbour.header.ifindex != ifindex {
         return None;
     }
     let (mut mac, mut vtep) = (None, None);
-    let mut at = NDMSG;
-    while at + 4 <= m.len() {
-        let len = u16::from_ne_bytes([m[at], m[at + 1]]) as usize;
-        let ty = u16::from_ne_bytes([m[at + 2], m[at + 3]]) & 0x3fff;
-        if len < 4 || at + len > m.len() {
-            break;
-        }
-        let v = &m[at + 4..at + len];
-        match (ty, v.len()) {
-            (NDA_LLADDR, 6) => mac = Some(EthernetAddress::from_bytes(v)),
-            (NDA_DST, 4) => vtep = Some(Ipv4Addr::new(v[0], v[1], v[2], v[3])),
+    for attribute in &neighbour.attributes {
+        match attribute {
+            NeighbourAttribute::LinkLayerAddress(a) if a.len() == 6 => {
+                mac = Some(EthernetAddress::from_bytes(a));
+            }
+            // AF_BRIDGE leaves NDA_DST's family to its length.
+            NeighbourAttribute::Destination(NeighbourAddress::Other(d)) if d.len() == 4 => {
+                vtep = Some(Ipv4Addr::new(d[0], d[1], d[2], d[3]));
+            }
+            NeighbourAttribute::Destination(NeighbourAddress::Inet(d)) => vtep = Some(*d),
             _ => {}
         }
-        at += (len + 3) & !3;
     }
-    Some(Neigh {
+    Some(Read::Neigh(Neigh {
         added,
         mac: mac?,
         vtep: vtep?,
-    })
+    }))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// An ndmsg for device `ifindex` with the given attributes.
-    fn ndmsg(ifindex: i32, attrs: &[(u16, &[u8])]) -> Vec<u8> {
-        let mut m = vec![0u8; NDMSG];
-        m[0] = AF_BRIDGE;
-        m[4..8].copy_from_slice(&ifindex.to_ne_bytes());
-        for (ty, v) in attrs {
-            m.extend_from_slice(&((4 + v.len()) as u16).to_ne_bytes());
-            m.extend_from_slice(&ty.to_ne_bytes());
-            m.extend_from_slice(v);
-            m.resize((m.len() + 3) & !3, 0);
-        }
-        m
+    /// An RTM_NEWNEIGH as the kernel sent it in a dump (`bridge fdb append
+    /// 02:00:00:00:00:09 dev vx0 dst 10.0.0.2 self`, vx0 index 3): ndmsg
+    /// AF_BRIDGE, NUD_NOARP|NUD_PERMANENT, NTF_SELF, then NDA_LLADDR,
+    /// NDA_DST and NDA_CACHEINFO.
+    const CAPTURED: &str =
+        "440000001c00020001000000997700000700000003000000c00002010a00020002000000\
+                            00090000080001000a0000021400030000000000c1010000c101000000000000";
+
+    fn bytes(hex: &str) -> Vec<u8> {
+        (0..hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+            .collect()
     }
 
     #[test]
-    fn entries_with_a_vtep_on_the_device_are_read() {
-        let mac = [2, 0, 0, 0, 0, 9];
-        let dst = [10, 0, 0, 2];
-        let m = ndmsg(5, &[(NDA_LLADDR, &mac), (NDA_DST, &dst)]);
-        let n = parse(&m, 5, true).unwrap();
-        assert_eq!(n.mac, EthernetAddress(mac));
-        assert_eq!(n.vtep, Ipv4Addr::new(10, 0, 0, 2));
-        assert!(n.added);
-        // Another device, no VTEP (a local entry), another family, truncated.
-        assert!(parse(&m, 6, true).is_none());
-        assert!(parse(&ndmsg(5, &[(NDA_LLADDR, &mac)]), 5, true).is_none());
+    fn a_captured_entry_with_a_vtep_on_the_device_is_read() {
+        let m = bytes(CAPTURED);
+        let want = Neigh {
+            added: true,
+            mac: EthernetAddress([2, 0, 0, 0, 0, 9]),
+            vtep: Ipv4Addr::new(10, 0, 0, 2),
+        };
+        assert_eq!(decode(&m, 3), Some(Read::Neigh(want)));
+        // As a removal.
+        let mut del = m.clone();
+        del[4] = 29;
+        assert_eq!(
+            decode(&del, 3),
+            Some(Read::Neigh(Neigh {
+                added: false,
+                ..want
+            }))
+        );
+        // Another device, another family, truncated.
+        assert_eq!(decode(&m, 4), None);
         let mut inet = m.clone();
-        inet[0] = 2;
-        assert!(parse(&inet, 5, true).is_none());
-        assert!(parse(&m[..NDMSG + 6], 5, true).is_none());
+        inet[16] = 2;
+        assert_eq!(decode(&inet, 3), None);
+        assert_eq!(decode(&m[..16 + 12 + 6], 3), None);
+        // No VTEP (a local entry): the message without NDA_DST and what follows.
+        let mut local = m[..16 + 12 + 12].to_vec();
+        local[0] = local.len() as u8;
+        assert_eq!(decode(&local, 3), None);
+    }
+
+    #[test]
+    fn the_end_of_a_dump_is_read() {
+        let mut done = NetlinkMessage::<RouteNetlinkMessage>::new(
+            NetlinkHeader::default(),
+            NetlinkPayload::Done(Default::default()),
+        );
+        done.finalize();
+        let mut m = vec![0; done.buffer_len()];
+        done.serialize(&mut m);
+        assert_eq!(decode(&m, 3), Some(Read::DumpDone));
     }
 }
