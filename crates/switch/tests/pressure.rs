@@ -11,7 +11,6 @@ mod common;
 
 use common::raw::{Order, RawFrontend, BUF};
 use common::*;
-use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 use vm_memory::{Address, GuestMemoryBackend};
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
@@ -22,7 +21,6 @@ use vnio_switch::endpoint::ring::{DriverRing, RingLayout};
 use vnio_switch::port::SocketMode;
 use vnio_switch::stats::pressure::pressure;
 use vnio_switch::stats::PortStatsSnapshot;
-use vnio_switch::vhost_user::protocol::code;
 
 const MQ: u64 = 1 << 22;
 const PROTOCOL_MQ: u64 = 1;
@@ -31,40 +29,6 @@ const FEW: u16 = 4;
 /// Frames sent to the guest, over `FLOWS` UDP flows.
 const FRAMES: u64 = 200;
 const FLOWS: u16 = 64;
-
-fn state(index: u32, num: u32) -> [u8; 8] {
-    let mut b = [0u8; 8];
-    b[..4].copy_from_slice(&index.to_le_bytes());
-    b[4..].copy_from_slice(&num.to_le_bytes());
-    b
-}
-
-/// Starts vring `q` of `h` on `layout` (in `h`'s memory), enabled.
-fn start_vring(h: &RawFrontend, q: u32, layout: RingLayout, kick: &EventFd, call: &EventFd) {
-    let mut addr = vec![0u8; 40];
-    addr[..4].copy_from_slice(&q.to_le_bytes());
-    addr[8..16].copy_from_slice(&(h.base_va + layout.desc).to_le_bytes());
-    addr[16..24].copy_from_slice(&(h.base_va + layout.used).to_le_bytes());
-    addr[24..32].copy_from_slice(&(h.base_va + layout.avail).to_le_bytes());
-    let q64 = u64::from(q).to_le_bytes();
-    h.send(
-        code::SET_VRING_NUM,
-        0,
-        &state(q, u32::from(layout.size)),
-        &[],
-    )
-    .unwrap();
-    h.send(code::SET_VRING_ADDR, 0, &addr, &[]).unwrap();
-    h.send(code::SET_VRING_BASE, 0, &state(q, 0), &[]).unwrap();
-    h.send(code::SET_VRING_CALL, 0, &q64, &[call.as_raw_fd()])
-        .unwrap();
-    h.send(code::SET_VRING_KICK, 0, &q64, &[kick.as_raw_fd()])
-        .unwrap();
-    h.send(code::SET_VRING_ENABLE, 0, &state(q, 1), &[])
-        .unwrap();
-    // A round trip: everything before it was processed.
-    let _ = h.get_u64(code::GET_FEATURES);
-}
 
 /// A UDP frame from mac(2) to mac(1) of flow `flow` (its source port).
 fn udp(flow: u16) -> Vec<u8> {
@@ -223,7 +187,7 @@ fn pair_one_with_few_buffers(h: &RawFrontend) -> (DriverRing, Vec<EventFd>) {
         EventFd::new(EFD_NONBLOCK).unwrap(),
         EventFd::new(EFD_NONBLOCK).unwrap(),
     );
-    start_vring(h, 2, layout, &kick, &call);
+    h.start_vring(2, layout, &kick, &call);
     // Pair 1's transmit queue (nothing sent on it): the pair runs.
     let tx1 = RingLayout::at(layout.end().div_ceil(4096) * 4096, 16, BUF);
     assert!(tx1.end() <= h.mem.last_addr().raw_value());
@@ -232,7 +196,7 @@ fn pair_one_with_few_buffers(h: &RawFrontend) -> (DriverRing, Vec<EventFd>) {
         EventFd::new(EFD_NONBLOCK).unwrap(),
         EventFd::new(EFD_NONBLOCK).unwrap(),
     );
-    start_vring(h, 3, tx1, &kick1, &call1);
+    h.start_vring(3, tx1, &kick1, &call1);
     (rx1, vec![kick, call, kick1, call1])
 }
 

@@ -129,34 +129,6 @@ fn pairs_on_two_workers_carry_flows_through_reconnects() {
 const MQ: u64 = 1 << 22;
 const PROTOCOL_MQ: u64 = 1;
 
-fn state(index: u32, num: u32) -> [u8; 8] {
-    let mut b = [0u8; 8];
-    b[..4].copy_from_slice(&index.to_le_bytes());
-    b[4..].copy_from_slice(&num.to_le_bytes());
-    b
-}
-
-/// Sets up vring `index` of `h` at `layout`, enabled, with `kick` and `call`.
-fn start_ring(h: &RawFrontend, index: u32, layout: RingLayout, kick: &EventFd, call: &EventFd) {
-    let mut addr = vec![0u8; 40];
-    addr[..4].copy_from_slice(&index.to_le_bytes());
-    addr[8..16].copy_from_slice(&(h.base_va + layout.desc).to_le_bytes());
-    addr[16..24].copy_from_slice(&(h.base_va + layout.used).to_le_bytes());
-    addr[24..32].copy_from_slice(&(h.base_va + layout.avail).to_le_bytes());
-    h.send(code::SET_VRING_NUM, 0, &state(index, 16), &[])
-        .unwrap();
-    h.send(code::SET_VRING_ADDR, 0, &addr, &[]).unwrap();
-    h.send(code::SET_VRING_BASE, 0, &state(index, 0), &[])
-        .unwrap();
-    h.send(code::SET_VRING_ENABLE, 0, &state(index, 1), &[])
-        .unwrap();
-    let i = u64::from(index).to_le_bytes();
-    h.send(code::SET_VRING_CALL, 0, &i, &[call.as_raw_fd()])
-        .unwrap();
-    h.send(code::SET_VRING_KICK, 0, &i, &[kick.as_raw_fd()])
-        .unwrap();
-}
-
 /// Puts a frame from p1 to p2 on `ring` (pair 1's transmit queue).
 fn offer_frame(h: &RawFrontend, ring: &mut DriverRing, layout: RingLayout, tag: u8) {
     let mut f = vec![tag; 64];
@@ -187,8 +159,8 @@ fn raw_spread(
     let ring = DriverRing::new(&h.mem, tx1, false).expect("ring inside memory");
     let ev = || EventFd::new(EFD_NONBLOCK).unwrap();
     let (rx_kick, rx_call, kick, call) = (ev(), ev(), ev(), ev());
-    start_ring(&h, 2, rx1, &rx_kick, &rx_call);
-    start_ring(&h, 3, tx1, &kick, &call);
+    h.start_vring(2, rx1, &rx_kick, &rx_call);
+    h.start_vring(3, tx1, &kick, &call);
     let _ = h.get_u64(code::GET_FEATURES);
     wait_spread_while(sw, || {});
     (h, tx1, ring, kick, vec![rx_kick, rx_call, call])
@@ -256,6 +228,14 @@ fn a_hostile_chain_on_a_lent_pair_resets_only_its_port() {
 /// then GET_VRING_BASE for its transmit queue: the pair is called back
 /// first, so the answer is where the holder left the ring (1). The ring
 /// restarted there, the pair is lent again and carries the next frame.
+/// A vring state message's body: index and number.
+fn state(index: u32, num: u32) -> [u8; 8] {
+    let mut b = [0u8; 8];
+    b[..4].copy_from_slice(&index.to_le_bytes());
+    b[4..].copy_from_slice(&num.to_le_bytes());
+    b
+}
+
 #[test]
 fn a_message_calls_a_lent_pair_back_with_its_ring_state() {
     bounded(Duration::from_secs(60), || {

@@ -179,12 +179,37 @@ impl RawFrontend {
         } else {
             self.tx.layout
         };
+        self.addr_body(q, l)
+    }
+
+    /// SET_VRING_ADDR's body for vring `q` at `l` in this front-end's memory.
+    fn addr_body(&self, q: u32, l: RingLayout) -> Vec<u8> {
         let mut b = vec![0u8; 40];
         b[..4].copy_from_slice(&q.to_le_bytes());
         b[8..16].copy_from_slice(&(self.base_va + l.desc).to_le_bytes());
         b[16..24].copy_from_slice(&(self.base_va + l.used).to_le_bytes());
         b[24..32].copy_from_slice(&(self.base_va + l.avail).to_le_bytes());
         b
+    }
+
+    /// Starts vring `q` at `layout` (in this front-end's memory), with
+    /// `kick` and `call`, enabled; returns once the switch processed it
+    /// (a round trip follows). For rings beyond the handshake's two.
+    pub fn start_vring(&self, q: u32, layout: RingLayout, kick: &EventFd, call: &EventFd) {
+        let q64 = u64::from(q).to_le_bytes();
+        let num = Self::state(q, u32::from(layout.size));
+        self.send(code::SET_VRING_NUM, 0, &num, &[]).unwrap();
+        self.send(code::SET_VRING_ADDR, 0, &self.addr_body(q, layout), &[])
+            .unwrap();
+        self.send(code::SET_VRING_BASE, 0, &Self::state(q, 0), &[])
+            .unwrap();
+        self.send(code::SET_VRING_CALL, 0, &q64, &[call.as_raw_fd()])
+            .unwrap();
+        self.send(code::SET_VRING_KICK, 0, &q64, &[kick.as_raw_fd()])
+            .unwrap();
+        self.send(code::SET_VRING_ENABLE, 0, &Self::state(q, 1), &[])
+            .unwrap();
+        let _ = self.get_u64(code::GET_FEATURES);
     }
 
     /// The whole handshake; RX buffers are posted before the rings start.
