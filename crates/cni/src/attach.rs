@@ -10,7 +10,7 @@ use crate::record::{port_name, Record, Records};
 use crate::result::{CniResult, Interface};
 use crate::{netns, switch};
 use std::path::{Path, PathBuf};
-use vnio_switch::config::PortSpec;
+use vnio_switch::config::{KindSpec, PortSpec, TapSpec, VhostUserSpec};
 use vnio_switch::control::Request;
 use vnio_switch::port::SocketMode;
 use vnio_switch::socket_access::{Resolved, SocketAccess};
@@ -96,9 +96,11 @@ fn build(env: &Env, conf: &NetConf, rec: &Record) -> Result<CniResult, CniError>
     let mac = conf.mac()?;
     let mut spec = match conf.kind {
         Kind::Tap => {
-            let mut s = PortSpec::tap(&rec.port, &env.ifname);
-            s.netns = Some(PathBuf::from(&env.netns));
-            s
+            let tap = TapSpec {
+                netns: Some(PathBuf::from(&env.netns)),
+                ..TapSpec::new(&env.ifname)
+            };
+            PortSpec::new(&rec.port, KindSpec::Tap(tap))
         }
         Kind::VhostUser => {
             let dir = rec.socket_dir.as_deref().unwrap_or(Path::new("/"));
@@ -118,12 +120,14 @@ fn build(env: &Env, conf: &NetConf, rec: &Record) -> Result<CniResult, CniError>
                 Mode::Server => SocketMode::Server,
                 Mode::Client => SocketMode::Client,
             };
-            let mut s = PortSpec::vhost_user(&rec.port, &sock, mode);
-            s.queues = conf.queues;
-            if conf.mode == Mode::Server {
-                s.socket_access = socket_access(conf)?.map(|(numeric, _)| numeric);
+            let mut v = VhostUserSpec::new(&sock, mode);
+            if let Some(q) = conf.queues {
+                v.queues = q;
             }
-            s
+            if conf.mode == Mode::Server {
+                v.socket_access = socket_access(conf)?.map(|(numeric, _)| numeric);
+            }
+            PortSpec::new(&rec.port, KindSpec::VhostUser(v))
         }
     };
     spec.vlan = conf.vlan;
@@ -154,7 +158,11 @@ fn build(env: &Env, conf: &NetConf, rec: &Record) -> Result<CniResult, CniError>
             iface.mtu = conf.mtu;
         }
         Kind::VhostUser => {
-            let sock = spec.socket.clone().unwrap_or_default();
+            let sock = spec
+                .kind
+                .vhost_user()
+                .map(|v| v.socket.clone())
+                .unwrap_or_default();
             iface.mac = mac.map(mac_text).unwrap_or_default();
             iface.socket_path = sock.display().to_string();
             if let Some(f) = &rec.device_info {

@@ -130,7 +130,7 @@ fn run(dir: &Path, pairs: usize, workers: usize, a: &Args) -> Result<f64, String
     let sock = |n: &str| dir.join(format!("{n}.sock"));
     let port = |n: &str| {
         let mut p = PortSpec::vhost_user(n, sock(n), SocketMode::Server);
-        p.queues = std::num::NonZeroUsize::new(pairs);
+        p.kind.vhost_user_mut().unwrap().queues = std::num::NonZeroUsize::new(pairs).unwrap();
         p
     };
     let sw = Switch::start(Config {

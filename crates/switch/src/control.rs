@@ -313,7 +313,7 @@ mod tests {
         let s = serde_json::to_string(&r).unwrap();
         assert_eq!(
             s,
-            r#"{"op":"port_add","port":{"name":"vm1","kind":"vhost-user","socket":"/tmp/a.sock","mode":"server","spoof_guard":false}}"#
+            r#"{"op":"port_add","port":{"name":"vm1","spoof_guard":false,"kind":"vhost-user","socket":"/tmp/a.sock","mode":"server"}}"#
         );
         assert_eq!(serde_json::from_str::<Request>(&s).unwrap(), r);
         assert_eq!(

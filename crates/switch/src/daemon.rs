@@ -483,7 +483,7 @@ fn request(server: &ControlServer, line: &[u8]) -> Response {
             Response::ok(serde_json::Value::Null)
         }
         Ok(Request::PortAdd { mut port }) => {
-            if port.evpn {
+            if port.kind.vxlan().is_some_and(|v| v.evpn) {
                 return Response::err(format!(
                     "port {}: an `evpn` vxlan port is set in the configuration file (its FRR shadow starts with the switch)",
                     port.name
@@ -491,9 +491,9 @@ fn request(server: &ControlServer, line: &[u8]) -> Response {
             }
             // A client's port binds where the client says, as the switch:
             // only inside the socket directory.
-            if let Some(sock) = &port.socket {
-                match sockpath::confine(&server.socket_dir, sock) {
-                    Ok(p) => port.socket = Some(p),
+            if let Some(v) = port.kind.vhost_user_mut() {
+                match sockpath::confine(&server.socket_dir, &v.socket) {
+                    Ok(p) => v.socket = p,
                     Err(e) => return Response::err(crate::error_chain(&e)),
                 }
             }

@@ -5,7 +5,7 @@
 //! removes the record. The config file's own ports are the config's: they
 //! are never recorded.
 //!
-//! The file is JSON (`{"version":1,"ports":[PortSpec...]}`), in the order
+//! The file is JSON (`{"version":2,"ports":[PortSpec...]}`), in the order
 //! the ports were added (a cross-connected port names a peer added before
 //! it), and written atomically: a temporary file beside it, fsynced,
 //! renamed over it, the directory fsynced. A crash at any point leaves
@@ -17,8 +17,9 @@ use std::fs::File;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
-/// The file format's version.
-pub const VERSION: u32 = 1;
+/// The file format's version. Version 1 wrote `mode` (a vhost-user
+/// port's key) on every port; version 2 writes each kind's own keys only.
+pub const VERSION: u32 = 2;
 
 #[derive(Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -67,13 +68,12 @@ impl PortState {
             Err(e) if e.kind() == io::ErrorKind::NotFound => return (st, None),
             Err(e) => return (st, Some(LoadError::Read(path.to_owned(), e))),
         };
-        let why = match serde_json::from_slice::<FileForm>(&text) {
-            Ok(f) if f.version == VERSION => {
-                st.ports = f.ports;
+        let why = match read(&text) {
+            Ok(ports) => {
+                st.ports = ports;
                 return (st, None);
             }
-            Ok(f) => format!("version {}, this switch reads version {VERSION}", f.version),
-            Err(e) => e.to_string(),
+            Err(why) => why,
         };
         let bad = bad_path(path);
         if let Err(e) = std::fs::rename(path, &bad) {
@@ -189,6 +189,34 @@ fn apply(p: &mut PortSpec, u: &PolicyUpdate) {
     }
 }
 
+/// The ports of a state file's `text`, or why it cannot be used.
+fn read(text: &[u8]) -> Result<Vec<PortSpec>, String> {
+    let mut v: serde_json::Value = serde_json::from_slice(text).map_err(|e| e.to_string())?;
+    match v.get("version").and_then(serde_json::Value::as_u64) {
+        Some(1) => upgrade_v1(&mut v),
+        Some(n) if n == u64::from(VERSION) => {}
+        Some(n) => return Err(format!("version {n}, this switch reads version {VERSION}")),
+        None => return Err("no `version`".into()),
+    }
+    serde_json::from_value::<FileForm>(v)
+        .map(|f| f.ports)
+        .map_err(|e| e.to_string())
+}
+
+/// A version 1 file as version 2: `mode` leaves the ports that are not
+/// vhost-user (version 1 wrote it on every port, "server").
+fn upgrade_v1(v: &mut serde_json::Value) {
+    v["version"] = VERSION.into();
+    let ports = v.get_mut("ports").and_then(serde_json::Value::as_array_mut);
+    for p in ports.into_iter().flatten() {
+        if let Some(p) = p.as_object_mut() {
+            if p.get("kind").and_then(serde_json::Value::as_str) != Some("vhost-user") {
+                p.remove("mode");
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -230,7 +258,8 @@ mod tests {
         assert_eq!(names, ["b", "a"]);
         assert_eq!(st2.ports()[1].lro, Some(false));
         assert_eq!(st2.ports()[1].egress.share, Some(7));
-        assert_eq!(st2.ports()[1].mode, SocketMode::Client);
+        let a = st2.ports()[1].kind.vhost_user().unwrap();
+        assert_eq!(a.mode, SocketMode::Client);
         let mut st2 = st2;
         assert!(st2.remove("b").unwrap());
         assert!(!st2.remove("b").unwrap());
@@ -253,6 +282,25 @@ mod tests {
             assert_eq!(std::fs::read(d.join("switch.state.bad")).unwrap(), body);
             assert!(!path.exists());
         }
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn a_version_1_file_still_loads() {
+        // As version 1 wrote them: `mode` on every port.
+        let v1 = br#"{"version":1,"ports":[
+            {"name":"t","kind":"tap","ifname":"tt","mode":"server","spoof_guard":false},
+            {"name":"v","kind":"vhost-user","socket":"/s","mode":"client","spoof_guard":false,"queues":2},
+            {"name":"u","kind":"uplink","ifname":"eth9","mode":"server","spoof_guard":false}]}"#;
+        let d = dir("v1");
+        let path = d.join("switch.state");
+        std::fs::write(&path, v1).unwrap();
+        let (st, e) = PortState::load(&path);
+        assert!(e.is_none(), "{e:?}");
+        let kinds: Vec<_> = st.ports().iter().map(|p| p.kind.name()).collect();
+        assert_eq!(kinds, ["tap", "vhost-user", "uplink"]);
+        let v = st.ports()[1].kind.vhost_user().unwrap();
+        assert_eq!((v.mode, v.queues.get()), (SocketMode::Client, 2));
         let _ = std::fs::remove_dir_all(&d);
     }
 }

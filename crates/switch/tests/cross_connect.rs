@@ -41,7 +41,7 @@ fn drain(ep: &mut Endpoint, want: usize, wait: Duration) -> Vec<Vec<u8>> {
 
 fn spec(dir: &Dir, name: &str, cross: Option<&str>) -> PortSpec {
     let mut p = PortSpec::vhost_user(name, dir.sock(name), SocketMode::Server);
-    p.cross_connect = cross.map(str::to_string);
+    p.kind.vhost_user_mut().unwrap().cross_connect = cross.map(str::to_string);
     p
 }
 

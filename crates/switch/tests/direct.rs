@@ -50,10 +50,10 @@ fn run() {
         nh.set_up(&b).unwrap();
     }
     let mut up = PortSpec::uplink("up", &a);
-    up.queues = std::num::NonZeroUsize::new(2);
+    up.kind.uplink_mut().unwrap().queues = std::num::NonZeroUsize::new(2).unwrap();
     let mut p1 = PortSpec::vhost_user("p1", dir.sock("p1"), SocketMode::Server);
     p1.mac = Some(mac(1).to_string());
-    p1.direct = Some("up".into());
+    p1.kind.vhost_user_mut().unwrap().direct = Some("up".into());
     let p2 = PortSpec::vhost_user("p2", dir.sock("p2"), SocketMode::Server);
     let cfg = Config {
         switch: SwitchConfig {
@@ -98,10 +98,10 @@ fn run() {
     let add = |spec: PortSpec| sw.handle().add_port(spec).unwrap_err().to_string();
     let mut p3 = PortSpec::vhost_user("p3", dir.sock("p3"), SocketMode::Server);
     p3.mac = Some(mac(3).to_string());
-    p3.direct = Some("nope".into());
+    p3.kind.vhost_user_mut().unwrap().direct = Some("nope".into());
     let e = add(p3.clone());
     assert!(e.contains("no uplink port named nope"), "{e}");
-    p3.direct = Some("up".into());
+    p3.kind.vhost_user_mut().unwrap().direct = Some("up".into());
     let e = add(p3.clone());
     assert!(e.contains("no receive queue to give"), "{e}");
     p3.mac = None;
@@ -113,7 +113,7 @@ fn run() {
     sw.handle().del_port("p1").unwrap();
     let mut p4 = PortSpec::vhost_user("p4", dir.sock("p4"), SocketMode::Server);
     p4.mac = Some(mac(4).to_string());
-    p4.direct = Some("up".into());
+    p4.kind.vhost_user_mut().unwrap().direct = Some("up".into());
     sw.handle().add_port(p4).unwrap();
 }
 

@@ -214,7 +214,7 @@ fn run() {
     let dir = Dir::new("egress");
     let (_veth, a, b) = veth_up("vne");
     let mut up = PortSpec::uplink("up", &a);
-    up.capacity_mbps = Some(100);
+    up.kind.uplink_mut().unwrap().capacity_mbps = Some(100);
     let mut p1 = PortSpec::vhost_user("p1", dir.sock("p1"), SocketMode::Server);
     p1.egress.share = Some(100);
     let mut p2 = PortSpec::vhost_user("p2", dir.sock("p2"), SocketMode::Server);

@@ -39,7 +39,8 @@ fn mq_switch(dir: &Dir, pairs: usize, ports: usize) -> Switch {
                     SocketMode::Server,
                 );
                 if i == 1 {
-                    p.queues = std::num::NonZeroUsize::new(pairs);
+                    p.kind.vhost_user_mut().unwrap().queues =
+                        std::num::NonZeroUsize::new(pairs).unwrap();
                 }
                 p
             })

@@ -67,7 +67,7 @@ fn run() {
     let dir = Dir::new("netq");
     let (_veth, a, b) = veth_up("vnq");
     let mut up = PortSpec::uplink("up", &a);
-    up.queues = std::num::NonZeroUsize::new(3);
+    up.kind.uplink_mut().unwrap().queues = std::num::NonZeroUsize::new(3).unwrap();
     let mut p1 = PortSpec::vhost_user("p1", dir.sock("p1"), SocketMode::Server);
     p1.mac = Some(mac(1).to_string());
     let p2 = PortSpec::vhost_user("p2", dir.sock("p2"), SocketMode::Server);
@@ -199,7 +199,7 @@ fn run_lent() {
     let dir = Dir::new("netql");
     let (_veth, a, b) = veth_up("vnl");
     let mut up = PortSpec::uplink("up", &a);
-    up.queues = std::num::NonZeroUsize::new(3);
+    up.kind.uplink_mut().unwrap().queues = std::num::NonZeroUsize::new(3).unwrap();
     let mut p1 = PortSpec::vhost_user("p1", dir.sock("p1"), SocketMode::Server);
     p1.mac = Some(mac(1).to_string());
     p1.latency = vnio_switch::config::Latency::High;

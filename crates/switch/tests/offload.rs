@@ -351,7 +351,7 @@ fn a_port_configured_without_offloads_offers_none() {
     bounded(Duration::from_secs(30), || {
         let dir = Dir::new("offload-off");
         let mut p1 = PortSpec::vhost_user("p1", dir.sock("p1"), SocketMode::Server);
-        p1.offloads = Some(false);
+        p1.kind.vhost_user_mut().unwrap().offloads = false;
         let _sw = Switch::start(Config {
             switch: SwitchConfig {
                 control: dir.sock("control"),

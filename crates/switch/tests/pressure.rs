@@ -89,7 +89,7 @@ fn a_full_receive_queue_on_a_lent_pair_counts_its_drops_under_its_name() {
 fn full_queue(workers: usize) {
     let dir = Dir::new(&format!("pressure-rx{workers}"));
     let mut p1 = PortSpec::vhost_user("p1", dir.sock("p1"), SocketMode::Server);
-    p1.queues = std::num::NonZeroUsize::new(2);
+    p1.kind.vhost_user_mut().unwrap().queues = std::num::NonZeroUsize::new(2).unwrap();
     let p2 = PortSpec::vhost_user("p2", dir.sock("p2"), SocketMode::Server);
     let cfg = Config {
         switch: SwitchConfig {

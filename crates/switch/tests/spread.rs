@@ -28,7 +28,7 @@ const PEER_MAC: &str = "02:00:00:00:00:09";
 /// `workers` shared workers; p1 with two pairs, p2 with one.
 fn spread_switch(dir: &Dir, workers: usize) -> Switch {
     let mut p1 = PortSpec::vhost_user("p1", dir.sock("p1"), SocketMode::Server);
-    p1.queues = std::num::NonZeroUsize::new(2);
+    p1.kind.vhost_user_mut().unwrap().queues = std::num::NonZeroUsize::new(2).unwrap();
     let cfg = Config {
         switch: SwitchConfig {
             control: dir.sock("control"),
@@ -217,7 +217,7 @@ fn a_hostile_chain_on_a_lent_pair_resets_only_its_port() {
         });
         assert_eq!(sw.handle().list().unwrap().len(), 1);
         let mut p1 = PortSpec::vhost_user("p1", dir.sock("p1"), SocketMode::Server);
-        p1.queues = std::num::NonZeroUsize::new(2);
+        p1.kind.vhost_user_mut().unwrap().queues = std::num::NonZeroUsize::new(2).unwrap();
         sw.handle().add_port(p1).unwrap();
         let _again = raw_spread(&sw, &dir);
         assert_eq!(port(sw.handle(), "p2").stats.resets, 0);

@@ -210,7 +210,7 @@ fn bursts(qdisc_bypass: bool) {
     let (a, b) = (format!("vnua{n}"), format!("vnub{n}"));
     let _veth = Veth::new(&a, &b);
     let mut up = PortSpec::uplink("up", &a);
-    up.qdisc_bypass = qdisc_bypass;
+    up.kind.uplink_mut().unwrap().qdisc_bypass = qdisc_bypass;
     let cfg = Config {
         switch: SwitchConfig {
             control: dir.sock("control"),

@@ -134,7 +134,12 @@ pub(crate) fn make_port(
         SocketMode::Client
     };
     let mut port = PortSpec::vhost_user(name, socket, mode);
-    port.queues = std::num::NonZeroUsize::new(usize::from(queues)).filter(|q| q.get() > 1);
+    if let (Some(v), Some(q)) = (
+        port.kind.vhost_user_mut(),
+        std::num::NonZeroUsize::new(usize::from(queues)),
+    ) {
+        v.queues = q;
+    }
     switch(control)?
         .request(&Request::PortAdd { port })
         .ctx(|| format!("creating switch port {name} on {}", socket.display()))?;

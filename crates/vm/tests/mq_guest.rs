@@ -75,7 +75,7 @@ fn a_guest_with_two_queue_pairs_uses_both() {
 fn two_pair_switch(work: &Dir, sock: &Path, n: u8) -> Switch {
     let tap = format!("vniomq{n}");
     let mut vm = PortSpec::vhost_user("vm", sock, SocketMode::Server);
-    vm.queues = std::num::NonZeroUsize::new(2);
+    vm.kind.vhost_user_mut().unwrap().queues = std::num::NonZeroUsize::new(2).unwrap();
     let sw = Switch::start(Config {
         switch: SwitchConfig {
             control: work.join("control.sock"),

@@ -62,7 +62,7 @@ fn latency_policies_carry_real_guest_traffic() {
 fn policy_switch(work: &Dir, cpus: usize) -> Switch {
     let sock = |p: &str| work.join(&format!("{p}.sock"));
     let mut p1 = PortSpec::vhost_user("p1", sock("p1"), SocketMode::Server);
-    p1.offloads = Some(false);
+    p1.kind.vhost_user_mut().unwrap().offloads = false;
     if cpus >= 2 {
         p1.latency = Latency::High;
     } else {

@@ -136,11 +136,11 @@ fn uplink_switch(work: &Dir, va: &str, a_mac: &str) -> Switch {
     // Queue 0 is shared; a's direct binding takes one of the others and
     // b (uplink_queue auto) the last.
     let mut up = PortSpec::uplink("up", va);
-    up.queues = std::num::NonZeroUsize::new(3);
-    up.capacity_mbps = Some(CAPACITY_MBPS);
+    up.kind.uplink_mut().unwrap().queues = std::num::NonZeroUsize::new(3).unwrap();
+    up.kind.uplink_mut().unwrap().capacity_mbps = Some(CAPACITY_MBPS);
     let mut pa = PortSpec::vhost_user("pa", sock("pa"), SocketMode::Server);
     pa.mac = Some(a_mac.to_string());
-    pa.direct = Some("up".into());
+    pa.kind.vhost_user_mut().unwrap().direct = Some("up".into());
     // b's MAC is not configured: its queue takes the address the switch
     // learns from b's first frame.
     let mut pb = PortSpec::vhost_user("pb", sock("pb"), SocketMode::Server);

@@ -73,7 +73,7 @@ fn ports_added_at_run_time_come_back_after_a_kill() {
     let mut vm1 = PortSpec::vhost_user("vm1", dir.join("vm1.sock"), SocketMode::Server);
     vm1.vlan = Some(7);
     vm1.mac = Some("02:00:00:00:00:07".into());
-    vm1.queues = std::num::NonZeroUsize::new(2);
+    vm1.kind.vhost_user_mut().unwrap().queues = std::num::NonZeroUsize::new(2).unwrap();
     let vm2 = PortSpec::vhost_user("vm2", dir.join("vm2.sock"), SocketMode::Server);
     for p in [vm1, vm2] {
         c.request(&Request::PortAdd { port: p }).unwrap();
@@ -173,7 +173,7 @@ fn a_tap_in_a_namespace_survives_the_switch() {
     let (cfg, ctl) = (config(&dir), dir.join("ctl.sock"));
     let (sw, mut c) = start(&cfg, &ctl);
     let mut tap = PortSpec::tap("pod1", "eth0");
-    tap.netns = Some(PathBuf::from(format!("/run/netns/{ns}")));
+    tap.kind.tap_mut().unwrap().netns = Some(PathBuf::from(format!("/run/netns/{ns}")));
     c.request(&Request::PortAdd { port: tap }).unwrap();
     let ipn = |a: &[&str]| {
         let mut v = vec!["-n", &ns];

@@ -11,7 +11,7 @@ use crate::scenario::{HostKind, Knobs, PortPolicy};
 use std::num::NonZeroUsize;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
-use vnio_switch::config::{Config, PortSpec, SwitchConfig};
+use vnio_switch::config::{Config, KindSpec, PortSpec, SwitchConfig, UplinkSpec};
 use vnio_switch::port::SocketMode;
 use vnio_topo::Netns;
 
@@ -190,15 +190,17 @@ impl Testbed {
         let mut o = out.handle()?;
         o.set_controller("up", "br0")?;
         o.set_up("up")?;
-        let mut up = PortSpec::uplink(UPLINK_PORT, "up0");
-        up.queues = knobs.uplink_queues.and_then(NonZeroUsize::new);
-        up.capacity_mbps = knobs.uplink_capacity_mbit;
+        let mut keys = UplinkSpec::new("up0");
+        if let Some(q) = knobs.uplink_queues.and_then(NonZeroUsize::new) {
+            keys.queues = q;
+        }
+        keys.capacity_mbps = knobs.uplink_capacity_mbit;
         if knobs.port_policy == Some(PortPolicy::Direct) {
             // Queue 0 stays shared; a direct port takes one of its own.
-            up.queues = up.queues.max(NonZeroUsize::new(2));
+            keys.queues = keys.queues.max(NonZeroUsize::MIN.saturating_add(1));
         }
-        let queues = up.queue_count();
-        ports.insert(0, up);
+        let queues = keys.queues;
+        ports.insert(0, PortSpec::new(UPLINK_PORT, KindSpec::Uplink(keys)));
         self.outside_ns = Some(out);
         self.description.notes.push(format!(
             "switch uplink on a veth to the outside bridge, {} receive queue(s){}",
@@ -299,7 +301,9 @@ fn host_port(pk: &PortKnobs, dir: &Path, i: usize, host: &BedHost) -> PortSpec {
         // Validation keeps it to vhost-user ports and scenarios with an
         // uplink.
         Some(PortPolicy::Direct) if client && host.kind != HostKind::Namespace => {
-            port.direct = Some(UPLINK_PORT.into());
+            if let Some(v) = port.kind.vhost_user_mut() {
+                v.direct = Some(UPLINK_PORT.into());
+            }
             port.mac = Some(host_mac(pk.octet, i));
         }
         _ => {}
@@ -309,7 +313,13 @@ fn host_port(pk: &PortKnobs, dir: &Path, i: usize, host: &BedHost) -> PortSpec {
         port.lro = knobs.lro;
     }
     port.egress.share = for_host(&knobs.egress_share, host);
-    port.offloads = for_host(&knobs.port_offloads, host);
+    if let Some(on) = for_host(&knobs.port_offloads, host) {
+        match &mut port.kind {
+            KindSpec::VhostUser(v) => v.offloads = on,
+            KindSpec::Tap(t) => t.offloads = on,
+            _ => {}
+        }
+    }
     port.egress.limit_mbps = for_host(&knobs.egress_limit_mbit, host);
     port
 }

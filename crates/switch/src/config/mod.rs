@@ -1,9 +1,9 @@
 //! The switch's configuration: the TOML file of `vnio switch --config`,
 //! and the port specification shared with the control socket's `port_add`.
 //!
-//! A port's specification is in `config/port.rs`, its latency policies in
-//! `config/policies.rs`, its egress settings in `config/egress.rs`, a VXLAN
-//! port's checks in `config/vxlan.rs`.
+//! A port's specification is in `config/port.rs` (its kind's own keys in
+//! the kind's module, `port/*/spec.rs`), its latency policies in
+//! `config/policies.rs`, its egress settings in `config/egress.rs`.
 
 use crate::datapath::ReadAheadMode;
 use crate::vlan::BadVid;
@@ -14,11 +14,15 @@ use std::time::Duration;
 mod egress;
 mod policies;
 mod port;
-mod vxlan;
 
+pub use crate::port::tap::TapSpec;
+pub use crate::port::uplink::UplinkSpec;
+pub use crate::port::vhost_user::VhostUserSpec;
+pub use crate::port::vxlan::VxlanSpec;
+pub use crate::port::KindSpec;
 pub use egress::EgressSettings;
 pub use policies::{Latency, Policies, PolicyUpdate};
-pub use port::{PortKind, PortSpec};
+pub use port::PortSpec;
 
 /// Why a configuration is invalid.
 #[derive(Debug, thiserror::Error)]

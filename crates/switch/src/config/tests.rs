@@ -58,7 +58,10 @@ fn parses_a_full_file() {
     let p = c.ports[0].policy().unwrap();
     assert_eq!(p.vlan, VlanMode::Access { vid: 10 });
     assert_eq!(p.spoof_guard, Some("02:00:00:00:00:01".parse().unwrap()));
-    assert_eq!(c.ports[1].mode, SocketMode::Client);
+    assert_eq!(
+        c.ports[1].kind.vhost_user().unwrap().mode,
+        SocketMode::Client
+    );
     assert!(matches!(
         c.ports[1].policy().unwrap().vlan,
         VlanMode::Trunk {
@@ -96,7 +99,7 @@ fn vxlan_ports_parse_and_check() {
         "#,
     )
     .unwrap();
-    let o = c.ports[0].vxlan_options().unwrap();
+    let o = c.ports[0].kind.vxlan().unwrap().options();
     assert_eq!(
         (o.vni, o.dstport, o.ttl, o.underlay_mtu),
         (42, 4789, Some(16), 1500)
@@ -123,7 +126,7 @@ fn vxlan_ports_parse_and_check() {
         "{base}vni = 7\nlocal = \"10.0.0.1\"\nevpn = true\n"
     ))
     .unwrap();
-    let o = evpn.ports[0].vxlan_options().unwrap();
+    let o = evpn.ports[0].kind.vxlan().unwrap().options();
     assert!(o.evpn && o.remotes.is_empty());
 }
 
@@ -241,12 +244,8 @@ fn socket_access_is_for_server_sockets_and_checked() {
         ))
     };
     let c = port("socket_access = { owner = 0, group = \"root\", mode = \"0660\" }\n").unwrap();
-    let a = c.ports[0]
-        .socket_access
-        .as_ref()
-        .unwrap()
-        .resolve()
-        .unwrap();
+    let a = c.ports[0].kind.vhost_user().unwrap().socket_access.as_ref();
+    let a = a.unwrap().resolve().unwrap();
     assert_eq!((a.uid, a.gid, a.mode), (Some(0), Some(0), Some(0o660)));
     let e = port("mode = \"client\"\nsocket_access = { mode = \"0660\" }\n").unwrap_err();
     assert!(e.to_string().contains("server-mode"), "{e}");
@@ -386,4 +385,71 @@ fn an_update_keeps_what_it_does_not_give() {
         cur.updated(&over).policy().is_err(),
         "a reservation above the limit"
     );
+}
+
+#[test]
+fn a_key_of_another_kind_is_refused_at_parse_named() {
+    for (kind, key) in [
+        ("kind = \"tap\"", "socket = \"/s\""),
+        ("kind = \"tap\"", "vni = 1"),
+        ("kind = \"uplink\"\nifname = \"e\"", "offloads = false"),
+        (
+            "kind = \"vhost-user\"\nsocket = \"/s\"",
+            "qdisc_bypass = true",
+        ),
+        (
+            "kind = \"vxlan\"\nvni = 1\nlocal = \"10.0.0.1\"",
+            "netns = \"/run/netns/x\"",
+        ),
+    ] {
+        let e = Config::parse(&format!("[[port]]\nname = \"a\"\n{kind}\n{key}\n")).unwrap_err();
+        let chain = crate::error_chain(&e);
+        let name = key.split(' ').next().unwrap();
+        assert!(
+            chain.contains(&format!("unknown field `{name}`")),
+            "{kind} {key}: {chain}"
+        );
+    }
+    let e = Config::parse("[[port]]\nname = \"a\"\nkind = \"uplink\"\nshare = 5\nifname = \"e\"\n")
+        .unwrap_err();
+    assert!(
+        crate::error_chain(&e).contains("apply to vhost-user and tap ports"),
+        "{}",
+        crate::error_chain(&e)
+    );
+    let e = Config::parse("[[port]]\nname = \"a\"\nkind = \"uplink\"\n").unwrap_err();
+    assert!(
+        crate::error_chain(&e).contains("missing field `ifname`"),
+        "{}",
+        crate::error_chain(&e)
+    );
+}
+
+#[test]
+fn each_kind_writes_its_own_keys_only() {
+    let ports = vec![
+        PortSpec::tap("t", "tt"),
+        PortSpec::uplink("u", "eth9"),
+        PortSpec::vxlan("x", 7, "10.0.0.1".parse().unwrap(), &[]),
+        PortSpec::vhost_user("v", "/v", SocketMode::Server),
+    ];
+    let json: Vec<_> = ports
+        .iter()
+        .map(|p| serde_json::to_value(p).unwrap())
+        .collect();
+    assert_eq!(
+        json,
+        [
+            serde_json::json!({"name": "t", "kind": "tap", "ifname": "tt", "spoof_guard": false}),
+            serde_json::json!({"name": "u", "kind": "uplink", "ifname": "eth9", "spoof_guard": false}),
+            serde_json::json!({"name": "x", "kind": "vxlan", "vni": 7, "local": "10.0.0.1", "spoof_guard": false}),
+            serde_json::json!({"name": "v", "kind": "vhost-user", "socket": "/v", "mode": "server", "spoof_guard": false}),
+        ]
+    );
+    let text = toml::to_string(&Config {
+        switch: SwitchConfig::default(),
+        ports: ports.clone(),
+    })
+    .unwrap();
+    assert_eq!(Config::parse(&text).unwrap().ports, ports, "{text}");
 }

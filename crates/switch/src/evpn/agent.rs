@@ -183,9 +183,7 @@ pub struct Port {
 impl Port {
     /// The EVPN port `spec` describes (its id still to be set), if it is one.
     pub fn of(spec: &crate::config::PortSpec) -> Option<Self> {
-        if !spec.evpn {
-            return None;
-        }
+        let vx = spec.kind.vxlan().filter(|v| v.evpn)?;
         let vid = match spec.trunk.is_empty() {
             true => spec.vlan.unwrap_or(crate::vlan::DEFAULT_VID),
             false => spec.native_vlan?,
@@ -194,8 +192,8 @@ impl Port {
             name: spec.name.clone(),
             id: PortId(0),
             vid,
-            vni: spec.vni?,
-            local: spec.local?,
+            vni: vx.vni,
+            local: vx.local,
         })
     }
 }

@@ -194,8 +194,8 @@ pub fn control_requests(data: &[u8]) {
         assert!(line.len() <= 4096);
         if let Ok(Request::PortAdd { port }) = serde_json::from_slice::<Request>(&line) {
             let _ = port.policy();
-            if let Some(s) = &port.socket {
-                if let Ok(p) = crate::sockpath::confine(std::path::Path::new("/tmp"), s) {
+            if let Some(v) = port.kind.vhost_user() {
+                if let Ok(p) = crate::sockpath::confine(std::path::Path::new("/tmp"), &v.socket) {
                     assert!(p.starts_with("/tmp"));
                 }
             }

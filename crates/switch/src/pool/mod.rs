@@ -16,7 +16,7 @@
 //!   latency-high port's dedicated worker; the data path's side is
 //!   `datapath/lending.rs`.
 
-use crate::config::{Latency, Policies, PolicyUpdate, PortKind, PortSpec, SwitchConfig};
+use crate::config::{KindSpec, Latency, Policies, PolicyUpdate, PortSpec, SwitchConfig};
 use crate::datapath::Slot;
 use crate::fdb::FdbEntry;
 use crate::mesh::{Doorbell, RemotePort, WorkerId};
@@ -212,7 +212,7 @@ impl Workers {
             .ports
             .iter()
             .any(|p| p.cross_connect.as_ref() == Some(&spec.name));
-        let single = spec.kind == PortKind::VhostUser && spec.queue_count().get() == 1;
+        let single = spec.kind.vhost_user().is_some_and(|v| v.queues.get() == 1);
         if named && (!single || policies.latency == Latency::High) {
             return Err(WorkerError::Refused(format!(
                 "port {}: a port cross-connects with it, so it must be a single-queue vhost-user port of ordinary latency",
@@ -228,11 +228,8 @@ impl Workers {
         };
         let id = PortId(self.next_port);
         let name = spec.name.clone();
-        let uplink = spec.kind == PortKind::Uplink;
-        let pairs = match spec.kind {
-            PortKind::VhostUser => spec.queue_count().get(),
-            _ => 1,
-        };
+        let uplink = matches!(spec.kind, KindSpec::Uplink(_));
+        let pairs = spec.kind.vhost_user().map_or(1, |v| v.queues.get());
         let r = self
             .link(worker)?
             .ask(|tx| Command::Add(spec, id, tx))

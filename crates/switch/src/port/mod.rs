@@ -1,17 +1,18 @@
 //! Port kinds, and the one place the switch dispatches on a port's kind.
 //!
-//! Every kind has the same shape (`Kind`): construction from its config,
-//! the descriptors the worker watches ([`Watch`]), the two data-path halves
-//! (frames from the port: `receive`; frames to the port: `deliver`), the
-//! round's end (`end_round`: what it queued leaves, its calls go), its
-//! offload capabilities, lending where a kind lends part of itself to
-//! another worker, what the control plane shows of it (`describe`,
-//! `vteps`) and what goes when it is deleted (`release`). [`Port`] holds
-//! one of them; `each_kind!` is the one list of kinds a call goes through
-//! (enum dispatch: the forwarding loop stays monomorphic, no trait object,
-//! no box). Adding a kind is its own files, a variant of [`Port`], an arm
-//! in `each_kind!` and in `receive`, and its construction from its spec
-//! (`worker/ports.rs`).
+//! Every kind has the same shape. Its keys ([`KindSpec`], `spec.rs`'s
+//! `KindKeys`): their defaults, their checks and the opening of the port.
+//! The port (`Kind`): the descriptors the worker watches ([`Watch`]), the
+//! two data-path halves (frames from the port: `receive`; frames to the
+//! port: `deliver`), the round's end (`end_round`: what it queued leaves,
+//! its calls go), its offload capabilities, lending where a kind lends
+//! part of itself to another worker, what the control plane shows of it
+//! (`describe`, `vteps`) and what goes when it is deleted (`release`).
+//! `kinds!` is the one list of kinds: it makes [`Port`] and [`KindSpec`]
+//! and the dispatch over them (enum dispatch: the forwarding loop stays
+//! monomorphic, no trait object, no box). Adding a kind is its own folder
+//! (the port, `Kind`, its keys, `KindKeys`), its `mod` line, and one line
+//! in `kinds!`.
 
 pub mod flow_hash;
 mod local;
@@ -33,41 +34,83 @@ use crate::vhost_user::buffers::Src;
 use crate::vhost_user::chain::Chain;
 use crate::vlan::Tagging;
 use crate::PortId;
+use serde::{Deserialize, Serialize};
 use std::net::Ipv4Addr;
 use std::time::Instant;
-use tap::TapPort;
-use uplink::UplinkPort;
-use vhost_user::{RxPlan, VhostUserPort};
-use vxlan::VxlanPort;
+use tap::{TapPort, TapSpec};
+use uplink::{UplinkPort, UplinkSpec};
+use vhost_user::{RxPlan, VhostUserPort, VhostUserSpec};
+use vxlan::{VxlanPort, VxlanSpec};
 
-/// A port of any kind.
-// One value per port: its size does not matter, a Box would add a pointer chase per frame.
-#[allow(clippy::large_enum_variant)]
-#[derive(Debug)]
-pub enum Port {
-    /// vhost-user virtio-net.
-    VhostUser(VhostUserPort),
-    /// A tap interface.
-    Tap(TapPort),
-    /// A host interface through AF_PACKET.
-    Uplink(UplinkPort),
-    /// A VXLAN tunnel endpoint: frames to and from remote VTEPs over UDP.
-    Vxlan(VxlanPort),
-}
+/// The kinds of ports: the one list. Each line names a kind's variant,
+/// its port type and its keys' type, and makes [`Port`], [`KindSpec`] and
+/// the dispatch over them: `each_kind!` and `each_spec!` (enum dispatch, as
+/// the rings' `ring!` in `vhost_user/queue.rs`), and [`receive`]. (`$d` is
+/// a `$` for the macros it defines.)
+macro_rules! kinds {
+    ($d:tt $($(#[$doc:meta])* $v:ident($port:ident, $keys:ident),)*) => {
+        /// A port of any kind.
+        // One value per port: its size does not matter, a Box would add a
+        // pointer chase per frame.
+        #[allow(clippy::large_enum_variant)]
+        #[derive(Debug)]
+        pub enum Port {
+            $($(#[$doc])* $v($port),)*
+        }
 
-/// Evaluates `$e` with `$p` bound to the port of whatever kind `$port`
-/// holds: the one list of kinds every `Kind` call goes through (as the
-/// rings' `ring!` in `vhost_user/queue.rs`).
-macro_rules! each_kind {
-    ($port:expr, $p:ident => $e:expr) => {
-        match $port {
-            Port::VhostUser($p) => $e,
-            Port::Tap($p) => $e,
-            Port::Uplink($p) => $e,
-            Port::Vxlan($p) => $e,
+        /// A port's kind and the keys that belong to it (`kind = "..."`,
+        /// the variant's name in kebab case).
+        #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+        #[serde(tag = "kind", rename_all = "kebab-case")]
+        pub enum KindSpec {
+            $($(#[$doc])* $v($keys),)*
+        }
+
+        /// Evaluates `$e` with `$p` bound to the port of whatever kind
+        /// `$port` holds: the one dispatch every `Kind` call goes through.
+        macro_rules! each_kind {
+            ($d port:expr, $d p:ident => $d e:expr) => {
+                match $d port {
+                    $(Port::$v($d p) => $d e,)*
+                }
+            };
+        }
+
+        /// Evaluates `$e` with `$k` bound to the keys of whatever kind
+        /// `$spec` holds.
+        macro_rules! each_spec {
+            ($d spec:expr, $d k:ident => $d e:expr) => {
+                match $d spec {
+                    $(KindSpec::$v($d k) => $d e,)*
+                }
+            };
+        }
+
+        /// Up to `budget` frames from the port in slot `i` of `sw`, handed
+        /// to the switch; the frames taken.
+        #[inline]
+        pub(crate) fn receive<S: Switch>(sw: &mut S, i: usize, now: Instant, budget: usize) -> usize {
+            match sw.port_mut(i) {
+                $(Some(Port::$v(_)) => $port::receive(sw, i, now, budget),)*
+                None => 0,
+            }
         }
     };
 }
+
+kinds! { $
+    /// vhost-user virtio-net.
+    VhostUser(VhostUserPort, VhostUserSpec),
+    /// A tap interface (the host stack, or a namespace the interface is moved into).
+    Tap(TapPort, TapSpec),
+    /// A host interface through an AF_PACKET socket.
+    Uplink(UplinkPort, UplinkSpec),
+    /// A VXLAN tunnel endpoint (RFC 7348): frames to and from remote VTEPs over UDP.
+    Vxlan(VxlanPort, VxlanSpec),
+}
+
+// After the list: its keys' dispatch (`each_spec!`) is used there.
+pub mod spec;
 
 /// What the switch asks of every kind of port.
 pub(crate) trait Kind {
@@ -367,20 +410,6 @@ impl Port {
     }
 }
 
-/// Up to `budget` frames from the port in slot `i` of `sw`, handed to the
-/// switch; the frames taken.
-#[inline]
-pub(crate) fn receive<S: Switch>(sw: &mut S, i: usize, now: Instant, budget: usize) -> usize {
-    match sw.port_mut(i) {
-        Some(Port::VhostUser(_)) => VhostUserPort::receive(sw, i, now, budget),
-        Some(Port::Tap(_)) => TapPort::receive(sw, i, now, budget),
-        Some(Port::Uplink(_)) => UplinkPort::receive(sw, i, now, budget),
-        Some(Port::Vxlan(_)) => VxlanPort::receive(sw, i, now, budget),
-        None => 0,
-    }
-}
-
-use serde::{Deserialize, Serialize};
 use std::os::fd::RawFd;
 
 /// What the worker watches for a port, and why (the epoll token's meaning).

@@ -1,15 +1,11 @@
-//! The worker's port commands: adding a port of each kind, removing it,
+//! The worker's port commands: adding a port (its kind opens it), removing it,
 //! handing it to another worker and taking one over, and changing its
 //! policies. Separate from the worker's loop: control-plane work, done
 //! between polling rounds.
 
 use super::{PortInfo, Worker, WorkerError};
-use crate::config::{EgressSettings, PolicyUpdate, PortKind, PortSpec};
-use crate::datapath::{Port, Slot};
-use crate::port::tap::TapPort;
-use crate::port::uplink::{UplinkOptions, UplinkPort};
-use crate::port::vhost_user::VhostUserPort;
-use crate::port::vxlan::VxlanPort;
+use crate::config::{EgressSettings, PolicyUpdate, PortSpec};
+use crate::datapath::Slot;
 use std::time::Instant;
 use vmm_sys_util::epoll::{ControlOperation, EpollEvent};
 
@@ -30,69 +26,18 @@ impl Worker {
         self.dp
             .table()
             .check_cross(policy.cross_connect.as_deref())?;
-        if spec.kind != PortKind::Uplink && policy.direct.is_none() {
+        if spec.kind.is_vnic() && policy.direct.is_none() {
             self.dp.table().check_queue_request(policy.uplink_queue)?;
             self.dp
                 .table()
                 .check_reservation(policy.egress.reserve_bps.unwrap_or(0), None)?;
         }
-        let port = match spec.kind {
-            PortKind::VhostUser => {
-                let socket = spec
-                    .socket
-                    .as_ref()
-                    .ok_or("a vhost-user port needs a socket")?;
-                let mut p =
-                    VhostUserPort::with_offloads(socket, spec.mode, spec.offloads.unwrap_or(true))
-                        .map_err(|x| e(&x))?;
-                if let Some(a) = &spec.socket_access {
-                    // Validated with the spec; a failure drops the port,
-                    // which removes its socket.
-                    a.resolve()?
-                        .apply(socket)
-                        .map_err(|x| format!("socket_access of {}: {x}", socket.display()))?;
-                }
-                p.set_max_memory(self.cfg.max_guest_memory());
-                p.set_queue_pairs(spec.queue_count().get());
-                Port::VhostUser(p)
-            }
-            PortKind::Tap => {
-                let ifname = spec.ifname.as_deref().unwrap_or(&spec.name);
-                let offloads = spec.offloads.unwrap_or(true);
-                Port::Tap(
-                    match &spec.netns {
-                        Some(ns) => TapPort::in_netns(ifname, ns, offloads),
-                        None => TapPort::with_offloads(ifname, offloads),
-                    }
-                    .map_err(|x| e(&x))?,
-                )
-            }
-            PortKind::Uplink => {
-                let ifname = spec
-                    .ifname
-                    .as_deref()
-                    .ok_or("an uplink port needs an interface")?;
-                let opts = UplinkOptions {
-                    qdisc_bypass: spec.qdisc_bypass,
-                    queues: spec.queue_count().get(),
-                    capacity_bps: spec.capacity_mbps.map(|m| m.saturating_mul(1_000_000)),
-                    ..UplinkOptions::default()
-                };
-                Port::Uplink(UplinkPort::open(ifname, &opts).map_err(|x| e(&x))?)
-            }
-            PortKind::Vxlan => {
-                let opts = spec
-                    .vxlan_options()
-                    .ok_or("a vxlan port needs `vni` and `local`")?;
-                Port::Vxlan(VxlanPort::open(opts).map_err(|x| e(&x))?)
-            }
-        };
+        let port = spec.kind.open(spec, &self.cfg)?;
         let slot = self.dp.add(id, spec.name.clone(), policy, policies, port);
-        if let (Some(s), PortKind::VhostUser) = (self.dp.table().slot(slot), spec.kind) {
-            let pairs = spec.queue_count().get() as u64;
+        if let (Some(s), Some(v)) = (self.dp.table().slot(slot), spec.kind.vhost_user()) {
             s.stats
                 .queue_pairs
-                .store(pairs, std::sync::atomic::Ordering::Relaxed);
+                .store(v.queues.get() as u64, std::sync::atomic::Ordering::Relaxed);
         }
         // A client-mode port connects at once; other client ports may connect too.
         let mut changed = vec![slot];

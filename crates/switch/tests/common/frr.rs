@@ -182,10 +182,10 @@ impl Drop for Host {
 
 fn vnio_host(ns: Netns, k: usize, addr: Ipv4Addr) -> Host {
     let dir = Dir::new(&format!("ev{k}"));
-    let evpn = PortSpec {
-        evpn: true,
-        ..PortSpec::vxlan("vx", VNI, addr, &[])
-    };
+    let mut evpn = PortSpec::vxlan("vx", VNI, addr, &[]);
+    if let Some(v) = evpn.kind.vxlan_mut() {
+        v.evpn = true;
+    }
     let cfg = Config {
         switch: SwitchConfig {
             control: dir.sock("control"),

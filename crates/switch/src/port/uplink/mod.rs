@@ -16,8 +16,10 @@
 mod deliver;
 mod queue;
 mod receive;
+mod spec;
 
 pub use queue::{Rx, RxQueue};
+pub use spec::UplinkSpec;
 
 use super::{DeliverCx, Described, Kind, RoundCx, Switch, Watch, Watched};
 use crate::datapath::{DeliverError, Frame};

@@ -7,9 +7,11 @@
 
 mod deliver;
 mod receive;
+mod spec;
 mod spread;
 mod steer;
 pub(crate) use deliver::RxPlan;
+pub use spec::VhostUserSpec;
 pub use spread::{LentPair, Returned, Spread, WorkerHandle, LEND_QUIET};
 pub use steer::{flow_hash, pick_pair, SteerKey};
 

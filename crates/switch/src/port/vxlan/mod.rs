@@ -43,10 +43,12 @@ mod flow;
 mod peers;
 mod receive;
 mod rx;
+mod spec;
 
 pub use flow::flow_port;
 pub use peers::{Ipv4Net, Peers};
 pub use rx::{RxFrame, VxlanRx};
+pub use spec::VxlanSpec;
 
 /// Most remote VTEPs in a port's flood list (a flood of one frame must fit
 /// one send batch twice over).

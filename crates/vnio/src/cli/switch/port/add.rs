@@ -2,10 +2,13 @@
 //! place its kind is worked out from them, and the [`PortSpec`] they make,
 //! sent as it is to the switch's `port_add`.
 
+use std::num::NonZeroUsize;
 use std::path::PathBuf;
 
 use anyhow::Context;
-use vnio_switch::config::{EgressSettings, PortKind, PortSpec};
+use vnio_switch::config::{
+    EgressSettings, KindSpec, PortSpec, TapSpec, UplinkSpec, VhostUserSpec, VxlanSpec,
+};
 use vnio_switch::control::{Client, Request};
 use vnio_switch::port::SocketMode;
 use vnio_switch::socket_access::{Principal, SocketAccess};
@@ -134,25 +137,46 @@ pub(in crate::cli::switch) struct AddArgs {
     policy: PolicyArgs,
 }
 
+/// The kind of port the flags name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    VhostUser,
+    Tap,
+    Uplink,
+    Vxlan,
+}
+
+impl Kind {
+    /// "a tap", "an uplink", ...: what a refusal calls the port.
+    fn with_article(self) -> &'static str {
+        match self {
+            Kind::VhostUser => "a vhost-user",
+            Kind::Tap => "a tap",
+            Kind::Uplink => "an uplink",
+            Kind::Vxlan => "a vxlan",
+        }
+    }
+}
+
 impl AddArgs {
     /// The port's kind, from the flag that names it (clap lets at most
     /// one of them through): the one place it is worked out.
-    fn kind(&self) -> PortKind {
+    fn kind(&self) -> Kind {
         if self.tap {
-            PortKind::Tap
+            Kind::Tap
         } else if self.uplink.is_some() {
-            PortKind::Uplink
+            Kind::Uplink
         } else if self.vxlan.is_some() {
-            PortKind::Vxlan
+            Kind::Vxlan
         } else {
-            PortKind::VhostUser
+            Kind::VhostUser
         }
     }
 
     /// Refuses a flag of another kind of port (clap's `requires` and
     /// `conflicts_with` refuse the others before).
-    fn check_flags(&self, kind: PortKind) -> anyhow::Result<()> {
-        use PortKind::{Tap, Uplink, VhostUser, Vxlan};
+    fn check_flags(&self, kind: Kind) -> anyhow::Result<()> {
+        use Kind::{Tap, Uplink, VhostUser, Vxlan};
         let vnic = matches!(kind, VhostUser | Tap);
         let egress = self.policy.egress().is_set();
         let misplaced = [
@@ -190,13 +214,10 @@ impl AddArgs {
         ];
         match misplaced.iter().find(|(_, given, _)| *given) {
             Some((flag, _, kinds)) => {
-                let kind = match kind {
-                    VhostUser => "a vhost-user",
-                    Tap => "a tap",
-                    Uplink => "an uplink",
-                    Vxlan => "a vxlan",
-                };
-                anyhow::bail!("{flag}: for {kinds} ports, not {kind} port")
+                anyhow::bail!(
+                    "{flag}: for {kinds} ports, not {} port",
+                    kind.with_article()
+                )
             }
             None => Ok(()),
         }
@@ -214,63 +235,80 @@ impl AddArgs {
         (a != SocketAccess::default()).then_some(a)
     }
 
+    /// The keys of the port's kind, from its flags (`check_flags` refused
+    /// the others).
+    fn kind_spec(&mut self, kind: Kind) -> anyhow::Result<KindSpec> {
+        let queues = self.queues.unwrap_or(NonZeroUsize::MIN);
+        Ok(match kind {
+            Kind::VhostUser => {
+                // The switch takes socket paths as absolute (it has its
+                // own working directory): a relative one is the caller's.
+                let socket = match self.socket.take().unwrap_or_default() {
+                    s if s.is_relative() => std::env::current_dir()
+                        .context("the current directory")?
+                        .join(s),
+                    s => s,
+                };
+                KindSpec::VhostUser(VhostUserSpec {
+                    socket_access: self.socket_access(),
+                    queues,
+                    offloads: self.offloads.unwrap_or(true),
+                    direct: self.direct.take(),
+                    cross_connect: self.cross_connect.take(),
+                    ..VhostUserSpec::new(socket, self.mode.unwrap_or_default())
+                })
+            }
+            Kind::Tap => KindSpec::Tap(TapSpec {
+                ifname: self.ifname.take(),
+                netns: self.netns.take(),
+                offloads: self.offloads.unwrap_or(true),
+            }),
+            Kind::Uplink => KindSpec::Uplink(UplinkSpec {
+                qdisc_bypass: self.qdisc_bypass,
+                queues,
+                capacity_mbps: self.capacity_mbps,
+                ..UplinkSpec::new(self.uplink.as_deref().unwrap_or_default())
+            }),
+            Kind::Vxlan => {
+                let local = self.local.context("--vxlan needs --local")?;
+                let mut v = VxlanSpec::new(self.vxlan.unwrap_or_default(), local, &self.remotes);
+                v.accept = std::mem::take(&mut self.accept);
+                v.dstport = self.dstport.unwrap_or(v.dstport);
+                v.ttl = self.ttl;
+                v.underlay_mtu = self.underlay_mtu.unwrap_or(v.underlay_mtu);
+                v.vtep_fdb_limit = self.vtep_fdb_limit;
+                v.capacity_mbps = self.capacity_mbps;
+                // EVPN ports come from the configuration file only.
+                KindSpec::Vxlan(v)
+            }
+        })
+    }
+
     /// The port's specification, as the switch takes it.
-    fn spec(self) -> anyhow::Result<PortSpec> {
+    fn spec(mut self) -> anyhow::Result<PortSpec> {
         let kind = self.kind();
         self.check_flags(kind)?;
-        let socket_access = self.socket_access();
-        // The switch takes socket paths as absolute (it has its own
-        // working directory): a relative one is the caller's.
-        let socket = match self.socket {
-            Some(s) if s.is_relative() => Some(
-                std::env::current_dir()
-                    .context("the current directory")?
-                    .join(s),
-            ),
-            s => s,
-        };
+        let keys = self.kind_spec(kind)?;
         let policy = self.policy;
         Ok(PortSpec {
-            name: self.name,
-            kind,
-            socket,
-            mode: self.mode.unwrap_or_default(),
-            socket_access,
-            ifname: self.uplink.or(self.ifname),
-            netns: self.netns,
             vlan: self.vlan,
             trunk: self.trunk,
             native_vlan: self.native_vlan,
             mac: self.mac,
             spoof_guard: self.spoof_guard,
-            qdisc_bypass: self.qdisc_bypass,
-            offloads: self.offloads,
             coalesce: policy.coalesce,
             lro: policy.lro,
             latency: policy.latency.unwrap_or_default(),
             core: policy.core,
             tx_poll_budget: policy.tx_poll_budget,
+            uplink_queue: self.uplink_queue,
+            fdb_limit: policy.fdb_limit,
             egress: EgressSettings {
                 limit_mbps: policy.limit_mbps.filter(|&m| m > 0),
                 reserve_mbps: policy.reserve_mbps.filter(|&m| m > 0),
                 ..policy.egress()
             },
-            capacity_mbps: self.capacity_mbps,
-            queues: self.queues,
-            uplink_queue: self.uplink_queue,
-            direct: self.direct,
-            cross_connect: self.cross_connect,
-            fdb_limit: policy.fdb_limit,
-            vni: self.vxlan,
-            local: self.local,
-            remotes: self.remotes,
-            dstport: self.dstport,
-            ttl: self.ttl,
-            underlay_mtu: self.underlay_mtu,
-            accept: self.accept,
-            vtep_fdb_limit: self.vtep_fdb_limit,
-            // EVPN ports come from the configuration file only.
-            evpn: false,
+            ..PortSpec::new(&self.name, keys)
         })
     }
 }
@@ -312,22 +350,19 @@ mod tests {
     #[test]
     fn the_kind_comes_from_its_flag() {
         let kinds = [
-            (&["vm1", "--socket", "/s"][..], PortKind::VhostUser),
-            (&["t1", "--tap"][..], PortKind::Tap),
-            (&["up", "--uplink", "eth0"][..], PortKind::Uplink),
-            (
-                &["vx", "--vxlan", "7", "--local", "10.0.0.1"][..],
-                PortKind::Vxlan,
-            ),
+            (&["vm1", "--socket", "/s"][..], "vhost-user"),
+            (&["t1", "--tap"][..], "tap"),
+            (&["up", "--uplink", "eth0"][..], "uplink"),
+            (&["vx", "--vxlan", "7", "--local", "10.0.0.1"][..], "vxlan"),
         ];
         for (args, kind) in kinds {
-            assert_eq!(spec(args).unwrap().kind, kind, "{args:?}");
+            assert_eq!(spec(args).unwrap().kind.name(), kind, "{args:?}");
         }
         let up = spec(&["up", "--uplink", "eth0", "--queues", "4"]).unwrap();
-        assert_eq!(
-            (up.ifname.as_deref(), up.queues),
-            (Some("eth0"), std::num::NonZeroUsize::new(4))
-        );
+        let KindSpec::Uplink(up) = up.kind else {
+            panic!("not an uplink: {up:?}")
+        };
+        assert_eq!((up.ifname.as_str(), up.queues.get()), ("eth0", 4));
         let zero = spec(&["up", "--uplink", "eth0", "--queues", "0"]).unwrap_err();
         assert!(zero.to_string().contains("--queues"), "{zero}");
     }
@@ -357,13 +392,18 @@ mod tests {
             "--socket-mode",
             "0660",
         ]);
-        let a = s.unwrap().socket_access.unwrap();
-        assert_eq!(a.owner, Some(Principal::Name("qemu".into())));
-        assert_eq!((a.group, a.mode.as_deref()), (None, Some("0660")));
-        assert!(spec(&["vm1", "--socket", "/s"])
+        let a = s
+            .unwrap()
+            .kind
+            .vhost_user()
             .unwrap()
             .socket_access
-            .is_none());
+            .clone()
+            .unwrap();
+        assert_eq!(a.owner, Some(Principal::Name("qemu".into())));
+        assert_eq!((a.group, a.mode.as_deref()), (None, Some("0660")));
+        let plain = spec(&["vm1", "--socket", "/s"]).unwrap();
+        assert!(plain.kind.vhost_user().unwrap().socket_access.is_none());
         assert!(spec(&["t1", "--tap", "--socket-mode", "0660"]).is_err());
         let e = spec(&[
             "vm1",

@@ -3,6 +3,9 @@
 //! header as virtio ports. Reads happen only after epoll reports the tap
 //! readable, until it would block; each frame costs one read or write.
 
+mod spec;
+pub use spec::TapSpec;
+
 use super::{DeliverCx, Described, Kind, Port, Switch, Watch, Watched};
 use crate::datapath::{DeliverError, Frame, FrameCtx};
 use crate::offload::Caps;
