@@ -485,11 +485,16 @@ impl ActiveQueue {
     }
 
     /// Publishes the used elements added since the last flush.
+    // Inline across codegen units: every round's end calls it, and whether
+    // the compiler inlines it otherwise depends on how modules fall into
+    // units.
+    #[inline]
     pub fn flush(&mut self) {
         ring!(&mut self.ring, r => r.flush())
     }
 
     /// Notifies the driver of used buffers if it wants to be (at most one write per call).
+    #[inline]
     pub fn signal(&mut self, stats: &QueueStats) {
         self.flush();
         if !self.used_pending {
