@@ -274,7 +274,7 @@ fn main() {
     stop.store(true, Relaxed);
     traffic.join().unwrap();
     println!(
-        "phase     seconds  frames/s   max latency  max gap      frames > 1 ms  holds    longest hold  holds >= 1 ms  commands"
+        "phase     seconds  frames/s   max latency  max gap      frames > 1 ms  holds    longest hold    holds >= 1 ms  commands"
     );
     for (((name, s), t), h) in PHASES
         .iter()
@@ -283,7 +283,7 @@ fn main() {
         .zip(holds)
     {
         println!(
-            "{name:<9} {:<8.1} {:<10.0} {:<12.3?} {:<12.3?} {:<14} {:<8} {:<13} {:<14} {}",
+            "{name:<9} {:<8.1} {:<10.0} {:<12.3?} {:<12.3?} {:<14} {:<8} {:<15} {:<14} {}",
             t.as_secs_f64(),
             s.frames as f64 / t.as_secs_f64(),
             s.max_latency,

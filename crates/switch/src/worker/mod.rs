@@ -155,6 +155,11 @@ impl Worker {
             std::os::fd::AsRawFd::as_raw_fd(&doorbell.fd),
             EpollEvent::new(EventSet::IN, DOORBELL),
         )?;
+        // The counter's rate is measured once, over a few milliseconds of
+        // sleep, by its first user: here, on the thread that starts the
+        // worker, not in the worker's first stats snapshot (a command it
+        // would hold off polling for).
+        crate::sys::tsc::calibrated_rate();
         let mut dp = Datapath::new(cfg.fdb());
         dp.set_read_ahead(cfg.read_ahead);
         dp.set_time_in_switch(cfg.time_in_switch);
