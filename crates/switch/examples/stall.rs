@@ -20,7 +20,9 @@
 //! before and after it, the holds, the longest (exact when it is the
 //! longest yet, else its power-of-two bucket), the holds of
 //! 1 ms or more and the control commands the workers handled. The host's
-//! preemption of the worker during a hold counts in it.
+//! preemption of the worker during a hold counts in it; the holds with
+//! commands are also timed on the CPU (the thread's CPU time): their mean
+//! and how many ran 1 ms or more on it, the switch's own work.
 //!
 //! `cargo run --release -p vnio-switch --example stall [-- CYCLES]` (1000).
 
@@ -185,6 +187,10 @@ struct Held {
     longest_ns: Option<u64>,
     over_1ms: u64,
     commands: u64,
+    /// Holds with commands that ran 1 ms or more on a CPU.
+    commands_over_1ms_cpu: u64,
+    command_cpu_ns: u64,
+    command_holds: u64,
 }
 
 fn held(before: &[PerfSnapshot], after: &[PerfSnapshot]) -> Held {
@@ -198,6 +204,9 @@ fn held(before: &[PerfSnapshot], after: &[PerfSnapshot]) -> Held {
         h.holds += d.hold_count();
         h.over_1ms += d.holds_over_1ms;
         h.commands += d.commands;
+        h.commands_over_1ms_cpu += d.command_holds_over_1ms_cpu;
+        h.command_cpu_ns += d.command_cpu_nanos;
+        h.command_holds += d.command_holds;
         h.top = h.top.max(d.longest_hold_bucket());
         // A maximum that grew was reached in the interval: it is its longest.
         let grew = b.map_or(true, |b| a.longest_hold_ns > b.longest_hold_ns);
@@ -211,6 +220,17 @@ fn held(before: &[PerfSnapshot], after: &[PerfSnapshot]) -> Held {
 }
 
 impl Held {
+    fn command_cpu(&self) -> String {
+        if self.command_holds == 0 {
+            return "-".into();
+        }
+        format!(
+            "{:.1} µs, {}",
+            self.command_cpu_ns as f64 / 1e3 / self.command_holds as f64,
+            self.commands_over_1ms_cpu
+        )
+    }
+
     fn longest(&self) -> String {
         match (self.top, self.longest_ns) {
             (None, _) => "-".into(),
@@ -274,7 +294,7 @@ fn main() {
     stop.store(true, Relaxed);
     traffic.join().unwrap();
     println!(
-        "phase     seconds  frames/s   max latency  max gap      frames > 1 ms  holds    longest hold    holds >= 1 ms  commands"
+        "phase     seconds  frames/s   max latency  max gap      frames > 1 ms  holds    longest hold    holds >= 1 ms  commands  command hold on CPU: mean, >= 1 ms"
     );
     for (((name, s), t), h) in PHASES
         .iter()
@@ -283,7 +303,7 @@ fn main() {
         .zip(holds)
     {
         println!(
-            "{name:<9} {:<8.1} {:<10.0} {:<12.3?} {:<12.3?} {:<14} {:<8} {:<15} {:<14} {}",
+            "{name:<9} {:<8.1} {:<10.0} {:<12.3?} {:<12.3?} {:<14} {:<8} {:<15} {:<14} {:<9} {}",
             t.as_secs_f64(),
             s.frames as f64 / t.as_secs_f64(),
             s.max_latency,
@@ -292,7 +312,8 @@ fn main() {
             h.holds,
             h.longest(),
             h.over_1ms,
-            h.commands
+            h.commands,
+            h.command_cpu()
         );
     }
     drop(sw);

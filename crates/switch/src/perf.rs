@@ -49,6 +49,8 @@ pub struct WorkerPerf {
     longest_hold: AtomicU64,
     commands: AtomicU64,
     command_holds: AtomicU64,
+    command_cpu_nanos: AtomicU64,
+    command_holds_over_1ms_cpu: AtomicU64,
 }
 
 impl Default for WorkerPerf {
@@ -70,6 +72,8 @@ impl Default for WorkerPerf {
             longest_hold: AtomicU64::new(0),
             commands: AtomicU64::new(0),
             command_holds: AtomicU64::new(0),
+            command_cpu_nanos: AtomicU64::new(0),
+            command_holds_over_1ms_cpu: AtomicU64::new(0),
         }
     }
 }
@@ -136,6 +140,15 @@ impl WorkerPerf {
         }
     }
 
+    /// A hold that handled control commands spent `ns` nanoseconds on a
+    /// CPU (the rest of it the host ran something else).
+    pub fn command_cpu(&self, ns: u64) {
+        bump(&self.command_cpu_nanos, ns);
+        if ns >= HOLD_LIMIT_NS {
+            bump(&self.command_holds_over_1ms_cpu, 1);
+        }
+    }
+
     /// The counters now.
     pub fn snapshot(&self) -> PerfSnapshot {
         let now = tsc::pair();
@@ -159,6 +172,8 @@ impl WorkerPerf {
             longest_hold_ns: self.longest_hold.load(Relaxed),
             commands: self.commands.load(Relaxed),
             command_holds: self.command_holds.load(Relaxed),
+            command_cpu_nanos: self.command_cpu_nanos.load(Relaxed),
+            command_holds_over_1ms_cpu: self.command_holds_over_1ms_cpu.load(Relaxed),
         }
     }
 }
@@ -221,6 +236,13 @@ pub struct PerfSnapshot {
     /// Holds in which it handled control commands.
     #[serde(default)]
     pub command_holds: u64,
+    /// Nanoseconds those holds ran on a CPU (the thread's CPU time): their
+    /// own work, without the time the host ran something else.
+    #[serde(default)]
+    pub command_cpu_nanos: u64,
+    /// Holds with control commands that ran 1 ms or more on a CPU.
+    #[serde(default)]
+    pub command_holds_over_1ms_cpu: u64,
 }
 
 /// What a snapshot says, in the units a reader wants.
@@ -286,6 +308,12 @@ impl PerfSnapshot {
             longest_hold_ns: self.longest_hold_ns,
             commands: self.commands.saturating_sub(earlier.commands),
             command_holds: self.command_holds.saturating_sub(earlier.command_holds),
+            command_cpu_nanos: self
+                .command_cpu_nanos
+                .saturating_sub(earlier.command_cpu_nanos),
+            command_holds_over_1ms_cpu: self
+                .command_holds_over_1ms_cpu
+                .saturating_sub(earlier.command_holds_over_1ms_cpu),
         }
     }
 
@@ -496,12 +524,16 @@ mod tests {
         p.hold(1_500_000, 2);
         p.hold(3_000, 1);
         p.hold(999_999, 0);
+        p.command_cpu(1_200_000);
+        p.command_cpu(2_000);
         let d = p.snapshot().since(&a);
         assert_eq!(d.hold_count(), 3);
         assert_eq!((d.holds[11], d.holds[2], d.holds[10]), (1, 1, 1));
         assert_eq!(d.hold_nanos, 1_500_000 + 3_000 + 999_999);
         assert_eq!((d.holds_over_1ms, d.longest_hold_ns), (1, 1_500_000));
         assert_eq!((d.commands, d.command_holds), (3, 2));
+        assert_eq!(d.command_cpu_nanos, 1_202_000);
+        assert_eq!(d.command_holds_over_1ms_cpu, 1);
         assert_eq!(d.longest_hold_bucket(), Some(11));
         let f = d.figures();
         assert_eq!(f.mean_hold_ns, Some(d.hold_nanos as f64 / 3.0));

@@ -36,7 +36,8 @@ fn settled(c: &mut Client) -> PerfSnapshot {
             && now.holds_over_1ms == last.holds_over_1ms
             && now.longest_hold_ns == last.longest_hold_ns
             && now.commands == last.commands
-            && now.command_holds == last.command_holds;
+            && now.command_holds == last.command_holds
+            && now.command_cpu_nanos == last.command_cpu_nanos;
         last = now;
         if same {
             got = Some(last.clone());
@@ -89,13 +90,14 @@ fn port_adds_and_deletes_are_held_commands() {
         let after = settled(&mut c);
         let d = after.since(&before);
         println!(
-            "{} holds, {} ns in all, {} of 1 ms or more, longest since start {} ns; {} commands in {} holds",
+            "{} holds, {} ns in all, {} of 1 ms or more, longest since start {} ns; {} commands in {} holds, {} ns on a CPU",
             d.hold_count(),
             d.hold_nanos,
             d.holds_over_1ms,
             after.longest_hold_ns,
             d.commands,
-            d.command_holds
+            d.command_holds,
+            d.command_cpu_nanos
         );
         assert_eq!(d.holds.len(), HOLD_BUCKETS);
         // Every add and every delete is a command the worker handled in a
@@ -106,6 +108,9 @@ fn port_adds_and_deletes_are_held_commands() {
             "{d:?}"
         );
         assert!(d.hold_count() >= d.command_holds, "{d:?}");
+        // Their work took CPU time; how many ran 1 ms on a CPU is a part of them.
+        assert!(d.command_cpu_nanos > 0, "{d:?}");
+        assert!(d.command_holds_over_1ms_cpu <= d.command_holds, "{d:?}");
         check_buckets_against_total(&d);
         check_buckets_against_total(&after);
         // The longest since the worker started covers the interval's.

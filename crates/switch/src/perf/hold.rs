@@ -72,7 +72,7 @@ pub(super) fn prometheus(out: &mut String, workers: &[PerfSnapshot]) {
             w.worker
         );
     }
-    let rows: [(&str, &str, &str, fn(&PerfSnapshot) -> String); 4] = [
+    let rows: [(&str, &str, &str, fn(&PerfSnapshot) -> String); 6] = [
         (
             "holds_over_1ms_total",
             "Holds of 1 ms or longer.",
@@ -96,6 +96,18 @@ pub(super) fn prometheus(out: &mut String, workers: &[PerfSnapshot]) {
             "Holds in which the worker handled control commands.",
             "counter",
             |w| w.command_holds.to_string(),
+        ),
+        (
+            "command_cpu_seconds_total",
+            "CPU time of the holds with control commands (without the time the host ran something else).",
+            "counter",
+            |w| (w.command_cpu_nanos as f64 / 1e9).to_string(),
+        ),
+        (
+            "command_holds_over_1ms_cpu_total",
+            "Holds with control commands that ran 1 ms or more on a CPU.",
+            "counter",
+            |w| w.command_holds_over_1ms_cpu.to_string(),
         ),
     ];
     for (name, help, kind, value) in rows {

@@ -419,6 +419,14 @@ impl Worker {
             now = Instant::now();
             let held_from = now;
             let mut commands = 0;
+            // Commands are rare: their hold's CPU time (a system call) tells
+            // their own work from the host's preemption.
+            let commanded = events[..n].iter().any(|e| e.data() == WAKE);
+            let cpu_from = if commanded {
+                crate::sys::cpu_time::thread_cpu_ns()
+            } else {
+                0
+            };
             if sleep {
                 self.doorbell.sleeping.store(false, Ordering::Relaxed);
                 self.dp.disarm_notifications();
@@ -447,6 +455,10 @@ impl Worker {
             now = Instant::now();
             self.perf
                 .hold(now.duration_since(held_from).as_nanos() as u64, commands);
+            if commanded && commands > 0 {
+                let cpu = crate::sys::cpu_time::thread_cpu_ns();
+                self.perf.command_cpu(cpu.saturating_sub(cpu_from));
+            }
             self.dp.perf_resume();
         }
     }
