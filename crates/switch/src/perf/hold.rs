@@ -41,6 +41,14 @@ pub fn hold_bucket_label(k: usize) -> String {
     }
 }
 
+/// A family of one value per worker: name, help, type, the value.
+type Family = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&PerfSnapshot) -> String,
+);
+
 /// The workers' holds: a histogram in seconds, the count of holds of 1 ms
 /// or more, the longest as a gauge, and the control commands.
 pub(super) fn prometheus(out: &mut String, workers: &[PerfSnapshot]) {
@@ -72,7 +80,7 @@ pub(super) fn prometheus(out: &mut String, workers: &[PerfSnapshot]) {
             w.worker
         );
     }
-    let rows: [(&str, &str, &str, fn(&PerfSnapshot) -> String); 6] = [
+    let rows: [Family; 6] = [
         (
             "holds_over_1ms_total",
             "Holds of 1 ms or longer.",
