@@ -14,6 +14,16 @@
 //! long gap in a control phase that the idle phase does not have; on a
 //! shared 2-core host the idle phase's own maximum is the noise floor.
 //!
+//! What the switch itself controls is how long its worker stays away
+//! from polling (a *hold*, `vnio_switch::perf`): per phase, from the
+//! workers' counters read through the control socket (`Request::Perf`)
+//! before and after it, the holds, the longest (exact when it is the
+//! longest yet, else its power-of-two bucket), the holds of
+//! 1 ms or more and the control commands the workers handled. The host's
+//! preemption of the worker during a hold counts in it; the holds with
+//! commands are also timed on the CPU (the thread's CPU time): their mean
+//! and how many ran 1 ms or more on it, the switch's own work.
+//!
 //! `cargo run --release -p vnio-switch --example stall [-- CYCLES]` (1000).
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -28,6 +38,7 @@ use vnio_switch::config::{Config, PortSpec, SwitchConfig};
 use vnio_switch::control::{Client, Request};
 use vnio_switch::daemon::Switch;
 use vnio_switch::endpoint::{Endpoint, EndpointConfig};
+use vnio_switch::perf::{hold_bucket_label, PerfSnapshot};
 use vnio_switch::port::SocketMode;
 use vnio_switch::wire::{EthernetAddress, Ipv4Address};
 
@@ -161,6 +172,74 @@ fn run_phase(phase: usize, sw: &Switch, dir: &Path, cycles: usize) {
     }
 }
 
+/// The workers' counters, through the control socket.
+fn perf(c: &mut Client) -> Vec<PerfSnapshot> {
+    serde_json::from_value(c.request(&Request::Perf).unwrap()).unwrap()
+}
+
+/// The workers' holds between two readings.
+#[derive(Default, Clone, Copy)]
+struct Held {
+    holds: u64,
+    /// The longest's bucket.
+    top: Option<usize>,
+    /// The longest exactly, when every worker's is its longest yet.
+    longest_ns: Option<u64>,
+    over_1ms: u64,
+    commands: u64,
+    /// Holds with commands that ran 1 ms or more on a CPU.
+    commands_over_1ms_cpu: u64,
+    command_cpu_ns: u64,
+    command_holds: u64,
+}
+
+fn held(before: &[PerfSnapshot], after: &[PerfSnapshot]) -> Held {
+    let mut h = Held {
+        longest_ns: Some(0),
+        ..Held::default()
+    };
+    for a in after {
+        let b = before.iter().find(|b| b.worker == a.worker);
+        let d = b.map_or_else(|| a.clone(), |b| a.since(b));
+        h.holds += d.hold_count();
+        h.over_1ms += d.holds_over_1ms;
+        h.commands += d.commands;
+        h.commands_over_1ms_cpu += d.command_holds_over_1ms_cpu;
+        h.command_cpu_ns += d.command_cpu_nanos;
+        h.command_holds += d.command_holds;
+        h.top = h.top.max(d.longest_hold_bucket());
+        // A maximum that grew was reached in the interval: it is its longest.
+        let grew = b.map_or(true, |b| a.longest_hold_ns > b.longest_hold_ns);
+        h.longest_ns = match (h.longest_ns, grew || d.hold_count() == 0) {
+            (Some(ns), true) if d.hold_count() > 0 => Some(ns.max(a.longest_hold_ns)),
+            (known, true) => known,
+            (_, false) => None,
+        };
+    }
+    h
+}
+
+impl Held {
+    fn command_cpu(&self) -> String {
+        if self.command_holds == 0 {
+            return "-".into();
+        }
+        format!(
+            "{:.1} µs, {}",
+            self.command_cpu_ns as f64 / 1e3 / self.command_holds as f64,
+            self.commands_over_1ms_cpu
+        )
+    }
+
+    fn longest(&self) -> String {
+        match (self.top, self.longest_ns) {
+            (None, _) => "-".into(),
+            (Some(_), Some(ns)) => format!("{:.1} µs", ns as f64 / 1e3),
+            (Some(k), None) => hold_bucket_label(k),
+        }
+    }
+}
+
 fn main() {
     let cycles: usize = std::env::args()
         .nth(1)
@@ -202,23 +281,39 @@ fn main() {
         std::thread::spawn(move || stream(e1, e2, phase, stop, seen))
     };
     let mut took = [Duration::ZERO; 4];
-    for (p, took) in took.iter_mut().enumerate() {
+    let mut holds = [Held::default(); 4];
+    let mut ctl = Client::connect(sw.control_path()).unwrap();
+    for (p, (took, holds)) in took.iter_mut().zip(&mut holds).enumerate() {
         phase.store(p, Relaxed);
+        let before = perf(&mut ctl);
         let t = Instant::now();
         run_phase(p, &sw, &dir, cycles);
         *took = t.elapsed();
+        *holds = held(&before, &perf(&mut ctl));
     }
     stop.store(true, Relaxed);
     traffic.join().unwrap();
-    println!("phase     seconds  frames/s   max latency  max gap      frames > 1 ms");
-    for ((name, s), t) in PHASES.iter().zip(seen.lock().unwrap().iter()).zip(took) {
+    println!(
+        "phase     seconds  frames/s   max latency  max gap      frames > 1 ms  holds    longest hold    holds >= 1 ms  commands  command hold on CPU: mean, >= 1 ms"
+    );
+    for (((name, s), t), h) in PHASES
+        .iter()
+        .zip(seen.lock().unwrap().iter())
+        .zip(took)
+        .zip(holds)
+    {
         println!(
-            "{name:<9} {:<8.1} {:<10.0} {:<12.3?} {:<12.3?} {}",
+            "{name:<9} {:<8.1} {:<10.0} {:<12.3?} {:<12.3?} {:<14} {:<8} {:<15} {:<14} {:<9} {}",
             t.as_secs_f64(),
             s.frames as f64 / t.as_secs_f64(),
             s.max_latency,
             s.max_gap,
-            s.over_1ms
+            s.over_1ms,
+            h.holds,
+            h.longest(),
+            h.over_1ms,
+            h.commands,
+            h.command_cpu()
         );
     }
     drop(sw);

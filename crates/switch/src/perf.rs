@@ -1,8 +1,11 @@
 //! Where a worker's time goes, measured by the worker itself: cycles in
 //! polling rounds that moved frames (busy) and in rounds that found
 //! nothing (idle polling), the rest (sleeping in epoll, control commands),
-//! frames per burst taken from a guest's transmit queue, and how many
-//! chains were waiting in that queue when it was polled. The counterpart
+//! frames per burst taken from a guest's transmit queue, how many
+//! chains were waiting in that queue when it was polled, and how long the
+//! worker held off polling to do other work after a wake-up or a look at
+//! its descriptors (a *hold*: control commands, front-end messages,
+//! timers; the time asleep in epoll is not one). The counterpart
 //! of OVS's `dpif-netdev/pmd-perf-show`, cheap enough to stay on: one
 //! counter read per round (a round costs the time since the previous
 //! one ended) and a few single-writer stores (no atomic read-modify-write),
@@ -17,6 +20,10 @@ use crate::sys::tsc;
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Instant;
+
+pub use hold::{hold_bucket, hold_bucket_label, hold_bucket_span, HOLD_BUCKETS, HOLD_LIMIT_NS};
+
+mod hold;
 
 /// Burst sizes counted exactly up to this; larger ones in the last bucket.
 pub const BURST_BUCKETS: usize = 33;
@@ -36,6 +43,14 @@ pub struct WorkerPerf {
     read_ahead: AtomicU64,
     bursts: [AtomicU64; BURST_BUCKETS],
     depth: [AtomicU64; DEPTH_BUCKETS],
+    holds: [AtomicU64; HOLD_BUCKETS],
+    hold_nanos: AtomicU64,
+    holds_over_1ms: AtomicU64,
+    longest_hold: AtomicU64,
+    commands: AtomicU64,
+    command_holds: AtomicU64,
+    command_cpu_nanos: AtomicU64,
+    command_holds_over_1ms_cpu: AtomicU64,
 }
 
 impl Default for WorkerPerf {
@@ -51,6 +66,14 @@ impl Default for WorkerPerf {
             read_ahead: AtomicU64::new(0),
             bursts: std::array::from_fn(|_| AtomicU64::new(0)),
             depth: std::array::from_fn(|_| AtomicU64::new(0)),
+            holds: std::array::from_fn(|_| AtomicU64::new(0)),
+            hold_nanos: AtomicU64::new(0),
+            holds_over_1ms: AtomicU64::new(0),
+            longest_hold: AtomicU64::new(0),
+            commands: AtomicU64::new(0),
+            command_holds: AtomicU64::new(0),
+            command_cpu_nanos: AtomicU64::new(0),
+            command_holds_over_1ms_cpu: AtomicU64::new(0),
         }
     }
 }
@@ -99,6 +122,33 @@ impl WorkerPerf {
         bump(&self.fast, n);
     }
 
+    /// The worker held off polling for `ns` nanoseconds (from its return
+    /// from epoll to its next round), handling `commands` control commands
+    /// among other work. Once per look at its event sources, never per round.
+    pub fn hold(&self, ns: u64, commands: u64) {
+        bump(&self.holds[hold_bucket(ns)], 1);
+        bump(&self.hold_nanos, ns);
+        if ns >= HOLD_LIMIT_NS {
+            bump(&self.holds_over_1ms, 1);
+        }
+        if ns > self.longest_hold.load(Relaxed) {
+            self.longest_hold.store(ns, Relaxed);
+        }
+        if commands > 0 {
+            bump(&self.commands, commands);
+            bump(&self.command_holds, 1);
+        }
+    }
+
+    /// A hold that handled control commands spent `ns` nanoseconds on a
+    /// CPU (the rest of it the host ran something else).
+    pub fn command_cpu(&self, ns: u64) {
+        bump(&self.command_cpu_nanos, ns);
+        if ns >= HOLD_LIMIT_NS {
+            bump(&self.command_holds_over_1ms_cpu, 1);
+        }
+    }
+
     /// The counters now.
     pub fn snapshot(&self) -> PerfSnapshot {
         let now = tsc::pair();
@@ -116,6 +166,14 @@ impl WorkerPerf {
             read_ahead_rounds: self.read_ahead.load(Relaxed),
             bursts: self.bursts.iter().map(|c| c.load(Relaxed)).collect(),
             depth: self.depth.iter().map(|c| c.load(Relaxed)).collect(),
+            holds: self.holds.iter().map(|c| c.load(Relaxed)).collect(),
+            hold_nanos: self.hold_nanos.load(Relaxed),
+            holds_over_1ms: self.holds_over_1ms.load(Relaxed),
+            longest_hold_ns: self.longest_hold.load(Relaxed),
+            commands: self.commands.load(Relaxed),
+            command_holds: self.command_holds.load(Relaxed),
+            command_cpu_nanos: self.command_cpu_nanos.load(Relaxed),
+            command_holds_over_1ms_cpu: self.command_holds_over_1ms_cpu.load(Relaxed),
         }
     }
 }
@@ -155,6 +213,36 @@ pub struct PerfSnapshot {
     /// Chains waiting in a guest's transmit queue when polled, by power of
     /// two: index 0 counts 0, index k counts 2^(k-1) to 2^k - 1.
     pub depth: Vec<u64>,
+    /// Holds (the worker away from polling after a wake-up or a look at
+    /// its event sources, until its next round) by length in powers of two
+    /// of microseconds ([`hold_bucket_span`]); their sum is the number of holds.
+    #[serde(default)]
+    pub holds: Vec<u64>,
+    /// Nanoseconds in holds.
+    #[serde(default)]
+    pub hold_nanos: u64,
+    /// Holds of 1 ms or longer.
+    #[serde(default)]
+    pub holds_over_1ms: u64,
+    /// The longest hold since the worker started, in nanoseconds: a
+    /// maximum, which [`PerfSnapshot::since`] cannot take apart, so an
+    /// interval keeps its later snapshot's (the interval's own longest
+    /// is in its highest non-empty `holds` bucket).
+    #[serde(default)]
+    pub longest_hold_ns: u64,
+    /// Control commands the worker handled.
+    #[serde(default)]
+    pub commands: u64,
+    /// Holds in which it handled control commands.
+    #[serde(default)]
+    pub command_holds: u64,
+    /// Nanoseconds those holds ran on a CPU (the thread's CPU time): their
+    /// own work, without the time the host ran something else.
+    #[serde(default)]
+    pub command_cpu_nanos: u64,
+    /// Holds with control commands that ran 1 ms or more on a CPU.
+    #[serde(default)]
+    pub command_holds_over_1ms_cpu: u64,
 }
 
 /// What a snapshot says, in the units a reader wants.
@@ -181,6 +269,12 @@ pub struct PerfFigures {
     /// Share of the busy rounds that read their transmit bursts ahead.
     #[serde(default)]
     pub read_ahead_share: Option<f64>,
+    /// Share of the time in holds (part of `other_share`).
+    #[serde(default)]
+    pub hold_share: f64,
+    /// Mean hold in nanoseconds.
+    #[serde(default)]
+    pub mean_hold_ns: Option<f64>,
 }
 
 impl PerfSnapshot {
@@ -208,7 +302,29 @@ impl PerfSnapshot {
                 .saturating_sub(earlier.read_ahead_rounds),
             bursts: sub(&self.bursts, &earlier.bursts),
             depth: sub(&self.depth, &earlier.depth),
+            holds: sub(&self.holds, &earlier.holds),
+            hold_nanos: self.hold_nanos.saturating_sub(earlier.hold_nanos),
+            holds_over_1ms: self.holds_over_1ms.saturating_sub(earlier.holds_over_1ms),
+            longest_hold_ns: self.longest_hold_ns,
+            commands: self.commands.saturating_sub(earlier.commands),
+            command_holds: self.command_holds.saturating_sub(earlier.command_holds),
+            command_cpu_nanos: self
+                .command_cpu_nanos
+                .saturating_sub(earlier.command_cpu_nanos),
+            command_holds_over_1ms_cpu: self
+                .command_holds_over_1ms_cpu
+                .saturating_sub(earlier.command_holds_over_1ms_cpu),
         }
+    }
+
+    /// How many holds.
+    pub fn hold_count(&self) -> u64 {
+        self.holds.iter().sum()
+    }
+
+    /// The bucket of the longest hold ([`hold_bucket_span`]), None without holds.
+    pub fn longest_hold_bucket(&self) -> Option<usize> {
+        self.holds.iter().rposition(|&k| k > 0)
     }
 
     /// Shares, rates and costs per frame.
@@ -243,6 +359,9 @@ impl PerfSnapshot {
                 .then(|| (self.fast_frames as f64 / self.frames as f64).min(1.0)),
             read_ahead_share: (self.busy_rounds > 0)
                 .then(|| (self.read_ahead_rounds as f64 / self.busy_rounds as f64).min(1.0)),
+            hold_share: (self.hold_nanos as f64 / self.nanos.max(1) as f64).min(1.0),
+            mean_hold_ns: (self.hold_count() > 0)
+                .then(|| self.hold_nanos as f64 / self.hold_count() as f64),
         }
     }
 }
@@ -352,6 +471,7 @@ pub fn prometheus(workers: &[PerfSnapshot]) -> String {
             w.worker
         );
     }
+    hold::prometheus(&mut out, workers);
     out
 }
 
@@ -394,6 +514,38 @@ mod tests {
         assert_eq!(f.ns_per_frame, Some(50.0));
         assert_eq!(f.mean_burst, Some(30.0));
         assert_eq!(f.frames_per_sec, 30.0 * 1e9 / 5_000.0);
+    }
+
+    #[test]
+    fn holds_are_counted_summed_and_the_longest_kept() {
+        let p = WorkerPerf::default();
+        p.hold(500, 0);
+        let a = p.snapshot();
+        p.hold(1_500_000, 2);
+        p.hold(3_000, 1);
+        p.hold(999_999, 0);
+        p.command_cpu(1_200_000);
+        p.command_cpu(2_000);
+        let d = p.snapshot().since(&a);
+        assert_eq!(d.hold_count(), 3);
+        assert_eq!((d.holds[11], d.holds[2], d.holds[10]), (1, 1, 1));
+        assert_eq!(d.hold_nanos, 1_500_000 + 3_000 + 999_999);
+        assert_eq!((d.holds_over_1ms, d.longest_hold_ns), (1, 1_500_000));
+        assert_eq!((d.commands, d.command_holds), (3, 2));
+        assert_eq!(d.command_cpu_nanos, 1_202_000);
+        assert_eq!(d.command_holds_over_1ms_cpu, 1);
+        assert_eq!(d.longest_hold_bucket(), Some(11));
+        let f = d.figures();
+        assert_eq!(f.mean_hold_ns, Some(d.hold_nanos as f64 / 3.0));
+        let text = prometheus(&[p.snapshot()]);
+        assert!(text.contains("hold_seconds_bucket{worker=\"0\",le=\"0.000001\"} 1"));
+        assert!(text.contains("hold_seconds_bucket{worker=\"0\",le=\"0.001024\"} 3"));
+        assert!(text.contains("hold_seconds_bucket{worker=\"0\",le=\"+Inf\"} 4"));
+        assert!(text.contains("hold_seconds_count{worker=\"0\"} 4"));
+        assert!(text.contains("vnio_switch_worker_holds_over_1ms_total{worker=\"0\"} 1"));
+        assert!(text.contains("vnio_switch_worker_longest_hold_seconds{worker=\"0\"} 0.0015"));
+        assert!(text.contains("# TYPE vnio_switch_worker_longest_hold_seconds gauge"));
+        assert!(text.contains("vnio_switch_worker_commands_total{worker=\"0\"} 3"));
     }
 
     #[test]

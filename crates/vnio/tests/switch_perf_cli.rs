@@ -91,6 +91,13 @@ fn perf_shows_a_full_receive_queue_under_its_port() {
         doc["workers"][0]["figures"]["busy_share"].is_number(),
         "{doc}"
     );
+    // The worker's holds over the interval, by bucket (it wakes for its ticks).
+    let holds = doc["workers"][0]["counters"]["holds"].as_array().unwrap();
+    assert_eq!(holds.len(), vnio_switch::perf::HOLD_BUCKETS, "{doc}");
+    assert!(
+        holds.iter().map(|k| k.as_u64().unwrap()).sum::<u64>() > 0,
+        "{doc}"
+    );
     let port = |name: &str| {
         doc["ports"]
             .as_array()
@@ -131,6 +138,10 @@ fn perf_shows_a_full_receive_queue_under_its_port() {
     let text = String::from_utf8(out.stdout).unwrap();
     println!("{text}");
     assert!(text.contains("port p1 over"), "{text}");
+    assert!(
+        text.contains("  holds (away from polling after a wake-up or event check): "),
+        "{text}"
+    );
     let line = text
         .lines()
         .find(|l| l.contains("rx ring full: queue 0 "))

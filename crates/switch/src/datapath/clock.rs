@@ -47,8 +47,8 @@ impl RoundClock {
         self.read_ahead.on()
     }
 
-    /// The worker is back from waiting for events: that time is not the
-    /// next round's.
+    /// The worker is back from waiting for events and the work they
+    /// brought: that time is not the next round's.
     pub(super) fn resume(&mut self) {
         self.mark = clock();
     }

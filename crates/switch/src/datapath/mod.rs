@@ -333,7 +333,8 @@ impl Datapath {
     }
 
     /// The worker is back from waiting for events (asleep, or a look at
-    /// its descriptors): that time is not the next round's.
+    /// its descriptors) and the work they brought (its hold,
+    /// [`crate::perf::WorkerPerf::hold`]): that time is not the next round's.
     pub fn perf_resume(&mut self) {
         self.clock.resume();
     }

@@ -6,6 +6,7 @@
 
 pub mod affinity;
 pub mod copy_batch;
+pub mod cpu_time;
 pub mod eventfd;
 pub mod events_io;
 pub mod memfd;

@@ -119,6 +119,8 @@ pub struct Worker {
     doorbell: Arc<Doorbell>,
     /// The core a dedicated worker is pinned to (it never sleeps).
     dedicated: Option<usize>,
+    /// Where its holds are counted (the data path's counters).
+    perf: Arc<crate::perf::WorkerPerf>,
 }
 
 fn token(slot: usize, w: Watch) -> u64 {
@@ -153,10 +155,17 @@ impl Worker {
             std::os::fd::AsRawFd::as_raw_fd(&doorbell.fd),
             EpollEvent::new(EventSet::IN, DOORBELL),
         )?;
+        // The counter's rate is measured once, over a few milliseconds of
+        // sleep, by its first user: here, on the thread that starts the
+        // worker, not in the worker's first stats snapshot (a command it
+        // would hold off polling for).
+        crate::sys::tsc::calibrated_rate();
         let mut dp = Datapath::new(cfg.fdb());
         dp.set_read_ahead(cfg.read_ahead);
         dp.set_time_in_switch(cfg.time_in_switch);
+        let perf = dp.perf();
         Ok(Self {
+            perf,
             dp,
             epoll,
             wake,
@@ -171,7 +180,7 @@ impl Worker {
 
     /// The counters of where this worker's time goes.
     pub fn perf(&self) -> Arc<crate::perf::WorkerPerf> {
-        self.dp.perf()
+        Arc::clone(&self.perf)
     }
 
     /// Where the worker says what changes (before the thread starts).
@@ -229,10 +238,11 @@ impl Worker {
         self.registered[slot] = now_watched;
     }
 
-    /// Handles pending commands; returns false on Stop.
-    fn commands(&mut self) -> bool {
+    /// Handles pending commands, counting them in `handled`; returns false on Stop.
+    fn commands(&mut self, handled: &mut u64) -> bool {
         let _ = self.wake.read();
         while let Ok(c) = self.commands.try_recv() {
+            *handled += 1;
             match c {
                 Command::Add(spec, id, reply) => {
                     let _ = reply.send(self.add(&spec, id));
@@ -308,6 +318,32 @@ impl Worker {
         true
     }
 
+    /// Handles the events epoll reported, counting the control commands
+    /// in `commands`; returns false on Stop.
+    fn dispatch(&mut self, ready: &[EpollEvent], now: Instant, commands: &mut u64) -> bool {
+        for ev in ready {
+            let data = ev.data();
+            if data == WAKE {
+                if !self.commands(commands) {
+                    return false;
+                }
+                continue;
+            }
+            if data == TIMER {
+                let _ = self.timer.wait();
+                continue;
+            }
+            if data == DOORBELL {
+                let _ = self.doorbell.fd.read();
+                continue;
+            }
+            let slot = (data >> 8) as usize;
+            self.dp.on_event(slot, Watch::decode(data as u8), now);
+            self.sync(slot);
+        }
+        true
+    }
+
     /// Runs until a Stop command.
     pub fn run(mut self) {
         let mut events = vec![EpollEvent::default(); 64];
@@ -378,32 +414,26 @@ impl Worker {
                     return;
                 }
             };
-            self.dp.perf_resume();
+            // A hold begins: from here to the next round the worker does
+            // other work (asleep in epoll it held nothing).
+            now = Instant::now();
+            let held_from = now;
+            let mut commands = 0;
+            // Commands are rare: their hold's CPU time (a system call) tells
+            // their own work from the host's preemption.
+            let commanded = events[..n].iter().any(|e| e.data() == WAKE);
+            let cpu_from = if commanded {
+                crate::sys::cpu_time::thread_cpu_ns()
+            } else {
+                0
+            };
             if sleep {
                 self.doorbell.sleeping.store(false, Ordering::Relaxed);
                 self.dp.disarm_notifications();
                 idle = 0;
             }
-            now = Instant::now();
-            for ev in &events[..n] {
-                let data = ev.data();
-                if data == WAKE {
-                    if !self.commands() {
-                        return;
-                    }
-                    continue;
-                }
-                if data == TIMER {
-                    let _ = self.timer.wait();
-                    continue;
-                }
-                if data == DOORBELL {
-                    let _ = self.doorbell.fd.read();
-                    continue;
-                }
-                let slot = (data >> 8) as usize;
-                self.dp.on_event(slot, Watch::decode(data as u8), now);
-                self.sync(slot);
+            if !self.dispatch(&events[..n], now, &mut commands) {
+                return;
             }
             changed.clear();
             if now.duration_since(last_tick) >= TICK {
@@ -420,6 +450,16 @@ impl Worker {
                 last_age = now;
                 self.dp.age(now);
             }
+            // The hold ends; the next round's time begins (the hold's time
+            // is not that round's).
+            now = Instant::now();
+            self.perf
+                .hold(now.duration_since(held_from).as_nanos() as u64, commands);
+            if commanded && commands > 0 {
+                let cpu = crate::sys::cpu_time::thread_cpu_ns();
+                self.perf.command_cpu(cpu.saturating_sub(cpu_from));
+            }
+            self.dp.perf_resume();
         }
     }
 }
