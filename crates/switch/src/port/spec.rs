@@ -3,7 +3,7 @@
 //! socket's `port_add`) that belong to its kind, tagged by `kind`. Each
 //! kind's keys are its own type, in its own module (`vhost_user/spec.rs`,
 //! `tap/spec.rs`, `uplink/spec.rs`, `vxlan/spec.rs`), with their defaults,
-//! their checks and the opening of the port ([`KindKeys`]); the keys every
+//! their checks and the opening of the port (`KindKeys`); the keys every
 //! kind shares (VLANs, MAC, latency, ...) are
 //! [`crate::config::PortSpec`]'s.
 //!
@@ -65,7 +65,8 @@ impl KindSpec {
         each_spec!(self, k => k.queues())
     }
 
-    /// See [`KindKeys::is_vnic`].
+    /// A virtual NIC (vhost-user, tap): its frames go out through the
+    /// uplinks, so a share, limit, reservation and uplink queue apply.
     pub fn is_vnic(&self) -> bool {
         each_spec!(self, k => k.is_vnic())
     }

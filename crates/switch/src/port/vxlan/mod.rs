@@ -48,7 +48,7 @@ mod spec;
 pub use flow::flow_port;
 pub use peers::{Ipv4Net, Peers};
 pub use rx::{RxFrame, VxlanRx};
-pub use spec::VxlanSpec;
+pub use spec::{VxlanSpec, MIN_VTEP_LIMIT};
 
 /// Most remote VTEPs in a port's flood list (a flood of one frame must fit
 /// one send batch twice over).
