@@ -22,7 +22,8 @@
 //! 1 ms or more and the control commands the workers handled. The host's
 //! preemption of the worker during a hold counts in it; the holds with
 //! commands are also timed on the CPU (the thread's CPU time): their mean
-//! and how many ran 1 ms or more on it, the switch's own work.
+//! and how many ran 1 ms or more on it, the switch's own work. The switch
+//! warns of each of those on stderr, naming its slowest command.
 //!
 //! `cargo run --release -p vnio-switch --example stall [-- CYCLES]` (1000).
 
@@ -241,6 +242,7 @@ impl Held {
 }
 
 fn main() {
+    vnio_switch::logging::init(vnio_switch::logging::LevelFilter::Warn);
     let cycles: usize = std::env::args()
         .nth(1)
         .map_or(1000, |a| a.parse().expect("CYCLES"));

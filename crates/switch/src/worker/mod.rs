@@ -11,13 +11,12 @@
 //! reports about its ports, `spread` its part in spreading a multiqueue
 //! port's queue pairs over workers (see [`crate::pool`]).
 
-use crate::config::{PolicyUpdate, PortSpec, SwitchConfig};
-use crate::datapath::{Datapath, Lent, Slot};
-use crate::fdb::FdbEntry;
-use crate::mesh::{Doorbell, PeerSetup, RemotePort, WorkerId};
+use crate::config::SwitchConfig;
+use crate::datapath::Datapath;
+use crate::mesh::{Doorbell, PeerSetup, RemotePort};
 use crate::port::{Watch, Watched};
 use std::sync::atomic::{fence, Ordering};
-use std::sync::mpsc::{Receiver, Sender};
+use std::sync::mpsc::Receiver;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
@@ -26,73 +25,33 @@ use vmm_sys_util::timerfd::TimerFd;
 
 pub use crate::port_info::{EgressInfo, PolicyInfo, PortInfo, QueuePairsInfo, VirtqueueInfo};
 
+pub use command::Command;
 pub use error::WorkerError;
 
+mod command;
 mod error;
 mod info;
 mod ports;
 mod spread;
 
-/// Requests to the worker; each carries where to answer (a refusal as a
-/// [`WorkerError`]).
-// One per control request: the size of the largest variant (a port spec) does not matter.
-#[allow(clippy::large_enum_variant)]
-pub enum Command {
-    /// Add a port with this identity.
-    Add(
-        PortSpec,
-        crate::PortId,
-        Sender<Result<PortInfo, WorkerError>>,
-    ),
-    /// Hand a port (with its connection and rings) over to the control plane.
-    Detach(String, Sender<Result<Box<Slot>, WorkerError>>),
-    /// Take over a port another worker detached.
-    Attach(Box<Slot>, Sender<PortInfo>),
-    /// Learn where another worker's port is.
-    Remote(RemotePort),
-    /// Forget another worker's port.
-    Unremote(crate::PortId),
-    /// Connect to another worker.
-    AddPeer(PeerSetup),
-    /// Disconnect from a worker that stopped.
-    RemovePeer(WorkerId),
-    /// Restrict this worker's thread to these CPUs.
-    Pin(Vec<usize>, Sender<Result<(), WorkerError>>),
-    /// Remove a port by name.
-    Del(String, Sender<Result<(), WorkerError>>),
-    /// Change a port's latency policies.
-    Set(String, PolicyUpdate, Sender<Result<PortInfo, WorkerError>>),
-    /// List ports.
-    List(Sender<Vec<PortInfo>>),
-    /// The FDB.
-    Fdb(Sender<Vec<FdbEntry>>),
-    /// Lend a vNIC's own uplink receive queues to the worker it runs on.
-    Lend(
-        crate::PortId,
-        crate::netqueue::QueueRequest,
-        crate::wire::EthernetAddress,
-        Sender<Vec<Lent>>,
-    ),
-    /// Serve uplink queues another worker lent.
-    Hold(Vec<Lent>, Sender<()>),
-    /// Give back the lent queues held here (of one uplink, when set).
-    Release(Option<crate::PortId>, Sender<Vec<Lent>>),
-    /// Take back lent queues; the vNIC they were lent for may be leaving.
-    Restore(Vec<Lent>, Option<crate::PortId>, Sender<()>),
-    /// Give pair K of a port back to its owner.
-    ReturnPair(crate::PortId, usize),
-    /// Serve a multiqueue port's pairs on these workers (pair k on the
-    /// k-th, None: this one, worker `home`).
-    Spread(
-        String,
-        WorkerId,
-        Vec<Option<crate::port::vhost_user::WorkerHandle>>,
-        Sender<Result<(), WorkerError>>,
-    ),
-    /// What BGP EVPN says about a VXLAN port in EVPN mode (by name).
-    Evpn(String, Vec<crate::evpn::Change>),
-    /// Stop the worker.
-    Stop,
+/// A hold with commands this long on the CPU is said (a warning): the
+/// control plane's bound on stalling forwarding.
+const LONG_HOLD_NS: u64 = 1_000_000;
+
+/// The commands one hold handled: how many, and the slowest.
+#[derive(Default)]
+struct Handled {
+    count: u64,
+    slowest: Option<(&'static str, Duration)>,
+}
+
+impl Handled {
+    fn note(&mut self, name: &'static str, took: Duration) {
+        self.count += 1;
+        if self.slowest.map_or(true, |(_, t)| took > t) {
+            self.slowest = Some((name, took));
+        }
+    }
 }
 
 const WAKE: u64 = u64::MAX;
@@ -238,89 +197,98 @@ impl Worker {
         self.registered[slot] = now_watched;
     }
 
-    /// Handles pending commands, counting them in `handled`; returns false on Stop.
-    fn commands(&mut self, handled: &mut u64) -> bool {
+    /// Handles pending commands, each noted in `handled`; returns false on Stop.
+    fn commands(&mut self, handled: &mut Handled) -> bool {
         let _ = self.wake.read();
         while let Ok(c) = self.commands.try_recv() {
-            *handled += 1;
-            match c {
-                Command::Add(spec, id, reply) => {
-                    let _ = reply.send(self.add(&spec, id));
-                }
-                Command::Detach(name, reply) => {
-                    let _ = reply.send(self.detach(&name));
-                }
-                Command::Attach(slot, reply) => {
-                    let _ = reply.send(self.attach(slot));
-                }
-                Command::Remote(r) => self.dp.set_remote(r),
-                Command::Unremote(id) => self.dp.remove_remote(id),
-                Command::AddPeer(p) => self.dp.add_peer(p),
-                Command::RemovePeer(w) => self.dp.remove_peer(w),
-                Command::Pin(cpus, reply) => {
-                    let r = crate::sys::affinity::pin_current_thread(&cpus).map_err(|e| {
-                        WorkerError::Refused(format!("cannot pin the worker to CPUs {cpus:?}: {e}"))
-                    });
-                    if r.is_ok() && self.dedicated.is_some() {
-                        self.dedicated = cpus.first().copied();
-                    }
-                    let _ = reply.send(r);
-                }
-                Command::Del(name, reply) => {
-                    let _ = reply.send(self.del(&name));
-                }
-                Command::Set(name, u, reply) => {
-                    let _ = reply.send(self.set(&name, &u));
-                }
-                Command::List(reply) => {
-                    // A lent pair is listed (and counted) with its port.
-                    let v = self
-                        .dp
-                        .table()
-                        .slots()
-                        .filter(|(_, s)| !spread::is_lent_pair(s))
-                        .map(|(i, _)| i)
-                        .collect::<Vec<_>>();
-                    let _ = reply.send(v.into_iter().filter_map(|i| self.info(i)).collect());
-                }
-                Command::Evpn(name, changes) => {
-                    self.dp.evpn(&name, &changes, Instant::now());
-                }
-                Command::Fdb(reply) => {
-                    let _ = reply.send(self.dp.fdb().entries(Instant::now()));
-                }
-                Command::Lend(id, req, mac, reply) => {
-                    let _ = reply.send(self.dp.table_mut().lend_queues(id, req, mac));
-                }
-                Command::Hold(lent, reply) => {
-                    for l in lent {
-                        let name = l.name.clone();
-                        let slot = self.dp.hold(l);
-                        self.sync(slot);
-                        log::info!("{name}: served by this worker");
-                    }
-                    let _ = reply.send(());
-                }
-                Command::Release(of, reply) => {
-                    let _ = reply.send(self.dp.release_lent(of));
-                }
-                Command::Restore(lent, leaving, reply) => {
-                    self.dp.table_mut().restore(lent, leaving);
-                    let _ = reply.send(());
-                }
-                Command::ReturnPair(id, k) => self.return_pair(id, k),
-                Command::Spread(name, home, holders, reply) => {
-                    let _ = reply.send(self.spread(&name, home, holders));
-                }
-                Command::Stop => return false,
+            let (name, began) = (c.name(), Instant::now());
+            if !self.command(c) {
+                return false;
             }
+            handled.note(name, began.elapsed());
         }
         true
     }
 
-    /// Handles the events epoll reported, counting the control commands
-    /// in `commands`; returns false on Stop.
-    fn dispatch(&mut self, ready: &[EpollEvent], now: Instant, commands: &mut u64) -> bool {
+    /// Handles one command; false on Stop.
+    fn command(&mut self, c: Command) -> bool {
+        match c {
+            Command::Add(spec, id, reply) => {
+                let _ = reply.send(self.add(&spec, id));
+            }
+            Command::Detach(name, reply) => {
+                let _ = reply.send(self.detach(&name));
+            }
+            Command::Attach(slot, reply) => {
+                let _ = reply.send(self.attach(slot));
+            }
+            Command::Remote(r) => self.dp.set_remote(r),
+            Command::Unremote(id) => self.dp.remove_remote(id),
+            Command::AddPeer(p) => self.dp.add_peer(p),
+            Command::RemovePeer(w) => self.dp.remove_peer(w),
+            Command::Pin(cpus, reply) => {
+                let r = crate::sys::affinity::pin_current_thread(&cpus).map_err(|e| {
+                    WorkerError::Refused(format!("cannot pin the worker to CPUs {cpus:?}: {e}"))
+                });
+                if r.is_ok() && self.dedicated.is_some() {
+                    self.dedicated = cpus.first().copied();
+                }
+                let _ = reply.send(r);
+            }
+            Command::Del(name, reply) => {
+                let _ = reply.send(self.del(&name));
+            }
+            Command::Set(name, u, reply) => {
+                let _ = reply.send(self.set(&name, &u));
+            }
+            Command::List(reply) => {
+                // A lent pair is listed (and counted) with its port.
+                let v = self
+                    .dp
+                    .table()
+                    .slots()
+                    .filter(|(_, s)| !spread::is_lent_pair(s))
+                    .map(|(i, _)| i)
+                    .collect::<Vec<_>>();
+                let _ = reply.send(v.into_iter().filter_map(|i| self.info(i)).collect());
+            }
+            Command::Evpn(name, changes) => {
+                self.dp.evpn(&name, &changes, Instant::now());
+            }
+            Command::Fdb(reply) => {
+                let _ = reply.send(self.dp.fdb().entries(Instant::now()));
+            }
+            Command::Lend(id, req, mac, reply) => {
+                let _ = reply.send(self.dp.table_mut().lend_queues(id, req, mac));
+            }
+            Command::Hold(lent, reply) => {
+                for l in lent {
+                    let name = l.name.clone();
+                    let slot = self.dp.hold(l);
+                    self.sync(slot);
+                    log::info!("{name}: served by this worker");
+                }
+                let _ = reply.send(());
+            }
+            Command::Release(of, reply) => {
+                let _ = reply.send(self.dp.release_lent(of));
+            }
+            Command::Restore(lent, leaving, reply) => {
+                self.dp.table_mut().restore(lent, leaving);
+                let _ = reply.send(());
+            }
+            Command::ReturnPair(id, k) => self.return_pair(id, k),
+            Command::Spread(name, home, holders, reply) => {
+                let _ = reply.send(self.spread(&name, home, holders));
+            }
+            Command::Stop => return false,
+        }
+        true
+    }
+
+    /// Handles the events epoll reported, noting the control commands in
+    /// `commands`; returns false on Stop.
+    fn dispatch(&mut self, ready: &[EpollEvent], now: Instant, commands: &mut Handled) -> bool {
         for ev in ready {
             let data = ev.data();
             if data == WAKE {
@@ -342,6 +310,21 @@ impl Worker {
             self.sync(slot);
         }
         true
+    }
+
+    /// Says that control work kept the worker from polling for `cpu`
+    /// nanoseconds on the CPU (`held` in all), and what it did.
+    fn say_long_hold(&self, held: Duration, cpu: u64, commands: &Handled) {
+        let (name, took) = commands.slowest.unwrap_or(("command", Duration::ZERO));
+        log::warn!(
+            "{}: control work kept it from polling for {:?} on the CPU ({held:?} in all): {} command(s), the slowest a {name} ({took:?})",
+            match self.dedicated {
+                Some(c) => format!("the dedicated worker on core {c}"),
+                None => "a shared worker".into(),
+            },
+            Duration::from_nanos(cpu),
+            commands.count,
+        );
     }
 
     /// Runs until a Stop command.
@@ -418,7 +401,7 @@ impl Worker {
             // other work (asleep in epoll it held nothing).
             now = Instant::now();
             let held_from = now;
-            let mut commands = 0;
+            let mut commands = Handled::default();
             // Commands are rare: their hold's CPU time (a system call) tells
             // their own work from the host's preemption.
             let commanded = events[..n].iter().any(|e| e.data() == WAKE);
@@ -453,11 +436,14 @@ impl Worker {
             // The hold ends; the next round's time begins (the hold's time
             // is not that round's).
             now = Instant::now();
-            self.perf
-                .hold(now.duration_since(held_from).as_nanos() as u64, commands);
-            if commanded && commands > 0 {
-                let cpu = crate::sys::cpu_time::thread_cpu_ns();
-                self.perf.command_cpu(cpu.saturating_sub(cpu_from));
+            let held = now.duration_since(held_from);
+            self.perf.hold(held.as_nanos() as u64, commands.count);
+            if commanded && commands.count > 0 {
+                let cpu = crate::sys::cpu_time::thread_cpu_ns().saturating_sub(cpu_from);
+                self.perf.command_cpu(cpu);
+                if cpu >= LONG_HOLD_NS {
+                    self.say_long_hold(held, cpu, &commands);
+                }
             }
             self.dp.perf_resume();
         }
