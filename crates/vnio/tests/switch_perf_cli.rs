@@ -91,34 +91,7 @@ fn perf_shows_a_full_receive_queue_under_its_port() {
         doc["workers"][0]["figures"]["busy_share"].is_number(),
         "{doc}"
     );
-    // The worker's holds over the interval, by bucket (it wakes for its ticks).
-    let holds = doc["workers"][0]["counters"]["holds"].as_array().unwrap();
-    assert_eq!(holds.len(), vnio_switch::perf::HOLD_BUCKETS, "{doc}");
-    assert!(
-        holds.iter().map(|k| k.as_u64().unwrap()).sum::<u64>() > 0,
-        "{doc}"
-    );
-    let port = |name: &str| {
-        doc["ports"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|p| p["port"] == name)
-            .unwrap_or_else(|| panic!("no {name} in {doc}"))
-            .clone()
-    };
-    let p1 = port("p1");
-    let full = &p1["rx_ring_full"][0]["ring_full"];
-    let (count, per_sec) = (
-        full["count"].as_u64().unwrap(),
-        full["per_sec"].as_f64().unwrap(),
-    );
-    let span = p1["span_ns"].as_f64().unwrap() / 1e9;
-    println!("p1 over {span:.3} s: {count} ring-full drops, {per_sec:.0}/s");
-    assert!(count > 0 && per_sec > 0.0, "{p1}");
-    assert!((0.9..30.0).contains(&span), "{p1}");
-    assert!((per_sec * span - count as f64).abs() < 1.0, "{p1}");
-    assert_eq!(port("p2")["rx_ring_full"][0]["ring_full"]["count"], 0);
+    json_shows_holds_and_p1s_drops(&doc);
     // The table, since the ports were added: p1's drops, p2 quiet.
     let total = sw
         .handle()
@@ -157,4 +130,37 @@ fn perf_shows_a_full_receive_queue_under_its_port() {
         text.contains("no ring-full drops or held frames: p2"),
         "{text}"
     );
+}
+
+/// `switch perf --json` over an interval: the worker's holds by bucket (it
+/// wakes for its ticks), p1's ring-full drops as a count and a rate that
+/// agree, none for p2.
+fn json_shows_holds_and_p1s_drops(doc: &serde_json::Value) {
+    let holds = doc["workers"][0]["counters"]["holds"].as_array().unwrap();
+    assert_eq!(holds.len(), vnio_switch::perf::HOLD_BUCKETS, "{doc}");
+    assert!(
+        holds.iter().map(|k| k.as_u64().unwrap()).sum::<u64>() > 0,
+        "{doc}"
+    );
+    let port = |name: &str| {
+        doc["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["port"] == name)
+            .unwrap_or_else(|| panic!("no {name} in {doc}"))
+            .clone()
+    };
+    let p1 = port("p1");
+    let full = &p1["rx_ring_full"][0]["ring_full"];
+    let (count, per_sec) = (
+        full["count"].as_u64().unwrap(),
+        full["per_sec"].as_f64().unwrap(),
+    );
+    let span = p1["span_ns"].as_f64().unwrap() / 1e9;
+    println!("p1 over {span:.3} s: {count} ring-full drops, {per_sec:.0}/s");
+    assert!(count > 0 && per_sec > 0.0, "{p1}");
+    assert!((0.9..30.0).contains(&span), "{p1}");
+    assert!((per_sec * span - count as f64).abs() < 1.0, "{p1}");
+    assert_eq!(port("p2")["rx_ring_full"][0]["ring_full"]["count"], 0);
 }

@@ -38,6 +38,14 @@ mod spread;
 /// control plane's bound on stalling forwarding.
 const LONG_HOLD_NS: u64 = 1_000_000;
 
+/// What the worker keeps from one hold to the next: when it last ticked
+/// and aged its FDB, and a list reused for the ports that changed.
+struct Between {
+    last_tick: Instant,
+    last_age: Instant,
+    changed: Vec<usize>,
+}
+
 /// The commands one hold handled: how many, and the slowest.
 #[derive(Default)]
 struct Handled {
@@ -332,9 +340,11 @@ impl Worker {
         let mut events = vec![EpollEvent::default(); 64];
         let mut idle: u32 = 0;
         let mut rounds: u32 = 0;
-        let mut last_tick = Instant::now();
-        let mut last_age = Instant::now();
-        let mut changed = Vec::new();
+        let mut between = Between {
+            last_tick: Instant::now(),
+            last_age: Instant::now(),
+            changed: Vec::new(),
+        };
         let mut now = Instant::now();
         loop {
             // The clock is read every few rounds while busy: FDB timestamps
@@ -384,7 +394,9 @@ impl Worker {
                     let _ = self.timer.reset(due - now, None);
                 }
                 TICK.as_millis() as i32
-            } else if rounds % EVENT_CHECK_ROUNDS == 0 || now.duration_since(last_tick) >= TICK {
+            } else if rounds % EVENT_CHECK_ROUNDS == 0
+                || now.duration_since(between.last_tick) >= TICK
+            {
                 0
             } else {
                 continue;
@@ -397,55 +409,64 @@ impl Worker {
                     return;
                 }
             };
-            // A hold begins: from here to the next round the worker does
-            // other work (asleep in epoll it held nothing).
-            now = Instant::now();
-            let held_from = now;
-            let mut commands = Handled::default();
-            // Commands are rare: their hold's CPU time (a system call) tells
-            // their own work from the host's preemption.
-            let commanded = events[..n].iter().any(|e| e.data() == WAKE);
-            let cpu_from = if commanded {
-                crate::sys::cpu_time::thread_cpu_ns()
-            } else {
-                0
-            };
             if sleep {
                 self.doorbell.sleeping.store(false, Ordering::Relaxed);
                 self.dp.disarm_notifications();
                 idle = 0;
             }
-            if !self.dispatch(&events[..n], now, &mut commands) {
-                return;
+            match self.hold(&events[..n], &mut between) {
+                Some(t) => now = t,
+                None => return,
             }
-            changed.clear();
-            if now.duration_since(last_tick) >= TICK {
-                last_tick = now;
-                self.dp.tick(now, &mut changed);
-            }
-            self.dp.spread_tick(now, &mut changed);
-            self.dp.table_mut().take_dirty(&mut changed);
-            for &s in &changed {
-                self.sync(s);
-            }
-            self.give_back_broken();
-            if now.duration_since(last_age) >= AGE_EVERY {
-                last_age = now;
-                self.dp.age(now);
-            }
-            // The hold ends; the next round's time begins (the hold's time
-            // is not that round's).
-            now = Instant::now();
-            let held = now.duration_since(held_from);
-            self.perf.hold(held.as_nanos() as u64, commands.count);
-            if commanded && commands.count > 0 {
-                let cpu = crate::sys::cpu_time::thread_cpu_ns().saturating_sub(cpu_from);
-                self.perf.command_cpu(cpu);
-                if cpu >= LONG_HOLD_NS {
-                    self.say_long_hold(held, cpu, &commands);
-                }
-            }
-            self.dp.perf_resume();
         }
+    }
+
+    /// The worker's work between two polling rounds once epoll returned
+    /// `ready` (its *hold*, timed and counted): the events and commands,
+    /// the ticks, the ports whose watched descriptors changed, ageing.
+    /// When it ended; None on Stop.
+    fn hold(&mut self, ready: &[EpollEvent], b: &mut Between) -> Option<Instant> {
+        let from = Instant::now();
+        let mut commands = Handled::default();
+        // Commands are rare: their hold's CPU time (a system call) tells
+        // their own work from the host's preemption.
+        let commanded = ready.iter().any(|e| e.data() == WAKE);
+        let cpu_from = if commanded {
+            crate::sys::cpu_time::thread_cpu_ns()
+        } else {
+            0
+        };
+        if !self.dispatch(ready, from, &mut commands) {
+            return None;
+        }
+        b.changed.clear();
+        if from.duration_since(b.last_tick) >= TICK {
+            b.last_tick = from;
+            self.dp.tick(from, &mut b.changed);
+        }
+        self.dp.spread_tick(from, &mut b.changed);
+        self.dp.table_mut().take_dirty(&mut b.changed);
+        for &s in &b.changed {
+            self.sync(s);
+        }
+        self.give_back_broken();
+        if from.duration_since(b.last_age) >= AGE_EVERY {
+            b.last_age = from;
+            self.dp.age(from);
+        }
+        // The hold ends; the next round's time begins (the hold's time is
+        // not that round's).
+        let now = Instant::now();
+        let held = now.duration_since(from);
+        self.perf.hold(held.as_nanos() as u64, commands.count);
+        if commanded && commands.count > 0 {
+            let cpu = crate::sys::cpu_time::thread_cpu_ns().saturating_sub(cpu_from);
+            self.perf.command_cpu(cpu);
+            if cpu >= LONG_HOLD_NS {
+                self.say_long_hold(held, cpu, &commands);
+            }
+        }
+        self.dp.perf_resume();
+        Some(now)
     }
 }
