@@ -366,24 +366,40 @@ impl PerfSnapshot {
     }
 }
 
+/// A Prometheus family `vnio_switch_worker_NAME` of one value per worker:
+/// its help and type lines, then each worker's `value`.
+pub(super) fn write_family(
+    out: &mut String,
+    workers: &[PerfSnapshot],
+    name: &str,
+    help: &str,
+    kind: &str,
+    value: impl Fn(&PerfSnapshot) -> String,
+) {
+    use std::fmt::Write as _;
+    let _ = writeln!(
+        out,
+        "# HELP vnio_switch_worker_{name} {help}\n# TYPE vnio_switch_worker_{name} {kind}"
+    );
+    for w in workers {
+        let _ = writeln!(
+            out,
+            "vnio_switch_worker_{name}{{worker=\"{}\"}} {}",
+            w.worker,
+            value(w)
+        );
+    }
+}
+
 /// The workers' counters in Prometheus text format (cumulative since each
 /// worker started; rates and costs per frame come from their differences).
 pub fn prometheus(workers: &[PerfSnapshot]) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
     let mut family = |name: &str, help: &str, kind: &str, value: &dyn Fn(&PerfSnapshot) -> u64| {
-        let _ = writeln!(
-            out,
-            "# HELP vnio_switch_worker_{name} {help}\n# TYPE vnio_switch_worker_{name} {kind}"
-        );
-        for w in workers {
-            let _ = writeln!(
-                out,
-                "vnio_switch_worker_{name}{{worker=\"{}\"}} {}",
-                w.worker,
-                value(w)
-            );
-        }
+        write_family(&mut out, workers, name, help, kind, |w| {
+            value(w).to_string()
+        });
     };
     family(
         "cycles_total",

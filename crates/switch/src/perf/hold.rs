@@ -119,18 +119,7 @@ pub(super) fn prometheus(out: &mut String, workers: &[PerfSnapshot]) {
         ),
     ];
     for (name, help, kind, value) in rows {
-        let _ = writeln!(
-            out,
-            "# HELP vnio_switch_worker_{name} {help}\n# TYPE vnio_switch_worker_{name} {kind}"
-        );
-        for w in workers {
-            let _ = writeln!(
-                out,
-                "vnio_switch_worker_{name}{{worker=\"{}\"}} {}",
-                w.worker,
-                value(w)
-            );
-        }
+        super::write_family(out, workers, name, help, kind, value);
     }
 }
 

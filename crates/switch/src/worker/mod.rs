@@ -34,10 +34,6 @@ mod info;
 mod ports;
 mod spread;
 
-/// A hold with commands this long on the CPU is said (a warning): the
-/// control plane's bound on stalling forwarding.
-const LONG_HOLD_NS: u64 = 1_000_000;
-
 /// What the worker keeps from one hold to the next: when it last ticked
 /// and aged its FDB, and a list reused for the ports that changed.
 struct Between {
@@ -462,7 +458,8 @@ impl Worker {
         if commanded && commands.count > 0 {
             let cpu = crate::sys::cpu_time::thread_cpu_ns().saturating_sub(cpu_from);
             self.perf.command_cpu(cpu);
-            if cpu >= LONG_HOLD_NS {
+            // The bound the counters use: such a hold is also said.
+            if cpu >= crate::perf::HOLD_LIMIT_NS {
                 self.say_long_hold(held, cpu, &commands);
             }
         }
