@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
 /// The keys of a tap port.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct TapSpec {
     /// The interface's name (default: the port's name).
@@ -28,13 +28,24 @@ pub struct TapSpec {
     pub offloads: bool,
 }
 
+/// The keys' defaults, as parsing applies them: the port's name for the
+/// interface, the switch's namespace, offloads on.
+impl Default for TapSpec {
+    fn default() -> Self {
+        Self {
+            ifname: None,
+            netns: None,
+            offloads: true,
+        }
+    }
+}
+
 impl TapSpec {
     /// A tap on interface `ifname` in the switch's namespace, with offloads.
     pub fn new(ifname: &str) -> Self {
         Self {
             ifname: Some(ifname.to_string()),
-            netns: None,
-            offloads: true,
+            ..Self::default()
         }
     }
 

@@ -2,7 +2,6 @@
 //! place its kind is worked out from them, and the [`PortSpec`] they make,
 //! sent as it is to the switch's `port_add`.
 
-use std::num::NonZeroUsize;
 use std::path::PathBuf;
 
 use anyhow::Context;
@@ -238,7 +237,7 @@ impl AddArgs {
     /// The keys of the port's kind, from its flags (`check_flags` refused
     /// the others).
     fn kind_spec(&mut self, kind: Kind) -> anyhow::Result<KindSpec> {
-        let queues = self.queues.unwrap_or(NonZeroUsize::MIN);
+        // The kind's own defaults, then what a flag gives.
         Ok(match kind {
             Kind::VhostUser => {
                 // The switch takes socket paths as absolute (it has its
@@ -249,26 +248,28 @@ impl AddArgs {
                         .join(s),
                     s => s,
                 };
-                KindSpec::VhostUser(VhostUserSpec {
-                    socket_access: self.socket_access(),
-                    queues,
-                    offloads: self.offloads.unwrap_or(true),
-                    direct: self.direct.take(),
-                    cross_connect: self.cross_connect.take(),
-                    ..VhostUserSpec::new(socket, self.mode.unwrap_or_default())
-                })
+                let mut v = VhostUserSpec::new(socket, self.mode.unwrap_or_default());
+                v.socket_access = self.socket_access();
+                v.queues = self.queues.unwrap_or(v.queues);
+                v.offloads = self.offloads.unwrap_or(v.offloads);
+                v.direct = self.direct.take();
+                v.cross_connect = self.cross_connect.take();
+                KindSpec::VhostUser(v)
             }
-            Kind::Tap => KindSpec::Tap(TapSpec {
-                ifname: self.ifname.take(),
-                netns: self.netns.take(),
-                offloads: self.offloads.unwrap_or(true),
-            }),
-            Kind::Uplink => KindSpec::Uplink(UplinkSpec {
-                qdisc_bypass: self.qdisc_bypass,
-                queues,
-                capacity_mbps: self.capacity_mbps,
-                ..UplinkSpec::new(self.uplink.as_deref().unwrap_or_default())
-            }),
+            Kind::Tap => {
+                let mut t = TapSpec::default();
+                t.ifname = self.ifname.take();
+                t.netns = self.netns.take();
+                t.offloads = self.offloads.unwrap_or(t.offloads);
+                KindSpec::Tap(t)
+            }
+            Kind::Uplink => {
+                let mut u = UplinkSpec::new(self.uplink.as_deref().unwrap_or_default());
+                u.qdisc_bypass = self.qdisc_bypass;
+                u.queues = self.queues.unwrap_or(u.queues);
+                u.capacity_mbps = self.capacity_mbps;
+                KindSpec::Uplink(u)
+            }
             Kind::Vxlan => {
                 let local = self.local.context("--vxlan needs --local")?;
                 let mut v = VxlanSpec::new(self.vxlan.unwrap_or_default(), local, &self.remotes);
