@@ -25,7 +25,12 @@
 //! and how many ran 1 ms or more on it, the switch's own work. The switch
 //! warns of each of those on stderr, naming its slowest command.
 //!
-//! `cargo run --release -p vnio-switch --example stall [-- CYCLES]` (1000).
+//! As `vnio switch` does, the example locks its pages into memory first
+//! (`[switch] lock_memory`); `LOCK=0` leaves them unlocked. With `--cold`
+//! the kernel's page cache is dropped before every phase (root): a phase
+//! whose work needs a page of code from the disk then shows the wait.
+//!
+//! `cargo run --release -p vnio-switch --example stall [-- CYCLES] [--cold]` (1000).
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -241,14 +246,24 @@ impl Held {
     }
 }
 
+/// Writes dirty pages out and drops the clean ones from the page cache.
+fn drop_page_cache() {
+    // SAFETY: sync takes no arguments and cannot fail.
+    unsafe { libc::sync() };
+    std::fs::write("/proc/sys/vm/drop_caches", "3").expect("--cold: drop_caches (root)");
+}
+
 fn main() {
     vnio_switch::logging::init(vnio_switch::logging::LevelFilter::Warn);
-    let cycles: usize = std::env::args()
-        .nth(1)
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let cold = args.iter().any(|a| a == "--cold");
+    let cycles: usize = args
+        .iter()
+        .find(|a| *a != "--cold")
         .map_or(1000, |a| a.parse().expect("CYCLES"));
     let dir = PathBuf::from(format!("/tmp/vnio-stall-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let cfg = Config {
+    let mut cfg = Config {
         switch: SwitchConfig {
             control: dir.join("control"),
             // Busy-poll, as a forwarding benchmark runs.
@@ -260,6 +275,11 @@ fn main() {
             .map(|n| PortSpec::vhost_user(n, dir.join(n), SocketMode::Server))
             .collect(),
     };
+    if std::env::var("LOCK").as_deref() == Ok("0") {
+        cfg.switch.lock_memory = false;
+    }
+    let locked = vnio_switch::daemon::lock_memory(&cfg.switch).unwrap_or(0);
+    println!("memory locked: {} MiB", locked >> 20);
     let sw = Switch::start(cfg).unwrap();
     let ep = |n: u8| {
         let cfg = EndpointConfig::new(mac(n), Ipv4Address([10, 0, 0, n]));
@@ -286,6 +306,9 @@ fn main() {
     let mut holds = [Held::default(); 4];
     let mut ctl = Client::connect(sw.control_path()).unwrap();
     for (p, (took, holds)) in took.iter_mut().zip(&mut holds).enumerate() {
+        if cold {
+            drop_page_cache();
+        }
         phase.store(p, Relaxed);
         let before = perf(&mut ctl);
         let t = Instant::now();

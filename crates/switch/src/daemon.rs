@@ -133,6 +133,34 @@ pub struct Switch {
     evpn: Vec<crate::evpn::agent::Agent>,
 }
 
+/// Locks the process's pages into memory when `cfg.lock_memory` asks
+/// (`crate::sys::memlock`), saying in one line what it did; returns the
+/// bytes the process has locked then (`VmLck`). For a process that is the
+/// switch, before [`Switch::start`]: a test or tool that runs a switch
+/// beside other work keeps its own pages as they are.
+pub fn lock_memory(cfg: &crate::config::SwitchConfig) -> Option<u64> {
+    if !cfg.lock_memory {
+        return crate::sys::memlock::locked_bytes();
+    }
+    match crate::sys::memlock::lock_current() {
+        Ok(bytes) => {
+            log::info!(
+                "memory locked: {} MiB (the program, its libraries and heap)",
+                bytes.unwrap_or(0) >> 20
+            );
+            bytes
+        }
+        Err(e) => {
+            log::warn!(
+                "memory not locked ([switch] lock_memory): {e}; a page the kernel drops \
+                 under memory pressure stalls the worker that needs it \
+                 (give CAP_IPC_LOCK or raise RLIMIT_MEMLOCK)"
+            );
+            crate::sys::memlock::locked_bytes()
+        }
+    }
+}
+
 impl Switch {
     /// Starts the worker, adds the configured ports, and serves the control socket.
     pub fn start(config: Config) -> Result<Self, StartError> {

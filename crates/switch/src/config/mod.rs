@@ -158,6 +158,12 @@ pub struct SwitchConfig {
     /// costs. Written out only when off.
     #[serde(skip_serializing_if = "is_true")]
     pub time_in_switch: bool,
+    /// Lock the switch's pages into memory when `vnio switch` starts
+    /// (default true; `daemon::lock_memory`): its workers then never wait
+    /// on the disk for a page of code dropped under memory pressure.
+    /// Written out only when off.
+    #[serde(skip_serializing_if = "is_true")]
+    pub lock_memory: bool,
 }
 
 /// The default [`SwitchConfig::mac_move_quiet_ms`].
@@ -212,6 +218,7 @@ impl Default for SwitchConfig {
             read_ahead: ReadAheadMode::Auto,
             drop_event_rate: DROP_EVENT_RATE,
             time_in_switch: true,
+            lock_memory: true,
         }
     }
 }

@@ -10,6 +10,7 @@ pub mod cpu_time;
 pub mod eventfd;
 pub mod events_io;
 pub mod memfd;
+pub mod memlock;
 pub mod netlink;
 pub mod packet;
 pub mod peer;

@@ -87,6 +87,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             _ => vnio_switch::logging::LevelFilter::Info,
         };
         vnio_switch::logging::init(level);
+        let _ = vnio_switch::daemon::lock_memory(&config.switch);
         let ports = config.ports.len();
         let sw = Switch::start(config).context("starting the switch")?;
         eprintln!(
