@@ -376,19 +376,10 @@ pub(super) fn write_family(
     kind: &str,
     value: impl Fn(&PerfSnapshot) -> String,
 ) {
-    use std::fmt::Write as _;
-    let _ = writeln!(
-        out,
-        "# HELP vnio_switch_worker_{name} {help}\n# TYPE vnio_switch_worker_{name} {kind}"
-    );
-    for w in workers {
-        let _ = writeln!(
-            out,
-            "vnio_switch_worker_{name}{{worker=\"{}\"}} {}",
-            w.worker,
-            value(w)
-        );
-    }
+    let rows = workers
+        .iter()
+        .map(|w| (format!("worker=\"{}\"", w.worker), value(w)));
+    crate::stats::write_family(out, &format!("vnio_switch_worker_{name}"), help, kind, rows);
 }
 
 /// The workers' counters in Prometheus text format (cumulative since each

@@ -16,6 +16,7 @@ use std::time::Instant;
 pub mod pressure;
 mod prometheus;
 pub use prometheus::prometheus;
+pub(crate) use prometheus::write_family;
 
 /// Why a frame was dropped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

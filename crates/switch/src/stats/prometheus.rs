@@ -99,13 +99,24 @@ const DIRECTION_FAMILIES: &[DirectionFamily] = &[
     ),
 ];
 
-/// Writes one counter family: its help, its type and a line per row
-/// (labels, value).
+/// Writes one counter family `vnio_switch_NAME` of ports' counters.
 fn family(out: &mut String, name: &str, help: &str, rows: impl IntoIterator<Item = (String, u64)>) {
-    let _ = writeln!(out, "# HELP vnio_switch_{name} {help}");
-    let _ = writeln!(out, "# TYPE vnio_switch_{name} counter");
+    write_family(out, &format!("vnio_switch_{name}"), help, "counter", rows);
+}
+
+/// Writes one metric family of the switch's: its help and type lines,
+/// then a line per row (its labels, without braces, and its value). The
+/// one writer of the ports' and the workers' families.
+pub(crate) fn write_family<V: std::fmt::Display>(
+    out: &mut String,
+    name: &str,
+    help: &str,
+    kind: &str,
+    rows: impl IntoIterator<Item = (String, V)>,
+) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
     for (labels, v) in rows {
-        let _ = writeln!(out, "vnio_switch_{name}{{{labels}}} {v}");
+        let _ = writeln!(out, "{name}{{{labels}}} {v}");
     }
 }
 
