@@ -343,6 +343,7 @@ fn placement_seconds_repeat_the_whole_plan_until_each_placement_has_them() {
         .collect();
     assert_eq!(placed.len(), 2, "both rates carry the probe: {placed:?}");
     println!("placement seconds: {reps:?} repetitions, placed (near, far) {placed:?}");
+    assert_switch_seconds(points);
     let reached: Vec<usize> = (0..2)
         .filter(|&i| placed.iter().any(|c| c[i] > 0))
         .collect();
@@ -360,6 +361,49 @@ fn placement_seconds_repeat_the_whole_plan_until_each_placement_has_them() {
         );
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Every probed rate iteration on vnio's switch carries the switch's
+/// figures of each whole second of its window, in range where read; and
+/// some second of the run has them.
+fn assert_switch_seconds(points: &[vnio_lab::outcome::PointOutcome]) {
+    let mut read = Vec::new();
+    for p in points {
+        let at = &p.point.workload.name;
+        for it in &p.document.as_ref().unwrap().iterations {
+            if it.line_round_trip.is_none() {
+                assert!(it.switch_seconds.is_none(), "{at}: unprobed, yet read");
+                continue;
+            }
+            let seconds = it
+                .switch_seconds
+                .as_ref()
+                .unwrap_or_else(|| panic!("{at} iteration {}: no switch seconds", it.index));
+            assert_eq!(
+                seconds.len(),
+                it.seconds.floor() as usize,
+                "{at}: {seconds:?}"
+            );
+            for s in seconds.iter().flatten() {
+                assert!(s.busy > 0.0 && s.busy <= 1.0, "{at}: {s:?}");
+                assert!(s.frames > 0, "{at}: {s:?}");
+                assert!(
+                    s.frames_per_busy_round.is_some_and(|f| f > 0.0),
+                    "{at}: {s:?}"
+                );
+                assert!(
+                    s.busy_ns_per_frame.is_some_and(|ns| ns > 0.0),
+                    "{at}: {s:?}"
+                );
+                read.push((s.busy * 100.0).round() / 100.0);
+            }
+        }
+    }
+    println!("switch seconds read, busy: {read:?}");
+    assert!(
+        !read.is_empty(),
+        "no second of the run has the switch's figures"
+    );
 }
 
 #[test]
