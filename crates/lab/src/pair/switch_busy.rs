@@ -141,10 +141,7 @@ fn sample(
     let mut k = 0u64;
     while k <= last {
         let due = window + PERIOD * k as u32;
-        loop {
-            let Some(wait) = due.checked_duration_since(Instant::now()) else {
-                break;
-            };
+        while let Some(wait) = due.checked_duration_since(Instant::now()) {
             match told.recv_timeout(wait) {
                 Ok(Tell::Last(n)) => last = n,
                 Ok(Tell::Window(_)) | Err(RecvTimeoutError::Timeout) => {}
