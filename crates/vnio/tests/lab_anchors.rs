@@ -233,6 +233,9 @@ fn switch_anchors_drives_every_switch_with_the_dpdk_endpoints_and_gives_everythi
     assert!(testbeds
         .iter()
         .any(|b| b.notes.iter().any(|n| n.contains("busy-poll"))));
+    if two_cpus {
+        assert_switch_seconds(points);
+    }
 
     // The ratios are judged (one quick iteration: inconclusive is fine):
     // both rates and the round trip's p50 and p99, against each anchor.
@@ -364,15 +367,23 @@ fn placement_seconds_repeat_the_whole_plan_until_each_placement_has_them() {
 }
 
 /// Every probed rate iteration on vnio's switch carries the switch's
-/// figures of each whole second of its window, in range where read; and
-/// some second of the run has them.
+/// figures of each whole second of its window, in range where read, and
+/// some second of the run has them; no other iteration carries any.
 fn assert_switch_seconds(points: &[vnio_lab::outcome::PointOutcome]) {
     let mut read = Vec::new();
     for p in points {
-        let at = &p.point.workload.name;
-        for it in &p.document.as_ref().unwrap().iterations {
-            if it.line_round_trip.is_none() {
-                assert!(it.switch_seconds.is_none(), "{at}: unprobed, yet read");
+        let Some(doc) = &p.document else {
+            continue;
+        };
+        let at = format!("{} {}", p.point.configuration, p.point.workload.name);
+        let probed = !doc.params["placement_probe"].is_null();
+        let on_vnio = p.point.configuration == "vnio";
+        for it in &doc.iterations {
+            if !(probed && on_vnio) {
+                assert!(
+                    it.switch_seconds.is_none(),
+                    "{at}: not a probed rate on vnio's switch"
+                );
                 continue;
             }
             let seconds = it
