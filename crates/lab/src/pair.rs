@@ -48,6 +48,7 @@ mod dpdk;
 mod placement;
 pub use crate::testbed::program;
 mod records;
+mod switch_busy;
 mod tcp;
 
 pub use crate::testbed::{virtqueue_offered, HUGE_MB};
@@ -201,8 +202,10 @@ fn rate(
     let listen = endpoints_listen(bed.description().wire);
     let knobs = &bed.description().knobs;
     let cpus = knobs.client_cpus.clone().unwrap_or_default();
-    // The placement the host gives the switch's and the client's CPUs.
+    // The placement the host gives the switch's and the client's CPUs,
+    // and on vnio's switch its busy share.
     let probe = knobs.probe_cpus();
+    let watch = placement::Watch::of(bed);
     let params = serde_json::json!({
         "kind": "pair-rate",
         "payload": w.size,
@@ -243,7 +246,13 @@ fn rate(
                         break;
                     }
                     its.push(iteration(
-                        &mut tx, &mut rx, &frame, index, &run, probe, &stop_flag,
+                        &mut tx,
+                        &mut rx,
+                        &frame,
+                        index,
+                        &run,
+                        watch.as_ref(),
+                        &stop_flag,
                     ));
                 }
                 let during = match (t0, MachineTicks::read()) {
@@ -288,24 +297,19 @@ fn udp_frame(a: &End, b: &End, payload: u32) -> Result<Vec<u8>, String> {
 }
 
 /// Warm up, then count for the measured window, second by second; with
-/// `probe` (two CPUs), the line probe runs beside it.
+/// `watch`, the line probe (and on vnio's switch the reading of its
+/// counters) runs beside it.
 fn iteration(
     tx: &mut Endpoint,
     rx: &mut Endpoint,
     frame: &[u8],
     index: usize,
     run: &RunSpec,
-    probe: Option<[usize; 2]>,
+    watch: Option<&placement::Watch>,
     stop: &AtomicBool,
 ) -> Iteration {
     let mut errors = Vec::new();
-    // A probe that cannot start leaves the iteration without placement,
-    // and says why; the rate is measured all the same.
-    let beside = probe.and_then(|cpus| {
-        placement::Beside::start(cpus)
-            .map_err(|e| errors.push(e))
-            .ok()
-    });
+    let beside = watch.map(|w| w.start(&mut errors));
     let burst: Vec<&[u8]> = vec![frame; BURST];
     let (mut sent, mut got) = (0u64, 0u64);
     // What the ring does not take now is offered again in the next burst
@@ -322,6 +326,9 @@ fn iteration(
     (sent, got) = (0, 0);
     let cpu0 = CpuTime::thread();
     let window = std::time::Instant::now();
+    if let Some(b) = &beside {
+        b.window(window);
+    }
     let start = now_ns();
     let end = start + run.duration.as_nanos() as u64;
     let mut intervals = Vec::new();
@@ -347,7 +354,14 @@ fn iteration(
     }
     let seconds = (now_ns() - start) as f64 / 1e9;
     let cpu = CpuTime::thread().since(cpu0);
-    let line_round_trip = beside.map(|b| b.finish(window, Duration::from_secs_f64(seconds)));
+    let length = Duration::from_secs_f64(seconds);
+    let (line_round_trip, switch_seconds) = match beside {
+        Some(b) => {
+            let seen = b.finish(window, length, &mut errors);
+            (seen.line_round_trip, seen.switch_seconds)
+        }
+        None => (None, None),
+    };
     let payload = frame.len() as u64 - u64::from(FRAME_OVERHEAD);
     let bytes = got * payload;
     let merged = Measured {
@@ -375,6 +389,7 @@ fn iteration(
         client_cost: Cost::new(cpu, got, bytes),
         errors,
         line_round_trip,
+        switch_seconds,
         ..Default::default()
     }
 }

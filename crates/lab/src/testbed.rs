@@ -329,6 +329,13 @@ impl Testbed {
         self.scratch.journal()
     }
 
+    /// vnio's switch's control socket while it runs as this bed's wire;
+    /// none on other wires.
+    pub fn switch_control(&self) -> Option<PathBuf> {
+        let running = self.description.wire == WireKind::Switch && self.switch.is_some();
+        running.then(|| self.scratch.path().join("switch.sock"))
+    }
+
     /// The DPDK endpoint program (knob `endpoints = "dpdk"`).
     pub fn dpdk_program(&self) -> Option<&Path> {
         self.dpdk_program.as_deref()

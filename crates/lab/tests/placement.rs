@@ -12,6 +12,7 @@ use vnio_lab::store::Store;
 use vnio_measure::env::Environment;
 use vnio_measure::placement::{LineRoundTrips, Placement};
 use vnio_measure::result::{Document, IntervalPoint, Iteration, Measured};
+use vnio_measure::switch_seconds::SwitchSecond;
 
 /// vnio's switch and another against the same poll-mode pair, the rate
 /// compared as a ratio, the probe on.
@@ -134,6 +135,11 @@ fn temp_db(tag: &str) -> std::path::PathBuf {
 /// Stores a run whose points' iterations are `of(configuration)`, the
 /// probe's seconds kept when `probed`; its id.
 fn store_run(store: &Store, probed: bool, of: impl Fn(&str) -> Vec<Vec<Second>>) -> i64 {
+    store_documents(store, |cfg| document(&of(cfg), probed))
+}
+
+/// Stores a run whose points' documents are `of(configuration)`; its id.
+fn store_documents(store: &Store, of: impl Fn(&str) -> Document) -> i64 {
     let file = scenario::parse("placement.toml", SCENARIO).unwrap();
     let LabFile::Scenario(s) = file.clone() else {
         panic!("a set")
@@ -155,7 +161,7 @@ fn store_run(store: &Store, probed: bool, of: impl Fn(&str) -> Vec<Vec<Second>>)
             point: p.clone(),
             status: Status::Ok,
             error: None,
-            document: Some(document(&of(&p.configuration), probed)),
+            document: Some(of(&p.configuration)),
             contention: None,
         };
         store.add_point(id, "placement", &out).unwrap();
@@ -291,6 +297,73 @@ fn mixed_placements_give_both_ratios_and_the_verdict_stays_the_rules() {
         html.contains("by placement: near 1.01x (vnio 4 s, other 4 s)"),
         "the table"
     );
+    let _ = std::fs::remove_dir_all(db.parent().unwrap());
+}
+
+/// vnio's switch's figures of a second with busy share `busy` (None: its
+/// counters were not read in time).
+fn switch_second(busy: Option<f64>) -> Option<SwitchSecond> {
+    busy.map(|busy| SwitchSecond {
+        busy,
+        frames: 6_000_000,
+        frames_per_busy_round: Some(12.0),
+        busy_ns_per_frame: Some(busy * 1e9 / 6e6),
+    })
+}
+
+#[test]
+fn the_switchs_busy_share_is_given_per_placement_where_read() {
+    let db = temp_db("busy");
+    let store = Store::open(&db).unwrap();
+    // vnio's switch read every second but one of its near iteration;
+    // the other switch is not vnio's: its seconds have no busy share.
+    let id = store_documents(&store, |cfg| {
+        let rates = if cfg == "vnio" {
+            [6590, 4610]
+        } else {
+            [6550, 5070]
+        };
+        let mut doc = document(&[run_of(rates[0], NEAR, 4), run_of(rates[1], FAR, 4)], true);
+        if cfg == "vnio" {
+            let busy = [
+                [Some(0.97), None, Some(0.99), Some(0.98)],
+                [Some(0.6), Some(0.66), Some(0.62), Some(0.64)],
+            ];
+            for (it, shares) in doc.iterations.iter_mut().zip(busy) {
+                it.switch_seconds = Some(shares.into_iter().map(switch_second).collect());
+            }
+        }
+        doc
+    });
+    let v = verdict(&store, id);
+    let (near, far) = (at(&v, Placement::Near), at(&v, Placement::Far));
+    assert!(close(near.subject_busy, 0.98), "{near:?}");
+    assert!(close(far.subject_busy, 0.63), "{far:?}");
+    assert_eq!((near.against_busy, far.against_busy), (None, None));
+    // Every second counts toward the ratio, read or not.
+    assert_eq!((near.subject_seconds, far.subject_seconds), (4, 4));
+    let words = findings::by_placement(&v).unwrap();
+    assert!(
+        words.starts_with(
+            "near 1.01x (vnio 4 s busy 0.98, other 4 s); far 0.91x (vnio 4 s busy 0.63, other 4 s)"
+        ),
+        "{words}"
+    );
+
+    // In the JSON document (null where not read), and a document made
+    // before the fields existed still reads.
+    let json = serde_json::to_value(&v).unwrap();
+    assert!(close(
+        json["by_placement"][1]["subject_busy"].as_f64(),
+        0.63
+    ));
+    assert!(json["by_placement"][1]["against_busy"].is_null());
+    let mut old = json["by_placement"][0].clone();
+    let o = old.as_object_mut().unwrap();
+    o.remove("subject_busy");
+    o.remove("against_busy");
+    let read: PlacementRatio = serde_json::from_value(old).unwrap();
+    assert_eq!((read.subject_busy, read.against_busy), (None, None));
     let _ = std::fs::remove_dir_all(db.parent().unwrap());
 }
 

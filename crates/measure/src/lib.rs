@@ -27,4 +27,5 @@ pub mod run;
 pub mod session;
 pub mod stats;
 pub mod stream;
+pub mod switch_seconds;
 mod sys;

@@ -8,6 +8,7 @@ use crate::cpu::{Cost, MachineUse};
 use crate::env::{Environment, Placement};
 use crate::placement::LineRoundTrips;
 use crate::stats::{median_by_mean, Encoded, Latency, Summary};
+use crate::switch_seconds::SwitchSecond;
 
 /// Names the layout of [`Document`]; bumped on incompatible changes. /2
 /// added each percentile's confidence interval (`latency.ci`); a /1
@@ -77,6 +78,14 @@ pub struct Iteration {
     /// before it existed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub line_round_trip: Option<LineRoundTrips>,
+    /// What vnio's switch's workers did in each whole second of the
+    /// measured window (second `s` at index `s`, as the window's
+    /// per-second series; null for a second whose counters were not read
+    /// in time): the lab fills it in beside probed rate workloads on
+    /// vnio's switch; none on other wires, and in documents stored before
+    /// it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub switch_seconds: Option<Vec<Option<SwitchSecond>>>,
     /// Open loop: whether the sends' gaps were the arrivals asked for
     /// ([`crate::checks::arrivals`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -233,6 +233,9 @@ fn switch_anchors_drives_every_switch_with_the_dpdk_endpoints_and_gives_everythi
     assert!(testbeds
         .iter()
         .any(|b| b.notes.iter().any(|n| n.contains("busy-poll"))));
+    if two_cpus {
+        assert_switch_seconds(points);
+    }
 
     // The ratios are judged (one quick iteration: inconclusive is fine):
     // both rates and the round trip's p50 and p99, against each anchor.
@@ -343,6 +346,7 @@ fn placement_seconds_repeat_the_whole_plan_until_each_placement_has_them() {
         .collect();
     assert_eq!(placed.len(), 2, "both rates carry the probe: {placed:?}");
     println!("placement seconds: {reps:?} repetitions, placed (near, far) {placed:?}");
+    assert_switch_seconds(points);
     let reached: Vec<usize> = (0..2)
         .filter(|&i| placed.iter().any(|c| c[i] > 0))
         .collect();
@@ -360,6 +364,57 @@ fn placement_seconds_repeat_the_whole_plan_until_each_placement_has_them() {
         );
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Every probed rate iteration on vnio's switch carries the switch's
+/// figures of each whole second of its window, in range where read, and
+/// some second of the run has them; no other iteration carries any.
+fn assert_switch_seconds(points: &[vnio_lab::outcome::PointOutcome]) {
+    let mut read = Vec::new();
+    for p in points {
+        let Some(doc) = &p.document else {
+            continue;
+        };
+        let at = format!("{} {}", p.point.configuration, p.point.workload.name);
+        let probed = !doc.params["placement_probe"].is_null();
+        let on_vnio = p.point.configuration == "vnio";
+        for it in &doc.iterations {
+            if !(probed && on_vnio) {
+                assert!(
+                    it.switch_seconds.is_none(),
+                    "{at}: not a probed rate on vnio's switch"
+                );
+                continue;
+            }
+            let seconds = it
+                .switch_seconds
+                .as_ref()
+                .unwrap_or_else(|| panic!("{at} iteration {}: no switch seconds", it.index));
+            assert_eq!(
+                seconds.len(),
+                it.seconds.floor() as usize,
+                "{at}: {seconds:?}"
+            );
+            for s in seconds.iter().flatten() {
+                assert!(s.busy > 0.0 && s.busy <= 1.0, "{at}: {s:?}");
+                assert!(s.frames > 0, "{at}: {s:?}");
+                assert!(
+                    s.frames_per_busy_round.is_some_and(|f| f > 0.0),
+                    "{at}: {s:?}"
+                );
+                assert!(
+                    s.busy_ns_per_frame.is_some_and(|ns| ns > 0.0),
+                    "{at}: {s:?}"
+                );
+                read.push((s.busy * 100.0).round() / 100.0);
+            }
+        }
+    }
+    println!("switch seconds read, busy: {read:?}");
+    assert!(
+        !read.is_empty(),
+        "no second of the run has the switch's figures"
+    );
 }
 
 #[test]

@@ -7,7 +7,7 @@
 //! document the schema must refuse is refused, so the check checks. A
 //! second run, a poll-mode pair's rate through two vnio switches with the
 //! line probe beside it (knob `placement_probe`), gives ratios per
-//! placement, which validate too.
+//! placement with the switches' busy shares, which validate too.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -302,11 +302,29 @@ fn ratios_per_placement_of_a_real_run_validate_against_the_schema() {
         "the probe placed no second: {v}"
     );
 
-    // The schema refuses a placement it does not know.
+    println!("by placement: {}", serde_json::Value::from(at.clone()));
+    // Both sides are vnio's switch: each placement says its busy share,
+    // null where no second there was read.
+    for p in at {
+        for side in ["subject_busy", "against_busy"] {
+            let b = &p[side];
+            assert!(
+                b.is_null() || b.as_f64().is_some_and(|b| b > 0.0 && b <= 1.0),
+                "{p}"
+            );
+        }
+    }
+
+    // The schema refuses a placement it does not know, and a busy share
+    // above 1.
     let mut bad = doc.clone();
     bad["verdicts"][0]["by_placement"][0]["placement"] = "middle".into();
     let wrong = dir.join("wrong.json");
     std::fs::write(&wrong, bad.to_string()).unwrap();
     assert!(validate(&wrong).unwrap_err().contains("middle"));
+    let mut bad = doc.clone();
+    bad["verdicts"][0]["by_placement"][0]["subject_busy"] = 1.5.into();
+    std::fs::write(&wrong, bad.to_string()).unwrap();
+    assert!(validate(&wrong).unwrap_err().contains("1.5"));
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -11,6 +11,11 @@
 //! seconds each side had: two runs that saw different mixes of placements
 //! can then be compared at one. A side without a second at a placement
 //! gives no ratio there ("no seconds"), never a number from the other.
+//!
+//! Beside each side's seconds at a placement, the median busy share of
+//! vnio's switch in them, where the pair read its workers' counters
+//! (`switch_seconds`): near 1, the switch's own time per frame set that
+//! side's rate; well below, its endpoints did.
 
 use serde::{Deserialize, Serialize};
 use vnio_measure::placement::Placement;
@@ -37,6 +42,22 @@ pub struct PlacementRatio {
     pub subject_seconds: usize,
     /// The against point's.
     pub against_seconds: usize,
+    /// The median busy share of vnio's switch over the subject's seconds
+    /// at this placement that have one; none on other switches, and
+    /// where its counters were not read.
+    #[serde(default)]
+    pub subject_busy: Option<f64>,
+    /// The against point's.
+    #[serde(default)]
+    pub against_busy: Option<f64>,
+}
+
+/// One side's seconds at one placement: the statistic's values, and the
+/// switch's busy shares of those that have one.
+#[derive(Default)]
+struct Placed {
+    values: Vec<f64>,
+    busy: Vec<f64>,
 }
 
 /// Where a placement's seconds go in a pair of lists.
@@ -48,11 +69,12 @@ fn slot(p: Placement) -> usize {
 }
 
 /// The statistic of every whole second of point `o` that the probe
-/// placed, near first; none when no iteration of it carries the probe or
-/// the statistic has no per-second value.
-fn seconds_by_placement(o: &PointOutcome, stat: Statistic) -> Option<[Vec<f64>; 2]> {
+/// placed (with the switch's busy share in it, where read), near first;
+/// none when no iteration of it carries the probe or the statistic has no
+/// per-second value.
+fn seconds_by_placement(o: &PointOutcome, stat: Statistic) -> Option<[Placed; 2]> {
     let doc = o.document.as_ref()?;
-    let mut by = [Vec::new(), Vec::new()];
+    let mut by = [Placed::default(), Placed::default()];
     let mut probed = false;
     for it in &doc.iterations {
         let Some(line) = &it.line_round_trip else {
@@ -64,7 +86,15 @@ fn seconds_by_placement(o: &PointOutcome, stat: Statistic) -> Option<[Vec<f64>; 
             else {
                 continue;
             };
-            by[slot(at)].push(v);
+            let at = &mut by[slot(at)];
+            at.values.push(v);
+            let busy = it
+                .switch_seconds
+                .as_ref()
+                .and_then(|s| s.get(p.t_s as usize));
+            if let Some(Some(second)) = busy {
+                at.busy.push(second.busy);
+            }
         }
     }
     probed.then_some(by)
@@ -73,7 +103,7 @@ fn seconds_by_placement(o: &PointOutcome, stat: Statistic) -> Option<[Vec<f64>; 
 /// How many whole seconds of point `o` the probe placed, near then far;
 /// none when no iteration of it carries the probe.
 pub fn seconds_placed(o: &PointOutcome) -> Option<[usize; 2]> {
-    seconds_by_placement(o, Statistic::Rate).map(|by| by.map(|v| v.len()))
+    seconds_by_placement(o, Statistic::Rate).map(|by| by.map(|p| p.values.len()))
 }
 
 /// The ratio of `stat` at each placement, subject over against; empty when
@@ -92,15 +122,17 @@ pub fn ratios(
     Placement::ALL
         .iter()
         .map(|&at| {
-            let (sv, av) = (&mut s[slot(at)], &mut a[slot(at)]);
-            let (sm, am) = (median(sv), median(av));
+            let (sp, ap) = (&mut s[slot(at)], &mut a[slot(at)]);
+            let (sm, am) = (median(&mut sp.values), median(&mut ap.values));
             PlacementRatio {
                 placement: at,
                 ratio: sm.zip(am).filter(|(_, a)| *a > 0.0).map(|(s, a)| s / a),
                 subject_median: sm,
                 against_median: am,
-                subject_seconds: sv.len(),
-                against_seconds: av.len(),
+                subject_seconds: sp.values.len(),
+                against_seconds: ap.values.len(),
+                subject_busy: median(&mut sp.busy),
+                against_busy: median(&mut ap.busy),
             }
         })
         .collect()

@@ -53,7 +53,8 @@ pub fn measured(v: &Verdict) -> String {
 }
 
 /// The ratio at each placement, when the points carry the line probe's
-/// round trips: "near 0.93x (vnio 12 s, ovs-dpdk 14 s); far no seconds
+/// round trips, with vnio's switch's busy share on a side that has it:
+/// "near 0.93x (vnio 12 s busy 0.97, ovs-dpdk 14 s); far no seconds
 /// (vnio 0 s, ovs-dpdk 3 s)".
 pub fn by_placement(v: &Verdict) -> Option<String> {
     if v.by_placement.is_empty() {
@@ -69,12 +70,15 @@ pub fn by_placement(v: &Verdict) -> Option<String> {
                 None if r.subject_seconds == 0 || r.against_seconds == 0 => "no seconds".into(),
                 None => "no ratio (its base is 0)".into(),
             };
+            let busy = |b: Option<f64>| b.map_or(String::new(), |b| format!(" busy {b:.2}"));
             format!(
-                "{} {ratio} ({} {} s, {against} {} s)",
+                "{} {ratio} ({} {} s{}, {against} {} s{})",
                 r.placement.as_str(),
                 v.subject.point,
                 r.subject_seconds,
-                r.against_seconds
+                busy(r.subject_busy),
+                r.against_seconds,
+                busy(r.against_busy)
             )
         })
         .collect();

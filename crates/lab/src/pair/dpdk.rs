@@ -59,6 +59,7 @@ pub(super) fn measure(
     let virtqueue = knobs.virtqueue.unwrap_or_default();
     let cpus = knobs.client_cpus.clone().unwrap_or_default();
     let probe = if rtt { None } else { knobs.probe_cpus() };
+    let watch = if rtt { None } else { placement::Watch::of(bed) };
     let name = format!("dpdk-pair-{}", p.seq);
     let log = bed.scratch().join(format!("{name}.log"));
     let runtime =
@@ -115,7 +116,7 @@ pub(super) fn measure(
         }
         None => Ok(()),
     };
-    let reader = follow(child, Reader::new(rtt, probe), run, stop, &mut on_ready).map_err(fail)?;
+    let reader = follow(child, Reader::new(rtt, watch), run, stop, &mut on_ready).map_err(fail)?;
     match served {
         Some(Ok(rings)) => doc.params["rings"] = crate::testbed::describe_virtqueues(&rings),
         // Not knowing the layout does not spoil the measurement: the
@@ -292,7 +293,7 @@ fn list(cpus: &[usize]) -> String {
 /// The program's records gathered into iterations.
 struct Reader {
     rtt: bool,
-    probe: Option<[usize; 2]>,
+    watch: Option<placement::Watch>,
     beside: Option<placement::Beside>,
     errors: Vec<String>,
     window: Option<Instant>,
@@ -303,10 +304,10 @@ struct Reader {
 }
 
 impl Reader {
-    fn new(rtt: bool, probe: Option<[usize; 2]>) -> Reader {
+    fn new(rtt: bool, watch: Option<placement::Watch>) -> Reader {
         Reader {
             rtt,
-            probe,
+            watch,
             beside: None,
             errors: Vec::new(),
             window: None,
@@ -321,16 +322,17 @@ impl Reader {
         match record {
             Record::Ready => {}
             Record::Warmup(_) => {
-                // Before the warm-up, so starting its threads stays out
-                // of the window. A probe that cannot start leaves the
-                // iteration without placement, and says why.
-                self.beside = self.probe.and_then(|cpus| {
-                    placement::Beside::start(cpus)
-                        .map_err(|e| self.errors.push(e))
-                        .ok()
-                });
+                // Before the warm-up, so starting their threads stays
+                // out of the window.
+                self.beside = self.watch.as_ref().map(|w| w.start(&mut self.errors));
             }
-            Record::Window { mono_ns, .. } => self.window = Some(instant_of(mono_ns)),
+            Record::Window { mono_ns, .. } => {
+                let window = instant_of(mono_ns);
+                if let Some(b) = &self.beside {
+                    b.window(window);
+                }
+                self.window = Some(window);
+            }
             Record::Second { point, .. } => self.intervals.push(point),
             Record::Rtt { ns, count, .. } => {
                 for _ in 0..count {
@@ -355,10 +357,14 @@ impl Reader {
             user_ns: t.user_ns,
             sys_ns: t.sys_ns,
         };
-        let line_round_trip = self
-            .beside
-            .take()
-            .map(|b| b.finish(window, Duration::from_nanos(t.ns)));
+        let length = Duration::from_nanos(t.ns);
+        let (line_round_trip, switch_seconds) = match self.beside.take() {
+            Some(b) => {
+                let seen = b.finish(window, length, &mut self.errors);
+                (seen.line_round_trip, seen.switch_seconds)
+            }
+            None => (None, None),
+        };
         let mut merged = Measured {
             target: "all".into(),
             ops: t.received,
@@ -383,6 +389,7 @@ impl Reader {
             intervals: std::mem::take(&mut self.intervals),
             errors: std::mem::take(&mut self.errors),
             line_round_trip,
+            switch_seconds,
             ..Default::default()
         }
     }

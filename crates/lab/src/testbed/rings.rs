@@ -11,7 +11,7 @@ use vnio_switch::control::{Client, Request};
 use vnio_switch::worker::{PortInfo, VirtqueueInfo};
 
 use super::{BedHost, Testbed};
-use crate::scenario::{Virtqueue, WireKind};
+use crate::scenario::Virtqueue;
 
 /// How long the switch may take to run queues a front-end has started
 /// (its worker handles the last vhost-user messages between rounds).
@@ -27,50 +27,47 @@ impl Testbed {
     /// asked: their layout is the one the endpoints offered, as DPDK's
     /// vhost library serves both).
     pub fn switch_virtqueues(&self, hosts: &[&BedHost]) -> Option<Result<Vec<Served>, String>> {
-        if self.description.wire != WireKind::Switch || self.switch.is_none() {
-            return None;
-        }
-        Some(self.read_virtqueues(hosts))
+        let sock = self.switch_control()?;
+        Some(read_virtqueues(&sock, hosts))
     }
+}
 
-    fn read_virtqueues(&self, hosts: &[&BedHost]) -> Result<Vec<Served>, String> {
-        let sock = self.scratch.path().join("switch.sock");
-        let mut client = Client::connect(&sock).map_err(|e| e.to_string())?;
-        let deadline = Instant::now() + RUNNING;
-        loop {
-            let list = client
-                .request(&Request::PortList)
-                .map_err(|e| e.to_string())?;
-            let ports: Vec<PortInfo> =
-                serde_json::from_value(list).map_err(|e| format!("port list: {e}"))?;
-            let mut served = Vec::new();
-            let mut waiting = Vec::new();
-            for h in hosts {
-                let socket = h.vhost_user.as_ref().map(|v| v.0.display().to_string());
-                let Some(port) = ports
-                    .iter()
-                    .find(|p| socket.is_some() && p.socket == socket)
-                else {
-                    return Err(format!("no port of the switch is host {}'s", h.name));
-                };
-                if port.running {
-                    served.push((h.name.clone(), port.virtqueue));
-                } else {
-                    waiting.push(h.name.as_str());
-                }
+fn read_virtqueues(sock: &std::path::Path, hosts: &[&BedHost]) -> Result<Vec<Served>, String> {
+    let mut client = Client::connect(sock).map_err(|e| e.to_string())?;
+    let deadline = Instant::now() + RUNNING;
+    loop {
+        let list = client
+            .request(&Request::PortList)
+            .map_err(|e| e.to_string())?;
+        let ports: Vec<PortInfo> =
+            serde_json::from_value(list).map_err(|e| format!("port list: {e}"))?;
+        let mut served = Vec::new();
+        let mut waiting = Vec::new();
+        for h in hosts {
+            let socket = h.vhost_user.as_ref().map(|v| v.0.display().to_string());
+            let Some(port) = ports
+                .iter()
+                .find(|p| socket.is_some() && p.socket == socket)
+            else {
+                return Err(format!("no port of the switch is host {}'s", h.name));
+            };
+            if port.running {
+                served.push((h.name.clone(), port.virtqueue));
+            } else {
+                waiting.push(h.name.as_str());
             }
-            if waiting.is_empty() {
-                return Ok(served);
-            }
-            if Instant::now() > deadline {
-                return Err(format!(
-                    "the queues of {}'s port did not run within {} s",
-                    waiting.join(", "),
-                    RUNNING.as_secs()
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(20));
         }
+        if waiting.is_empty() {
+            return Ok(served);
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "the queues of {}'s port did not run within {} s",
+                waiting.join(", "),
+                RUNNING.as_secs()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
