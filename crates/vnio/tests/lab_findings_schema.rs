@@ -98,7 +98,7 @@ title = "findings schema, placement"
 maps_to = "a test"
 cannot = "anything"
 [run]
-duration = "1s"
+duration = "2s"
 warmup = "200ms"
 iterations = 2
 interleave = true
@@ -290,11 +290,13 @@ fn ratios_per_placement_of_a_real_run_validate_against_the_schema() {
         (at[0]["placement"].as_str(), at[1]["placement"].as_str()),
         (Some("near"), Some("far"))
     );
-    // Two iterations of one whole second a side: every second the probe
-    // placed is near or far (the host decides which).
+    // Two iterations of two whole seconds a side: every second the probe
+    // placed is near or far (the host decides which). Two seconds, not
+    // one: on a loaded machine the probe's threads may find no moment
+    // with both CPUs for a whole second.
     let seconds = |side: &str| -> u64 { at.iter().map(|p| p[side].as_u64().unwrap()).sum() };
     assert!(
-        seconds("subject_seconds") <= 2 && seconds("against_seconds") <= 2,
+        seconds("subject_seconds") <= 4 && seconds("against_seconds") <= 4,
         "{v}"
     );
     assert!(
