@@ -16,7 +16,7 @@
 //! The mapped ring is in `ring.rs`, the two sides in `rx.rs`
 //! and `tx.rs`; this file holds the socket set-up they share.
 
-use std::ffi::CString;
+use super::netlink::ifindex;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
@@ -112,17 +112,6 @@ fn setsockopt<T>(fd: RawFd, level: libc::c_int, name: libc::c_int, value: &T) ->
         return Err(io::Error::last_os_error());
     }
     Ok(())
-}
-
-fn ifindex(ifname: &str) -> io::Result<i32> {
-    let cname = CString::new(ifname)
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in interface name"))?;
-    // SAFETY: `cname` is a valid C string for the call.
-    let i = unsafe { libc::if_nametoindex(cname.as_ptr()) };
-    if i == 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(i as i32)
 }
 
 /// The interface's MTU (SIOCGIFMTU: answers in the caller's network
